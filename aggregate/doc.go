@@ -1,0 +1,43 @@
+// Package aggregate is the consumer side of span stats: it groups finished
+// spans by their label key and keeps, per group and per reporting interval,
+// the counts and latency sketches the Datadog agent expects.
+//
+// # Ownership
+//
+// The package owns Table (the groups of one process), Entry (one group's key
+// and its values for the current interval), Span (the raw input record that
+// travels through the inbox by copy) and Sketch (a DDSketch latency histogram
+// laid out exactly like the agent's, so the agent merges it without
+// re-mapping). Entries and their sketches belong to the Table that created
+// them; the slices returned by Touched and Sketch.Bins alias that memory and
+// are valid only until the next Rotate, Clear or Add.
+//
+// # Concurrency rule
+//
+// A Table and its entries belong to one goroutine, the consumer: Add, Touched,
+// Rotate and Clear must all be called from it, and nothing in the package
+// takes a lock. A Sketch is likewise not safe for concurrent use. Producers
+// never touch a Table; they hand spans to the consumer through the inbox.
+//
+// # Design
+//
+// Add writes the span's raw label fields (peer tags sorted and deduplicated
+// into a set) length-prefixed into a scratch buffer behind a per-process
+// random seed, hashes it with xxhash, finds the entry in an open-addressing
+// table with linear probing by comparing the 64-bit hash and then the key
+// bytes (equal bytes mean equal fields), and records the span; a hit
+// allocates nothing. A new key creates an entry holding one copy of the key
+// bytes, which its Key strings alias. At the cap
+// (DefaultMaxEntries unless configured) a new key recycles an entry that had
+// no hit in this interval, found by a cursor that only moves forward so one
+// interval costs at most about one sweep; the recycled entry is unlinked with
+// backward-shift deletion, so probing needs no tombstones. When every entry
+// was hit in the interval the span is folded into a single overflow entry
+// whose label fields are BlockedValue, so counts and durations are never
+// lost, only detail. Entries carry the epoch of their last hit: Touched lists
+// the entries of the current epoch (the overflow entry last), and Rotate
+// resets them in place and starts a new epoch, keeping their memory. Sketches
+// use sketches-go's logarithmic mapping at 1 % relative accuracy and a
+// collapsing-lowest dense store of at most MaxBins bins, with uint32 counts;
+// the error sketch of an entry is allocated only at its first error.
+package aggregate

@@ -1,0 +1,122 @@
+package aggregate
+
+// BlockedValue replaces a label that cannot be kept: over its cardinality
+// budget, or folded into the overflow entry at the table cap. It is the
+// sentinel the Datadog agent and tracers already use.
+const BlockedValue = "tracer_blocked_value"
+
+// MaxInlinePeerTags is how many peer tags a Span carries without allocating.
+const MaxInlinePeerTags = 8
+
+// Trilean is the agent's three-valued boolean (IsTraceRoot on the wire).
+type Trilean int32
+
+// Trilean values, as the agent numbers them.
+const (
+	NotSet Trilean = 0
+	True   Trilean = 1
+	False  Trilean = 2
+)
+
+// Span is the raw input of one finished, eligible span: the label fields as
+// the tracer gave them and the measurements. It is a plain value so that it can
+// travel through the inbox by copy; peer tags live inline up to
+// MaxInlinePeerTags, the rest in ExtraPeerTags.
+type Span struct {
+	Service, Name, Resource, Type, SpanKind  string
+	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
+	ServiceSource                            string
+	HTTPStatusCode                           uint32
+	Duration                                 int64
+	Error, TopLevel, TraceRoot, Synthetics   bool
+	NumPeerTags                              uint8 // used entries of PeerTags
+	PeerTags                                 [MaxInlinePeerTags]string
+	ExtraPeerTags                            []string
+}
+
+// SetPeerTags stores tags in the span, inline when they fit.
+func (s *Span) SetPeerTags(tags []string) {
+	n := copy(s.PeerTags[:], tags)
+	s.NumPeerTags = uint8(n)
+	s.ExtraPeerTags = nil
+	if len(tags) > n {
+		// Copied: the caller may reuse its slice once Publish returns.
+		s.ExtraPeerTags = append([]string(nil), tags[n:]...)
+	}
+}
+
+// Key is the label set of a group: every field the agent groups by.
+type Key struct {
+	Service, Name, Resource, Type, SpanKind  string
+	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
+	ServiceSource                            string
+	HTTPStatusCode                           uint32
+	Synthetics                               bool
+	IsTraceRoot                              Trilean
+	PeerTags                                 []string // sorted, without duplicates
+}
+
+// Entry is one group's values for the current interval.
+type Entry struct {
+	Key
+	Hits, Errors, TopLevelHits uint64
+	Duration                   uint64 // sum of span durations, ns
+	// Ok and Err are the latency sketches of ok and error spans; each stays
+	// nil until its first span so an entry without errors pays nothing for Err.
+	// Once allocated a sketch is kept (emptied) across Rotate and recycling,
+	// so a reader must test Count, not nil, for "no values".
+	Ok, Err *Sketch
+
+	key   string // encoded key (see Table.encodeKey); Key's strings alias it
+	hash  uint64
+	epoch uint32 // interval of the last hit; reported entries have epoch == table epoch
+}
+
+// record adds one span's measurements.
+func (e *Entry) record(d int64, isErr, topLevel bool) {
+	e.Hits++
+	e.Duration += uint64(d)
+	if topLevel {
+		e.TopLevelHits++
+	}
+	sk := &e.Ok
+	if isErr {
+		e.Errors++
+		sk = &e.Err
+	}
+	if *sk == nil {
+		*sk = new(Sketch)
+	}
+	(*sk).Add(float64(d))
+}
+
+// Merge adds another group's values (decoded from a payload) to e.
+func (e *Entry) Merge(o *Entry) {
+	e.Hits += o.Hits
+	e.Errors += o.Errors
+	e.TopLevelHits += o.TopLevelHits
+	e.Duration += o.Duration
+	if o.Ok != nil && o.Ok.Count() > 0 {
+		if e.Ok == nil {
+			e.Ok = new(Sketch)
+		}
+		e.Ok.Merge(o.Ok)
+	}
+	if o.Err != nil && o.Err.Count() > 0 {
+		if e.Err == nil {
+			e.Err = new(Sketch)
+		}
+		e.Err.Merge(o.Err)
+	}
+}
+
+// reset zeroes the values and keeps the sketches' memory for reuse.
+func (e *Entry) reset() {
+	e.Hits, e.Errors, e.TopLevelHits, e.Duration = 0, 0, 0, 0
+	if e.Ok != nil {
+		e.Ok.Reset()
+	}
+	if e.Err != nil {
+		e.Err.Reset()
+	}
+}

@@ -1,0 +1,306 @@
+package aggregate
+
+import (
+	"math"
+	"sync"
+
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+)
+
+const (
+	// RelativeAccuracy is the agent's sketch accuracy: a quantile read back is
+	// within 1 % of the true value.
+	RelativeAccuracy = 0.01
+	// MaxBins is the agent's bin budget per store; beyond it the lowest bins
+	// collapse into one, exactly as sketches-go's CollapsingLowestDenseStore.
+	MaxBins = 2048
+	// binSlack is the spare capacity added when a store grows, so a sketch
+	// whose range creeps by one bin does not reallocate each time.
+	binSlack = 16
+)
+
+// agentMapping is the agent's index mapping (γ = 1.0202…, index offset 0).
+// Sharing it means the agent merges our sketches without re-mapping.
+var agentMapping = mustMapping()
+
+func mustMapping() *mapping.LogarithmicMapping {
+	m, err := mapping.NewLogarithmicMapping(RelativeAccuracy)
+	if err != nil {
+		panic("BUG: agent sketch mapping: " + err.Error())
+	}
+	return m
+}
+
+// Mapping returns the index mapping every Sketch uses: sketches-go's
+// logarithmic mapping at 1 % relative accuracy.
+func Mapping() *mapping.LogarithmicMapping { return agentMapping }
+
+// Sketch is a DDSketch latency histogram laid out exactly like the agent's
+// (logarithmic mapping, collapsing-lowest dense store of at most MaxBins bins),
+// storing counts as uint32 instead of float64: span counts are whole numbers,
+// and half the bytes per bin halves a table's largest memory cost.
+//
+// The zero value is an empty sketch ready to use. Not safe for concurrent use.
+type Sketch struct {
+	bins      []uint32 // bins[i] counts index offset+i; len covers [offset, top]
+	offset    int
+	count     uint64
+	zeros     uint64 // values too small to index (zero durations from merged input)
+	collapsed bool
+}
+
+// Add records one value (a duration in nanoseconds).
+func (s *Sketch) Add(v float64) {
+	if v <= agentMapping.MinIndexableValue() || math.IsNaN(v) {
+		s.zeros++
+		s.count++
+		return
+	}
+	s.AddIndex(index(v), 1)
+}
+
+// index is agentMapping.Index(v) for v > 0, without its math.Log (a third of
+// the table's hit path) for v in [1, 2^63), which holds every duration: a
+// quadratic log2 guesses the index to within one bin and the bin bounds,
+// found with the mapping itself, fix the guess (TestSketchIndexExact checks
+// ±256 ulps around every bound against agentMapping.Index).
+func index(v float64) int {
+	bits := math.Float64bits(v)
+	e := int(bits>>52) - 1023
+	if uint(e) >= 63 { // v < 1, v >= 2^63
+		return agentMapping.Index(v)
+	}
+	b := binBounds()
+	m := math.Float64frombits(bits&(1<<52-1) | 1023<<52) // mantissa in [1, 2)
+	// log2(m) within 0.005 (a tenth of a bin); the loops below make it exact.
+	l2 := float64(e) + (-1.67487759 + m*(2.02466578+m*-0.34484843))
+	k := min(max(int(l2*b.perOctave)-b.lo, 0), len(b.bounds)-2)
+	for v < b.bounds[k] {
+		k--
+	}
+	for v >= b.bounds[k+1] {
+		k++
+	}
+	return b.lo + k
+}
+
+// indexBounds holds, for the indexes of [1, 2^63] and one more on each side,
+// the smallest float64 that agentMapping.Index maps to each index or above.
+type indexBounds struct {
+	lo        int       // index of bounds[0]
+	bounds    []float64 // bounds[k]: smallest v with Index(v) >= lo+k
+	perOctave float64   // indexes per doubling of v
+}
+
+// binBounds builds the bounds on first use (about 2200 bisections, 0.3-0.7 ms)
+// rather than at the start-up of every program that imports the package.
+var binBounds = sync.OnceValue(func() *indexBounds {
+	lo := agentMapping.Index(1) - 1
+	hi := agentMapping.Index(1<<63) + 1
+	b := &indexBounds{
+		lo:        lo,
+		bounds:    make([]float64, hi-lo+1),
+		perOctave: math.Ln2 / math.Log((1+RelativeAccuracy)/(1-RelativeAccuracy)),
+	}
+	for k := range b.bounds {
+		b.bounds[k] = lowestWithIndex(lo + k)
+	}
+	return b
+})
+
+// lowestWithIndex returns the smallest positive float64 that agentMapping
+// maps to index i or above, by bisection over float64 bit patterns (which
+// order positive floats like their values) around the bin's lower bound.
+func lowestWithIndex(i int) float64 {
+	idx := func(bits uint64) int { return agentMapping.Index(math.Float64frombits(bits)) }
+	x := math.Float64bits(agentMapping.LowerBound(i))
+	lo, hi := x, x // widen until idx(lo) < i <= idx(hi)
+	for step := uint64(16); idx(hi) < i; step *= 2 {
+		hi += step
+	}
+	for step := uint64(16); idx(lo) >= i; step *= 2 {
+		lo -= step
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if idx(mid) >= i {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return math.Float64frombits(hi)
+}
+
+// AddIndex adds count to the bin of the given mapping index. It is how decoded
+// sketches are merged; counts saturate at the uint32 range.
+func (s *Sketch) AddIndex(index int, count uint64) {
+	if count == 0 {
+		return
+	}
+	if len(s.bins) == 0 {
+		if cap(s.bins) == 0 {
+			s.bins = make([]uint32, 1, binSlack)
+		} else {
+			s.bins = s.bins[:1]
+		}
+		s.offset = index
+	}
+	j := index - s.offset
+	switch {
+	case j < 0:
+		if !s.collapsed {
+			s.growLow(index)
+		}
+		j = max(index-s.offset, 0)
+	case j >= len(s.bins):
+		s.growHigh(index)
+		j = index - s.offset
+	}
+	s.bins[j] = satAdd(s.bins[j], count)
+	s.count += count
+}
+
+// AddZeros adds count values that fall in the zero bucket.
+func (s *Sketch) AddZeros(count uint64) {
+	s.zeros += count
+	s.count += count
+}
+
+func satAdd(c uint32, n uint64) uint32 {
+	if t := uint64(c) + n; t <= math.MaxUint32 {
+		return uint32(t)
+	}
+	return math.MaxUint32
+}
+
+// growHigh extends the store up to index, collapsing the lowest bins if the
+// range would exceed MaxBins.
+func (s *Sketch) growHigh(index int) {
+	newLen := index - s.offset + 1
+	if newLen > MaxBins {
+		newOffset := index - MaxBins + 1
+		drop := newOffset - s.offset // bins folded into the new lowest bin
+		var folded uint64
+		for i := 0; i < min(drop, len(s.bins)); i++ {
+			folded += uint64(s.bins[i])
+		}
+		if drop < len(s.bins) {
+			n := copy(s.bins, s.bins[drop:])
+			clear(s.bins[n:])
+		} else {
+			clear(s.bins)
+		}
+		s.bins = s.resize(MaxBins, false)
+		s.bins[0] = satAdd(s.bins[0], folded)
+		s.offset = newOffset
+		s.collapsed = true
+		return
+	}
+	s.bins = s.resize(newLen, false)
+}
+
+// growLow extends the store down to index; if that would exceed MaxBins the
+// store extends as far as allowed and becomes collapsed.
+func (s *Sketch) growLow(index int) {
+	top := s.offset + len(s.bins) - 1
+	newOffset := index
+	if top-index+1 > MaxBins {
+		newOffset = top - MaxBins + 1
+		s.collapsed = true
+	}
+	shift := s.offset - newOffset
+	if shift <= 0 {
+		return
+	}
+	old := len(s.bins)
+	s.bins = s.resize(old+shift, true)
+	s.offset = newOffset
+}
+
+// resize returns bins with length n, keeping counts; with shiftUp the old
+// counts move to the top of the new range (the store grew downwards).
+func (s *Sketch) resize(n int, shiftUp bool) []uint32 {
+	old := len(s.bins)
+	b := s.bins
+	if cap(b) < n {
+		nb := make([]uint32, n, min(n+binSlack, MaxBins+binSlack))
+		if shiftUp {
+			copy(nb[n-old:], b)
+		} else {
+			copy(nb, b)
+		}
+		return nb
+	}
+	b = b[:n]
+	if shiftUp {
+		copy(b[n-old:], b[:old])
+		clear(b[:n-old])
+	} else {
+		clear(b[old:])
+	}
+	return b
+}
+
+// Count is the number of values recorded.
+func (s *Sketch) Count() uint64 { return s.count }
+
+// ZeroCount is the number of values in the zero bucket.
+func (s *Sketch) ZeroCount() uint64 { return s.zeros }
+
+// Bins returns the lowest non-empty index and the contiguous counts from it
+// to the highest non-empty index. The slice aliases the sketch; do not keep it.
+func (s *Sketch) Bins() (minIndex int, counts []uint32) {
+	lo, hi := 0, len(s.bins)
+	for lo < hi && s.bins[lo] == 0 {
+		lo++
+	}
+	for hi > lo && s.bins[hi-1] == 0 {
+		hi--
+	}
+	return s.offset + lo, s.bins[lo:hi]
+}
+
+// Reset empties the sketch and keeps its memory for the next interval.
+func (s *Sketch) Reset() {
+	clear(s.bins)
+	s.bins = s.bins[:0]
+	s.offset, s.count, s.zeros, s.collapsed = 0, 0, 0, false
+}
+
+// Merge adds every value of o into s.
+func (s *Sketch) Merge(o *Sketch) {
+	if o == nil || o.count == 0 {
+		return
+	}
+	s.AddZeros(o.zeros)
+	lo, counts := o.Bins()
+	// Highest index first: the store then grows downwards once, not per bin.
+	for i := len(counts) - 1; i >= 0; i-- {
+		s.AddIndex(lo+i, uint64(counts[i]))
+	}
+}
+
+// Quantile returns the value at quantile q in [0, 1], within the relative
+// accuracy of the mapping; NaN when the sketch is empty or q is out of range.
+func (s *Sketch) Quantile(q float64) float64 {
+	if s.count == 0 || !(q >= 0 && q <= 1) { // NaN q fails both tests
+		return math.NaN()
+	}
+	rank := uint64(q * float64(s.count-1))
+	if rank < s.zeros {
+		return 0
+	}
+	seen := s.zeros
+	lo, counts := s.Bins()
+	for i, c := range counts {
+		seen += uint64(c)
+		if seen > rank {
+			return agentMapping.Value(lo + i)
+		}
+	}
+	return agentMapping.Value(lo + len(counts) - 1)
+}
+
+// MemSize is the heap bytes held by the sketch's bins (for memory accounting).
+func (s *Sketch) MemSize() int { return cap(s.bins) * 4 }

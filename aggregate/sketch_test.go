@@ -1,0 +1,401 @@
+package aggregate
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+)
+
+var testQuantiles = []float64{0, 0.5, 0.9, 0.99, 1}
+
+// refSketch is the agent's sketch: what Sketch must be equivalent to.
+func refSketch(t testing.TB) *ddsketch.DDSketch {
+	t.Helper()
+	r, err := ddsketch.LogCollapsingLowestDenseDDSketch(RelativeAccuracy, MaxBins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// sketchBins returns the sketch's non-empty bins by index.
+func sketchBins(s *Sketch) map[int]uint64 {
+	m := map[int]uint64{}
+	lo, counts := s.Bins()
+	for i, c := range counts {
+		if c != 0 {
+			m[lo+i] = uint64(c)
+		}
+	}
+	return m
+}
+
+func refBins(r *ddsketch.DDSketch) map[int]uint64 {
+	m := map[int]uint64{}
+	r.GetPositiveValueStore().ForEach(func(index int, count float64) bool {
+		m[index] = uint64(count)
+		return false
+	})
+	return m
+}
+
+// assertEquivalent checks per-index counts, totals and quantiles of s
+// against the reference sketch.
+func assertEquivalent(t *testing.T, s *Sketch, r *ddsketch.DDSketch) {
+	t.Helper()
+	if got, want := s.Count(), uint64(r.GetCount()); got != want {
+		t.Fatalf("count = %d, sketches-go %d", got, want)
+	}
+	if got, want := s.ZeroCount(), uint64(r.GetZeroCount()); got != want {
+		t.Fatalf("zero count = %d, sketches-go %d", got, want)
+	}
+	got, want := sketchBins(s), refBins(r)
+	if len(got) != len(want) {
+		t.Fatalf("%d non-empty bins, sketches-go %d", len(got), len(want))
+	}
+	for i, c := range want {
+		if got[i] != c {
+			t.Fatalf("bin %d = %d, sketches-go %v", i, got[i], c)
+		}
+	}
+	if r.GetCount() == 0 {
+		return
+	}
+	for _, q := range testQuantiles {
+		w, err := r.GetValueAtQuantile(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := s.Quantile(q); g != w {
+			t.Fatalf("quantile %v = %v, sketches-go %v", q, g, w)
+		}
+	}
+}
+
+func logUniform(r *rand.Rand, n int, lo, hi float64) []float64 {
+	a, b := math.Log(lo), math.Log(hi)
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = math.Exp(a + r.Float64()*(b-a))
+	}
+	return v
+}
+
+// storeSpan is the width of the reference's positive store in bins.
+func storeSpan(r *ddsketch.DDSketch) int {
+	st := r.GetPositiveValueStore()
+	lo, err1 := st.MinIndex()
+	hi, err2 := st.MaxIndex()
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return hi - lo + 1
+}
+
+func TestSketchMatchesSketchesGo(t *testing.T) {
+	type stream struct {
+		name     string
+		values   func(r *rand.Rand) []float64
+		collapse bool // the stream spans more than MaxBins bins
+	}
+	sorted := func(f func(r *rand.Rand) []float64, desc bool) func(r *rand.Rand) []float64 {
+		return func(r *rand.Rand) []float64 {
+			v := f(r)
+			slices.Sort(v)
+			if desc {
+				slices.Reverse(v)
+			}
+			return v
+		}
+	}
+	ns := func(r *rand.Rand) []float64 { return logUniform(r, 5000, 1, 1e12) }
+	wide := func(r *rand.Rand) []float64 { return logUniform(r, 5000, 1e-3, 1e18) }
+	huge := func(r *rand.Rand) []float64 { return logUniform(r, 5000, 1e-300, 1e300) }
+	streams := []stream{
+		{name: "log-uniform 1ns..1e12ns", values: ns},
+		{name: "ascending 1ns..1e12ns", values: sorted(ns, false)},
+		{name: "descending 1ns..1e12ns", values: sorted(ns, true)},
+		{name: "narrow 1ms..1.05ms", values: func(r *rand.Rand) []float64 { return logUniform(r, 5000, 1e6, 1.05e6) }},
+		{name: "one value", values: func(*rand.Rand) []float64 { return slices.Repeat([]float64{12345}, 100) }},
+		{name: "integer ns 1..1000", values: func(r *rand.Rand) []float64 {
+			v := make([]float64, 5000)
+			for i := range v {
+				v[i] = float64(1 + r.IntN(1000))
+			}
+			return v
+		}},
+		{name: "wide random", values: wide, collapse: true},
+		{name: "wide ascending", values: sorted(wide, false), collapse: true},
+		{name: "wide descending", values: sorted(wide, true), collapse: true},
+		{name: "huge random", values: huge, collapse: true},
+		{name: "huge descending", values: sorted(huge, true), collapse: true},
+		{name: "jump past every bin", values: func(r *rand.Rand) []float64 {
+			// Each value is more than MaxBins bins above the last: every
+			// collapse folds the whole store into one bin.
+			v := []float64{1e-250}
+			for v[len(v)-1] < 1e250 {
+				v = append(v, v[len(v)-1]*1e30, v[len(v)-1]*2e30)
+			}
+			return v
+		}, collapse: true},
+		{name: "zeros and subnormals", values: func(r *rand.Rand) []float64 {
+			v := logUniform(r, 1000, 1, 1e9)
+			// Below MinIndexableValue: counted in the zero bucket.
+			v = append(v, 0, 0, 5e-324, 1e-310, math.SmallestNonzeroFloat64)
+			r.Shuffle(len(v), func(i, j int) { v[i], v[j] = v[j], v[i] })
+			return v
+		}},
+		{name: "collapse then grow both ways", values: func(r *rand.Rand) []float64 {
+			v := logUniform(r, 2000, 1e-3, 1e18)
+			v = append(v, logUniform(r, 2000, 1e-10, 1e3)...)
+			v = append(v, logUniform(r, 2000, 1e10, 1e25)...)
+			return v
+		}, collapse: true},
+	}
+	for _, st := range streams {
+		t.Run(st.name, func(t *testing.T) {
+			for seed := range uint64(10) {
+				r := rand.New(rand.NewPCG(seed, 42))
+				values := st.values(r)
+				var s Sketch
+				ref := refSketch(t)
+				for _, v := range values {
+					s.Add(v)
+					if err := ref.Add(v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := storeSpan(ref) >= MaxBins; got != st.collapse {
+					t.Fatalf("stream collapses = %v, want %v", got, st.collapse)
+				}
+				if s.collapsed != st.collapse {
+					t.Fatalf("Sketch.collapsed = %v, want %v", s.collapsed, st.collapse)
+				}
+				assertEquivalent(t, &s, ref)
+				if s.Count() != uint64(len(values)) {
+					t.Fatalf("count %d, added %d", s.Count(), len(values))
+				}
+				if lo, counts := s.Bins(); len(counts) > MaxBins || (len(counts) > 0 && (counts[0] == 0 || counts[len(counts)-1] == 0)) {
+					t.Fatalf("Bins() = %d.. %d bins, want trimmed and at most %d", lo, len(counts), MaxBins)
+				}
+			}
+		})
+	}
+}
+
+func TestSketchZeroValues(t *testing.T) {
+	var s Sketch
+	min := Mapping().MinIndexableValue()
+	for _, v := range []float64{0, min, math.NaN(), -1} {
+		s.Add(v)
+	}
+	s.Add(math.Nextafter(min, 1))
+	if s.ZeroCount() != 4 || s.Count() != 5 {
+		t.Fatalf("zeros %d count %d, want 4 and 5", s.ZeroCount(), s.Count())
+	}
+	if q := s.Quantile(0.5); q != 0 {
+		t.Fatalf("median of mostly zeros = %v, want 0", q)
+	}
+	if q := s.Quantile(1); q <= 0 {
+		t.Fatalf("max = %v, want the indexable value", q)
+	}
+}
+
+// TestSketchIndexExact checks the table-driven index against the mapping's
+// own Index around every bin bound of [1, 2^63] and across random values.
+func TestSketchIndexExact(t *testing.T) {
+	b := binBounds()
+	for k, x := range b.bounds {
+		i := b.lo + k
+		if got := Mapping().Index(x); got < i {
+			t.Fatalf("bound of index %d: Index(%v) = %d", i, x, got)
+		}
+		if got := Mapping().Index(math.Nextafter(x, 0)); got >= i {
+			t.Fatalf("bound of index %d not smallest: Index(prev) = %d", i, got)
+		}
+		bits := math.Float64bits(x)
+		for d := uint64(0); d < 512; d++ { // ±256 ulps: where rounding could disagree
+			y := math.Float64frombits(bits - 256 + d)
+			if got, want := index(y), Mapping().Index(y); got != want {
+				t.Fatalf("index(%v) = %d, Mapping().Index = %d", y, got, want)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	check := func(v float64) {
+		if got, want := index(v), Mapping().Index(v); got != want {
+			t.Fatalf("index(%v) = %d, Mapping().Index = %d", v, got, want)
+		}
+	}
+	for range 200_000 {
+		check(float64(r.Int64()))
+		check(float64(r.Int64N(1 << 40)))
+		check(math.Exp(r.Float64()*1400 - 700))
+	}
+	for e := range 1100 {
+		p := math.Ldexp(1, e-1000)
+		check(p)
+		check(math.Nextafter(p, 0))
+		check(math.Nextafter(p, math.Inf(1)))
+	}
+	check(math.MaxInt64)
+	check(math.MaxFloat64 / 4)
+}
+
+func TestSketchResetKeepsMemory(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	values := logUniform(r, 2000, 50e3, 2e9)
+	var s Sketch
+	for _, v := range values {
+		s.Add(v)
+	}
+	size := s.MemSize()
+	if size == 0 {
+		t.Fatal("MemSize = 0 after adds")
+	}
+	s.Reset()
+	if s.Count() != 0 || s.ZeroCount() != 0 || s.MemSize() != size {
+		t.Fatalf("after Reset: count %d zeros %d mem %d, want 0 0 %d", s.Count(), s.ZeroCount(), s.MemSize(), size)
+	}
+	if _, counts := s.Bins(); len(counts) != 0 {
+		t.Fatalf("after Reset: %d bins", len(counts))
+	}
+	if q := s.Quantile(0.5); !math.IsNaN(q) {
+		t.Fatalf("Quantile of reset sketch = %v, want NaN", q)
+	}
+	// Refilled in another order, in other bins: no allocation once warm.
+	slices.Sort(values)
+	allocs := testing.AllocsPerRun(20, func() {
+		s.Reset()
+		for _, v := range values {
+			s.Add(v)
+		}
+		slices.Reverse(values)
+	})
+	if allocs != 0 {
+		t.Fatalf("Add after Reset allocates %v times per run", allocs)
+	}
+	if s.MemSize() != size {
+		t.Fatalf("MemSize %d after refill, want %d", s.MemSize(), size)
+	}
+	ref := refSketch(t)
+	for _, v := range values {
+		_ = ref.Add(v)
+	}
+	assertEquivalent(t, &s, ref)
+}
+
+func TestSketchCollapsedReset(t *testing.T) {
+	var s Sketch
+	s.Add(1e-3)
+	s.Add(1e18) // collapses
+	if !s.collapsed {
+		t.Fatal("not collapsed")
+	}
+	s.Reset()
+	// A fresh sketch grows downwards again instead of folding into one bin.
+	s.Add(1e6)
+	s.Add(1)
+	ref := refSketch(t)
+	_ = ref.Add(1e6)
+	_ = ref.Add(1)
+	assertEquivalent(t, &s, ref)
+}
+
+func TestSketchMerge(t *testing.T) {
+	gens := map[string]func(r *rand.Rand) []float64{
+		"ns":     func(r *rand.Rand) []float64 { return logUniform(r, 3000, 1, 1e12) },
+		"wide":   func(r *rand.Rand) []float64 { return logUniform(r, 3000, 1e-3, 1e18) },
+		"low":    func(r *rand.Rand) []float64 { return logUniform(r, 3000, 1e-30, 1e-5) },
+		"high":   func(r *rand.Rand) []float64 { return logUniform(r, 3000, 1e5, 1e30) },
+		"zeros":  func(r *rand.Rand) []float64 { return append(logUniform(r, 100, 1, 10), 0, 0, 0) },
+		"empty":  func(*rand.Rand) []float64 { return nil },
+		"single": func(*rand.Rand) []float64 { return []float64{777} },
+	}
+	for an, ga := range gens {
+		for bn, gb := range gens {
+			t.Run(an+"+"+bn, func(t *testing.T) {
+				r := rand.New(rand.NewPCG(3, 4))
+				a, b := ga(r), gb(r)
+				var sa, sb, both Sketch
+				ref := refSketch(t)
+				for _, v := range a {
+					sa.Add(v)
+					both.Add(v)
+					_ = ref.Add(v)
+				}
+				for _, v := range b {
+					sb.Add(v)
+					both.Add(v)
+					_ = ref.Add(v)
+				}
+				sa.Merge(&sb)
+				assertEquivalent(t, &sa, ref)
+				assertEquivalent(t, &both, ref)
+				if sa.Count() != uint64(len(a)+len(b)) {
+					t.Fatalf("merged count %d, want %d", sa.Count(), len(a)+len(b))
+				}
+				// Merging the other way round gives the same bins.
+				var sb2 Sketch
+				for _, v := range b {
+					sb2.Add(v)
+				}
+				var sa2 Sketch
+				for _, v := range a {
+					sa2.Add(v)
+				}
+				sb2.Merge(&sa2)
+				assertEquivalent(t, &sb2, ref)
+			})
+		}
+	}
+	var s Sketch
+	s.Add(10)
+	s.Merge(nil)
+	s.Merge(&Sketch{})
+	if s.Count() != 1 {
+		t.Fatalf("count %d after merging nil and empty, want 1", s.Count())
+	}
+}
+
+func TestSketchAddIndexSaturates(t *testing.T) {
+	var s Sketch
+	s.AddIndex(100, math.MaxUint32-1)
+	s.AddIndex(100, 5)
+	s.AddIndex(101, 0) // no-op: must not extend the store
+	lo, counts := s.Bins()
+	if lo != 100 || len(counts) != 1 || counts[0] != math.MaxUint32 {
+		t.Fatalf("Bins() = %d %v, want 100 [MaxUint32]", lo, counts)
+	}
+	if s.Count() != math.MaxUint32+4 {
+		t.Fatalf("count %d, want %d", s.Count(), uint64(math.MaxUint32)+4)
+	}
+}
+
+func TestSketchQuantile(t *testing.T) {
+	var s Sketch
+	for _, q := range []float64{0, 0.5, 1} {
+		if v := s.Quantile(q); !math.IsNaN(v) {
+			t.Fatalf("empty Quantile(%v) = %v, want NaN", q, v)
+		}
+	}
+	values := make([]float64, 1000)
+	for i := range values {
+		values[i] = float64(i+1) * 1000
+		s.Add(values[i])
+	}
+	for _, q := range []float64{-0.1, 1.1, math.NaN()} {
+		if v := s.Quantile(q); !math.IsNaN(v) {
+			t.Fatalf("Quantile(%v) = %v, want NaN", q, v)
+		}
+	}
+	for _, q := range testQuantiles {
+		want := values[int(q*float64(len(values)-1))]
+		if got := s.Quantile(q); math.Abs(got-want) > RelativeAccuracy*want {
+			t.Fatalf("Quantile(%v) = %v, want %v within 1%%", q, got, want)
+		}
+	}
+}

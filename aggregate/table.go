@@ -1,0 +1,386 @@
+package aggregate
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// DefaultMaxEntries is the default table cap. It matches dd-trace-java's
+// default aggregate table size; 2048 groups per 10 s interval cover the
+// working set of a large service.
+const DefaultMaxEntries = 2048
+
+// seedLen is the length of the per-process seed that prefixes the hashed key
+// bytes, so keys cannot be pre-computed to collide.
+const seedLen = 8
+
+// Table aggregates spans into entries keyed by their label fields. It is owned
+// by one goroutine (the consumer); it has no locks and is not safe for
+// concurrent use.
+type Table struct {
+	maxEntries int
+
+	entries []*Entry // every live entry, in creation order
+	slots   []slot   // open addressing with linear probing over entries
+	mask    uint64
+
+	epoch  uint32 // current interval; an entry with epoch == t.epoch was hit in it
+	cursor int    // next recycling candidate in entries
+	noIdle bool   // a full cursor sweep found no idle entry this interval
+
+	overflow *Entry // catch-all at the cap: lazily created, never indexed
+
+	keyBuf []byte   // scratch: seed, then the key bytes of the span being added
+	peers  []string // scratch: a span's peer tags, sorted
+
+	recycled   uint64
+	overflowed uint64
+}
+
+type slot struct {
+	hash uint64
+	idx  int32 // position in entries + 1; 0 is an empty slot
+}
+
+// NewTable returns a table of at most maxEntries entries (DefaultMaxEntries
+// when maxEntries <= 0), seeded with a random per-process hash seed.
+func NewTable(maxEntries int) *Table {
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	n := 16
+	for n < 2*maxEntries { // load factor <= 1/2 keeps probe chains short
+		n <<= 1
+	}
+	t := &Table{
+		maxEntries: maxEntries,
+		slots:      make([]slot, n),
+		mask:       uint64(n - 1),
+		epoch:      1,
+		// Random per table (so per process): keys cannot be precomputed to collide.
+		keyBuf: binary.LittleEndian.AppendUint64(make([]byte, 0, 512), rand.Uint64()),
+		peers:  make([]string, 0, MaxInlinePeerTags),
+	}
+	return t
+}
+
+// MaxEntries is the table cap.
+func (t *Table) MaxEntries() int { return t.maxEntries }
+
+// Len is the number of entries (not counting the overflow entry).
+func (t *Table) Len() int { return len(t.entries) }
+
+// Recycled is the number of entries reused for a new key at the cap.
+func (t *Table) Recycled() uint64 { return t.recycled }
+
+// Overflowed is the number of spans folded into the overflow entry.
+func (t *Table) Overflowed() uint64 { return t.overflowed }
+
+// Add counts one span in the entry of its key, creating the entry for a new
+// key. It never loses a span: at the cap the span goes to the overflow entry.
+func (t *Table) Add(s *Span) {
+	peers := t.sortedPeers(s)
+	b := t.encodeKey(s, peers)
+	h := hash(b)
+	key := b[seedLen:]
+	e := t.lookup(h, key)
+	if e == nil {
+		e = t.insert(h, key)
+	}
+	e.epoch = t.epoch
+	e.record(s.Duration, s.Error, s.TopLevel)
+}
+
+// sortedPeers returns the span's peer tags as a sorted set in t.peers: the
+// key treats peer tags as a set, whatever order the tracer gave.
+func (t *Table) sortedPeers(s *Span) []string {
+	p := t.peers[:0]
+	p = append(p, s.PeerTags[:s.NumPeerTags]...)
+	p = append(p, s.ExtraPeerTags...)
+	for i := 1; i < len(p); i++ { // insertion sort: a handful of tags
+		for j := i; j > 0 && p[j] < p[j-1]; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+	if len(p) > 1 {
+		w := 1
+		for i := 1; i < len(p); i++ {
+			if p[i] != p[w-1] {
+				p[w] = p[i]
+				w++
+			}
+		}
+		clear(p[w:])
+		p = p[:w]
+	}
+	t.peers = p
+	return p
+}
+
+func traceRoot(s *Span) Trilean {
+	if s.TraceRoot {
+		return True
+	}
+	return False
+}
+
+// appendField appends s with a uvarint length prefix: unlike a separator, a
+// prefix makes the key bytes injective, so equal bytes mean equal fields.
+func appendField(b []byte, s string) []byte {
+	if len(s) < 0x80 {
+		b = append(b, byte(len(s)))
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+	}
+	return append(b, s...)
+}
+
+// encodeKey writes the span's key bytes after the seed prefix of t.keyBuf and
+// returns them (seed included). The bytes are injective in the key fields,
+// so one byte comparison replaces a comparison per field.
+func (t *Table) encodeKey(s *Span, peers []string) []byte {
+	b := t.keyBuf[:seedLen]
+	b = appendField(b, s.Service)
+	b = appendField(b, s.Name)
+	b = appendField(b, s.Resource)
+	b = appendField(b, s.Type)
+	b = appendField(b, s.SpanKind)
+	b = appendField(b, s.HTTPMethod)
+	b = appendField(b, s.HTTPEndpoint)
+	b = appendField(b, s.GRPCStatusCode)
+	b = appendField(b, s.ServiceSource)
+	b = binary.LittleEndian.AppendUint32(b, s.HTTPStatusCode)
+	flags := byte(traceRoot(s))
+	if s.Synthetics {
+		flags |= 4
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(len(peers)))
+	for _, p := range peers {
+		b = appendField(b, p)
+	}
+	t.keyBuf = b
+	return b
+}
+
+// hash is xxhash of the key bytes behind the per-process seed: one pass over
+// contiguous bytes beats a digest call per field, and the one-shot Sum64
+// skips the streaming Digest's buffering.
+func hash(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// matches reports whether e holds the key encoded in b (without the seed).
+func (e *Entry) matches(key []byte) bool { return e.key == string(key) }
+
+func (t *Table) lookup(h uint64, key []byte) *Entry {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		sl := t.slots[i]
+		if sl.idx == 0 {
+			return nil
+		}
+		if sl.hash == h {
+			if e := t.entries[sl.idx-1]; e.matches(key) {
+				return e
+			}
+		}
+	}
+}
+
+// insert creates (or recycles) the entry for a new key, or returns the
+// overflow entry when the table is at its cap and every entry is in use.
+func (t *Table) insert(h uint64, key []byte) *Entry {
+	var (
+		e   *Entry
+		idx int32
+	)
+	if len(t.entries) < t.maxEntries {
+		e = new(Entry)
+		t.entries = append(t.entries, e)
+		idx = int32(len(t.entries))
+	} else if i := t.idleEntry(); i >= 0 {
+		e = t.entries[i]
+		idx = int32(i + 1)
+		t.unlink(e.hash, idx)
+		t.recycled++
+	} else {
+		t.overflowed++
+		return t.overflowEntry()
+	}
+	e.hash = h
+	e.setKey(key)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].idx == 0 {
+			t.slots[i] = slot{hash: h, idx: idx}
+			return e
+		}
+	}
+}
+
+// setKey gives e the key encoded in key. One string holds every field and
+// the fields are substrings of it: the entry owns its memory (it never pins a
+// tracer's larger buffers) for one allocation per new key.
+func (e *Entry) setKey(key []byte) {
+	e.key = string(key)
+	d := keyDecoder{s: e.key}
+	k := &e.Key
+	k.Service = d.field()
+	k.Name = d.field()
+	k.Resource = d.field()
+	k.Type = d.field()
+	k.SpanKind = d.field()
+	k.HTTPMethod = d.field()
+	k.HTTPEndpoint = d.field()
+	k.GRPCStatusCode = d.field()
+	k.ServiceSource = d.field()
+	k.HTTPStatusCode = d.uint32()
+	flags := d.byte()
+	k.IsTraceRoot = Trilean(flags & 3)
+	k.Synthetics = flags&4 != 0
+	k.PeerTags = k.PeerTags[:0]
+	for n := d.uvarint(); n > 0; n-- {
+		k.PeerTags = append(k.PeerTags, d.field())
+	}
+	if len(k.PeerTags) == 0 {
+		k.PeerTags = nil
+	}
+	if d.i != len(d.s) {
+		panic("BUG: aggregate: key bytes not fully decoded")
+	}
+}
+
+// keyDecoder reads back the fields encodeKey wrote.
+type keyDecoder struct {
+	s string
+	i int
+}
+
+func (d *keyDecoder) byte() byte {
+	c := d.s[d.i]
+	d.i++
+	return c
+}
+
+func (d *keyDecoder) uvarint() uint64 {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := d.byte()
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v
+		}
+	}
+}
+
+func (d *keyDecoder) field() string {
+	n := int(d.uvarint())
+	f := d.s[d.i : d.i+n]
+	d.i += n
+	return f
+}
+
+func (d *keyDecoder) uint32() uint32 {
+	s := d.s[d.i : d.i+4]
+	d.i += 4
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// idleEntry returns the index of an entry without a hit this interval, or -1.
+// The cursor only moves forward and every entry it passes is in use until
+// the interval ends, so one interval costs at most two sweeps.
+func (t *Table) idleEntry() int {
+	if t.noIdle {
+		return -1
+	}
+	n := len(t.entries)
+	for range n {
+		i := t.cursor
+		t.cursor++
+		if t.cursor == n {
+			t.cursor = 0
+		}
+		if t.entries[i].epoch != t.epoch {
+			return i
+		}
+	}
+	t.noIdle = true
+	return -1
+}
+
+// unlink removes the slot pointing at idx, shifting later slots of the probe
+// chain back so lookups never need tombstones.
+func (t *Table) unlink(h uint64, idx int32) {
+	i := h & t.mask
+	for t.slots[i].idx != idx {
+		if t.slots[i].idx == 0 {
+			panic("BUG: aggregate: unlinking an entry that is not indexed")
+		}
+		i = (i + 1) & t.mask
+	}
+	for j := (i + 1) & t.mask; t.slots[j].idx != 0; j = (j + 1) & t.mask {
+		home := t.slots[j].hash & t.mask
+		// The slot at j stays if its home lies cyclically in (i, j].
+		if i <= j {
+			if i < home && home <= j {
+				continue
+			}
+		} else if i < home || home <= j {
+			continue
+		}
+		t.slots[i] = t.slots[j]
+		i = j
+	}
+	t.slots[i] = slot{}
+}
+
+func (t *Table) overflowEntry() *Entry {
+	if t.overflow == nil {
+		t.overflow = &Entry{Key: Key{
+			Service: BlockedValue, Name: BlockedValue, Resource: BlockedValue,
+			Type: BlockedValue, SpanKind: BlockedValue, HTTPMethod: BlockedValue,
+			HTTPEndpoint: BlockedValue, GRPCStatusCode: BlockedValue,
+			ServiceSource: BlockedValue,
+		}}
+	}
+	return t.overflow
+}
+
+// Touched appends to dst every entry hit in the current interval, the
+// overflow entry last, and returns the extended slice.
+func (t *Table) Touched(dst []*Entry) []*Entry {
+	for _, e := range t.entries {
+		if e.epoch == t.epoch {
+			dst = append(dst, e)
+		}
+	}
+	if t.overflow != nil && t.overflow.Hits > 0 {
+		dst = append(dst, t.overflow)
+	}
+	return dst
+}
+
+// Rotate ends the interval: every entry hit in it is reset in place (its
+// memory is kept for the next interval) and a new interval begins.
+func (t *Table) Rotate() {
+	for _, e := range t.entries {
+		if e.epoch == t.epoch {
+			e.reset()
+		}
+	}
+	if t.overflow != nil {
+		t.overflow.reset()
+	}
+	t.epoch++
+	t.noIdle = false
+}
+
+// Clear discards every entry (the ClearSignal).
+func (t *Table) Clear() {
+	clear(t.entries)
+	t.entries = t.entries[:0]
+	clear(t.slots)
+	t.overflow = nil
+	t.cursor = 0
+	t.epoch++
+	t.noIdle = false
+}

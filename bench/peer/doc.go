@@ -1,0 +1,22 @@
+// Package peer holds the tests and benchmarks that need the software we
+// interoperate with or measure ourselves against: the Datadog agent's own
+// payload code (github.com/DataDog/datadog-agent/pkg/proto, its msgp decoder
+// for POST /v0.6/stats) and sketches-go used the way the agent uses it.
+//
+// It is a nested module (github.com/spanstats/spanstats/bench/peer, with a
+// replace of the root module to ../..) so that the agent's dependency tree
+// never reaches the root go.mod: users of the SDK download none of it. Run it
+// from this folder: go test -race ./...
+//
+// What lives here:
+//   - interop tests: payloads produced by the real SDK (stats.New … Stop,
+//     over HTTP to a loopback server that keeps the raw bodies) must decode
+//     with the agent's ClientStatsPayload decoder with every value intact,
+//     and payloads produced by the agent's encoder must decode with
+//     writer.DecodePayload with every value intact — both directions of the
+//     wire contract in DESIGN.md §7;
+//   - side-by-side benchmarks against the agent's stats code (peer
+//     comparisons), reported as ratios in one run.
+//
+// The package itself exports nothing; everything is in _test.go files.
+package peer

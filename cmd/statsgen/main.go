@@ -1,0 +1,289 @@
+// Command statsgen is a synthetic span load generator for the spanstats SDK.
+// It publishes spans from several goroutines through a stats.Aggregator.
+// Without -agent it starts an embedded fake agent on loopback, decodes every
+// payload it receives and prints, after each interval, the top keys with
+// their hits, errors and latency quantiles read from the decoded sketches.
+//
+//	go run ./cmd/statsgen                      # 8 s against the embedded agent
+//	go run ./cmd/statsgen -agent http://localhost:8126 -run 1m
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/writer"
+)
+
+type options struct {
+	rate      float64
+	keys      int
+	errRatio  float64
+	dist      string
+	minDur    time.Duration
+	maxDur    time.Duration
+	producers int
+	run       time.Duration
+	interval  time.Duration
+	agent     string
+	top       int
+}
+
+func main() {
+	var o options
+	flag.Float64Var(&o.rate, "rate", 200_000, "spans per second over all producers (0: as fast as possible)")
+	flag.IntVar(&o.keys, "keys", 200, "number of distinct span keys (service × resource)")
+	flag.Float64Var(&o.errRatio, "errors", 0.2, "fraction of spans that are errors")
+	flag.StringVar(&o.dist, "dist", "loguniform", "duration distribution: loguniform, uniform or fixed (-min)")
+	flag.DurationVar(&o.minDur, "min", 50*time.Microsecond, "smallest span duration")
+	flag.DurationVar(&o.maxDur, "max", 2*time.Second, "largest span duration")
+	flag.IntVar(&o.producers, "producers", 8, "publishing goroutines")
+	flag.DurationVar(&o.run, "run", 8*time.Second, "how long to publish")
+	flag.DurationVar(&o.interval, "interval", 2*time.Second, "stats bucket interval")
+	flag.StringVar(&o.agent, "agent", "", "agent URL (http://host:port or unix:///path); empty starts an embedded fake agent")
+	flag.IntVar(&o.top, "top", 8, "keys shown per interval")
+	flag.Parse()
+	if err := run(o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "statsgen:", err)
+		os.Exit(1)
+	}
+}
+
+func (o options) validate() error {
+	switch {
+	case o.keys <= 0, o.producers <= 0, o.top <= 0:
+		return errors.New("-keys, -producers and -top must be > 0")
+	case o.errRatio < 0 || o.errRatio > 1:
+		return errors.New("-errors must be in [0, 1]")
+	case o.minDur <= 0 || o.maxDur < o.minDur:
+		return errors.New("need 0 < -min <= -max")
+	case o.rate < 0 || o.run <= 0 || o.interval <= 0:
+		return errors.New("-rate must be >= 0, -run and -interval > 0")
+	case o.dist != "loguniform" && o.dist != "uniform" && o.dist != "fixed":
+		return fmt.Errorf("unknown -dist %q", o.dist)
+	}
+	return nil
+}
+
+func run(o options, out io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	url := o.agent
+	var fake *testagent.Agent
+	if url == "" {
+		fake = testagent.New()
+		defer fake.Close()
+		url = fake.URL()
+		fmt.Fprintf(out, "embedded fake agent on %s\n", url)
+	}
+	agg, err := stats.New(stats.Config{
+		AgentURL: url, Env: "statsgen", Service: "statsgen", Version: "dev",
+		TracerVersion: "statsgen", BucketInterval: o.interval,
+	})
+	if err != nil {
+		return err
+	}
+	agg.Start()
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	ctx, cancelRun := context.WithTimeout(ctx, o.run)
+	defer cancelRun()
+	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.0f%% errors, %s durations %s..%s, rate %s\n",
+		o.run, o.producers, o.keys, 100*o.errRatio, o.dist, o.minDur, o.maxDur, rateString(o.rate))
+
+	var wg sync.WaitGroup
+	for p := range o.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			produce(ctx, agg, o, p)
+		}()
+	}
+	printed := 0
+	report := func() {
+		if fake == nil {
+			h := agg.Health()
+			fmt.Fprintf(out, "published %d counted %d inbox-full %d payloads sent %d failed %d\n",
+				h.Published, h.Counted, h.InboxFull, h.PayloadsSent, h.PayloadsFailed)
+			return
+		}
+		reqs := fake.Requests()
+		for ; printed < len(reqs); printed++ {
+			printPayload(out, reqs[printed], o.top)
+		}
+	}
+	var notify <-chan struct{}
+	if fake != nil {
+		notify = fake.Notify()
+	}
+	ticker := time.NewTicker(o.interval)
+	defer ticker.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-notify:
+			report()
+		case <-ticker.C:
+			if fake == nil {
+				report()
+			}
+		}
+	}
+	wg.Wait()
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelStop()
+	stopErr := agg.Stop(stopCtx)
+	report()
+	h := agg.Health()
+	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + rejected %d; payloads sent %d failed %d dropped %d, %d bytes\n",
+		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
+	if fake != nil {
+		_, hits := testagent.Sum(fake.Requests())
+		fmt.Fprintf(out, "agent decoded %d hits (counted %d)\n", hits, h.Counted)
+		if hits != h.Counted {
+			return fmt.Errorf("agent decoded %d hits but %d were counted", hits, h.Counted)
+		}
+	}
+	return stopErr
+}
+
+func rateString(r float64) string {
+	if r == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%.0f/s", r)
+}
+
+// produce publishes spans until ctx ends, pacing itself to its share of the
+// rate in 1 ms steps (or as fast as it can with -rate 0).
+func produce(ctx context.Context, agg *stats.Aggregator, o options, p int) {
+	rng := rand.New(rand.NewPCG(uint64(p), 42))
+	services := []string{"web-store", "checkout", "users-api", "search"}
+	kinds := []string{"server", "server", "client", "consumer"}
+	resources := make([]string, o.keys)
+	for i := range resources {
+		resources[i] = fmt.Sprintf("GET /api/v1/%s/%d", services[i%len(services)], i)
+	}
+	peers := make([][]string, len(services))
+	for i := range peers {
+		peers[i] = []string{"peer.service:" + services[i]}
+	}
+	lnMin, lnMax := math.Log(float64(o.minDur)), math.Log(float64(o.maxDur))
+	var s stats.Span
+	publish := func() {
+		k := rng.IntN(o.keys)
+		kind := kinds[k%len(kinds)]
+		s = stats.Span{
+			Service: services[k%len(services)], Name: "http.request", Resource: resources[k],
+			Type: "web", SpanKind: kind, HTTPStatusCode: 200, HTTPMethod: "GET",
+			TopLevel: kind == "server", TraceRoot: kind == "server",
+		}
+		if kind != "server" {
+			s.PeerTags = peers[k%len(peers)]
+		}
+		if rng.Float64() < o.errRatio {
+			s.Error = true
+		}
+		switch o.dist {
+		case "loguniform":
+			s.Duration = int64(math.Exp(lnMin + rng.Float64()*(lnMax-lnMin)))
+		case "uniform":
+			s.Duration = int64(o.minDur) + rng.Int64N(int64(o.maxDur-o.minDur)+1)
+		default:
+			s.Duration = int64(o.minDur)
+		}
+		agg.Publish(&s)
+	}
+	if o.rate == 0 {
+		for ctx.Err() == nil {
+			for range 1024 {
+				publish()
+			}
+		}
+		return
+	}
+	const step = time.Millisecond
+	perStep := o.rate / float64(o.producers) * step.Seconds()
+	next, budget := time.Now(), 0.0
+	for ctx.Err() == nil {
+		for budget += perStep; budget >= 1; budget-- {
+			publish()
+		}
+		next = next.Add(step)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+type row struct {
+	g      *writer.Group
+	merged aggregate.Sketch
+}
+
+// printPayload prints the top groups of one received payload by hits.
+func printPayload(out io.Writer, r testagent.Request, top int) {
+	if r.Err != nil {
+		fmt.Fprintf(out, "agent could not decode a payload: %v\n", r.Err)
+		return
+	}
+	p := r.Payload
+	for _, b := range p.Buckets {
+		rows := make([]*row, 0, len(b.Groups))
+		var hits, errs uint64
+		for i := range b.Groups {
+			g := &b.Groups[i]
+			rw := &row{g: g}
+			rw.merged.Merge(g.Ok)
+			rw.merged.Merge(g.Err)
+			rows = append(rows, rw)
+			hits += g.Hits
+			errs += g.Errors
+		}
+		sort.Slice(rows, func(i, j int) bool { return rows[i].g.Hits > rows[j].g.Hits })
+		start := time.Unix(0, int64(b.Start)).UTC().Format("15:04:05.000")
+		fmt.Fprintf(out, "\nbucket %s +%s  payload #%d  %d groups  %d hits  %d errors  %d bytes\n",
+			start, time.Duration(b.Duration), p.Sequence, len(b.Groups), hits, errs, len(r.Body))
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "service\tresource\tkind\thits\terrors\tp50\tp99\t")
+		for _, rw := range rows[:min(top, len(rows))] {
+			g := rw.g
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", g.Service, trim(g.Resource, 32), g.SpanKind, g.Hits, g.Errors,
+				quantile(&rw.merged, 0.5), quantile(&rw.merged, 0.99))
+		}
+		_ = tw.Flush()
+	}
+}
+
+func quantile(s *aggregate.Sketch, q float64) string {
+	v := s.Quantile(q)
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return time.Duration(v).Round(time.Microsecond).String()
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

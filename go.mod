@@ -1,0 +1,14 @@
+module github.com/spanstats/spanstats
+
+go 1.26
+
+require (
+	github.com/DataDog/sketches-go v1.4.8 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/tinylib/msgp v1.6.5 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/mod v0.18.0 // indirect
+	golang.org/x/tools v0.22.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+)

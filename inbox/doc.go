@@ -1,0 +1,34 @@
+// Package inbox provides Ring, a generic bounded lock-free
+// multi-producer single-consumer queue for the tracing SDK's hot path.
+//
+// # Ownership
+//
+// A Ring owns a fixed array of slots allocated once by New. Push copies the
+// caller's value into a slot, and Drain copies it out and zeroes the slot, so
+// the ring never retains pointers to drained data and neither operation
+// allocates. Push never blocks: when the ring is full or closed it returns
+// false and the caller decides whether to drop or retry.
+//
+// # Concurrency rule
+//
+// Any number of goroutines may call Push, Cap, Len, Pushed, Close, Closed and
+// Wake concurrently. Drain, DrainClosed, Park and Unpark form the consumer side
+// and must only ever be called from exactly one consumer goroutine at a time.
+//
+// # Design
+//
+// The ring is a Vyukov-style bounded queue: every slot carries an atomic
+// sequence number next to its value; producers claim a position with a CAS on
+// the tail word, write the value and publish it by storing position+1 into the
+// slot's sequence, while the single consumer owns the head, reads a slot once
+// its sequence says it is ready, and hands it back to producers by storing
+// position+capacity. Close sets the top bit of the tail word, which makes every
+// later tail CAS fail, so the final tail is fixed and DrainClosed can wait for
+// the slots claimed before Close to be written and then prove the ring empty.
+// Wake-ups use a parked flag and a one-token channel: the consumer sets the
+// flag in Park and re-checks for work, and only the producer that wins a CAS
+// of the flag from 1 to 0 sends a token; because Go atomics are sequentially
+// consistent, either that producer sees the flag or the consumer sees the
+// item, so no wake-up is ever lost, at the cost of at most one spurious one.
+// Head, tail and the parked flag live on separate cache lines.
+package inbox

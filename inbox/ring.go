@@ -1,0 +1,247 @@
+package inbox
+
+import (
+	"errors"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+)
+
+// ErrClosed is the error callers can report when Push fails because the ring
+// has been closed (Closed returns true) rather than because it is full.
+var ErrClosed = errors.New("inbox: closed")
+
+// closedBit is the top bit of the tail word; setting it makes every later
+// producer CAS on the tail fail, which freezes the final tail position.
+const closedBit = uint64(1) << 63
+
+// maxCapacity bounds New so that positions plus capacity can never reach the
+// closed bit within any realistic lifetime of a ring.
+const maxCapacity uint64 = 1 << 40
+
+// cacheLine is the padding unit; 64 bytes covers amd64 and arm64 L1 lines.
+const cacheLine = 64
+
+// slot is one cell of the ring; seq tells producers and the consumer whose
+// turn it is, which is what makes the plain val field safe to access.
+type slot[T any] struct {
+	seq atomic.Uint64
+	val T
+}
+
+// Ring is a bounded lock-free multi-producer single-consumer queue of T.
+// Any goroutine may Push; only one consumer goroutine may call Drain,
+// DrainClosed, Park and Unpark. The zero value is not usable; call New.
+type Ring[T any] struct {
+	// Read-only after New, so they share a line that is never written.
+	buf  []slot[T]
+	mask uint64
+	wake chan struct{}
+
+	_ [cacheLine]byte
+	// tail is the next position producers will claim, with closedBit on top.
+	tail atomic.Uint64
+	_    [cacheLine - 8]byte
+	// parked is 1 while the consumer is (about to be) waiting on wake.
+	parked atomic.Uint32
+	_      [cacheLine - 4]byte
+	// head is owned by the consumer; it is atomic only so Len can read it.
+	head atomic.Uint64
+	_    [cacheLine - 8]byte
+}
+
+// New returns an empty ring holding at least capacity items. The capacity is
+// rounded up to a power of two (minimum 2) so positions map to slots with a
+// mask. It panics if capacity <= 0 or is unreasonably large.
+func New[T any](capacity int) *Ring[T] {
+	if capacity <= 0 {
+		panic("inbox: capacity must be > 0")
+	}
+	if uint64(capacity) > maxCapacity {
+		panic("inbox: capacity too large")
+	}
+	// Two is the minimum: with one slot "ready" (pos+1) and "free for the
+	// next lap" (pos+cap) would be the same sequence number.
+	n := max(2, 1<<bits.Len(uint(capacity-1)))
+	r := &Ring[T]{
+		buf:  make([]slot[T], n),
+		mask: uint64(n - 1),
+		wake: make(chan struct{}, 1),
+	}
+	for i := range r.buf {
+		r.buf[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// Push copies *v into the ring. It returns false, without blocking or
+// allocating, when the ring is full or closed. v is a pointer so large
+// structs are copied once, straight into the slot.
+func (r *Ring[T]) Push(v *T) bool {
+	pos := r.tail.Load()
+	for {
+		if pos&closedBit != 0 {
+			return false
+		}
+		s := &r.buf[pos&r.mask]
+		dif := int64(s.seq.Load() - pos)
+		switch {
+		case dif == 0:
+			// Slot is free for this lap; the CAS makes it ours alone.
+			if r.tail.CompareAndSwap(pos, pos+1) {
+				s.val = *v
+				s.seq.Store(pos + 1) // publish: the consumer may read val now
+				// Only a load on the common path; the CAS picks one waker.
+				if r.parked.Load() != 0 && r.parked.CompareAndSwap(1, 0) {
+					select {
+					case r.wake <- struct{}{}:
+					default: // a token is already pending; one is enough
+					}
+				}
+				return true
+			}
+			pos = r.tail.Load()
+		case dif < 0:
+			// The slot still holds last lap's item: the ring is full.
+			return false
+		default:
+			// Another producer claimed pos first; retry at the new tail.
+			pos = r.tail.Load()
+		}
+	}
+}
+
+// Cap returns the number of slots (the rounded-up capacity).
+func (r *Ring[T]) Cap() int { return len(r.buf) }
+
+// Len returns an approximate number of queued items, for metrics only; it
+// may be stale by the time it returns.
+func (r *Ring[T]) Len() int {
+	h := r.head.Load() // head first: then tail >= head always holds
+	t := r.tail.Load() &^ closedBit
+	// head is published once per Drain, so t-h can briefly exceed Cap.
+	return int(min(t-h, uint64(len(r.buf))))
+}
+
+// Pushed returns the exact number of successful pushes so far (a push is
+// counted from the moment it claims its slot). It is the tail position, so
+// Push needs no extra counter.
+func (r *Ring[T]) Pushed() uint64 { return r.tail.Load() &^ closedBit }
+
+// Drain moves up to len(dst) ready items into dst in FIFO order, zeroes the
+// vacated slots so the ring retains no pointers, and returns how many it
+// moved. It never blocks; it stops at the first slot a producer has claimed
+// but not finished writing. Consumer goroutine only.
+func (r *Ring[T]) Drain(dst []T) int {
+	var zero T
+	head := r.head.Load()
+	n := 0
+	for n < len(dst) {
+		s := &r.buf[head&r.mask]
+		if s.seq.Load() != head+1 {
+			break // empty, or the producer of this slot is still writing
+		}
+		dst[n] = s.val
+		s.val = zero
+		s.seq.Store(head + uint64(len(r.buf))) // hand the slot to the next lap
+		head++
+		n++
+	}
+	if n > 0 {
+		r.head.Store(head)
+	}
+	return n
+}
+
+// DrainClosed is Drain for after Close: it moves up to len(dst) items, and
+// when the next item's slot was claimed before Close but is not yet written
+// it waits (yielding with runtime.Gosched) for the producer to finish. Once
+// it returns 0 the ring is empty and no item will ever appear again. If the
+// ring is not closed it behaves exactly like Drain. Consumer goroutine only.
+func (r *Ring[T]) DrainClosed(dst []T) int {
+	t := r.tail.Load()
+	if t&closedBit == 0 {
+		return r.Drain(dst)
+	}
+	final := t &^ closedBit // frozen: no CAS on tail can succeed any more
+	var zero T
+	head := r.head.Load()
+	n := 0
+	for n < len(dst) && head != final {
+		s := &r.buf[head&r.mask]
+		// The claim succeeded, so the write is only moments away.
+		for s.seq.Load() != head+1 {
+			runtime.Gosched()
+		}
+		dst[n] = s.val
+		s.val = zero
+		s.seq.Store(head + uint64(len(r.buf)))
+		head++
+		n++
+	}
+	if n > 0 {
+		r.head.Store(head)
+	}
+	return n
+}
+
+// Park announces that the consumer is about to wait on Wake. It returns false,
+// and withdraws the announcement, when an item is already ready or the ring is
+// closed, so the caller must not wait; it returns true when the caller should
+// now wait on Wake (together with its own timers) and call Unpark afterwards.
+// Consumer goroutine only.
+func (r *Ring[T]) Park() bool {
+	// Drop a stale token left by an earlier cycle; the re-check below covers
+	// everything it could have announced, so this only saves a wake-up.
+	select {
+	case <-r.wake:
+	default:
+	}
+	r.parked.Store(1)
+	// Sequentially consistent atomics: a producer that published after this
+	// re-check misses nothing because it must then observe parked == 1.
+	if r.ready() || r.Closed() {
+		// If the CAS fails a producer already took the flag and sends a
+		// token; that token is harmless and costs one spurious wake-up.
+		r.parked.CompareAndSwap(1, 0)
+		return false
+	}
+	return true
+}
+
+// ready reports whether the slot at head holds a published item.
+func (r *Ring[T]) ready() bool {
+	head := r.head.Load()
+	return r.buf[head&r.mask].seq.Load() == head+1
+}
+
+// Wake returns the channel that receives a token when a producer pushes while
+// the consumer is parked, or when the ring is closed. A token can be spurious
+// (at most one per Park/Unpark race), so after receiving the consumer should
+// Unpark, Drain, and Park again if nothing was there.
+func (r *Ring[T]) Wake() <-chan struct{} { return r.wake }
+
+// Unpark clears the parked flag; the consumer calls it after waking for any
+// reason (token, timer, signal) so producers stop trying to wake it.
+// Consumer goroutine only.
+func (r *Ring[T]) Unpark() { r.parked.Store(0) }
+
+// Close stops the ring from accepting items: every later Push returns false.
+// Items pushed before Close stay drainable (use DrainClosed to wait for
+// in-flight writes). It wakes a parked consumer and is idempotent.
+func (r *Ring[T]) Close() {
+	if r.tail.Or(closedBit)&closedBit != 0 {
+		return // already closed; the first Close did the wake-up
+	}
+	// Same ordering argument as Push: Park re-checks Closed after setting
+	// the flag, so either it sees the bit or this sees the flag.
+	if r.parked.CompareAndSwap(1, 0) {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Closed reports whether Close has been called.
+func (r *Ring[T]) Closed() bool { return r.tail.Load()&closedBit != 0 }

@@ -1,0 +1,601 @@
+package inbox
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the run if any test leaks a producer or consumer goroutine.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// wakeTimeout bounds every wait on Wake so a lost wake-up fails, not hangs.
+const wakeTimeout = 5 * time.Second
+
+// item is a multi-word value whose fields are all derived from one number,
+// so a torn (partially written or partially read) item is detectable.
+type item struct {
+	a, b uint64
+	s    [4]uint64
+}
+
+func makeItem(producer, seq uint64) item {
+	v := producer<<40 | seq
+	return item{a: v, b: ^v, s: [4]uint64{v * 3, v ^ 0x5555, v + 7, v << 1}}
+}
+
+// check returns the producer and sequence encoded in it, or ok=false if torn.
+func (it item) check() (producer, seq uint64, ok bool) {
+	v := it.a
+	ok = it.b == ^v && it.s == [4]uint64{v * 3, v ^ 0x5555, v + 7, v << 1}
+	return v >> 40, v & (1<<40 - 1), ok
+}
+
+func TestNewCapacityRounding(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{
+		{1, 2}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {1000, 1024}, {1024, 1024}, {1025, 2048},
+	} {
+		if got := New[int](tc.in).Cap(); got != tc.want {
+			t.Errorf("New(%d).Cap() = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestNewPanicsOnNonPositive(t *testing.T) {
+	for _, c := range []int{0, -1} {
+		func() {
+			defer func() {
+				if got := recover(); got != "inbox: capacity must be > 0" {
+					t.Errorf("New(%d) panic = %v, want %q", c, got, "inbox: capacity must be > 0")
+				}
+			}()
+			New[int](c)
+		}()
+	}
+}
+
+func TestFIFOSingleProducer(t *testing.T) {
+	r := New[int](8)
+	dst := make([]int, 3)
+	next, want := 0, 0
+	// Interleave pushes and short drains across many laps of the ring.
+	for round := 0; round < 1000; round++ {
+		for i := 0; i < 3; i++ {
+			v := next
+			if !r.Push(&v) {
+				t.Fatalf("push %d failed", v)
+			}
+			next++
+		}
+		n := r.Drain(dst)
+		for _, v := range dst[:n] {
+			if v != want {
+				t.Fatalf("got %d, want %d", v, want)
+			}
+			want++
+		}
+	}
+	for n := r.Drain(dst); n > 0; n = r.Drain(dst) {
+		for _, v := range dst[:n] {
+			if v != want {
+				t.Fatalf("got %d, want %d", v, want)
+			}
+			want++
+		}
+	}
+	if want != next {
+		t.Fatalf("drained %d items, pushed %d", want, next)
+	}
+}
+
+func TestFullAtExactlyCapacity(t *testing.T) {
+	r := New[int](5) // rounds to 8
+	for i := 0; i < r.Cap(); i++ {
+		if !r.Push(&i) {
+			t.Fatalf("push %d of %d failed", i, r.Cap())
+		}
+	}
+	x := 99
+	if r.Push(&x) {
+		t.Fatal("push beyond capacity succeeded")
+	}
+	if got := r.Len(); got != r.Cap() {
+		t.Fatalf("Len = %d, want %d", got, r.Cap())
+	}
+	if r.Closed() {
+		t.Fatal("full ring reports Closed")
+	}
+}
+
+func TestDrainAfterFullFreesSlots(t *testing.T) {
+	r := New[int](4)
+	for i := 0; i < 4; i++ {
+		r.Push(&i)
+	}
+	dst := make([]int, 2)
+	if n := r.Drain(dst); n != 2 || dst[0] != 0 || dst[1] != 1 {
+		t.Fatalf("Drain = %d %v, want 2 [0 1]", n, dst)
+	}
+	for i := 4; i < 6; i++ {
+		if !r.Push(&i) {
+			t.Fatalf("push %d after drain failed", i)
+		}
+	}
+	x := 6
+	if r.Push(&x) {
+		t.Fatal("push beyond capacity succeeded after refill")
+	}
+	all := make([]int, 8)
+	n := r.Drain(all)
+	if n != 4 || all[0] != 2 || all[1] != 3 || all[2] != 4 || all[3] != 5 {
+		t.Fatalf("Drain = %d %v, want 4 [2 3 4 5]", n, all[:n])
+	}
+	if got := r.Drain(all); got != 0 {
+		t.Fatalf("Drain on empty ring = %d", got)
+	}
+}
+
+func TestDrainEmptyDst(t *testing.T) {
+	r := New[int](2)
+	x := 1
+	r.Push(&x)
+	if n := r.Drain(nil); n != 0 {
+		t.Fatalf("Drain(nil) = %d", n)
+	}
+	if r.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", r.Len())
+	}
+}
+
+func TestDrainZeroesSlots(t *testing.T) {
+	r := New[*int](4)
+	for i := 0; i < 4; i++ {
+		p := new(int)
+		r.Push(&p)
+	}
+	dst := make([]*int, 4)
+	if n := r.Drain(dst); n != 4 {
+		t.Fatalf("Drain = %d, want 4", n)
+	}
+	for i := range r.buf {
+		if r.buf[i].val != nil {
+			t.Fatalf("slot %d still holds a pointer after Drain", i)
+		}
+	}
+}
+
+func TestPushedAndLen(t *testing.T) {
+	r := New[int](8)
+	for i := 0; i < 5; i++ {
+		r.Push(&i)
+	}
+	if r.Pushed() != 5 || r.Len() != 5 {
+		t.Fatalf("Pushed=%d Len=%d, want 5 5", r.Pushed(), r.Len())
+	}
+	r.Drain(make([]int, 3))
+	if r.Pushed() != 5 || r.Len() != 2 {
+		t.Fatalf("Pushed=%d Len=%d, want 5 2", r.Pushed(), r.Len())
+	}
+	r.Close()
+	x := 0
+	r.Push(&x)
+	if r.Pushed() != 5 {
+		t.Fatalf("Pushed after Close = %d, want 5", r.Pushed())
+	}
+}
+
+// consume drains r with the Park/Wake/Unpark protocol until done returns true
+// for a batch; it fails the test if a wait on Wake exceeds wakeTimeout.
+func consume(t *testing.T, r *Ring[item], handle func([]item) bool) {
+	t.Helper()
+	dst := make([]item, 64)
+	timer := time.NewTimer(wakeTimeout)
+	defer timer.Stop()
+	for {
+		if n := r.Drain(dst); n > 0 {
+			if handle(dst[:n]) {
+				return
+			}
+			continue
+		}
+		if r.Closed() {
+			for n := r.DrainClosed(dst); n > 0; n = r.DrainClosed(dst) {
+				handle(dst[:n])
+			}
+			return
+		}
+		if !r.Park() {
+			continue
+		}
+		timer.Reset(wakeTimeout)
+		select {
+		case <-r.Wake():
+		case <-timer.C:
+			r.Unpark()
+			t.Errorf("no wake-up within %v (Len=%d Pushed=%d)", wakeTimeout, r.Len(), r.Pushed())
+			return
+		}
+		r.Unpark()
+	}
+}
+
+func TestConcurrentProducersConsumer(t *testing.T) {
+	const producers = 8
+	perProducer := 200_000
+	if raceEnabled || testing.Short() {
+		perProducer = 20_000
+	}
+	r := New[item](256)
+	var stop atomic.Bool // lets producers give up if the consumer failed
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p uint64) {
+			defer wg.Done()
+			for seq := 0; seq < perProducer; seq++ {
+				it := makeItem(p, uint64(seq))
+				for !r.Push(&it) {
+					if stop.Load() {
+						return
+					}
+					runtime.Gosched() // full: let the consumer catch up
+				}
+			}
+		}(uint64(p))
+	}
+
+	var next [producers]uint64
+	received := 0
+	total := producers * perProducer
+	consume(t, r, func(batch []item) bool {
+		for _, it := range batch {
+			p, seq, ok := it.check()
+			if !ok {
+				t.Errorf("torn item %+v", it)
+				return true
+			}
+			if p >= producers || seq != next[p] {
+				t.Errorf("producer %d: got seq %d, want %d", p, seq, next[min(p, producers-1)])
+				return true
+			}
+			next[p]++
+			received++
+		}
+		return received == total
+	})
+	stop.Store(true)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if received != total {
+		t.Fatalf("received %d items, want %d", received, total)
+	}
+	if got := r.Pushed(); got != uint64(total) {
+		t.Fatalf("Pushed = %d, want %d", got, total)
+	}
+	if n := r.Drain(make([]item, 1)); n != 0 {
+		t.Fatalf("extra item after all were received")
+	}
+}
+
+func TestCloseRacingProducers(t *testing.T) {
+	const producers = 8
+	rounds := 50
+	if raceEnabled {
+		rounds = 10
+	}
+	for round := 0; round < rounds; round++ {
+		r := New[item](16) // small, so producers hit full and in-flight slots often
+		var accepted atomic.Uint64
+		var wg sync.WaitGroup
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func(p uint64) {
+				defer wg.Done()
+				var seq uint64
+				for {
+					it := makeItem(p, seq)
+					if r.Push(&it) {
+						seq++
+						continue
+					}
+					if r.Closed() {
+						break
+					}
+					runtime.Gosched()
+				}
+				accepted.Add(seq)
+				// After Close every Push must keep failing.
+				it := makeItem(p, seq)
+				if r.Push(&it) {
+					t.Errorf("producer %d: Push after Close succeeded", p)
+				}
+			}(uint64(p))
+		}
+
+		closeAt := 500 + round*37
+		closeNow := make(chan struct{})
+		closerDone := make(chan struct{})
+		go func() {
+			defer close(closerDone)
+			<-closeNow
+			r.Close()
+		}()
+
+		var next [producers]uint64
+		received := 0
+		signalled := false
+		consume(t, r, func(batch []item) bool {
+			for _, it := range batch {
+				p, seq, ok := it.check()
+				if !ok || p >= producers || seq != next[p] {
+					t.Errorf("bad item %+v (producer %d seq %d ok %v)", it, p, seq, ok)
+					return true
+				}
+				next[p]++
+				received++
+			}
+			if !signalled && received >= closeAt {
+				signalled = true
+				close(closeNow)
+			}
+			return false // run until Closed and DrainClosed is empty
+		})
+		if !signalled {
+			close(closeNow)
+		}
+		<-closerDone
+		if t.Failed() {
+			r.Close()
+			wg.Wait()
+			return
+		}
+		// The consumer only returns after DrainClosed reported empty.
+		wg.Wait()
+		if got := accepted.Load(); got != uint64(received) {
+			t.Fatalf("round %d: %d pushes accepted, %d received", round, got, received)
+		}
+		if got := r.Pushed(); got != uint64(received) {
+			t.Fatalf("round %d: Pushed = %d, received %d", round, got, received)
+		}
+		var sum uint64
+		for _, n := range next {
+			sum += n
+		}
+		if sum != uint64(received) {
+			t.Fatalf("round %d: per-producer counts %d != received %d", round, sum, received)
+		}
+		if n := r.Drain(make([]item, 4)); n != 0 {
+			t.Fatalf("round %d: Drain after DrainClosed returned %d", round, n)
+		}
+	}
+}
+
+func TestPushAfterCloseFails(t *testing.T) {
+	r := New[int](4)
+	x := 1
+	r.Push(&x)
+	r.Close()
+	r.Close() // idempotent
+	if !r.Closed() {
+		t.Fatal("Closed = false after Close")
+	}
+	if r.Push(&x) {
+		t.Fatal("Push after Close succeeded")
+	}
+	dst := make([]int, 4)
+	if n := r.Drain(dst); n != 1 || dst[0] != 1 {
+		t.Fatalf("Drain after Close = %d %v, want 1 [1]", n, dst[:n])
+	}
+	if n := r.DrainClosed(dst); n != 0 {
+		t.Fatalf("DrainClosed on drained ring = %d", n)
+	}
+}
+
+func TestDrainClosedWaitsForInflightWrite(t *testing.T) {
+	r := New[int](4)
+	x := 10
+	r.Push(&x)
+	// Simulate a producer that won its claim before Close but has not yet
+	// written the slot.
+	pos := r.tail.Add(1) - 1
+	r.Close()
+
+	got := make(chan []int)
+	go func() {
+		var all []int
+		dst := make([]int, 4)
+		for n := r.DrainClosed(dst); n > 0; n = r.DrainClosed(dst) {
+			all = append(all, dst[:n]...)
+		}
+		got <- all
+	}()
+	// Finish the in-flight write; DrainClosed must not have returned 0 yet.
+	s := &r.buf[pos&r.mask]
+	s.val = 20
+	s.seq.Store(pos + 1)
+
+	select {
+	case all := <-got:
+		if len(all) != 2 || all[0] != 10 || all[1] != 20 {
+			t.Fatalf("DrainClosed got %v, want [10 20]", all)
+		}
+	case <-time.After(wakeTimeout):
+		t.Fatal("DrainClosed did not return")
+	}
+}
+
+func TestDrainClosedOnOpenRingActsLikeDrain(t *testing.T) {
+	r := New[int](4)
+	x := 3
+	r.Push(&x)
+	dst := make([]int, 4)
+	if n := r.DrainClosed(dst); n != 1 || dst[0] != 3 {
+		t.Fatalf("DrainClosed = %d %v, want 1 [3]", n, dst[:n])
+	}
+	if n := r.DrainClosed(dst); n != 0 {
+		t.Fatalf("DrainClosed on empty open ring = %d, want 0", n)
+	}
+}
+
+func TestParkReturnsFalseWhenPending(t *testing.T) {
+	r := New[int](4)
+	x := 1
+	r.Push(&x)
+	if r.Park() {
+		t.Fatal("Park = true with an item pending")
+	}
+	if r.parked.Load() != 0 {
+		t.Fatal("Park returning false left the parked flag set")
+	}
+}
+
+func TestParkReturnsFalseWhenClosed(t *testing.T) {
+	r := New[int](4)
+	r.Close()
+	if r.Park() {
+		t.Fatal("Park = true on a closed ring")
+	}
+}
+
+func TestPushAfterParkDeliversToken(t *testing.T) {
+	r := New[int](4)
+	if !r.Park() {
+		t.Fatal("Park = false on an empty ring")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		x := 7
+		r.Push(&x)
+	}()
+	select {
+	case <-r.Wake():
+	case <-time.After(wakeTimeout):
+		t.Fatal("no token on Wake after a push to a parked consumer")
+	}
+	r.Unpark()
+	<-done
+	dst := make([]int, 1)
+	if n := r.Drain(dst); n != 1 || dst[0] != 7 {
+		t.Fatalf("Drain = %d %v, want 1 [7]", n, dst)
+	}
+}
+
+func TestCloseWakesParkedConsumer(t *testing.T) {
+	r := New[int](4)
+	if !r.Park() {
+		t.Fatal("Park = false on an empty ring")
+	}
+	go r.Close()
+	select {
+	case <-r.Wake():
+	case <-time.After(wakeTimeout):
+		t.Fatal("Close did not wake the parked consumer")
+	}
+	r.Unpark()
+	if r.Park() {
+		t.Fatal("Park = true after Close")
+	}
+}
+
+func TestNoTokenWhenNotParked(t *testing.T) {
+	r := New[int](4)
+	if !r.Park() {
+		t.Fatal("Park = false on an empty ring")
+	}
+	r.Unpark()
+	x := 1
+	r.Push(&x)
+	select {
+	case <-r.Wake():
+		t.Fatal("token sent although the consumer had unparked")
+	default:
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	type span struct {
+		name, svc  string
+		start, end int64
+	}
+	r := New[span](64)
+	dst := make([]span, 64)
+	v := span{name: "n", svc: "s", start: 1, end: 2}
+	if a := testing.AllocsPerRun(1000, func() {
+		if !r.Push(&v) {
+			r.Drain(dst)
+		}
+	}); a != 0 {
+		t.Errorf("Push allocs = %v, want 0", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() {
+		r.Push(&v)
+		r.Push(&v)
+		r.Drain(dst)
+	}); a != 0 {
+		t.Errorf("Drain allocs = %v, want 0", a)
+	}
+	// Push that hands a wake token to a parked consumer must not allocate either.
+	if a := testing.AllocsPerRun(1000, func() {
+		r.Drain(dst)
+		r.Park()
+		r.Push(&v)
+		<-r.Wake()
+		r.Unpark()
+	}); a != 0 {
+		t.Errorf("Push with wake-up allocs = %v, want 0", a)
+	}
+}
+
+// TestWakeupStress makes producers trickle items so the consumer parks
+// constantly; a lost wake-up would surface as a wakeTimeout failure.
+func TestWakeupStress(t *testing.T) {
+	const producers = 4
+	perProducer := 20_000
+	if raceEnabled {
+		perProducer = 3_000
+	}
+	r := New[item](8)
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p uint64) {
+			defer wg.Done()
+			for seq := 0; seq < perProducer; seq++ {
+				it := makeItem(p, uint64(seq))
+				for !r.Push(&it) {
+					if r.Closed() {
+						return
+					}
+					runtime.Gosched()
+				}
+				runtime.Gosched() // trickle, so the consumer finds the ring empty
+			}
+		}(uint64(p))
+	}
+	total := producers * perProducer
+	received := 0
+	consume(t, r, func(batch []item) bool {
+		for _, it := range batch {
+			if _, _, ok := it.check(); !ok {
+				t.Errorf("torn item %+v", it)
+				return true
+			}
+		}
+		received += len(batch)
+		return received == total
+	})
+	r.Close() // releases producers if the consumer gave up early
+	wg.Wait()
+	if !t.Failed() && received != total {
+		t.Fatalf("received %d, want %d", received, total)
+	}
+}

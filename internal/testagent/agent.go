@@ -1,0 +1,189 @@
+// Package testagent is a fake Datadog agent on loopback: it accepts
+// POST /v0.6/stats, decodes every payload with package writer and keeps it,
+// and answers GET /info. Tests and cmd/statsgen use it so that the whole
+// pipeline runs without a real agent.
+//
+// Concurrency: every method is safe for concurrent use.
+package testagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+
+	"github.com/spanstats/spanstats/writer"
+)
+
+// Request is one received stats request.
+type Request struct {
+	Header  http.Header
+	Body    []byte
+	Payload *writer.Payload // nil when the body did not decode
+	Err     error           // the decode error, if any
+}
+
+// Agent is a running fake agent.
+type Agent struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	requests []Request
+	notify   chan struct{}
+	// Handler, when set, answers a stats request instead of the default
+	// 200 (after the request was recorded). Tests use it to misbehave.
+	handler func(w http.ResponseWriter, r *http.Request, n int) bool
+	info    map[string]any
+}
+
+// New starts a fake agent on a loopback TCP port.
+func New() *Agent {
+	a := newAgent()
+	a.srv = httptest.NewServer(a.mux())
+	return a
+}
+
+// NewUnix starts a fake agent listening on the Unix socket at path.
+func NewUnix(path string) (*Agent, error) {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	a := newAgent()
+	a.srv = httptest.NewUnstartedServer(a.mux())
+	a.srv.Listener = l
+	a.srv.Start()
+	return a, nil
+}
+
+func newAgent() *Agent {
+	return &Agent{
+		notify: make(chan struct{}, 1),
+		info: map[string]any{
+			"version":   "7.99.0-fake",
+			"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"},
+		},
+	}
+}
+
+func (a *Agent) mux() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v0.6/stats", a.serveStats)
+	m.HandleFunc("GET /info", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		b, _ := json.Marshal(a.info)
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	})
+	return m
+}
+
+func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := Request{Header: r.Header.Clone(), Body: body}
+	req.Payload, req.Err = writer.DecodePayload(body)
+	a.mu.Lock()
+	a.requests = append(a.requests, req)
+	n := len(a.requests)
+	h := a.handler
+	a.mu.Unlock()
+	select {
+	case a.notify <- struct{}{}:
+	default:
+	}
+	if h != nil && h(w, r, n) {
+		return
+	}
+	if req.Err != nil {
+		http.Error(w, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, "OK\n")
+}
+
+// URL is the agent's base URL ("http://127.0.0.1:port").
+func (a *Agent) URL() string { return a.srv.URL }
+
+// SetHandler installs h; it sees each stats request (n counts them from 1)
+// and returns true if it wrote the answer.
+func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int) bool) {
+	a.mu.Lock()
+	a.handler = h
+	a.mu.Unlock()
+}
+
+// SetInfo replaces the JSON document served at GET /info.
+func (a *Agent) SetInfo(info map[string]any) {
+	a.mu.Lock()
+	a.info = info
+	a.mu.Unlock()
+}
+
+// Requests returns a copy of every stats request received so far.
+func (a *Agent) Requests() []Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Request(nil), a.requests...)
+}
+
+// Notify receives (coalesced) after each stats request.
+func (a *Agent) Notify() <-chan struct{} { return a.notify }
+
+// Close stops the server and closes its connections.
+func (a *Agent) Close() { a.srv.Close() }
+
+// GroupKey identifies a group across payloads for totals.
+type GroupKey struct {
+	Service, Name, Resource, Type, SpanKind string
+	HTTPStatusCode                          uint32
+}
+
+// Totals are the summed values of the groups with one GroupKey.
+type Totals struct {
+	Hits, Errors, TopLevelHits, Duration uint64
+	OkCount, ErrCount                    uint64 // values in the decoded sketches
+}
+
+// Sum adds up every decoded group of every accepted request by key, and the
+// grand total of hits.
+func Sum(reqs []Request) (map[GroupKey]*Totals, uint64) {
+	m := map[GroupKey]*Totals{}
+	var hits uint64
+	for _, r := range reqs {
+		if r.Payload == nil {
+			continue
+		}
+		for _, b := range r.Payload.Buckets {
+			for i := range b.Groups {
+				g := &b.Groups[i]
+				k := GroupKey{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.HTTPStatusCode}
+				t := m[k]
+				if t == nil {
+					t = &Totals{}
+					m[k] = t
+				}
+				t.Hits += g.Hits
+				t.Errors += g.Errors
+				t.TopLevelHits += g.TopLevelHits
+				t.Duration += g.Duration
+				if g.Ok != nil {
+					t.OkCount += g.Ok.Count()
+				}
+				if g.Err != nil {
+					t.ErrCount += g.Err.Count()
+				}
+				hits += g.Hits
+			}
+		}
+	}
+	return m, hits
+}

@@ -1,0 +1,248 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/inbox"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// drainBatch is how many spans the consumer takes from the inbox at a time:
+// large enough to amortise the signal check, small enough (~80 KiB of
+// records) to stay in L2.
+const drainBatch = 256
+
+var (
+	// ErrStopped is returned by Flush and Stop once the aggregator has stopped.
+	ErrStopped = errors.New("stats: aggregator stopped")
+	// ErrSendQueueFull is returned by Flush when the report could not be
+	// queued because the sender is still busy with earlier ones; the report
+	// is dropped and counted in PayloadsDropped.
+	ErrSendQueueFull = errors.New("stats: send queue full, report dropped")
+)
+
+// Aggregator computes span stats and reports them to the agent. Publish,
+// Flush, Stop, Clear and Health are safe for concurrent use.
+type Aggregator struct {
+	cfg    Config
+	ep     endpoint
+	inbox  *inbox.Ring[aggregate.Span]
+	c      counters
+	client *http.Client
+	header writer.Header
+
+	flushCh chan chan error // Flush requests, answered after the send
+	clearCh chan struct{}   // ClearSignal, coalesced
+	stopCh  chan struct{}   // closed by Stop
+	sendCh  chan *report    // consumer → sender
+	freeBuf chan []byte     // payload buffers returned by the sender
+
+	sendCtx    context.Context // cancelled when Stop gives up waiting
+	sendCancel context.CancelFunc
+
+	startOnce, stopOnce      sync.Once
+	consumerDone, senderDone chan struct{}
+	started                  chan struct{}
+}
+
+// report is one interval's payloads, handed from the consumer to the sender.
+type report struct {
+	parts []part
+	done  chan error // non-nil when Flush or Stop waits for the outcome
+}
+
+type part struct {
+	body []byte
+	hits uint64
+}
+
+// New validates cfg and returns an Aggregator that is not started yet.
+func New(cfg Config) (*Aggregator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ep, err := parseAgentURL(cfg.AgentURL)
+	if err != nil {
+		return nil, err
+	}
+	a := &Aggregator{
+		cfg:          cfg,
+		ep:           ep,
+		inbox:        inbox.New[aggregate.Span](cfg.InboxSize),
+		client:       newHTTPClient(ep, cfg.HTTPTimeout),
+		flushCh:      make(chan chan error),
+		clearCh:      make(chan struct{}, 1),
+		stopCh:       make(chan struct{}),
+		sendCh:       make(chan *report, cfg.SendQueue),
+		freeBuf:      make(chan []byte, 2*cfg.SendQueue),
+		consumerDone: make(chan struct{}),
+		senderDone:   make(chan struct{}),
+		started:      make(chan struct{}),
+		header: writer.Header{
+			Hostname: cfg.Hostname, Env: cfg.Env, Version: cfg.Version,
+			Lang: cfg.Lang, TracerVersion: cfg.TracerVersion, RuntimeID: cfg.RuntimeID,
+			Service: cfg.Service, ContainerID: cfg.ContainerID, Tags: cfg.Tags,
+			GitCommitSha: cfg.GitCommitSha, ImageTag: cfg.ImageTag, ProcessTags: cfg.ProcessTags,
+		},
+	}
+	a.sendCtx, a.sendCancel = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// Start launches the consumer and sender goroutines. Calling it more than
+// once, or after Stop, does nothing.
+func (a *Aggregator) Start() {
+	a.startOnce.Do(func() {
+		select {
+		case <-a.stopCh:
+			return
+		default:
+		}
+		close(a.started)
+		c := newConsumer(a)
+		go c.run()
+		go a.send()
+	})
+}
+
+// Publish hands a finished span to the aggregator. It never blocks, does not
+// retain s, and allocates nothing unless s has more than
+// aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
+// dropped (inbox full, or published after Stop; both counted in Health);
+// an ineligible span returns true — it is correctly not counted.
+func (a *Aggregator) Publish(s *Span) bool {
+	if s == nil {
+		return false
+	}
+	if !s.Eligible() {
+		a.c.ineligible.Add(1)
+		return true
+	}
+	var rec aggregate.Span
+	s.snapshot(&rec)
+	if a.inbox.Push(&rec) {
+		return true
+	}
+	if a.inbox.Closed() {
+		a.c.rejected.Add(1)
+	} else {
+		a.c.inboxFull.Add(1)
+	}
+	return false
+}
+
+// Flush reports everything published before the call, now, and returns once
+// the payloads were handed to the agent, with the first send error.
+func (a *Aggregator) Flush(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case a.flushCh <- done:
+	case <-a.consumerDone:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Clear asks the consumer to discard every aggregate (the ClearSignal). The
+// discarded spans are counted in Health.Cleared. It does not wait.
+func (a *Aggregator) Clear() {
+	select {
+	case a.clearCh <- struct{}{}:
+	default: // a clear is already pending; they coalesce
+	}
+}
+
+// Stop drains the inbox, sends a final report and ends every goroutine.
+// If ctx ends first, in-flight requests are cancelled, what is left is
+// counted as dropped, and ctx's error is returned once the goroutines ended.
+// Spans published after Stop begins are rejected and counted.
+func (a *Aggregator) Stop(ctx context.Context) error {
+	a.Start() // a never-started aggregator still reports what it holds
+	first := false
+	a.stopOnce.Do(func() {
+		first = true
+		close(a.stopCh)
+	})
+	if !first {
+		<-a.consumerDone
+		<-a.senderDone
+		return ErrStopped
+	}
+	select {
+	case <-a.senderDone:
+		<-a.consumerDone
+		a.sendCancel()
+		return nil
+	case <-ctx.Done():
+		a.sendCancel()
+		<-a.consumerDone
+		<-a.senderDone
+		return ctx.Err()
+	}
+}
+
+// Health returns a snapshot of the counters.
+func (a *Aggregator) Health() Health {
+	c := &a.c
+	h := Health{
+		Ineligible:       c.ineligible.Load(),
+		InboxFull:        c.inboxFull.Load(),
+		Rejected:         c.rejected.Load(),
+		AggregateDropped: c.aggDropped.Load(),
+		Counted:          c.counted.Load(),
+		Overflowed:       c.overflowed.Load(),
+		Recycled:         c.recycled.Load(),
+		Cleared:          c.cleared.Load(),
+		Entries:          c.entries.Load(),
+		PayloadsSent:     c.payloadsSent.Load(),
+		PayloadsFailed:   c.payloadsFailed.Load(),
+		PayloadsDropped:  c.payloadsDropped.Load(),
+		BytesSent:        c.bytesSent.Load(),
+		SpansSent:        c.spansSent.Load(),
+		SpansUnsent:      c.spansUnsent.Load(),
+	}
+	// Pushed is read last: every span the consumer counted was pushed
+	// earlier, so Pending never goes negative.
+	pushed := a.inbox.Pushed()
+	if pushed > h.Counted+h.AggregateDropped {
+		h.Pending = pushed - h.Counted - h.AggregateDropped
+	}
+	h.Published = pushed + h.Ineligible + h.InboxFull + h.Rejected
+	return h
+}
+
+// getBuf returns a payload buffer, reusing one the sender gave back.
+func (a *Aggregator) getBuf() []byte {
+	select {
+	case b := <-a.freeBuf:
+		return b[:0]
+	default:
+		return make([]byte, 0, 64<<10)
+	}
+}
+
+func (a *Aggregator) putBuf(b []byte) {
+	if cap(b) > 4*a.cfg.MaxPayloadBytes {
+		return
+	}
+	select {
+	case a.freeBuf <- b:
+	default:
+	}
+}
+
+// now is the clock; a variable so tests can check bucket alignment.
+var now = time.Now

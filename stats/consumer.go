@@ -1,0 +1,224 @@
+package stats
+
+import (
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// consumer is the state of the one goroutine that owns the table. Nothing
+// else reads or writes it.
+type consumer struct {
+	a        *Aggregator
+	table    *aggregate.Table
+	batch    []aggregate.Span
+	touched  []*aggregate.Entry
+	buckets  [1]writer.Bucket
+	seq      uint64
+	interval time.Duration
+	start    time.Time // start of the current interval
+	boundary time.Time // the aligned end the timer is armed for
+	timer    *time.Timer
+}
+
+func newConsumer(a *Aggregator) *consumer {
+	return &consumer{
+		a:        a,
+		table:    aggregate.NewTable(a.cfg.MaxAggregates),
+		batch:    make([]aggregate.Span, drainBatch),
+		interval: a.cfg.BucketInterval,
+	}
+}
+
+func (c *consumer) run() {
+	a := c.a
+	defer close(a.consumerDone)
+	t := now()
+	c.start = t.Truncate(c.interval)
+	c.boundary = c.start.Add(c.interval)
+	c.timer = time.NewTimer(c.boundary.Sub(t))
+	defer c.timer.Stop()
+	for {
+		if n := a.inbox.Drain(c.batch); n > 0 {
+			c.aggregate(c.batch[:n])
+			// A steady stream never lets the inbox empty: look at the
+			// signals between batches without waiting.
+			select {
+			case <-c.timer.C:
+				c.tick()
+			case done := <-a.flushCh:
+				c.flush(done)
+			case <-a.clearCh:
+				c.clear()
+			case <-a.stopCh:
+				c.finish()
+				return
+			default:
+			}
+			continue
+		}
+		if !a.inbox.Park() {
+			continue // items arrived (or the ring closed) while parking
+		}
+		select {
+		case <-a.inbox.Wake():
+		case <-c.timer.C:
+			c.tick()
+		case done := <-a.flushCh:
+			c.flush(done)
+		case <-a.clearCh:
+			c.clear()
+		case <-a.stopCh:
+			a.inbox.Unpark()
+			c.finish()
+			return
+		}
+		a.inbox.Unpark()
+	}
+}
+
+func (c *consumer) aggregate(spans []aggregate.Span) {
+	for i := range spans {
+		c.table.Add(&spans[i])
+	}
+	ac := &c.a.c
+	ac.counted.Add(uint64(len(spans)))
+	ac.overflowed.Store(c.table.Overflowed())
+	ac.recycled.Store(c.table.Recycled())
+	ac.entries.Store(uint64(c.table.Len()))
+}
+
+// drainAll aggregates everything already in the inbox, so a Flush reports
+// every span published before it was called.
+func (c *consumer) drainAll() {
+	for {
+		n := c.a.inbox.Drain(c.batch)
+		if n == 0 {
+			return
+		}
+		c.aggregate(c.batch[:n])
+	}
+}
+
+// tick runs when the timer fires: it ends the interval at the armed boundary
+// and arms the timer for the next one.
+func (c *consumer) tick() {
+	t := now()
+	c.closeDue(t)
+	c.timer.Reset(c.boundary.Sub(t))
+}
+
+// closeDue reports the interval ending at the armed boundary if that has
+// passed. A Flush may run after the boundary but before the timer is
+// handled; it calls this first so no bucket ever spans a boundary.
+func (c *consumer) closeDue(t time.Time) {
+	if t.Before(c.boundary) {
+		return
+	}
+	end := c.boundary
+	if t.Sub(end) >= c.interval { // the process was paused: realign on now
+		end = t.Truncate(c.interval)
+	}
+	c.report(end, nil)
+	c.boundary = end.Add(c.interval)
+}
+
+func (c *consumer) flush(done chan error) {
+	c.drainAll()
+	t := now()
+	if !t.Before(c.boundary) {
+		c.closeDue(t)
+		c.timer.Reset(c.boundary.Sub(t))
+	}
+	c.report(t, done)
+}
+
+func (c *consumer) clear() {
+	var hits uint64
+	for _, e := range c.table.Touched(c.touched[:0]) {
+		hits += e.Hits
+	}
+	clear(c.touched)
+	c.a.c.cleared.Add(hits)
+	c.table.Clear()
+	c.a.c.entries.Store(0)
+}
+
+// finish runs at Stop: it takes every span pushed before the inbox closed,
+// reports them and hands the sender its last report.
+func (c *consumer) finish() {
+	a := c.a
+	a.inbox.Close()
+	for {
+		n := a.inbox.DrainClosed(c.batch)
+		if n == 0 {
+			break
+		}
+		c.aggregate(c.batch[:n])
+	}
+	c.report(now(), nil)
+	close(a.sendCh)
+}
+
+// report encodes the interval [c.start, end) into payloads no larger than
+// MaxPayloadBytes, resets the table for the next interval and queues the
+// payloads for the sender. It never waits for the sender.
+func (c *consumer) report(end time.Time, done chan error) {
+	a := c.a
+	entries := c.table.Touched(c.touched[:0])
+	c.touched = entries
+	start := c.start
+	var length time.Duration
+	if end.After(start) {
+		length = end.Sub(start)
+		c.start = end
+	}
+	if len(entries) == 0 {
+		c.table.Rotate()
+		if done != nil {
+			done <- nil
+		}
+		return
+	}
+	r := &report{done: done}
+	c.buckets[0] = writer.Bucket{
+		Start:    uint64(start.UnixNano()),
+		Duration: uint64(length),
+	}
+	limit := a.cfg.MaxPayloadBytes - writer.HeaderSize(&a.header)
+	for i := 0; i < len(entries); {
+		j, size, hits := i, 0, uint64(0)
+		for j < len(entries) {
+			gs := writer.GroupSize(entries[j])
+			if j > i && size+gs > limit {
+				break
+			}
+			size += gs
+			hits += entries[j].Hits
+			j++
+		}
+		c.seq++
+		h := a.header
+		h.Sequence = c.seq
+		c.buckets[0].Groups = entries[i:j]
+		body := writer.AppendPayload(a.getBuf(), &h, c.buckets[:])
+		r.parts = append(r.parts, part{body: body, hits: hits})
+		i = j
+	}
+	c.buckets[0].Groups = nil
+	clear(c.touched) // do not pin entries the table may discard
+	c.table.Rotate()
+	select {
+	case a.sendCh <- r:
+	default:
+		for _, p := range r.parts {
+			a.c.payloadsDropped.Add(1)
+			a.c.spansUnsent.Add(p.hits)
+			a.putBuf(p.body)
+		}
+		if done != nil {
+			done <- ErrSendQueueFull
+		}
+	}
+}

@@ -1,0 +1,18 @@
+// Package stats is the public spanstats SDK: a tracer calls Publish on every
+// finished span and the Aggregator reports client-side span stats (hits,
+// errors, top-level hits, total duration and DDSketch latency histograms per
+// group of labels) to the Datadog agent's POST /v0.6/stats every interval.
+//
+// Concurrency: every method of Aggregator is safe for concurrent use.
+// Publish never blocks and, in steady state, never allocates.
+//
+// Design: Publish checks eligibility and copies the span's fields into a slot
+// of a bounded lock-free inbox (package inbox). One consumer goroutine drains
+// the inbox in batches into an aggregate.Table it alone owns — clears,
+// flushes and stop reach it as signals, so the table has no lock. At each
+// interval boundary (aligned to BucketInterval), or on Flush or Stop, the
+// consumer encodes the touched entries with package writer into one or more
+// complete payloads and hands them to a sender goroutine, which POSTs them;
+// the consumer never waits for the network. Every span ends up counted in an
+// entry or in a named counter of Health.
+package stats

@@ -1,0 +1,73 @@
+package stats
+
+import (
+	"strings"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// Span carries the raw fields of one finished span. Strings are used as
+// given; Publish copies what it needs and does not retain the Span or its
+// PeerTags slice.
+type Span struct {
+	Service, Name, Resource, Type string
+	// SpanKind is "server", "client", "producer", "consumer", "internal" or
+	// empty; compared case-insensitively.
+	SpanKind       string
+	HTTPStatusCode uint32
+	HTTPMethod     string
+	HTTPEndpoint   string
+	GRPCStatusCode string
+	// ServiceSource says where the service name came from (wire key srv_src).
+	ServiceSource string
+	// PeerTags are "key:value" pairs; kept only for client, producer and
+	// consumer spans, as a set (order does not matter).
+	PeerTags []string
+	// Start is the span's start (unix ns); Duration its length (ns). Spans
+	// with Duration <= 0 are not counted.
+	Start, Duration int64
+	// Error marks an error span; TopLevel a service entry span; Measured a
+	// span the tracer asked to measure; TraceRoot a span without a parent;
+	// Synthetics a span from Datadog Synthetics.
+	Error, TopLevel, Measured, TraceRoot, Synthetics bool
+}
+
+// kindIs reports whether kind equals want (lower case) ignoring case, with
+// the common exact spelling checked first.
+func kindIs(kind, want string) bool {
+	return kind == want || (len(kind) == len(want) && strings.EqualFold(kind, want))
+}
+
+// Eligible reports whether the span is counted: top-level, measured, or of
+// kind server, client, producer or consumer; and with a positive duration.
+// These are the agent's and dd-trace-java's rules.
+func (s *Span) Eligible() bool {
+	if s.Duration <= 0 {
+		return false
+	}
+	if s.TopLevel || s.Measured {
+		return true
+	}
+	k := s.SpanKind
+	return kindIs(k, "server") || kindIs(k, "client") || kindIs(k, "producer") || kindIs(k, "consumer")
+}
+
+// keepsPeerTags reports whether peer tags belong in the span's key.
+func keepsPeerTags(kind string) bool {
+	return kindIs(kind, "client") || kindIs(kind, "producer") || kindIs(kind, "consumer")
+}
+
+// snapshot copies the span's key fields and measurements into the inbox
+// record.
+func (s *Span) snapshot(r *aggregate.Span) {
+	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
+	r.SpanKind = s.SpanKind
+	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
+	r.ServiceSource = s.ServiceSource
+	r.HTTPStatusCode = s.HTTPStatusCode
+	r.Duration = s.Duration
+	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
+	if len(s.PeerTags) > 0 && keepsPeerTags(s.SpanKind) {
+		r.SetPeerTags(s.PeerTags)
+	}
+}

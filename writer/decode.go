@@ -1,0 +1,409 @@
+package writer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// Limits of DecodePayload. Memory is also bounded by the input: no slice is
+// preallocated beyond what the remaining bytes could hold.
+const (
+	// MaxBuckets is the most buckets one payload may carry.
+	MaxBuckets = 1 << 12
+	// MaxGroups is the most groups one payload may carry, over all buckets.
+	MaxGroups = 1 << 20
+	// MaxStrings is the most strings one string array (Tags, PeerTags, ...)
+	// may carry.
+	MaxStrings = 1 << 16
+)
+
+// ErrTrailingBytes: the input continues after the payload's map.
+var ErrTrailingBytes = errors.New("writer: trailing bytes after the payload")
+
+// Group is one decoded ClientGroupedStats: the entry's labels and values plus
+// the fields the SDK never sets. Empty summaries decode as nil sketches and
+// empty arrays as nil slices.
+type Group struct {
+	aggregate.Entry
+	DBType                                       string
+	SpanDerivedPrimaryTags, AdditionalMetricTags []string
+}
+
+// DecodedBucket is one decoded ClientStatsBucket.
+type DecodedBucket struct {
+	Start, Duration uint64
+	AgentTimeShift  int64
+	Groups          []Group
+}
+
+// Payload is one decoded ClientStatsPayload.
+type Payload struct {
+	Header
+	Buckets []DecodedBucket
+}
+
+// DecodePayload decodes one complete msgpack ClientStatsPayload, the whole of
+// b. It accepts what the agent's msgp decoder accepts — keys in any order,
+// unknown keys skipped, str or bin keys, integers in any msgpack width that
+// fits the field, nil elements in the bucket and group arrays (skipped) — and
+// also nil for an array or a summary (read as empty). It rejects a value of
+// the wrong type (a summary must be bin, as the agent requires), a sketch
+// that DecodeSketch rejects, more than MaxBuckets buckets, MaxGroups groups
+// or MaxStrings strings in an array, truncated input and trailing bytes.
+// Errors carry the field path in msgp's style (see msgp.WrapError), e.g.
+// "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
+// as msgp does.
+func DecodePayload(b []byte) (*Payload, error) {
+	d := decoder{}
+	p := new(Payload)
+	rest, err := d.payload(b, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTrailingBytes, len(rest))
+	}
+	return p, nil
+}
+
+// decoder tracks where it is, for error paths, and how many groups it has
+// decoded, for MaxGroups.
+type decoder struct {
+	level  int // 0 payload, 1 bucket, 2 group
+	bucket int
+	group  int
+	groups int
+}
+
+// wrap adds the path of the current position and then ctx to err.
+func (d *decoder) wrap(err error, ctx ...any) error {
+	var path []any
+	switch d.level {
+	case 1:
+		path = []any{"Stats", d.bucket}
+	case 2:
+		path = []any{"Stats", d.bucket, "Stats", d.group}
+	}
+	return msgp.WrapError(err, append(path, ctx...)...)
+}
+
+// capFor is the capacity to preallocate for n elements of at least minSize
+// bytes each with rest left to read: hostile headers cannot make it allocate
+// more than the input could fill.
+func capFor(n uint32, rest []byte, minSize int) int {
+	return int(min(uint64(n), uint64(len(rest)/minSize)))
+}
+
+func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return b, d.wrap(err)
+	}
+	h := &p.Header
+	for ; n > 0; n-- {
+		var key []byte
+		key, b, err = msgp.ReadMapKeyZC(b)
+		if err != nil {
+			return b, d.wrap(err)
+		}
+		k := msgp.UnsafeString(key)
+		switch k {
+		case "Hostname":
+			h.Hostname, b, err = msgp.ReadStringBytes(b)
+		case "Env":
+			h.Env, b, err = msgp.ReadStringBytes(b)
+		case "Version":
+			h.Version, b, err = msgp.ReadStringBytes(b)
+		case "Stats":
+			p.Buckets, b, err = d.buckets(b)
+			if err != nil {
+				return b, err // already wrapped
+			}
+		case "Lang":
+			h.Lang, b, err = msgp.ReadStringBytes(b)
+		case "TracerVersion":
+			h.TracerVersion, b, err = msgp.ReadStringBytes(b)
+		case "RuntimeID":
+			h.RuntimeID, b, err = msgp.ReadStringBytes(b)
+		case "Sequence":
+			h.Sequence, b, err = msgp.ReadUint64Bytes(b)
+		case "AgentAggregation":
+			h.AgentAggregation, b, err = msgp.ReadStringBytes(b)
+		case "Service":
+			h.Service, b, err = msgp.ReadStringBytes(b)
+		case "ContainerID":
+			h.ContainerID, b, err = msgp.ReadStringBytes(b)
+		case "Tags":
+			h.Tags, b, err = d.strings(b, "Tags")
+			if err != nil {
+				return b, err
+			}
+		case "GitCommitSha":
+			h.GitCommitSha, b, err = msgp.ReadStringBytes(b)
+		case "ImageTag":
+			h.ImageTag, b, err = msgp.ReadStringBytes(b)
+		case "ProcessTagsHash":
+			h.ProcessTagsHash, b, err = msgp.ReadUint64Bytes(b)
+		case "ProcessTags":
+			h.ProcessTags, b, err = msgp.ReadStringBytes(b)
+		default:
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return b, d.wrap(err, fieldName(k))
+		}
+	}
+	return b, nil
+}
+
+// fieldName is the context for an error in the value of key k: the key, or
+// nothing for a skipped unknown key (which may be arbitrary bytes).
+func fieldName(k string) any {
+	switch k {
+	case "srv_src":
+		return "ServiceSource" // the agent's name for it in its error paths
+	}
+	for _, c := range k {
+		if c < 0x20 || c > 0x7e {
+			return "?"
+		}
+	}
+	return k
+}
+
+func (d *decoder) buckets(b []byte) ([]DecodedBucket, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, b, d.wrap(err, "Stats")
+	}
+	if n > MaxBuckets {
+		return nil, b, d.wrap(msgp.ErrLimitExceeded, "Stats")
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	out := make([]DecodedBucket, 0, capFor(n, b, 1))
+	for i := 0; i < int(n); i++ {
+		if msgp.IsNil(b) {
+			b = b[1:]
+			continue
+		}
+		d.level, d.bucket = 1, i
+		var bk DecodedBucket
+		b, err = d.decodeBucket(b, &bk)
+		if err != nil {
+			return nil, b, err
+		}
+		d.level = 0
+		out = append(out, bk)
+	}
+	return out, b, nil
+}
+
+func (d *decoder) decodeBucket(b []byte, bk *DecodedBucket) ([]byte, error) {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return b, d.wrap(err)
+	}
+	for ; n > 0; n-- {
+		var key []byte
+		key, b, err = msgp.ReadMapKeyZC(b)
+		if err != nil {
+			return b, d.wrap(err)
+		}
+		k := msgp.UnsafeString(key)
+		switch k {
+		case "Start":
+			bk.Start, b, err = msgp.ReadUint64Bytes(b)
+		case "Duration":
+			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
+		case "Stats":
+			bk.Groups, b, err = d.groupList(b)
+			if err != nil {
+				return b, err
+			}
+		case "AgentTimeShift":
+			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
+		default:
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return b, d.wrap(err, fieldName(k))
+		}
+	}
+	return b, nil
+}
+
+// minGroupPrealloc is the wire size per group assumed when preallocating a
+// group slice. A real group is hundreds of bytes (its keys alone take 200),
+// so real payloads are sized right at once, while a hostile header cannot
+// reserve much more memory than the input's size for groups that are not
+// there; smaller groups, if any, grow the slice as they are read.
+const minGroupPrealloc = 128
+
+func (d *decoder) groupList(b []byte) ([]Group, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, b, d.wrap(err, "Stats")
+	}
+	if uint64(n) > uint64(MaxGroups-d.groups) {
+		return nil, b, d.wrap(msgp.ErrLimitExceeded, "Stats")
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	d.groups += int(n)
+	out := make([]Group, 0, capFor(n, b, minGroupPrealloc))
+	for i := 0; i < int(n); i++ {
+		if msgp.IsNil(b) {
+			b = b[1:]
+			continue
+		}
+		d.level, d.group = 2, i
+		out = append(out, Group{})
+		b, err = d.decodeGroup(b, &out[len(out)-1])
+		if err != nil {
+			return nil, b, err
+		}
+		d.level = 1
+	}
+	return out, b, nil
+}
+
+func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return b, d.wrap(err)
+	}
+	k := &g.Key
+	for ; n > 0; n-- {
+		var key []byte
+		key, b, err = msgp.ReadMapKeyZC(b)
+		if err != nil {
+			return b, d.wrap(err)
+		}
+		name := msgp.UnsafeString(key)
+		switch name {
+		case "Service":
+			k.Service, b, err = msgp.ReadStringBytes(b)
+		case "Name":
+			k.Name, b, err = msgp.ReadStringBytes(b)
+		case "Resource":
+			k.Resource, b, err = msgp.ReadStringBytes(b)
+		case "HTTPStatusCode":
+			k.HTTPStatusCode, b, err = msgp.ReadUint32Bytes(b)
+		case "Type":
+			k.Type, b, err = msgp.ReadStringBytes(b)
+		case "DBType":
+			g.DBType, b, err = msgp.ReadStringBytes(b)
+		case "Hits":
+			g.Hits, b, err = msgp.ReadUint64Bytes(b)
+		case "Errors":
+			g.Errors, b, err = msgp.ReadUint64Bytes(b)
+		case "Duration":
+			g.Duration, b, err = msgp.ReadUint64Bytes(b)
+		case "OkSummary":
+			g.Ok, b, err = readSummary(b)
+		case "ErrorSummary":
+			g.Err, b, err = readSummary(b)
+		case "Synthetics":
+			k.Synthetics, b, err = msgp.ReadBoolBytes(b)
+		case "TopLevelHits":
+			g.TopLevelHits, b, err = msgp.ReadUint64Bytes(b)
+		case "SpanKind":
+			k.SpanKind, b, err = msgp.ReadStringBytes(b)
+		case "PeerTags":
+			k.PeerTags, b, err = d.strings(b, "PeerTags")
+			if err != nil {
+				return b, err
+			}
+		case "IsTraceRoot":
+			var v int32
+			v, b, err = msgp.ReadInt32Bytes(b)
+			k.IsTraceRoot = aggregate.Trilean(v)
+		case "GRPCStatusCode":
+			k.GRPCStatusCode, b, err = msgp.ReadStringBytes(b)
+		case "HTTPMethod":
+			k.HTTPMethod, b, err = msgp.ReadStringBytes(b)
+		case "HTTPEndpoint":
+			k.HTTPEndpoint, b, err = msgp.ReadStringBytes(b)
+		case "srv_src":
+			k.ServiceSource, b, err = msgp.ReadStringBytes(b)
+		case "SpanDerivedPrimaryTags":
+			g.SpanDerivedPrimaryTags, b, err = d.strings(b, "SpanDerivedPrimaryTags")
+			if err != nil {
+				return b, err
+			}
+		case "AdditionalMetricTags":
+			g.AdditionalMetricTags, b, err = d.strings(b, "AdditionalMetricTags")
+			if err != nil {
+				return b, err
+			}
+		default:
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return b, d.wrap(err, fieldName(name))
+		}
+	}
+	return b, nil
+}
+
+// readSummary reads a bin (or nil) summary and decodes its sketch; an empty
+// sketch is nil, as an entry's sketch stays nil until its first value.
+func readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	v, b, err := msgp.ReadBytesZC(b)
+	if err != nil || len(v) == 0 || bytes.Equal(v, emptySketch) {
+		return nil, b, err
+	}
+	s := new(aggregate.Sketch)
+	if err := DecodeSketch(v, s); err != nil {
+		return nil, b, err
+	}
+	if s.Count() == 0 {
+		return nil, b, nil
+	}
+	return s, b, nil
+}
+
+// strings reads an array (or nil) of strings; an empty array is nil.
+func (d *decoder) strings(b []byte, name string) ([]string, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, b, d.wrap(err, name)
+	}
+	if n > MaxStrings {
+		return nil, b, d.wrap(msgp.ErrLimitExceeded, name)
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	out := make([]string, capFor(n, b, 1))
+	if len(out) < int(n) {
+		return nil, b, msgp.ErrShortBytes // each string takes at least one byte
+	}
+	for i := range out {
+		out[i], b, err = msgp.ReadStringBytes(b)
+		if err != nil {
+			return nil, b, d.wrap(err, name, i)
+		}
+	}
+	return out, b, nil
+}

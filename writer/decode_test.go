@@ -1,0 +1,307 @@
+package writer
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// smallPayload is a valid payload of a few hundred bytes with every kind of
+// value: strings, arrays, integers of several widths, negative AgentTimeShift,
+// a real sketch with a zero count and negative indices, and an empty one.
+func smallPayload() []byte {
+	e1 := goldenEntry
+	e2 := aggregate.Entry{
+		Key: aggregate.Key{Service: "db", Name: "query", Resource: "SELECT ?", Type: "sql", SpanKind: "client",
+			PeerTags: []string{"peer.service:pg", "db.name:users"}, IsTraceRoot: aggregate.True, HTTPStatusCode: 70000},
+		Hits: 1 << 40, Errors: 2, TopLevelHits: 0, Duration: 1 << 62,
+		Ok: sketchOf(0, 0.5, 1200, 1250, 9e8), Err: sketchOf(3e4),
+	}
+	return AppendPayload(nil, &Header{Hostname: "h", Env: "e", Tags: []string{"a:b", "c:d"}, Sequence: 1 << 33},
+		[]Bucket{{Start: 5, Duration: 10, AgentTimeShift: -7, Groups: []*aggregate.Entry{&e1, &e2}}})
+}
+
+// Hand-assembly helpers for payloads the encoder never writes.
+type mp []byte
+
+func (b mp) str(k, v string) mp { return msgp.AppendString(msgp.AppendString(b, k), v) }
+func (b mp) key(k string) mp    { return msgp.AppendString(b, k) }
+func (b mp) u64(k string, v uint64) mp {
+	return msgp.AppendUint64(msgp.AppendString(b, k), v)
+}
+func (b mp) m(n uint32) mp   { return msgp.AppendMapHeader(b, n) }
+func (b mp) a(n uint32) mp   { return msgp.AppendArrayHeader(b, n) }
+func (b mp) raw(x ...byte) mp { return append(b, x...) }
+
+// onePayload wraps the fields of one group in a payload of one bucket.
+func oneGroup(groupFields uint32, fields mp) []byte {
+	b := mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(1).m(groupFields)
+	return append(b, fields...)
+}
+
+func TestDecodeRejectsEveryTruncation(t *testing.T) {
+	for _, b := range [][]byte{smallPayload(), AppendPayload(nil, nil, nil)} {
+		if _, err := DecodePayload(b); err != nil {
+			t.Fatalf("full payload: %v", err)
+		}
+		for n := range len(b) {
+			if p, err := DecodePayload(b[:n]); err == nil {
+				t.Fatalf("prefix of %d/%d bytes decoded: %+v", n, len(b), p)
+			}
+		}
+	}
+}
+
+func TestDecodeRejectsTrailingBytes(t *testing.T) {
+	for _, extra := range [][]byte{{0xc0}, {0x00}, smallPayload()} {
+		_, err := DecodePayload(append(smallPayload(), extra...))
+		if !errors.Is(err, ErrTrailingBytes) {
+			t.Errorf("trailing % x: err = %v, want ErrTrailingBytes", extra[:1], err)
+		}
+	}
+}
+
+func TestDecodeRejectsNonPayloads(t *testing.T) {
+	for name, in := range map[string][]byte{
+		"empty":    nil,
+		"nil":      {0xc0},
+		"array":    {0x90},
+		"string":   {0xa1, 'x'},
+		"bad byte": {0xc1},
+	} {
+		if _, err := DecodePayload(in); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	if p, err := DecodePayload([]byte{0x80}); err != nil || p.Buckets != nil {
+		t.Errorf("empty map: %v, %+v; want an empty payload", err, p)
+	}
+}
+
+// The agent reads summaries with ReadBytesHeader / ReadBytesLimit, which
+// accept only bin: a str summary is a 400 there, so it is an error here too.
+func TestDecodeRejectsStrSummary(t *testing.T) {
+	for _, k := range []string{"OkSummary", "ErrorSummary"} {
+		b := oneGroup(1, mp(nil).key(k).raw(0xa0|byte(len(emptySketch))).raw(emptySketch...))
+		_, err := DecodePayload(b)
+		var te msgp.TypeError
+		if !errors.As(err, &te) || te.Method != msgp.BinType || te.Encoded != msgp.StrType {
+			t.Fatalf("%s as str: err = %v, want a msgp.TypeError bin/str", k, err)
+		}
+		if want := "Stats/0/Stats/0/" + k; !strings.Contains(err.Error(), want) {
+			t.Errorf("%s as str: error %q lacks the path %q", k, err, want)
+		}
+	}
+}
+
+func TestDecodeWrongTypesCarryPath(t *testing.T) {
+	cases := []struct {
+		name, path string
+		in         []byte
+	}{
+		{"Hostname int", "Hostname", mp(nil).m(1).key("Hostname").raw(0x01)},
+		{"Sequence str", "Sequence", mp(nil).m(1).str("Sequence", "1")},
+		{"Tags element int", "Tags/1", mp(nil).m(1).key("Tags").a(2).raw(0xa1, 'x', 0x05)},
+		{"Stats map", "Stats", mp(nil).m(1).key("Stats").m(0)},
+		{"bucket Start negative", "Stats/0/Start", mp(nil).m(1).key("Stats").a(1).m(1).key("Start").raw(0xff)},
+		{"bucket AgentTimeShift str", "Stats/0/AgentTimeShift", mp(nil).m(1).key("Stats").a(1).m(1).str("AgentTimeShift", "x")},
+		{"group Hits str", "Stats/0/Stats/0/Hits", oneGroup(1, mp(nil).str("Hits", "3"))},
+		{"group HTTPStatusCode overflow", "Stats/0/Stats/0/HTTPStatusCode", oneGroup(1, mp(nil).u64("HTTPStatusCode", 1<<32))},
+		{"group IsTraceRoot bool", "Stats/0/Stats/0/IsTraceRoot", oneGroup(1, mp(nil).key("IsTraceRoot").raw(0xc3))},
+		{"group Synthetics int", "Stats/0/Stats/0/Synthetics", oneGroup(1, mp(nil).u64("Synthetics", 1))},
+		{"group PeerTags element", "Stats/0/Stats/0/PeerTags/0", oneGroup(1, mp(nil).key("PeerTags").a(1).raw(0xc0))},
+		{"group srv_src int", "Stats/0/Stats/0/ServiceSource", oneGroup(1, mp(nil).u64("srv_src", 1))},
+		{"group not a map", "Stats/0/Stats/0", mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(1).raw(0x91, 0x01)},
+		{"second group", "Stats/0/Stats/1/Name", mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(2).m(0).m(1).key("Name").raw(0x01)},
+	}
+	for _, tc := range cases {
+		_, err := DecodePayload(tc.in)
+		if err == nil {
+			t.Errorf("%s: decoded", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.path) {
+			t.Errorf("%s: error %q lacks the path %q", tc.name, err, tc.path)
+		}
+	}
+}
+
+func TestDecodeRejectsBadSketches(t *testing.T) {
+	badGamma := append(pbMapping(1.05, 0, 0), pbBytes(2, packed(1))...)
+	negative := append(pbMapping(gamma, 0, 0), pbBytes(3, packed(1))...)
+	for _, tc := range []struct {
+		key  string
+		in   []byte
+		want error
+	}{
+		{"OkSummary", badGamma, ErrMapping},
+		{"ErrorSummary", badGamma, ErrMapping},
+		{"OkSummary", negative, ErrNegativeValues},
+		{"ErrorSummary", []byte{0x0a, 0x05}, ErrMalformedSketch},
+	} {
+		_, err := DecodePayload(oneGroup(1, msgp.AppendBytes(mp(nil).key(tc.key), tc.in)))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.key, err, tc.want)
+			continue
+		}
+		if want := "Stats/0/Stats/0/" + tc.key; !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q lacks the path %q", tc.key, err, want)
+		}
+	}
+}
+
+// allocated returns the bytes allocated while f runs.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// Array headers that promise more than the input holds must fail fast and
+// without allocating for elements that are not there.
+func TestDecodeHugeArrayHeaders(t *testing.T) {
+	cases := []struct {
+		name  string
+		in    []byte
+		limit bool // over a Max* constant: ErrLimitExceeded
+	}{
+		{"buckets array32 max", mp(nil).m(1).key("Stats").raw(0xdd, 0xff, 0xff, 0xff, 0xff), true},
+		{"buckets at the limit", mp(nil).m(1).key("Stats").a(MaxBuckets), false},
+		{"groups array32 max", mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").raw(0xdd, 0xff, 0xff, 0xff, 0xff), true},
+		{"groups at the limit", mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(MaxGroups), false},
+		{"groups over two buckets", append(mp(nil).m(1).key("Stats").a(2).m(1).key("Stats").a(MaxGroups/2).
+			raw(bytes.Repeat([]byte{0xc0}, MaxGroups/2)...).m(1).key("Stats"), mp(nil).a(MaxGroups/2+1)...), true},
+		{"tags array32 max", mp(nil).m(1).key("Tags").raw(0xdd, 0xff, 0xff, 0xff, 0xff), true},
+		{"tags at the limit", mp(nil).m(1).key("Tags").a(MaxStrings), false},
+		{"peer tags at the limit", oneGroup(1, mp(nil).key("PeerTags").a(MaxStrings)), false},
+		{"map32 max", mp(nil).raw(0xdf, 0xff, 0xff, 0xff, 0xff), false},
+		{"unknown key with array32 max", mp(nil).m(1).key("X").raw(0xdd, 0xff, 0xff, 0xff, 0xff), false},
+		{"bin32 max summary", oneGroup(1, mp(nil).key("OkSummary").raw(0xc6, 0xff, 0xff, 0xff, 0xff)), false},
+		{"str32 max", mp(nil).m(1).key("Env").raw(0xdb, 0xff, 0xff, 0xff, 0xff), false},
+	}
+	for _, tc := range cases {
+		var err error
+		n := allocated(func() { _, err = DecodePayload(tc.in) })
+		if err == nil {
+			t.Errorf("%s: decoded", tc.name)
+			continue
+		}
+		if tc.limit && !errors.Is(err, msgp.ErrLimitExceeded) {
+			t.Errorf("%s: err = %v, want ErrLimitExceeded", tc.name, err)
+		}
+		if n > 64<<10+4*uint64(len(tc.in)) { // a few times the input at most
+			t.Errorf("%s: allocated %d bytes for a %d-byte input", tc.name, n, len(tc.in))
+		}
+	}
+}
+
+// msgp lets nil stand for a missing element of the bucket and group arrays;
+// an array or summary that is nil is read as empty.
+func TestDecodeAcceptsNil(t *testing.T) {
+	b := mp(nil).m(2).key("Tags").raw(0xc0).key("Stats").a(3).
+		raw(0xc0).
+		m(2).u64("Start", 1).key("Stats").raw(0xc0).
+		m(1).key("Stats").a(3).raw(0xc0).
+		m(6).u64("Hits", 4).key("OkSummary").raw(0xc0).key("ErrorSummary").raw(0xc4, 0x00).
+		key("PeerTags").raw(0xc0).key("SpanDerivedPrimaryTags").raw(0xc0).key("AdditionalMetricTags").a(0).
+		raw(0xc0)
+	p, err := DecodePayload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tags != nil || len(p.Buckets) != 2 {
+		t.Fatalf("tags %q, %d buckets; want nil, 2 (nil bucket skipped)", p.Tags, len(p.Buckets))
+	}
+	if p.Buckets[0].Start != 1 || p.Buckets[0].Groups != nil {
+		t.Errorf("bucket 0: %+v", p.Buckets[0])
+	}
+	gs := p.Buckets[1].Groups
+	if len(gs) != 1 {
+		t.Fatalf("%d groups, want 1 (nil groups skipped)", len(gs))
+	}
+	g := gs[0]
+	if g.Hits != 4 || g.Ok != nil || g.Err != nil || g.PeerTags != nil || g.SpanDerivedPrimaryTags != nil || g.AdditionalMetricTags != nil {
+		t.Errorf("group %+v", g)
+	}
+}
+
+func TestDecodeSkipsUnknownKeysAndKeepsOthers(t *testing.T) {
+	unknown := func(b mp) mp {
+		return b.key("Unknown").m(2).key("a").a(3).raw(0x01, 0xc0, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0).key("b").raw(0xc4, 0x01, 0xff)
+	}
+	ok := AppendSketch(nil, sketchOf(1e6, 2e6))
+	b := mp(nil).m(4)
+	b = unknown(b)
+	b = b.str("Env", "prod")
+	b = msgp.AppendBytes(b, []byte("Hostname")) // a bin key: msgp accepts it
+	b = b.raw(0xa1, 'h')
+	b = b.key("Stats").a(1).m(3)
+	b = unknown(b)
+	b = b.u64("Start", 9)
+	b = b.key("Stats").a(1).m(7)
+	b = unknown(b)
+	b = b.str("Service", "s").str("DBType", "postgres").str("srv_src", "opt").str("Service", "s2") // last wins
+	b = msgp.AppendBytes(b.key("OkSummary"), ok)
+	b = b.key("Hits").raw(0xd3, 0, 0, 0, 0, 0, 0, 0, 5) // int64 width, positive
+	p, err := DecodePayload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Env != "prod" || p.Hostname != "h" || len(p.Buckets) != 1 || p.Buckets[0].Start != 9 {
+		t.Fatalf("payload %+v", p)
+	}
+	g := p.Buckets[0].Groups[0]
+	if g.Service != "s2" || g.DBType != "postgres" || g.ServiceSource != "opt" || g.Hits != 5 || !sameSketch(g.Ok, sketchOf(1e6, 2e6)) {
+		t.Errorf("group %+v", g)
+	}
+}
+
+func FuzzDecodePayload(f *testing.F) {
+	f.Add(smallPayload())
+	f.Add(AppendPayload(nil, nil, nil))
+	f.Add(AppendPayload(nil, &testHeader, []Bucket{{Groups: []*aggregate.Entry{&goldenEntry}}}))
+	f.Add([]byte(oneGroup(1, mp(nil).key("PeerTags").raw(0xc0))))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodePayload(b)
+		if err != nil {
+			return
+		}
+		// What decodes re-encodes, and decodes again to the same values.
+		buckets := make([]Bucket, len(p.Buckets))
+		for i, bk := range p.Buckets {
+			buckets[i] = Bucket{Start: bk.Start, Duration: bk.Duration, AgentTimeShift: bk.AgentTimeShift}
+			for j := range bk.Groups {
+				buckets[i].Groups = append(buckets[i].Groups, &bk.Groups[j].Entry)
+			}
+		}
+		again, err := DecodePayload(AppendPayload(nil, &p.Header, buckets))
+		if err != nil {
+			t.Fatalf("re-encoded payload does not decode: %v", err)
+		}
+		if !equalHeader(again.Header, p.Header) || len(again.Buckets) != len(p.Buckets) {
+			t.Fatal("re-encoded payload differs")
+		}
+		for i, bk := range again.Buckets {
+			if len(bk.Groups) != len(p.Buckets[i].Groups) {
+				t.Fatal("re-encoded bucket differs")
+			}
+			for j := range bk.Groups {
+				g, w := &bk.Groups[j], &p.Buckets[i].Groups[j]
+				if g.Hits != w.Hits || g.Errors != w.Errors || g.Duration != w.Duration ||
+					g.TopLevelHits != w.TopLevelHits || g.Resource != w.Resource ||
+					g.IsTraceRoot != w.IsTraceRoot || !sameSketch(g.Ok, w.Ok) || !sameSketch(g.Err, w.Err) {
+					t.Fatalf("re-encoded group %d/%d differs", i, j)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,291 @@
+package writer
+
+import (
+	"slices"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// Header holds the payload-level fields of a ClientStatsPayload.
+type Header struct {
+	Hostname, Env, Version, Lang, TracerVersion, RuntimeID, Service, ContainerID string
+	Tags                                                                         []string
+	GitCommitSha, ImageTag, ProcessTags, AgentAggregation                        string
+	ProcessTagsHash, Sequence                                                    uint64
+}
+
+// Bucket is one time bucket of a payload: the interval [Start, Start+Duration)
+// in unix nanoseconds and the groups aggregated in it. Nil groups are skipped.
+type Bucket struct {
+	Start, Duration uint64
+	AgentTimeShift  int64
+	Groups          []*aggregate.Entry
+}
+
+// Map keys: msgpack fixstr prefix (0xa0 | length) followed by the agent's key,
+// exactly as the agent's msgp code writes and matches them.
+const (
+	// ClientStatsPayload
+	kHostname         = "\xa8Hostname"
+	kEnv              = "\xa3Env"
+	kVersion          = "\xa7Version"
+	kStats            = "\xa5Stats"
+	kLang             = "\xa4Lang"
+	kTracerVersion    = "\xadTracerVersion"
+	kRuntimeID        = "\xa9RuntimeID"
+	kSequence         = "\xa8Sequence"
+	kAgentAggregation = "\xb0AgentAggregation"
+	kService          = "\xa7Service"
+	kContainerID      = "\xabContainerID"
+	kTags             = "\xa4Tags"
+	kGitCommitSha     = "\xacGitCommitSha"
+	kImageTag         = "\xa8ImageTag"
+	kProcessTagsHash  = "\xafProcessTagsHash"
+	kProcessTags      = "\xabProcessTags"
+
+	// ClientStatsBucket (and kStats)
+	kStart          = "\xa5Start"
+	kDuration       = "\xa8Duration"
+	kAgentTimeShift = "\xaeAgentTimeShift"
+
+	// ClientGroupedStats (and kService, kDuration)
+	kName                   = "\xa4Name"
+	kResource               = "\xa8Resource"
+	kHTTPStatusCode         = "\xaeHTTPStatusCode"
+	kType                   = "\xa4Type"
+	kDBType                 = "\xa6DBType"
+	kHits                   = "\xa4Hits"
+	kErrors                 = "\xa6Errors"
+	kOkSummary              = "\xa9OkSummary"
+	kErrorSummary           = "\xacErrorSummary"
+	kSynthetics             = "\xaaSynthetics"
+	kTopLevelHits           = "\xacTopLevelHits"
+	kSpanKind               = "\xa8SpanKind"
+	kPeerTags               = "\xa8PeerTags"
+	kIsTraceRoot            = "\xabIsTraceRoot"
+	kGRPCStatusCode         = "\xaeGRPCStatusCode"
+	kHTTPMethod             = "\xaaHTTPMethod"
+	kHTTPEndpoint           = "\xacHTTPEndpoint"
+	kServiceSource          = "\xa7srv_src"
+	kSpanDerivedPrimaryTags = "\xb6SpanDerivedPrimaryTags"
+	kAdditionalMetricTags   = "\xb4AdditionalMetricTags"
+)
+
+// Number of keys of each map; every key is always written, like the agent's
+// own MarshalMsg, so the maps have a fixed size.
+const (
+	payloadFields = 16
+	bucketFields  = 4
+	groupFields   = 22
+)
+
+// Fixed parts of the size bounds: map header, keys and the largest encoding
+// of every fixed-size value and of every string or array header.
+const (
+	map16Size = 3 // 0xde + uint16: 16 and 22 keys do not fit a fixmap
+
+	payloadFixedSize = map16Size +
+		len(kHostname) + len(kEnv) + len(kVersion) + len(kStats) + len(kLang) +
+		len(kTracerVersion) + len(kRuntimeID) + len(kSequence) + len(kAgentAggregation) +
+		len(kService) + len(kContainerID) + len(kTags) + len(kGitCommitSha) +
+		len(kImageTag) + len(kProcessTagsHash) + len(kProcessTags) +
+		12*msgp.StringPrefixSize + 2*msgp.Uint64Size + 2*msgp.ArrayHeaderSize
+
+	bucketHeaderSize = 1 + len(kStart) + len(kDuration) + len(kStats) + len(kAgentTimeShift) +
+		2*msgp.Uint64Size + msgp.ArrayHeaderSize + msgp.Int64Size
+
+	groupFixedSize = map16Size +
+		len(kService) + len(kName) + len(kResource) + len(kHTTPStatusCode) + len(kType) +
+		len(kDBType) + len(kHits) + len(kErrors) + len(kDuration) + len(kOkSummary) +
+		len(kErrorSummary) + len(kSynthetics) + len(kTopLevelHits) + len(kSpanKind) +
+		len(kPeerTags) + len(kIsTraceRoot) + len(kGRPCStatusCode) + len(kHTTPMethod) +
+		len(kHTTPEndpoint) + len(kServiceSource) + len(kSpanDerivedPrimaryTags) +
+		len(kAdditionalMetricTags) +
+		10*msgp.StringPrefixSize + // Service … srv_src, DBType included
+		msgp.Uint32Size + 4*msgp.Uint64Size + msgp.BoolSize + msgp.Int32Size +
+		2*msgp.BytesPrefixSize + // summary bin headers
+		msgp.ArrayHeaderSize + 2 // PeerTags header; two empty fixarrays
+)
+
+var emptyHeader Header
+
+// HeaderSize is an upper bound of the bytes AppendPayload writes for h plus
+// one bucket's own fields: a payload of one bucket whose groups have sizes
+// g1…gn is at most HeaderSize(h) + g1 + … + gn bytes. A nil h is an empty
+// header.
+func HeaderSize(h *Header) int {
+	if h == nil {
+		h = &emptyHeader
+	}
+	n := payloadFixedSize + bucketHeaderSize +
+		len(h.Hostname) + len(h.Env) + len(h.Version) + len(h.Lang) +
+		len(h.TracerVersion) + len(h.RuntimeID) + len(h.AgentAggregation) +
+		len(h.Service) + len(h.ContainerID) + len(h.GitCommitSha) + len(h.ImageTag) +
+		len(h.ProcessTags)
+	for _, t := range h.Tags {
+		n += msgp.StringPrefixSize + len(t)
+	}
+	return n
+}
+
+// GroupSize is an upper bound of the bytes AppendGroup writes for e, cheap
+// enough to call per entry when splitting payloads at a size limit: string
+// lengths plus the exact sketch sizes, nothing is encoded. A nil e is 0.
+func GroupSize(e *aggregate.Entry) int {
+	if e == nil {
+		return 0
+	}
+	k := &e.Key
+	n := groupFixedSize +
+		len(k.Service) + len(k.Name) + len(k.Resource) + len(k.Type) +
+		len(k.SpanKind) + len(k.GRPCStatusCode) + len(k.HTTPMethod) +
+		len(k.HTTPEndpoint) + len(k.ServiceSource) +
+		SketchSize(e.Ok) + SketchSize(e.Err)
+	for _, t := range k.PeerTags {
+		n += msgp.StringPrefixSize + len(t)
+	}
+	return n
+}
+
+// payloadSize is an upper bound of AppendPayload's output.
+func payloadSize(h *Header, buckets []Bucket) int {
+	n := HeaderSize(h) - bucketHeaderSize
+	for i := range buckets {
+		n += bucketHeaderSize
+		for _, e := range buckets[i].Groups {
+			n += GroupSize(e)
+		}
+	}
+	return n
+}
+
+// AppendPayload appends one complete msgpack ClientStatsPayload with the
+// header h (nil: empty) and the buckets, every key of every map written in
+// the agent's order. It grows b at most once, to the bound of HeaderSize and
+// GroupSize, so into a buffer with that much spare capacity it does not
+// allocate.
+func AppendPayload(b []byte, h *Header, buckets []Bucket) []byte {
+	if h == nil {
+		h = &emptyHeader
+	}
+	b = slices.Grow(b, payloadSize(h, buckets))
+	b = msgp.AppendMapHeader(b, payloadFields)
+	b = appendStr(b, kHostname, h.Hostname)
+	b = appendStr(b, kEnv, h.Env)
+	b = appendStr(b, kVersion, h.Version)
+	b = append(b, kStats...)
+	b = msgp.AppendArrayHeader(b, uint32(len(buckets)))
+	for i := range buckets {
+		b = appendBucket(b, &buckets[i])
+	}
+	b = appendStr(b, kLang, h.Lang)
+	b = appendStr(b, kTracerVersion, h.TracerVersion)
+	b = appendStr(b, kRuntimeID, h.RuntimeID)
+	b = append(b, kSequence...)
+	b = msgp.AppendUint64(b, h.Sequence)
+	b = appendStr(b, kAgentAggregation, h.AgentAggregation)
+	b = appendStr(b, kService, h.Service)
+	b = appendStr(b, kContainerID, h.ContainerID)
+	b = appendStrs(b, kTags, h.Tags)
+	b = appendStr(b, kGitCommitSha, h.GitCommitSha)
+	b = appendStr(b, kImageTag, h.ImageTag)
+	b = append(b, kProcessTagsHash...)
+	b = msgp.AppendUint64(b, h.ProcessTagsHash)
+	b = appendStr(b, kProcessTags, h.ProcessTags)
+	return b
+}
+
+func appendBucket(b []byte, bk *Bucket) []byte {
+	groups := 0
+	for _, e := range bk.Groups {
+		if e != nil {
+			groups++
+		}
+	}
+	b = msgp.AppendMapHeader(b, bucketFields)
+	b = append(b, kStart...)
+	b = msgp.AppendUint64(b, bk.Start)
+	b = append(b, kDuration...)
+	b = msgp.AppendUint64(b, bk.Duration)
+	b = append(b, kStats...)
+	b = msgp.AppendArrayHeader(b, uint32(groups))
+	for _, e := range bk.Groups {
+		if e != nil {
+			b = AppendGroup(b, e)
+		}
+	}
+	b = append(b, kAgentTimeShift...)
+	b = msgp.AppendInt64(b, bk.AgentTimeShift)
+	return b
+}
+
+// AppendGroup appends e as one msgpack ClientGroupedStats map with all 22
+// keys: DBType is empty, SpanDerivedPrimaryTags and AdditionalMetricTags are
+// empty arrays (the SDK never sets them), a nil PeerTags is an empty array,
+// and the summaries are bin fields holding AppendSketch's bytes (an empty
+// DDSketch for a nil sketch).
+func AppendGroup(b []byte, e *aggregate.Entry) []byte {
+	k := &e.Key
+	b = msgp.AppendMapHeader(b, groupFields)
+	b = appendStr(b, kService, k.Service)
+	b = appendStr(b, kName, k.Name)
+	b = appendStr(b, kResource, k.Resource)
+	b = append(b, kHTTPStatusCode...)
+	b = msgp.AppendUint32(b, k.HTTPStatusCode)
+	b = appendStr(b, kType, k.Type)
+	b = appendStr(b, kDBType, "")
+	b = append(b, kHits...)
+	b = msgp.AppendUint64(b, e.Hits)
+	b = append(b, kErrors...)
+	b = msgp.AppendUint64(b, e.Errors)
+	b = append(b, kDuration...)
+	b = msgp.AppendUint64(b, e.Duration)
+	b = append(b, kOkSummary...)
+	b = appendSummary(b, e.Ok)
+	b = append(b, kErrorSummary...)
+	b = appendSummary(b, e.Err)
+	b = append(b, kSynthetics...)
+	b = msgp.AppendBool(b, k.Synthetics)
+	b = append(b, kTopLevelHits...)
+	b = msgp.AppendUint64(b, e.TopLevelHits)
+	b = appendStr(b, kSpanKind, k.SpanKind)
+	b = appendStrs(b, kPeerTags, k.PeerTags)
+	b = append(b, kIsTraceRoot...)
+	b = msgp.AppendInt32(b, int32(k.IsTraceRoot))
+	b = appendStr(b, kGRPCStatusCode, k.GRPCStatusCode)
+	b = appendStr(b, kHTTPMethod, k.HTTPMethod)
+	b = appendStr(b, kHTTPEndpoint, k.HTTPEndpoint)
+	b = appendStr(b, kServiceSource, k.ServiceSource)
+	b = appendStrs(b, kSpanDerivedPrimaryTags, nil)
+	b = appendStrs(b, kAdditionalMetricTags, nil)
+	return b
+}
+
+// appendSummary appends s as a msgpack bin holding its DDSketch bytes, written
+// in place after the bin header.
+func appendSummary(b []byte, s *aggregate.Sketch) []byte {
+	if s == nil || s.Count() == 0 {
+		b = msgp.AppendBytesHeader(b, uint32(len(emptySketch)))
+		return append(b, emptySketch...)
+	}
+	lo, counts := s.Bins()
+	zeros := s.ZeroCount()
+	b = msgp.AppendBytesHeader(b, uint32(sketchLen(lo, len(counts), zeros)))
+	return appendSketch(b, lo, counts, zeros)
+}
+
+func appendStr(b []byte, key, v string) []byte {
+	b = append(b, key...)
+	return msgp.AppendString(b, v)
+}
+
+func appendStrs(b []byte, key string, vs []string) []byte {
+	b = append(b, key...)
+	b = msgp.AppendArrayHeader(b, uint32(len(vs)))
+	for _, v := range vs {
+		b = msgp.AppendString(b, v)
+	}
+	return b
+}
