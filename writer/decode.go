@@ -395,10 +395,10 @@ func (d *decoder) strings(b []byte, name string) ([]string, []byte, error) {
 	if n == 0 {
 		return nil, b, nil
 	}
-	out := make([]string, capFor(n, b, 1))
-	if len(out) < int(n) {
+	if uint64(n) > uint64(len(b)) {
 		return nil, b, msgp.ErrShortBytes // each string takes at least one byte
 	}
+	out := make([]string, n)
 	for i := range out {
 		out[i], b, err = msgp.ReadStringBytes(b)
 		if err != nil {

@@ -35,11 +35,11 @@ func (b mp) key(k string) mp    { return msgp.AppendString(b, k) }
 func (b mp) u64(k string, v uint64) mp {
 	return msgp.AppendUint64(msgp.AppendString(b, k), v)
 }
-func (b mp) m(n uint32) mp   { return msgp.AppendMapHeader(b, n) }
-func (b mp) a(n uint32) mp   { return msgp.AppendArrayHeader(b, n) }
+func (b mp) m(n uint32) mp    { return msgp.AppendMapHeader(b, n) }
+func (b mp) a(n uint32) mp    { return msgp.AppendArrayHeader(b, n) }
 func (b mp) raw(x ...byte) mp { return append(b, x...) }
 
-// onePayload wraps the fields of one group in a payload of one bucket.
+// oneGroup wraps the fields of one group in a payload of one bucket.
 func oneGroup(groupFields uint32, fields mp) []byte {
 	b := mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(1).m(groupFields)
 	return append(b, fields...)
@@ -298,7 +298,7 @@ func FuzzDecodePayload(f *testing.F) {
 				g, w := &bk.Groups[j], &p.Buckets[i].Groups[j]
 				if g.Hits != w.Hits || g.Errors != w.Errors || g.Duration != w.Duration ||
 					g.TopLevelHits != w.TopLevelHits || g.Resource != w.Resource ||
-					g.IsTraceRoot != w.IsTraceRoot || !sameSketch(g.Ok, w.Ok) || !sameSketch(g.Err, w.Err) {
+					g.IsTraceRoot != w.IsTraceRoot || !sameWire(g.Ok, w.Ok) || !sameWire(g.Err, w.Err) {
 					t.Fatalf("re-encoded group %d/%d differs", i, j)
 				}
 			}

@@ -1,8 +1,6 @@
 package writer
 
 import (
-	"slices"
-
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -170,7 +168,7 @@ func AppendPayload(b []byte, h *Header, buckets []Bucket) []byte {
 	if h == nil {
 		h = &emptyHeader
 	}
-	b = slices.Grow(b, payloadSize(h, buckets))
+	b = grow(b, payloadSize(h, buckets))
 	b = msgp.AppendMapHeader(b, payloadFields)
 	b = appendStr(b, kHostname, h.Hostname)
 	b = appendStr(b, kEnv, h.Env)
@@ -274,6 +272,18 @@ func appendSummary(b []byte, s *aggregate.Sketch) []byte {
 	zeros := s.ZeroCount()
 	b = msgp.AppendBytesHeader(b, uint32(sketchLen(lo, len(counts), zeros)))
 	return appendSketch(b, lo, counts, zeros)
+}
+
+// grow returns b with room for n more bytes, in one allocation when it has
+// to grow (slices.Grow takes two under the race detector), at least
+// doubling the capacity so that repeated appends stay amortised.
+func grow(b []byte, n int) []byte {
+	if n <= cap(b)-len(b) {
+		return b
+	}
+	nb := make([]byte, len(b), max(len(b)+n, 2*cap(b)))
+	copy(nb, b)
+	return nb
 }
 
 func appendStr(b []byte, key, v string) []byte {

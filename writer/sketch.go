@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"slices"
 
 	"github.com/spanstats/spanstats/aggregate"
 )
@@ -176,7 +175,7 @@ func AppendSketch(b []byte, s *aggregate.Sketch) []byte {
 
 func appendSketch(b []byte, lo int, counts []uint32, zeros uint64) []byte {
 	n := len(counts)
-	b = slices.Grow(b, sketchLen(lo, n, zeros))
+	b = grow(b, sketchLen(lo, n, zeros))
 	b = append(b, mappingField...)
 	if n > 0 {
 		b = append(b, tagPositive)
@@ -281,7 +280,7 @@ func field(b []byte) (num uint64, wt int, val uint64, data, rest []byte, err err
 	}
 	b = b[n:]
 	num, wt = tag>>3, int(tag&7)
-	if num == 0 || num > math.MaxInt32 {
+	if num == 0 || num > 1<<29-1 { // protobuf field numbers are 1 … 2^29-1
 		return 0, 0, 0, nil, nil, ErrMalformedSketch
 	}
 	switch wt {
