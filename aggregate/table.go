@@ -3,6 +3,7 @@ package aggregate
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -35,8 +36,14 @@ type Table struct {
 	keyBuf []byte   // scratch: seed, then the key bytes of the span being added
 	peers  []string // scratch: a span's peer tags, sorted
 
-	recycled   uint64
-	overflowed uint64
+	budgets       *budgets            // nil: no cardinality limits
+	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
+	collapsedSpan Span                // scratch: a span with collapsed fields
+
+	recycled       uint64
+	overflowed     uint64
+	collapsed      [NumFields]uint64
+	collapsedSpans uint64
 }
 
 type slot struct {
@@ -84,21 +91,55 @@ func (t *Table) Add(s *Span) {
 	peers := t.sortedPeers(s)
 	b := t.encodeKey(s, peers)
 	h := hash(b)
-	key := b[seedLen:]
-	e := t.lookup(h, key)
+	e := t.lookup(h, b[seedLen:])
+	// Budgets are checked once per key per interval: a hit on an entry
+	// already admitted this interval costs nothing more.
+	if t.budgets != nil && (e == nil || e.epoch != t.epoch) {
+		if c := t.admit(s, peers); c != nil {
+			peers = sortSet(peers)
+			b = t.encodeKey(c, peers)
+			h = hash(b)
+			e = t.lookup(h, b[seedLen:])
+		}
+	}
 	if e == nil {
-		e = t.insert(h, key)
+		e = t.insert(h, b[seedLen:])
 	}
 	e.epoch = t.epoch
 	e.record(s.Duration, s.Error, s.TopLevel)
 }
 
-// sortedPeers returns the span's peer tags as a sorted set in t.peers: the
-// key treats peer tags as a set, whatever order the tracer gave.
+// sortedPeers returns the span's kept peer tags as a sorted set in t.peers:
+// the key treats peer tags as a set, whatever order the tracer gave.
 func (t *Table) sortedPeers(s *Span) []string {
 	p := t.peers[:0]
-	p = append(p, s.PeerTags[:s.NumPeerTags]...)
-	p = append(p, s.ExtraPeerTags...)
+	if t.peerKeys == nil {
+		p = append(p, s.PeerTags[:s.NumPeerTags]...)
+		p = append(p, s.ExtraPeerTags...)
+	} else {
+		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
+		p = t.keepPeers(p, s.ExtraPeerTags)
+	}
+	p = sortSet(p)
+	t.peers = p
+	return p
+}
+
+func (t *Table) keepPeers(dst, tags []string) []string {
+	for _, tag := range tags {
+		k := tag
+		if i := strings.IndexByte(tag, ':'); i >= 0 {
+			k = tag[:i]
+		}
+		if _, ok := t.peerKeys[k]; ok {
+			dst = append(dst, tag)
+		}
+	}
+	return dst
+}
+
+// sortSet sorts p in place and removes duplicates.
+func sortSet(p []string) []string {
 	for i := 1; i < len(p); i++ { // insertion sort: a handful of tags
 		for j := i; j > 0 && p[j] < p[j-1]; j-- {
 			p[j], p[j-1] = p[j-1], p[j]
@@ -115,7 +156,6 @@ func (t *Table) sortedPeers(s *Span) []string {
 		clear(p[w:])
 		p = p[:w]
 	}
-	t.peers = p
 	return p
 }
 

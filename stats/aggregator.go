@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -45,6 +46,13 @@ type Aggregator struct {
 	sendCtx    context.Context // cancelled when Stop gives up waiting
 	sendCancel context.CancelFunc
 
+	// disabled is set while the agent does not accept stats; Publish reads
+	// it (a shared, rarely written cache line).
+	disabled atomic.Bool
+	// peerTagKeys is the agent's peer_tags list, published by the sender
+	// for the consumer (nil: not known).
+	peerTagKeys atomic.Pointer[[]string]
+
 	startOnce, stopOnce      sync.Once
 	consumerDone, senderDone chan struct{}
 	started                  chan struct{}
@@ -80,7 +88,7 @@ func New(cfg Config) (*Aggregator, error) {
 		clearCh:      make(chan struct{}, 1),
 		stopCh:       make(chan struct{}),
 		sendCh:       make(chan *report, cfg.SendQueue),
-		freeBuf:      make(chan []byte, 2*cfg.SendQueue),
+		freeBuf:      make(chan []byte, freeBuffers),
 		consumerDone: make(chan struct{}),
 		senderDone:   make(chan struct{}),
 		started:      make(chan struct{}),
@@ -114,8 +122,9 @@ func (a *Aggregator) Start() {
 // Publish hands a finished span to the aggregator. It never blocks, does not
 // retain s, and allocates nothing unless s has more than
 // aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
-// dropped (inbox full, or published after Stop; both counted in Health);
-// an ineligible span returns true — it is correctly not counted.
+// dropped (inbox full, published after Stop, or the agent does not accept
+// stats; each counted in Health); an ineligible span returns true — it is
+// correctly not counted.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false
@@ -123,6 +132,10 @@ func (a *Aggregator) Publish(s *Span) bool {
 	if !s.Eligible() {
 		a.c.ineligible.Add(1)
 		return true
+	}
+	if a.disabled.Load() {
+		a.c.disabled.Add(1)
+		return false
 	}
 	var rec aggregate.Span
 	s.snapshot(&rec)
@@ -213,6 +226,25 @@ func (a *Aggregator) Health() Health {
 		BytesSent:        c.bytesSent.Load(),
 		SpansSent:        c.spansSent.Load(),
 		SpansUnsent:      c.spansUnsent.Load(),
+		PayloadsRetried:  c.payloadsRetried.Load(),
+		PayloadsSplit:    c.payloadsSplit.Load(),
+		Disabled:         c.disabled.Load(),
+		StatsDisabled:    a.disabled.Load(),
+		DisabledTimes:    c.disabledTimes.Load(),
+		InfoReads:        c.infoReads.Load(),
+		CollapsedSpans:   c.collapsedSpans.Load(),
+		Collapsed: FieldCounts{
+			Resource:       c.collapsed[aggregate.FieldResource].Load(),
+			Service:        c.collapsed[aggregate.FieldService].Load(),
+			Operation:      c.collapsed[aggregate.FieldOperation].Load(),
+			Type:           c.collapsed[aggregate.FieldType].Load(),
+			SpanKind:       c.collapsed[aggregate.FieldSpanKind].Load(),
+			HTTPMethod:     c.collapsed[aggregate.FieldHTTPMethod].Load(),
+			HTTPEndpoint:   c.collapsed[aggregate.FieldHTTPEndpoint].Load(),
+			GRPCStatusCode: c.collapsed[aggregate.FieldGRPCStatusCode].Load(),
+			ServiceSource:  c.collapsed[aggregate.FieldServiceSource].Load(),
+			PeerTags:       c.collapsed[aggregate.FieldPeerTags].Load(),
+		},
 	}
 	// Pushed is read last: every span the consumer counted was pushed
 	// earlier, so Pending never goes negative.
@@ -220,9 +252,14 @@ func (a *Aggregator) Health() Health {
 	if pushed > h.Counted+h.AggregateDropped {
 		h.Pending = pushed - h.Counted - h.AggregateDropped
 	}
-	h.Published = pushed + h.Ineligible + h.InboxFull + h.Rejected
+	h.Published = pushed + h.Ineligible + h.InboxFull + h.Rejected + h.Disabled
 	return h
 }
+
+// freeBuffers is how many payload buffers are kept for reuse: one being
+// encoded and one being sent is the steady state; more would only hold
+// memory (a buffer can reach MaxPayloadBytes).
+const freeBuffers = 2
 
 // getBuf returns a payload buffer, reusing one the sender gave back.
 func (a *Aggregator) getBuf() []byte {
@@ -235,7 +272,7 @@ func (a *Aggregator) getBuf() []byte {
 }
 
 func (a *Aggregator) putBuf(b []byte) {
-	if cap(b) > 4*a.cfg.MaxPayloadBytes {
+	if cap(b) > 2*a.cfg.MaxPayloadBytes { // an outlier: let the GC have it
 		return
 	}
 	select {

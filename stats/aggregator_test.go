@@ -154,7 +154,7 @@ func TestEndToEndConservation(t *testing.T) {
 			if h.Published != producers*n {
 				t.Fatalf("Published = %d, want %d", h.Published, producers*n)
 			}
-			if got := h.Counted + h.Ineligible + h.InboxFull + h.Rejected + h.AggregateDropped + h.Pending; got != h.Published {
+			if got := h.Counted + h.Ineligible + h.InboxFull + h.Rejected + h.Disabled + h.AggregateDropped + h.Pending; got != h.Published {
 				t.Fatalf("conservation: counted %d + ineligible %d + inboxFull %d + rejected %d + dropped %d + pending %d = %d, published %d",
 					h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.AggregateDropped, h.Pending, got, h.Published)
 			}
@@ -351,24 +351,30 @@ func TestClearDiscardsAndCounts(t *testing.T) {
 	}
 }
 
-func TestFlushReportsAgentError(t *testing.T) {
+// TestBadRequestIsDroppedNotRetried: a 400 means the agent will never take
+// the payload; it is dropped at once and counted.
+func TestBadRequestIsDroppedNotRetried(t *testing.T) {
 	ag := testagent.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
-		http.Error(w, "boom", http.StatusInternalServerError)
+		http.Error(w, "boom", http.StatusBadRequest)
 		return true
 	})
-	a := newStarted(t, Config{AgentURL: ag.URL()})
+	a := newStarted(t, Config{AgentURL: ag.URL(), RetryBackoff: time.Millisecond})
 	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
 	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
 	err := a.Flush(context.Background())
 	var ae *AgentError
-	if !errors.As(err, &ae) || ae.StatusCode != 500 || ae.Body != "boom" {
-		t.Fatalf("Flush = %v, want AgentError 500 boom", err)
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Body != "boom" {
+		t.Fatalf("Flush = %v, want AgentError 400 boom", err)
 	}
 	stop(t, a)
-	if h := a.Health(); h.PayloadsFailed != 1 || h.SpansUnsent != 2 || h.PayloadsSent != 0 {
-		t.Fatalf("failed %d unsent %d sent %d", h.PayloadsFailed, h.SpansUnsent, h.PayloadsSent)
+	h := a.Health()
+	if h.PayloadsFailed != 1 || h.PayloadsDropped != 1 || h.PayloadsRetried != 0 || h.SpansUnsent != 2 || h.PayloadsSent != 0 {
+		t.Fatalf("failed %d dropped %d retried %d unsent %d sent %d", h.PayloadsFailed, h.PayloadsDropped, h.PayloadsRetried, h.SpansUnsent, h.PayloadsSent)
+	}
+	if n := len(ag.Requests()); n != 1 {
+		t.Fatalf("agent saw %d requests, want 1", n)
 	}
 }
 

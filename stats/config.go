@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +35,53 @@ const (
 	// DefaultSendQueue is how many reports may wait for the sender; beyond
 	// that a report is dropped and counted rather than blocking the consumer.
 	DefaultSendQueue = 4
+	// DefaultMaxRetries, with the backoff defaults, gives up on a payload
+	// after about 3 s of failures (0.2+0.4+0.8+1.6 s, jittered).
+	DefaultMaxRetries = 4
+	// DefaultRetryBackoff is the first retry's delay.
+	DefaultRetryBackoff = 200 * time.Millisecond
+	// DefaultMaxRetryBackoff caps the doubling.
+	DefaultMaxRetryBackoff = 5 * time.Second
+	// DefaultMaxRetryPayloads bounds the payloads waiting for a retry.
+	DefaultMaxRetryPayloads = 8
+	// DefaultMaxRetryBytes bounds their bytes: enough for two maximal
+	// payloads, so a retry storm costs bounded memory.
+	DefaultMaxRetryBytes = 64 << 20
+	// DefaultInfoRefresh is the /info poll period while stats are disabled.
+	DefaultInfoRefresh = 30 * time.Second
 )
+
+// Environment variables Datadog tracers already use for the budgets.
+const (
+	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
+	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
+	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
+)
+
+// limitsFromEnv fills the budgets the config left at zero from the
+// environment; an invalid value keeps the default and logs a warning.
+func limitsFromEnv(l aggregate.Limits, getenv func(string) string, logf func(string, ...any)) aggregate.Limits {
+	for _, e := range []struct {
+		name string
+		v    *int
+	}{
+		{EnvResourceLimit, &l.Resource},
+		{EnvHTTPEndpointLimit, &l.HTTPEndpoint},
+		{EnvPeerTagsLimit, &l.PeerTag},
+	} {
+		raw := getenv(e.name)
+		if *e.v != 0 || raw == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || n <= 0 {
+			logf("spanstats: ignoring %s=%q: want a positive integer; using the default", e.name, raw)
+			continue
+		}
+		*e.v = n
+	}
+	return l
+}
 
 // Config configures an Aggregator. The zero value of every field selects its
 // documented default.
@@ -73,6 +121,33 @@ type Config struct {
 	// SendQueue is the number of reports that may wait for the sender
 	// (default 4).
 	SendQueue int
+
+	// CardinalityLimits are the per-interval budgets of distinct values per
+	// label field (zero fields: aggregate.DefaultLimits, or the
+	// DD_TRACE_STATS_*_CARDINALITY_LIMIT environment variables; negative:
+	// unlimited). Values over budget become tracer_blocked_value.
+	CardinalityLimits aggregate.Limits
+	// PeerTagKeys, when set, are the only peer-tag keys kept. When empty the
+	// agent's /info peer_tags list is used once read; until then every key
+	// is kept (each key under its own budget).
+	PeerTagKeys []string
+
+	// MaxRetries is how many times a payload is retried after a retryable
+	// failure (408, 429, 5xx, network errors, timeouts). Default 4.
+	MaxRetries int
+	// RetryBackoff is the first retry's delay (default 200 ms), doubled per
+	// attempt up to MaxRetryBackoff (default 5 s), with jitter.
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry
+	// (defaults 8 payloads and 64 MiB); a failure beyond them is dropped
+	// and counted in PayloadsDropped.
+	MaxRetryPayloads, MaxRetryBytes int
+	// InfoRefresh is how often /info is polled while the agent does not
+	// accept stats (default 30 s).
+	InfoRefresh time.Duration
+	// Logger receives configuration warnings (default: the standard log
+	// package). It is never called on the Publish path.
+	Logger func(format string, args ...any)
 }
 
 // ErrBadConfig is wrapped by every configuration error New returns.
@@ -105,6 +180,9 @@ func (c Config) withDefaults() (Config, error) {
 		{"MaxAggregates", &c.MaxAggregates, DefaultMaxAggregates},
 		{"MaxPayloadBytes", &c.MaxPayloadBytes, DefaultMaxPayloadBytes},
 		{"SendQueue", &c.SendQueue, DefaultSendQueue},
+		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
+		{"MaxRetryPayloads", &c.MaxRetryPayloads, DefaultMaxRetryPayloads},
+		{"MaxRetryBytes", &c.MaxRetryBytes, DefaultMaxRetryBytes},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s must be >= 0, got %d", ErrBadConfig, d.name, *d.v)
@@ -113,15 +191,28 @@ func (c Config) withDefaults() (Config, error) {
 			*d.v = d.def
 		}
 	}
-	if c.BucketInterval < 0 || c.HTTPTimeout < 0 {
-		return c, fmt.Errorf("%w: BucketInterval and HTTPTimeout must be >= 0", ErrBadConfig)
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"BucketInterval", &c.BucketInterval, DefaultBucketInterval},
+		{"HTTPTimeout", &c.HTTPTimeout, DefaultHTTPTimeout},
+		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff},
+		{"MaxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff},
+		{"InfoRefresh", &c.InfoRefresh, DefaultInfoRefresh},
+	} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%w: %s must be >= 0, got %s", ErrBadConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
-	if c.BucketInterval == 0 {
-		c.BucketInterval = DefaultBucketInterval
+	if c.Logger == nil {
+		c.Logger = log.Printf
 	}
-	if c.HTTPTimeout == 0 {
-		c.HTTPTimeout = DefaultHTTPTimeout
-	}
+	c.CardinalityLimits = limitsFromEnv(c.CardinalityLimits, os.Getenv, c.Logger)
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}

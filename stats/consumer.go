@@ -20,15 +20,21 @@ type consumer struct {
 	start    time.Time // start of the current interval
 	boundary time.Time // the aligned end the timer is armed for
 	timer    *time.Timer
+	peerKeys *[]string // the list last given to the table
 }
 
 func newConsumer(a *Aggregator) *consumer {
-	return &consumer{
+	c := &consumer{
 		a:        a,
 		table:    aggregate.NewTable(a.cfg.MaxAggregates),
 		batch:    make([]aggregate.Span, drainBatch),
 		interval: a.cfg.BucketInterval,
 	}
+	c.table.SetLimits(a.cfg.CardinalityLimits)
+	if len(a.cfg.PeerTagKeys) > 0 {
+		c.table.SetPeerTagKeys(a.cfg.PeerTagKeys)
+	}
+	return c
 }
 
 func (c *consumer) run() {
@@ -79,6 +85,10 @@ func (c *consumer) run() {
 }
 
 func (c *consumer) aggregate(spans []aggregate.Span) {
+	if k := c.a.peerTagKeys.Load(); k != c.peerKeys { // the agent's list arrived or changed
+		c.peerKeys = k
+		c.table.SetPeerTagKeys(*k)
+	}
 	for i := range spans {
 		c.table.Add(&spans[i])
 	}
@@ -87,6 +97,10 @@ func (c *consumer) aggregate(spans []aggregate.Span) {
 	ac.overflowed.Store(c.table.Overflowed())
 	ac.recycled.Store(c.table.Recycled())
 	ac.entries.Store(uint64(c.table.Len()))
+	ac.collapsedSpans.Store(c.table.CollapsedSpans())
+	for f := range aggregate.NumFields {
+		ac.collapsed[f].Store(c.table.Collapsed(f))
+	}
 }
 
 // drainAll aggregates everything already in the inbox, so a Flush reports
@@ -178,6 +192,19 @@ func (c *consumer) report(end time.Time, done chan error) {
 		c.table.Rotate()
 		if done != nil {
 			done <- nil
+		}
+		return
+	}
+	if a.disabled.Load() { // the agent would refuse it: discard, counted
+		var hits uint64
+		for _, e := range entries {
+			hits += e.Hits
+		}
+		clear(c.touched)
+		a.c.cleared.Add(hits)
+		c.table.Rotate()
+		if done != nil {
+			done <- ErrStatsDisabled
 		}
 		return
 	}

@@ -1,12 +1,17 @@
 package stats
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
 
 // Health is a snapshot of an Aggregator's counters. Every span handed to
 // Publish is in exactly one of: Counted, Ineligible, InboxFull, Rejected,
-// AggregateDropped, or still Pending in the inbox (zero after Stop):
+// Disabled, AggregateDropped, or still Pending in the inbox (zero after
+// Stop):
 //
-//	Published == Counted + Ineligible + InboxFull + Rejected + AggregateDropped + Pending
+//	Published == Counted + Ineligible + InboxFull + Rejected + Disabled + AggregateDropped + Pending
 //
 // and every counted span is in a payload that was sent, one that was not,
 // one still aggregating, or was discarded by Clear:
@@ -38,19 +43,53 @@ type Health struct {
 	Cleared uint64
 	// Entries is the number of groups in the table after the last batch.
 	Entries uint64
+	// CollapsedSpans were counted with at least one label over its
+	// cardinality budget (replaced by tracer_blocked_value); Collapsed counts
+	// the collapses per field. Both are part of Counted.
+	CollapsedSpans uint64
+	Collapsed      FieldCounts
+	// Disabled spans were not aggregated because the agent does not accept
+	// client stats (its /info does not list /v0.6/stats).
+	Disabled uint64
 
 	// PayloadsSent were accepted by the agent (2xx).
 	PayloadsSent uint64
-	// PayloadsFailed got an error or a non-2xx answer.
+	// PayloadsFailed counts failed attempts: an error or a non-2xx answer.
+	// A payload retried three times and then sent adds 3 here and 1 to
+	// PayloadsSent.
 	PayloadsFailed uint64
-	// PayloadsDropped were discarded before sending (send queue full, or
-	// the aggregator stopping before they could be sent).
+	// PayloadsRetried counts attempts scheduled after a retryable failure.
+	PayloadsRetried uint64
+	// PayloadsSplit counts payloads the agent refused as too large (413),
+	// each re-sent as two smaller complete payloads.
+	PayloadsSplit uint64
+	// PayloadsDropped were given up: retry budget exhausted, refused by the
+	// agent (400 and other 4xx, 404), send queue full, or still unsent at
+	// the end of Stop. Their spans are in SpansUnsent.
 	PayloadsDropped uint64
 	// BytesSent is the total body size of PayloadsSent.
 	BytesSent uint64
 	// SpansSent is the sum of hits in PayloadsSent; SpansUnsent the sum of
-	// hits in failed or dropped payloads.
+	// hits in dropped payloads.
 	SpansSent, SpansUnsent uint64
+	// StatsDisabled is true while the agent does not accept client stats;
+	// DisabledTimes counts the switches to that state (a 404, or /info
+	// without /v0.6/stats) and InfoReads the successful /info reads.
+	StatsDisabled            bool
+	DisabledTimes, InfoReads uint64
+}
+
+// FieldCounts holds one counter per label field with a cardinality budget.
+type FieldCounts struct {
+	Resource, Service, Operation, Type, SpanKind uint64
+	HTTPMethod, HTTPEndpoint, GRPCStatusCode     uint64
+	ServiceSource, PeerTags                      uint64
+}
+
+// Total is the sum over all fields.
+func (f FieldCounts) Total() uint64 {
+	return f.Resource + f.Service + f.Operation + f.Type + f.SpanKind +
+		f.HTTPMethod + f.HTTPEndpoint + f.GRPCStatusCode + f.ServiceSource + f.PeerTags
 }
 
 // counters are the live values behind Health. Producers touch only
@@ -60,10 +99,15 @@ type counters struct {
 	inboxFull  padded
 	rejected   padded
 
+	disabled padded // spans published while stats are disabled
+
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
+	collapsedSpans                                              atomic.Uint64
+	collapsed                                                   [aggregate.NumFields]atomic.Uint64
 	// Written by the sender (and the consumer when it drops a report).
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
+	payloadsRetried, payloadsSplit, disabledTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
 }
 

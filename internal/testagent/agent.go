@@ -24,6 +24,7 @@ type Request struct {
 	Body    []byte
 	Payload *writer.Payload // nil when the body did not decode
 	Err     error           // the decode error, if any
+	Status  int             // the status the agent answered
 }
 
 // Agent is a running fake agent.
@@ -33,8 +34,8 @@ type Agent struct {
 	mu       sync.Mutex
 	requests []Request
 	notify   chan struct{}
-	// Handler, when set, answers a stats request instead of the default
-	// 200 (after the request was recorded). Tests use it to misbehave.
+	// handler, when set, answers a stats request instead of the default
+	// 200. Tests use it to misbehave.
 	handler func(w http.ResponseWriter, r *http.Request, n int) bool
 	info    map[string]any
 }
@@ -91,30 +92,45 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 	req := Request{Header: r.Header.Clone(), Body: body}
 	req.Payload, req.Err = writer.DecodePayload(body)
 	a.mu.Lock()
-	a.requests = append(a.requests, req)
-	n := len(a.requests)
+	n := len(a.requests) + 1
 	h := a.handler
+	a.mu.Unlock()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	switch {
+	case h != nil && h(sw, r, n):
+	case req.Err != nil:
+		http.Error(sw, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
+	default:
+		sw.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(sw, "OK\n")
+	}
+	req.Status = sw.status
+	a.mu.Lock()
+	a.requests = append(a.requests, req)
 	a.mu.Unlock()
 	select {
 	case a.notify <- struct{}{}:
 	default:
 	}
-	if h != nil && h(w, r, n) {
-		return
-	}
-	if req.Err != nil {
-		http.Error(w, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.WriteString(w, "OK\n")
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // URL is the agent's base URL ("http://127.0.0.1:port").
 func (a *Agent) URL() string { return a.srv.URL }
 
 // SetHandler installs h; it sees each stats request (n counts them from 1)
-// and returns true if it wrote the answer.
+// and returns true if it wrote the answer. The request is recorded once h
+// returns, with the status h answered.
 func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int) bool) {
 	a.mu.Lock()
 	a.handler = h
@@ -153,13 +169,24 @@ type Totals struct {
 	OkCount, ErrCount                    uint64 // values in the decoded sketches
 }
 
-// Sum adds up every decoded group of every accepted request by key, and the
-// grand total of hits.
+// Accepted returns the requests answered 200.
+func Accepted(reqs []Request) []Request {
+	var ok []Request
+	for _, r := range reqs {
+		if r.Status == http.StatusOK {
+			ok = append(ok, r)
+		}
+	}
+	return ok
+}
+
+// Sum adds up every decoded group of every request answered 200 by key,
+// and the grand total of hits.
 func Sum(reqs []Request) (map[GroupKey]*Totals, uint64) {
 	m := map[GroupKey]*Totals{}
 	var hits uint64
 	for _, r := range reqs {
-		if r.Payload == nil {
+		if r.Payload == nil || r.Status != http.StatusOK {
 			continue
 		}
 		for _, b := range r.Payload.Buckets {
