@@ -1,0 +1,360 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/testagent"
+)
+
+// fastRetries makes retry tests quick while keeping the backoff logic.
+func fastRetries(c Config) Config {
+	c.RetryBackoff = 5 * time.Millisecond
+	c.MaxRetryBackoff = 20 * time.Millisecond
+	return c
+}
+
+func publishN(a *Aggregator, n int, resource string) {
+	for i := range n {
+		a.Publish(&Span{Service: "s", Name: "op", Resource: resource, SpanKind: "server", Duration: int64(100 + i)})
+	}
+}
+
+// checkConservation asserts the span identity of Health after Stop.
+func checkConservation(t *testing.T, h Health) {
+	t.Helper()
+	if got := h.Counted + h.Ineligible + h.InboxFull + h.Rejected + h.Disabled + h.AggregateDropped + h.Pending; got != h.Published {
+		t.Fatalf("published %d != counted %d + ineligible %d + full %d + rejected %d + disabled %d + dropped %d + pending %d",
+			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.Disabled, h.AggregateDropped, h.Pending)
+	}
+	if h.Counted != h.SpansSent+h.SpansUnsent+h.Cleared {
+		t.Fatalf("counted %d != sent %d + unsent %d + cleared %d", h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared)
+	}
+}
+
+func TestFaultConnectionRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: every dial is refused
+	a := newStarted(t, fastRetries(Config{AgentURL: "http://" + addr, MaxRetries: 2}))
+	publishN(a, 5, "r")
+	err = a.Flush(context.Background())
+	if !errors.Is(err, ErrRetryBudget) {
+		t.Fatalf("Flush = %v, want ErrRetryBudget", err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		t.Fatalf("Flush error %v does not carry the dial error", err)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsFailed != 3 || h.PayloadsRetried != 2 || h.PayloadsDropped != 1 || h.SpansUnsent != 5 || h.PayloadsSent != 0 {
+		t.Fatalf("failed %d retried %d dropped %d unsent %d sent %d; want 3 2 1 5 0",
+			h.PayloadsFailed, h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.PayloadsSent)
+	}
+	checkConservation(t, h)
+}
+
+func TestFaultHangPastTimeout(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		<-r.Context().Done() // hang until the client gives up
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	a := newStarted(t, fastRetries(Config{AgentURL: ag.URL(), HTTPTimeout: 100 * time.Millisecond, MaxRetries: 1}))
+	publishN(a, 3, "r")
+	start := time.Now()
+	err := a.Flush(context.Background())
+	if !errors.Is(err, ErrRetryBudget) {
+		t.Fatalf("Flush = %v, want ErrRetryBudget", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("Flush took %s: two attempts of a 100 ms timeout should take ~200 ms", d)
+	}
+	// Publish stays non-blocking while the sender is stuck.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		publishN(a, 1000, "r2")
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publish blocked while the agent hangs")
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsFailed < 2 || h.PayloadsSent != 0 || h.PayloadsDropped < 1 || h.SpansSent != 0 {
+		t.Fatalf("failed %d sent %d dropped %d spansSent %d", h.PayloadsFailed, h.PayloadsSent, h.PayloadsDropped, h.SpansSent)
+	}
+	if h.SpansUnsent != h.Counted || h.Counted != 1003 {
+		t.Fatalf("unsent %d counted %d, want 1003 both", h.SpansUnsent, h.Counted)
+	}
+	checkConservation(t, h)
+}
+
+func TestFault500Then200DeliversOnce(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			http.Error(w, "try later", http.StatusInternalServerError)
+			return true
+		}
+		return false
+	})
+	a := newStarted(t, fastRetries(Config{AgentURL: ag.URL()}))
+	publishN(a, 7, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush = %v, want nil after the retry", err)
+	}
+	stop(t, a)
+	reqs := ag.Requests()
+	if len(reqs) != 2 || reqs[0].Status != 500 || reqs[1].Status != 200 {
+		t.Fatalf("agent saw %d requests", len(reqs))
+	}
+	_, hits := testagent.Sum(reqs)
+	if hits != 7 {
+		t.Fatalf("accepted hits %d, want 7 (once)", hits)
+	}
+	h := a.Health()
+	if h.PayloadsFailed != 1 || h.PayloadsRetried != 1 || h.PayloadsSent != 1 || h.PayloadsDropped != 0 || h.SpansSent != 7 {
+		t.Fatalf("failed %d retried %d sent %d dropped %d spansSent %d", h.PayloadsFailed, h.PayloadsRetried, h.PayloadsSent, h.PayloadsDropped, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
+// TestFault404ThenInfoRecovery: a 404 disables stats and clears the table
+// through the consumer; spans published meanwhile are counted as Disabled;
+// once /info lists /v0.6/stats again, stats flow again.
+func TestFault404ThenInfoRecovery(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			// The agent was downgraded: no stats endpoint any more.
+			ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+			http.NotFound(w, nil)
+			return true
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), InfoRefresh: 20 * time.Millisecond})
+	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
+	publishN(a, 4, "before")
+	err := a.Flush(context.Background())
+	if !errors.Is(err, ErrStatsDisabled) {
+		t.Fatalf("Flush = %v, want ErrStatsDisabled", err)
+	}
+	// Disabled: Publish refuses and counts.
+	if a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1}) {
+		t.Fatal("Publish returned true while stats are disabled")
+	}
+	if h := a.Health(); !h.StatsDisabled || h.Disabled != 1 || h.DisabledTimes != 1 {
+		t.Fatalf("disabled %v, Disabled %d, DisabledTimes %d", h.StatsDisabled, h.Disabled, h.DisabledTimes)
+	}
+	// The agent is upgraded again.
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats"}})
+	waitFor(t, "re-enable through /info", func() bool { return !a.Health().StatsDisabled })
+	publishN(a, 6, "after")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	got, hits := testagent.Sum(ag.Requests())
+	if hits != 6 || got[testagent.GroupKey{Service: "s", Name: "op", Resource: "after", SpanKind: "server"}].Hits != 6 {
+		t.Fatalf("accepted hits %d, want 6 from after the recovery", hits)
+	}
+	h := a.Health()
+	if h.Disabled != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 4 || h.SpansSent != 6 {
+		t.Fatalf("Disabled %d dropped %d unsent %d sent %d", h.Disabled, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
+// TestInfoWithoutStatsAtStart: an agent whose /info lacks /v0.6/stats gets
+// no payload at all; the spans are counted as Disabled.
+func TestInfoWithoutStatsAtStart(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
+	publishN(a, 9, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	if n := len(ag.Requests()); n != 0 {
+		t.Fatalf("agent got %d stats requests, want 0", n)
+	}
+	h := a.Health()
+	if h.Disabled != 9 || h.Counted != 0 {
+		t.Fatalf("Disabled %d Counted %d, want 9 and 0", h.Disabled, h.Counted)
+	}
+	checkConservation(t, h)
+}
+
+func TestInfoPeerTagsFilterKeys(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats"}, "peer_tags": []string{"peer.service", "db.instance"}})
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
+	a.Publish(&Span{Name: "q", SpanKind: "client", Duration: 5,
+		PeerTags: []string{"peer.hostname:db-1", "peer.service:users", "db.instance:main"}})
+	stop(t, a)
+	reqs := ag.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	g := reqs[0].Payload.Buckets[0].Groups[0]
+	if !slices.Equal(g.PeerTags, []string{"db.instance:main", "peer.service:users"}) {
+		t.Fatalf("peer tags %v, want only the keys /info lists", g.PeerTags)
+	}
+}
+
+// TestFault413SplitsPayload: the agent refuses bodies over a size; the
+// sender splits them until they fit, and the accepted payloads carry every
+// group exactly once.
+func TestFault413SplitsPayload(t *testing.T) {
+	const agentLimit = 16 << 10
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if r.ContentLength > agentLimit {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return true
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	for i := range 200 {
+		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint("r", i), SpanKind: "server", Duration: int64(1000 * (i + 1))})
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush = %v, want nil once split", err)
+	}
+	stop(t, a)
+	seen := map[string]int{}
+	for _, r := range testagent.Accepted(ag.Requests()) {
+		if len(r.Body) > agentLimit {
+			t.Fatalf("accepted body of %d bytes", len(r.Body))
+		}
+		for _, g := range r.Payload.Buckets[0].Groups {
+			seen[g.Resource]++
+			if g.Hits != 1 {
+				t.Fatalf("group %s hits %d", g.Resource, g.Hits)
+			}
+		}
+	}
+	if len(seen) != 200 {
+		t.Fatalf("%d groups accepted, want 200", len(seen))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("group %s accepted %d times", k, n)
+		}
+	}
+	h := a.Health()
+	if h.PayloadsSplit == 0 || h.PayloadsDropped != 0 || h.SpansSent != 200 {
+		t.Fatalf("split %d dropped %d spansSent %d", h.PayloadsSplit, h.PayloadsDropped, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
+// TestRetryBudgetBoundsQueue: with the agent failing and the retry queue
+// bounded to one payload, further failures are dropped at once and counted.
+func TestRetryBudgetBoundsQueue(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), MaxRetryPayloads: 1, RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
+	publishN(a, 2, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) { // queued for a retry in an hour
+		t.Fatalf("Flush = %v, want the deadline (payload waiting for retry)", err)
+	}
+	cancel()
+	publishN(a, 3, "b")
+	if err := a.Flush(context.Background()); !errors.Is(err, ErrRetryBudget) {
+		t.Fatalf("second Flush = %v, want ErrRetryBudget (queue full)", err)
+	}
+	ag.SetHandler(nil) // the agent recovers: Stop's final attempt delivers the queued payload
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsRetried != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 2 {
+		t.Fatalf("retried %d dropped %d unsent %d sent %d; want 1 1 3 2", h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
+func TestLimitsFromEnv(t *testing.T) {
+	var warnings []string
+	logf := func(f string, args ...any) { warnings = append(warnings, fmt.Sprintf(f, args...)) }
+	env := map[string]string{
+		EnvResourceLimit:     "100",
+		EnvHTTPEndpointLimit: "lots",
+		EnvPeerTagsLimit:     "-3",
+	}
+	l := limitsFromEnv(aggregate.Limits{}, func(k string) string { return env[k] }, logf)
+	if l.Resource != 100 || l.HTTPEndpoint != 0 || l.PeerTag != 0 {
+		t.Fatalf("limits %+v: want resource 100, others left to the default", l)
+	}
+	if len(warnings) != 2 {
+		t.Fatalf("warnings %q, want 2", warnings)
+	}
+	// Config wins over the environment.
+	l = limitsFromEnv(aggregate.Limits{Resource: 7}, func(k string) string { return env[k] }, logf)
+	if l.Resource != 7 {
+		t.Fatalf("Resource = %d, want the config's 7", l.Resource)
+	}
+}
+
+// TestBudgetsThroughAggregator: a resource with a UUID in it collapses past
+// the budget and is counted in Health.
+func TestBudgetsThroughAggregator(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), CardinalityLimits: aggregate.Limits{Resource: 10}})
+	for i := range 30 {
+		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("GET /u/%08x", i*2654435761), SpanKind: "server", Duration: 1})
+	}
+	stop(t, a)
+	got, hits := testagent.Sum(ag.Requests())
+	b := got[testagent.GroupKey{Service: "s", Name: "op", Resource: aggregate.BlockedValue, SpanKind: "server"}]
+	if hits != 30 || b == nil || b.Hits != 20 || len(got) != 11 {
+		t.Fatalf("hits %d, blocked group %+v, %d groups", hits, b, len(got))
+	}
+	h := a.Health()
+	if h.CollapsedSpans != 20 || h.Collapsed.Resource != 20 || h.Collapsed.Total() != 20 {
+		t.Fatalf("collapsed spans %d resource %d total %d", h.CollapsedSpans, h.Collapsed.Resource, h.Collapsed.Total())
+	}
+	checkConservation(t, h)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
