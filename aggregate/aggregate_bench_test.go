@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"testing"
 )
 
@@ -64,6 +67,7 @@ func benchHit(b *testing.B, peers bool) {
 	spans := benchSpans(200, peers)
 	durs := benchDurations(4096)
 	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits()) // as the SDK runs it
 	for i := range spans {
 		tb.Add(&spans[i])
 	}
@@ -145,4 +149,56 @@ func BenchmarkSketchAdd(b *testing.B) {
 	}
 	sinkU64 = s.Count()
 	sinkF64 = s.Quantile(0.5)
+}
+
+// BenchmarkTableAddAdversarial: every span varies service (64 K values),
+// operation (256 K), resource (~1 M) and peer host (32 K) at once, with the
+// default budgets on; the table rotates every 1 M spans as a report would.
+// The strings are built fresh in batches of 4096 outside the timer: a tracer
+// hands over strings it just built (in cache), not ones from a cold pool.
+// Compare with BenchmarkTableAddHitPeerTags (the steady state for client
+// spans): the issue bounds this at 2× that.
+func BenchmarkTableAddAdversarial(b *testing.B) {
+	const batch = 4096
+	durs := benchDurations(4096)
+	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits())
+	spans := make([]Span, batch)
+	fill := func(base int) {
+		for j := range spans {
+			i := base + j
+			s := &spans[j]
+			*s = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0,
+				Service:  "svc-" + strconv.Itoa((i*7)&(1<<16-1)),
+				Name:     "op." + strconv.Itoa((i*13)&(1<<18-1)),
+				Resource: "GET /api/v1/users/" + strconv.Itoa((i*31)&(1<<20-1)),
+			}
+			s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa((i*17)&(1<<15-1)), "db.system:postgresql"})
+		}
+	}
+	fill(0)
+	// The fresh strings are the benchmark's garbage, not the table's: collect
+	// it outside the timer so GC work does not land on the measured spans.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		j := i % batch
+		if j == 0 && i > 0 {
+			b.StopTimer()
+			if i%(64*batch) == 0 {
+				runtime.GC()
+			}
+			fill(i)
+			b.StartTimer()
+		}
+		tb.Add(&spans[j])
+		if i&(1<<20-1) == 1<<20-1 {
+			tb.Rotate()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/span")
+	b.ReportMetric(float64(tb.CollapsedSpans())/float64(b.N), "collapsed/op")
+	sinkEntries = tb.Touched(sinkEntries[:0])
 }

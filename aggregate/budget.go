@@ -1,6 +1,9 @@
 package aggregate
 
-import "strings"
+import (
+	"hash/maphash"
+	"strings"
+)
 
 // Field names a label field with a cardinality budget.
 type Field int
@@ -83,68 +86,160 @@ func (l Limits) withDefaults() Limits {
 // list: each key has its own budget, so the keys need one too.
 const maxPeerTagKeys = 64
 
-// valueSet is the budget of one field. Values admitted in earlier intervals
-// stay in seen, so an interval re-admitting them allocates nothing.
+// valueSet is the budget of one field: an open-addressing set of the
+// values' seeded hashes, each with the last interval that admitted it.
+// Storing hashes, not strings, means admission never allocates and values
+// seen in earlier intervals are re-admitted for a probe. Two values whose
+// 64-bit hashes collide share one admission — an extra value's worth of
+// detail, never a lost span.
 type valueSet struct {
-	limit   int // < 0: unlimited
-	seen    map[string]*uint32
-	epoch   uint32 // interval that n counts
-	n       int    // values admitted in epoch
-	blocked string // the replacement value
+	limit    int // < 0: unlimited
+	slots    []uint64
+	mask     uint64
+	used     int    // occupied slots
+	remember int    // occupied slots kept across intervals before a reset
+	epoch    uint32 // interval that n counts
+	n        int    // values admitted in epoch
+	blocked  string // the replacement value
+
+	// The last value decided, and the decision: a field that keeps its
+	// value from span to span (a service, "GET", "") is decided by one
+	// string comparison. A decision holds for the rest of its interval.
+	last      string
+	lastEpoch uint32
+	lastOK    bool
 }
+
+// A slot packs the top 48 bits of a value's hash with the low 16 bits of the
+// last interval that admitted it: 8 bytes a value keeps the sets of a whole
+// table within L2. 0 is an empty slot.
+const (
+	slotEpochBits = 16
+	slotEpochMask = 1<<slotEpochBits - 1
+)
 
 func newValueSet(limit int, blocked string) *valueSet {
-	return &valueSet{limit: limit, seen: make(map[string]*uint32), blocked: blocked}
+	s := &valueSet{limit: limit, blocked: blocked}
+	if limit < 0 {
+		return s
+	}
+	// The values of the previous interval or so are remembered, so a
+	// steady value set costs a probe, not an insert; the bound keeps a
+	// stream of fresh values from growing the set: at most remember + limit
+	// slots are ever occupied.
+	s.remember = limit + 64
+	n := 16
+	for n < 2*(s.remember+limit+1) { // load factor <= 1/2
+		n <<= 1
+	}
+	s.slots = make([]uint64, n)
+	s.mask = uint64(n - 1)
+	return s
 }
 
-// admit reports whether v is within budget in interval epoch, admitting it
-// if there is room.
-func (s *valueSet) admit(v string, epoch uint32) bool {
+// ok reports whether v is within budget in interval epoch, admitting it if
+// there is room. The repeated-value check is small enough to inline.
+func (s *valueSet) ok(v string, seed maphash.Seed, epoch uint32) bool {
+	if s.lastEpoch == epoch && s.last == v {
+		return s.lastOK
+	}
+	return s.decide(v, seed, epoch)
+}
+
+func (s *valueSet) decide(v string, seed maphash.Seed, epoch uint32) bool {
+	ok := true
+	if s.limit >= 0 {
+		ok = s.admit(maphash.String(seed, v), epoch)
+	}
+	// Holding v pins at most one tracer string per field.
+	s.last, s.lastEpoch, s.lastOK = v, epoch, ok
+	return ok
+}
+
+// admit reports whether the value with hash h is within budget in interval
+// epoch, admitting it if there is room.
+func (s *valueSet) admit(h uint64, epoch uint32) bool {
 	if s.limit < 0 {
 		return true
 	}
 	if s.epoch != epoch {
-		s.epoch, s.n = epoch, 0
-		// Remembered values are what saves allocations; beyond a few
-		// intervals' worth they are just memory.
-		if len(s.seen) > 4*s.limit+64 {
-			clear(s.seen)
+		// Clearing when the 16-bit interval stamp wraps keeps an old stamp
+		// from passing for the current interval.
+		if s.used > s.remember || epoch>>slotEpochBits != s.epoch>>slotEpochBits {
+			clear(s.slots)
+			s.used = 0
 		}
+		s.epoch, s.n = epoch, 0
 	}
-	if p, ok := s.seen[v]; ok {
-		if *p == epoch {
+	tag := h &^ slotEpochMask
+	if tag == 0 {
+		tag = 1 << slotEpochBits // 0 marks an empty slot
+	}
+	stamp := uint64(epoch & slotEpochMask)
+	for i := (h >> slotEpochBits) & s.mask; ; i = (i + 1) & s.mask {
+		sl := s.slots[i]
+		if sl&^slotEpochMask == tag {
+			if sl&slotEpochMask == stamp {
+				return true
+			}
+			if s.n >= s.limit {
+				return false
+			}
+			s.slots[i] = tag | stamp
+			s.n++
 			return true
 		}
-		if s.n >= s.limit {
-			return false
+		if sl == 0 {
+			if s.n >= s.limit {
+				return false
+			}
+			s.slots[i] = tag | stamp
+			s.used++
+			s.n++
+			return true
 		}
-		*p = epoch // the map keeps its own copy of v: nothing to allocate
-		s.n++
-		return true
 	}
-	if s.n >= s.limit {
-		return false
-	}
-	e := epoch
-	s.seen[strings.Clone(v)] = &e
-	s.n++
-	return true
 }
 
 // budgets holds the value sets of a Table.
 type budgets struct {
+	seed    maphash.Seed
 	fields  [FieldPeerTags]*valueSet
 	peer    map[string]*valueSet // per peer-tag key
 	limits  Limits
 	blocked *valueSet // stands in for keys beyond maxPeerTagKeys
+	// recent remembers, per position in a span's sorted peer tags, the
+	// last key's set: spans of one client repeat their key layout.
+	recent [MaxInlinePeerTags]struct {
+		key string
+		set *valueSet
+	}
+}
+
+// peerSetCached is peerSet with the per-position memory of recent.
+func (b *budgets) peerSetCached(i int, tag string) *valueSet {
+	if i >= len(b.recent) {
+		return b.peerSet(tag)
+	}
+	r := &b.recent[i]
+	if r.set != nil && len(tag) > len(r.key) && tag[len(r.key)] == ':' && tag[:len(r.key)] == r.key {
+		return r.set
+	}
+	set := b.peerSet(tag)
+	k := tag
+	if j := strings.IndexByte(tag, ':'); j >= 0 {
+		k = tag[:j]
+	}
+	r.key, r.set = k, set
+	return set
 }
 
 func newBudgets(l Limits) *budgets {
-	b := &budgets{limits: l, peer: map[string]*valueSet{}}
+	b := &budgets{limits: l, peer: map[string]*valueSet{}, seed: maphash.MakeSeed()}
 	for f := range FieldPeerTags {
 		b.fields[f] = newValueSet(l.get(f), BlockedValue)
 	}
-	b.blocked = &valueSet{limit: 0, seen: map[string]*uint32{}, blocked: BlockedValue}
+	b.blocked = newValueSet(0, BlockedValue)
 	return b
 }
 
@@ -170,46 +265,59 @@ func (b *budgets) peerSet(tag string) *valueSet {
 // admit checks every budgeted field of s (and its peer tags) in interval
 // epoch. When all are within budget it returns nil. Otherwise it returns a
 // copy of s in t.collapsedSpan with the over-budget values replaced, and
-// counts each collapse.
+// counts each collapse. Over-budget peer tags are replaced in peers.
 func (t *Table) admit(s *Span, peers []string) *Span {
 	b := t.budgets
-	ep := t.epoch
-	var c *Span
-	field := func(f Field, v string) {
-		if b.fields[f].admit(v, ep) {
-			return
-		}
-		if c == nil {
-			c = &t.collapsedSpan
-			*c = *s
-		}
-		t.collapsed[f]++
-		*fieldOf(c, f) = BlockedValue
+	ep, seed := t.epoch, b.seed
+	f := &b.fields
+	var rejected uint16 // bit per Field
+	if !f[FieldResource].ok(s.Resource, seed, ep) {
+		rejected |= 1 << FieldResource
 	}
-	field(FieldResource, s.Resource)
-	field(FieldService, s.Service)
-	field(FieldOperation, s.Name)
-	field(FieldType, s.Type)
-	field(FieldSpanKind, s.SpanKind)
-	field(FieldHTTPMethod, s.HTTPMethod)
-	field(FieldHTTPEndpoint, s.HTTPEndpoint)
-	field(FieldGRPCStatusCode, s.GRPCStatusCode)
-	field(FieldServiceSource, s.ServiceSource)
+	if !f[FieldService].ok(s.Service, seed, ep) {
+		rejected |= 1 << FieldService
+	}
+	if !f[FieldOperation].ok(s.Name, seed, ep) {
+		rejected |= 1 << FieldOperation
+	}
+	if !f[FieldType].ok(s.Type, seed, ep) {
+		rejected |= 1 << FieldType
+	}
+	if !f[FieldSpanKind].ok(s.SpanKind, seed, ep) {
+		rejected |= 1 << FieldSpanKind
+	}
+	if !f[FieldHTTPMethod].ok(s.HTTPMethod, seed, ep) {
+		rejected |= 1 << FieldHTTPMethod
+	}
+	if !f[FieldHTTPEndpoint].ok(s.HTTPEndpoint, seed, ep) {
+		rejected |= 1 << FieldHTTPEndpoint
+	}
+	if !f[FieldGRPCStatusCode].ok(s.GRPCStatusCode, seed, ep) {
+		rejected |= 1 << FieldGRPCStatusCode
+	}
+	if !f[FieldServiceSource].ok(s.ServiceSource, seed, ep) {
+		rejected |= 1 << FieldServiceSource
+	}
+	t.peersCollapsed = false
 	for i, p := range peers {
-		vs := b.peerSet(p)
-		if vs.admit(p, ep) {
-			continue
+		if vs := b.peerSetCached(i, p); !vs.ok(p, seed, ep) {
+			t.collapsed[FieldPeerTags]++
+			peers[i] = vs.blocked
+			t.peersCollapsed = true
 		}
-		if c == nil {
-			c = &t.collapsedSpan
-			*c = *s
+	}
+	if rejected == 0 && !t.peersCollapsed {
+		return nil
+	}
+	c := &t.collapsedSpan
+	*c = *s
+	for fl := range FieldPeerTags {
+		if rejected&(1<<fl) != 0 {
+			t.collapsed[fl]++
+			*fieldOf(c, fl) = BlockedValue
 		}
-		t.collapsed[FieldPeerTags]++
-		peers[i] = vs.blocked
 	}
-	if c != nil {
-		t.collapsedSpans++
-	}
+	t.collapsedSpans++
 	return c
 }
 

@@ -2,7 +2,10 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -141,8 +144,8 @@ func TestBudgetMemoryBounded(t *testing.T) {
 		}
 		tb.Rotate()
 	}
-	if n := len(tb.budgets.fields[FieldResource].seen); n > 4*10+64+10 {
-		t.Fatalf("resource set holds %d values", n)
+	if rs := tb.budgets.fields[FieldResource]; rs.used > rs.remember+10 || len(rs.slots) > 256 {
+		t.Fatalf("resource set holds %d values in %d slots", rs.used, len(rs.slots))
 	}
 }
 
@@ -160,5 +163,73 @@ func TestSetPeerTagKeysFilters(t *testing.T) {
 	tb.Add(&s)
 	if n := len(tb.Touched(nil)); n != 2 {
 		t.Fatalf("%d groups after un-filtering, want 2", n)
+	}
+}
+
+// TestBudgetMatchesModel drives random spans (small value domains, small
+// budgets, peer tags, random interval ends, bursts of attack) through a
+// table and through a plain model of the budget rule — a value is kept if it
+// was kept earlier in the interval or fewer than limit values were — and
+// requires the same groups with the same hits every interval. It covers the
+// lookup-first path, the admit-first path under attack, and their switches.
+func TestBudgetMatchesModel(t *testing.T) {
+	type modelKey struct{ svc, op, res, host string }
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		limits := Limits{Service: 1 + r.IntN(3), Operation: 1 + r.IntN(4), Resource: 1 + r.IntN(6), PeerTag: 1 + r.IntN(3)}
+		tb := NewTable(1024) // above the ≤ 560 keys the budgets allow: no overflow here
+		tb.SetLimits(limits)
+		admitted := map[string]map[string]bool{}
+		admit := func(field, v string, limit int) string {
+			set := admitted[field]
+			if set == nil {
+				set = map[string]bool{}
+				admitted[field] = set
+			}
+			if set[v] || len(set) < limit {
+				set[v] = true
+				return v
+			}
+			return BlockedValue
+		}
+		want := map[modelKey]uint64{}
+		for step := range 3000 {
+			domain := 3
+			if (step/200)%2 == 1 { // alternate calm and attack phases
+				domain = 40
+			}
+			svc := fmt.Sprint("s", r.IntN(domain))
+			op := fmt.Sprint("o", r.IntN(domain))
+			res := fmt.Sprint("r", r.IntN(domain))
+			host := fmt.Sprint("h", r.IntN(domain))
+			s := Span{Service: svc, Name: op, Resource: res, SpanKind: "client", Duration: 1}
+			s.SetPeerTags([]string{"peer.hostname:" + host, "db.system:pg"})
+			tb.Add(&s)
+			mh := admit("host", host, limits.PeerTag)
+			k := modelKey{admit("svc", svc, limits.Service), admit("op", op, limits.Operation), admit("res", res, limits.Resource), mh}
+			admit("db", "pg", limits.PeerTag)
+			want[k]++
+			if r.IntN(150) == 0 || step == 2999 {
+				got := map[modelKey]uint64{}
+				for _, e := range tb.Touched(nil) {
+					host := ""
+					for _, p := range e.PeerTags {
+						if v, ok := strings.CutPrefix(p, "peer.hostname:"); ok {
+							host = v
+						}
+					}
+					got[modelKey{e.Service, e.Name, e.Resource, host}] += e.Hits
+				}
+				if tb.Overflowed() != 0 {
+					t.Fatalf("seed %d: %d spans overflowed", seed, tb.Overflowed())
+				}
+				if !maps.Equal(got, want) {
+					t.Fatalf("seed %d step %d: table %v, model %v", seed, step, got, want)
+				}
+				tb.Rotate()
+				admitted = map[string]map[string]bool{}
+				want = map[modelKey]uint64{}
+			}
+		}
 	}
 }

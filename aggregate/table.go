@@ -36,9 +36,12 @@ type Table struct {
 	keyBuf []byte   // scratch: seed, then the key bytes of the span being added
 	peers  []string // scratch: a span's peer tags, sorted
 
-	budgets       *budgets            // nil: no cardinality limits
-	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
-	collapsedSpan Span                // scratch: a span with collapsed fields
+	budgets        *budgets            // nil: no cardinality limits
+	peerKeys       map[string]struct{} // nil: every peer-tag key is kept
+	collapsedSpan  Span                // scratch: a span with collapsed fields
+	lastCollapsed  *Entry              // entry of the last collapsed span
+	peersCollapsed bool                // admit replaced a peer tag
+	attacked       bool                // the last span collapsed: admit before hashing
 
 	recycled       uint64
 	overflowed     uint64
@@ -89,23 +92,61 @@ func (t *Table) Overflowed() uint64 { return t.overflowed }
 // key. It never loses a span: at the cap the span goes to the overflow entry.
 func (t *Table) Add(s *Span) {
 	peers := t.sortedPeers(s)
+	if t.budgets != nil && t.attacked {
+		// The last span collapsed: under a cardinality attack most spans
+		// do, so decide the budgets before hashing the raw key at all.
+		if c := t.admit(s, peers); c != nil {
+			t.addCollapsed(s, c, peers)
+			return
+		}
+		t.attacked = false
+		t.addKey(s, peers, false)
+		return
+	}
+	t.addKey(s, peers, t.budgets != nil)
+}
+
+// addKey counts s in the entry of its raw key. With checkBudgets, a key not
+// yet admitted in this interval goes through the budgets first.
+func (t *Table) addKey(s *Span, peers []string, checkBudgets bool) {
 	b := t.encodeKey(s, peers)
 	h := hash(b)
 	e := t.lookup(h, b[seedLen:])
 	// Budgets are checked once per key per interval: a hit on an entry
 	// already admitted this interval costs nothing more.
-	if t.budgets != nil && (e == nil || e.epoch != t.epoch) {
+	if checkBudgets && (e == nil || e.epoch != t.epoch) {
 		if c := t.admit(s, peers); c != nil {
-			peers = sortSet(peers)
-			b = t.encodeKey(c, peers)
-			h = hash(b)
-			e = t.lookup(h, b[seedLen:])
+			t.attacked = true
+			t.addCollapsed(s, c, peers)
+			return
 		}
 	}
 	if e == nil {
 		e = t.insert(h, b[seedLen:])
 	}
 	e.epoch = t.epoch
+	e.record(s.Duration, s.Error, s.TopLevel)
+}
+
+// addCollapsed counts s in the entry of c, its copy with over-budget fields
+// replaced by BlockedValue.
+func (t *Table) addCollapsed(s, c *Span, peers []string) {
+	if t.peersCollapsed {
+		peers = sortSet(peers) // collapsed tags may now repeat or reorder
+	}
+	// Under attack the collapsed key repeats (the varying fields all read
+	// tracer_blocked_value): comparing with the last collapsed entry skips
+	// encoding and hashing.
+	e := t.lastCollapsed
+	if e == nil || e.epoch != t.epoch || !e.matchesSpan(c, peers) {
+		b := t.encodeKey(c, peers)
+		h := hash(b)
+		if e = t.lookup(h, b[seedLen:]); e == nil {
+			e = t.insert(h, b[seedLen:])
+		}
+		e.epoch = t.epoch
+		t.lastCollapsed = e
+	}
 	e.record(s.Duration, s.Error, s.TopLevel)
 }
 
@@ -213,6 +254,25 @@ func hash(b []byte) uint64 { return xxhash.Sum64(b) }
 // matches reports whether e holds the key encoded in b (without the seed).
 func (e *Entry) matches(key []byte) bool { return e.key == string(key) }
 
+// matchesSpan compares e's key with the fields of s field by field (no
+// encoding). It is exact for any entry, including a recycled one.
+func (e *Entry) matchesSpan(s *Span, peers []string) bool {
+	k := &e.Key
+	if k.Service != s.Service || k.Name != s.Name || k.Resource != s.Resource ||
+		k.Type != s.Type || k.SpanKind != s.SpanKind || k.HTTPMethod != s.HTTPMethod ||
+		k.HTTPEndpoint != s.HTTPEndpoint || k.GRPCStatusCode != s.GRPCStatusCode ||
+		k.ServiceSource != s.ServiceSource || k.HTTPStatusCode != s.HTTPStatusCode ||
+		k.Synthetics != s.Synthetics || k.IsTraceRoot != traceRoot(s) || len(k.PeerTags) != len(peers) {
+		return false
+	}
+	for i, p := range peers {
+		if k.PeerTags[i] != p {
+			return false
+		}
+	}
+	return true
+}
+
 func (t *Table) lookup(h uint64, key []byte) *Entry {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		sl := t.slots[i]
@@ -274,6 +334,14 @@ func (e *Entry) setKey(key []byte) {
 	k.GRPCStatusCode = d.field()
 	k.ServiceSource = d.field()
 	k.HTTPStatusCode = d.uint32()
+	// Blocked fields share the constant: comparing a collapsed span with
+	// the entry then short-circuits on equal pointers.
+	for _, f := range []*string{&k.Service, &k.Name, &k.Resource, &k.Type, &k.SpanKind,
+		&k.HTTPMethod, &k.HTTPEndpoint, &k.GRPCStatusCode, &k.ServiceSource} {
+		if *f == BlockedValue {
+			*f = BlockedValue
+		}
+	}
 	flags := d.byte()
 	k.IsTraceRoot = Trilean(flags & 3)
 	k.Synthetics = flags&4 != 0
@@ -420,6 +488,7 @@ func (t *Table) Clear() {
 	t.entries = t.entries[:0]
 	clear(t.slots)
 	t.overflow = nil
+	t.lastCollapsed = nil
 	t.cursor = 0
 	t.epoch++
 	t.noIdle = false

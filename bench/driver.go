@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// Driver is one implementation under test, set up for one workload.
+// Publish is called from many goroutines at once; Stop, Counts and Close
+// are called once each, in that order, after every Publish returned.
+type Driver interface {
+	// Publish hands s, the span at position i of the workload, to the
+	// implementation the way a tracer does when a one-span trace finishes.
+	// s is valid only during the call.
+	Publish(i int, s *stats.Span)
+	// Stop drains what is still queued and does the final flush.
+	Stop() error
+	// Counts is the fate of every published span (valid after Stop).
+	Counts() Counts
+	// Close releases what the driver set up around the implementation.
+	Close()
+}
+
+// Counts says what became of the published spans.
+type Counts struct {
+	Published  uint64 // spans handed to Publish
+	Counted    uint64 // aggregated into an entry (including overflow)
+	Shed       uint64 // dropped because the queue to the aggregator was full
+	Ineligible uint64 // not counted by rule
+	Collapsed  uint64 // counted with a label replaced by tracer_blocked_value
+	Overflowed uint64 // counted in the overflow entry at the table cap
+	Lost       uint64 // anything else: must stay 0
+}
+
+// OpenFunc sets up a driver for w.
+type OpenFunc func(w *Workload) (Driver, error)
+
+// Run publishes w through the driver open returns from Producers goroutines
+// (b.SetParallelism(ceil(Producers/GOMAXPROCS)) and b.RunParallel), one span
+// per b.N, then stops it inside the timed region. Besides ns/op and
+// allocs/op it reports:
+//
+//	counted/s       spans counted per second of wall time
+//	cpu-ns/counted  process user+sys CPU over the timed region per counted span
+//	allocs/counted  heap allocations over the timed region per counted span
+//	shed/op         fraction of published spans shed at the inbox
+//	collapsed/op    fraction counted with a label over its cardinality budget
+//	overflow/op     fraction counted in the overflow entry
+func Run(b *testing.B, w *Workload, open OpenFunc) {
+	d, err := open(w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((Producers + procs - 1) / procs)
+	b.ReportAllocs()
+
+	var next atomic.Int64
+	var ms0, ms1 runtime.MemStats
+	runtime.GC() // do not charge the setup's garbage to the run
+	runtime.ReadMemStats(&ms0)
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		p := w.Producer(int(next.Add(1) - 1))
+		for pb.Next() {
+			d.Publish(p.Next())
+		}
+	})
+	stopErr := d.Stop()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
+	if stopErr != nil {
+		b.Fatalf("stop: %v", stopErr)
+	}
+
+	c := d.Counts()
+	if c.Published != uint64(b.N) {
+		b.Errorf("published %d spans, want b.N = %d", c.Published, b.N)
+	}
+	if c.Lost != 0 || c.Counted+c.Shed+c.Ineligible != c.Published {
+		b.Errorf("spans unaccounted for: %+v", c)
+	}
+	if c.Counted > 0 {
+		b.ReportMetric(float64(c.Counted)/elapsed.Seconds(), "counted/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(c.Counted), "cpu-ns/counted")
+		b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(c.Counted), "allocs/counted")
+	}
+	if c.Published > 0 {
+		p := float64(c.Published)
+		b.ReportMetric(float64(c.Shed)/p, "shed/op")
+		b.ReportMetric(float64(c.Collapsed)/p, "collapsed/op")
+		b.ReportMetric(float64(c.Overflowed)/p, "overflow/op")
+	}
+}
+
+// cpuTime is the user+system CPU time of the whole process so far: every
+// goroutine of the implementation, the runtime (GC) and the loopback agent.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic("BUG: bench: getrusage: " + err.Error())
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// SDK drives this module's stats.Aggregator: default configuration (table
+// cap, inbox, interval) reporting to a loopback Agent.
+type SDK struct {
+	agg   *stats.Aggregator
+	agent *Agent
+}
+
+// OpenSDK returns an OpenFunc for the SDK whose agent advertises
+// peerTagKeys (DefaultPeerTagKeys when nil).
+func OpenSDK(peerTagKeys []string) OpenFunc {
+	return func(w *Workload) (Driver, error) { return NewSDK(w, peerTagKeys) }
+}
+
+// NewSDK starts an aggregator and its loopback agent. Any workload goes.
+func NewSDK(_ *Workload, peerTagKeys []string) (*SDK, error) {
+	agent := NewAgent(peerTagKeys)
+	agg, err := stats.New(stats.Config{
+		AgentURL: agent.URL(), Env: "bench", Service: "bench", Version: "1.0.0",
+		Hostname: "bench-host", TracerVersion: "bench",
+	})
+	if err != nil {
+		agent.Close()
+		return nil, err
+	}
+	agg.Start()
+	return &SDK{agg: agg, agent: agent}, nil
+}
+
+// Publish implements Driver.
+func (d *SDK) Publish(_ int, s *stats.Span) { d.agg.Publish(s) }
+
+// Aggregator is the aggregator under test.
+func (d *SDK) Aggregator() *stats.Aggregator { return d.agg }
+
+// Stop implements Driver: it drains the inbox and sends the final report.
+func (d *SDK) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.agg.Stop(ctx); err != nil {
+		return err
+	}
+	if h := d.agg.Health(); h.PayloadsDropped > 0 {
+		return fmt.Errorf("%d payloads (%d spans) not delivered to the loopback agent", h.PayloadsDropped, h.SpansUnsent)
+	}
+	return nil
+}
+
+// Counts implements Driver.
+func (d *SDK) Counts() Counts {
+	h := d.agg.Health()
+	c := Counts{
+		Published: h.Published, Counted: h.Counted, Shed: h.InboxFull, Ineligible: h.Ineligible,
+		Collapsed: h.CollapsedSpans, Overflowed: h.Overflowed,
+	}
+	c.Lost = h.Rejected + h.AggregateDropped + h.Disabled + h.Pending
+	return c
+}
+
+// Close implements Driver.
+func (d *SDK) Close() { d.agent.Close() }

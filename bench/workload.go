@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// Producers is the number of publishing goroutines every benchmark runs
+// (dd-trace-java's JMH suite runs @Threads(8)).
+const Producers = 8
+
+// Workload dimensions. The high-cardinality sizes are dd-trace-java's
+// adversarial bench sizes; they are far above every cardinality budget and
+// the table cap, which is the point.
+const (
+	// SteadyStateKeys is the number of distinct keys of SteadyState and
+	// ClientPeerTags: a large service's working set, well under the cap.
+	SteadyStateKeys = 200
+	// HeapKeys is the number of entries HeapEntries fills: the default
+	// table cap.
+	HeapKeys = 2048
+	// HeapSpansPerKey spreads each HeapEntries key's durations over its
+	// sketches the way a busy interval does.
+	HeapSpansPerKey = 200
+
+	Resources      = 1 << 20 // distinct resources (~1 M)
+	PeerHostnames  = 1 << 15 // distinct peer.hostname values (32 K)
+	Services       = 1 << 16 // distinct services in Adversarial (64 K)
+	Operations     = 1 << 18 // distinct operations in Adversarial (256 K)
+	mixedSpans     = 1 << 16 // table length of the few-key workloads
+	hiCardSpans    = 1 << 20 // table length of the high-cardinality workloads
+	peerSpans      = 1 << 16 // table length of HighCardinalityPeer
+	errorRate      = 0.2
+	minDurationNs  = 50e3 // 50 µs
+	maxDurationNs  = 2e9  // 2 s
+	workloadSeed1  = 0x5eed_5eed
+	workloadSeed2  = 0xbe4c_0de5
+	hashMultiplier = 0x9E3779B1 // odd: i*m mod 2^k is a bijection
+)
+
+// Workload is a deterministic, precomputed sequence of finished spans.
+// Benchmark producers walk it with a Producer each; nothing is computed,
+// drawn or allocated per span.
+//
+// A workload with few keys is a plain table of spans. A high-cardinality
+// workload is one template span plus a compact, pointer-free record per
+// position naming its values in shared string tables (a million 200-byte
+// spans with a dozen pointers each would dominate the process's memory,
+// the GC's marking and the race detector's shadow). Producer.Next writes a
+// record's values over the template in the producer's own span.
+//
+// Span.Start is 0 throughout: the SDK buckets by arrival time and ignores
+// it; a driver whose implementation buckets by the span's end time (the
+// agent's concentrator) stamps it from the clock itself.
+type Workload struct {
+	Name string
+
+	spans []stats.Span // the table, or the template when vary != nil
+	vary  []variant
+
+	// Tables the variants index; a field that does not vary has a table of
+	// one value: the template's.
+	services, operations, resources []string
+	peerTags                        [][]string
+}
+
+// variant is one position of a high-cardinality workload.
+type variant struct {
+	service, operation, resource, peerTags uint32
+	duration                               int64
+	error                                  bool
+}
+
+// Len is the number of spans in the sequence.
+func (w *Workload) Len() int {
+	if w.vary != nil {
+		return len(w.vary)
+	}
+	return len(w.spans)
+}
+
+// Producer is one goroutine's walk through a workload. Not safe for
+// concurrent use: each producer goroutine has its own.
+type Producer struct {
+	w       *Workload
+	next    int
+	scratch stats.Span
+}
+
+// Producer returns the walk of producer k of Producers: it starts k/Producers
+// of the way through the sequence, so that the producers do not publish the
+// same keys in lockstep.
+func (w *Workload) Producer(k int) *Producer {
+	p := &Producer{w: w, next: k % Producers * (w.Len() / Producers)}
+	if w.vary != nil {
+		p.scratch = w.spans[0]
+	}
+	return p
+}
+
+// Next returns the position of the next span in the sequence and the span.
+// The span is valid until the following call; it must not be modified.
+func (p *Producer) Next() (int, *stats.Span) {
+	w, i := p.w, p.next
+	if p.next++; p.next == w.Len() {
+		p.next = 0
+	}
+	if w.vary == nil {
+		return i, &w.spans[i]
+	}
+	v, s := &w.vary[i], &p.scratch
+	s.Service = w.services[v.service]
+	s.Name = w.operations[v.operation]
+	s.Resource = w.resources[v.resource]
+	s.PeerTags = w.peerTags[v.peerTags]
+	s.Duration, s.Error = v.duration, v.error
+	return i, s
+}
+
+// varied returns a high-cardinality workload of n positions over template
+// tmpl. Each of the tables that has more than one value is walked in its own
+// permuted order (a field with fewer values than positions repeats them).
+func varied(name string, tmpl stats.Span, n int, stream uint64, services, operations, resources []string, peerTags [][]string) *Workload {
+	one := func(tab []string, v string) []string {
+		if tab == nil {
+			return []string{v}
+		}
+		return tab
+	}
+	w := &Workload{
+		Name: name, spans: []stats.Span{tmpl}, vary: make([]variant, n),
+		services: one(services, tmpl.Service), operations: one(operations, tmpl.Name),
+		resources: one(resources, tmpl.Resource), peerTags: peerTags,
+	}
+	if w.peerTags == nil {
+		w.peerTags = [][]string{tmpl.PeerTags}
+	}
+	rng := newRand(stream)
+	var s stats.Span
+	for i := range w.vary {
+		measure(&s, rng)
+		w.vary[i] = variant{
+			service:   uint32(permute(i, 3, n) % len(w.services)),
+			operation: uint32(permute(i, 4, n) % len(w.operations)),
+			resource:  uint32(permute(i, 5, n) % len(w.resources)),
+			peerTags:  uint32(permute(i, 6, n) % len(w.peerTags)),
+			duration:  s.Duration,
+			error:     s.Error,
+		}
+	}
+	return w
+}
+
+var (
+	steadyOnce, resOnce, peerOnce, advOnce, clientOnce, heapOnce sync.Once
+	steady, hiRes, hiPeer, adversarial, clientPeers, heapEntries *Workload
+)
+
+// SteadyState is a realistic mix over SteadyStateKeys keys: 5 services ×
+// (20 HTTP server endpoints, 12 client calls to databases, caches and other
+// services with 3 peer tags each, 8 measured internal operations); 20 %
+// errors; durations log-uniform between 50 µs and 2 s.
+func SteadyState() *Workload {
+	steadyOnce.Do(func() {
+		steady = mixedWorkload("SteadyState", []string{"web-store", "checkout", "catalog", "users", "payments"}, 20, 12, 8, mixedSpans, 1, true)
+	})
+	return steady
+}
+
+// ClientPeerTags is SteadyStateKeys keys of client spans only, each with 3
+// peer tags (peer.service, peer.hostname and db.system or out.host): 4
+// services × 50 client calls.
+func ClientPeerTags() *Workload {
+	clientOnce.Do(func() {
+		clientPeers = mixedWorkload("ClientPeerTags", []string{"web-store", "checkout", "catalog", "users"}, 0, 50, 0, mixedSpans, 2, true)
+	})
+	return clientPeers
+}
+
+// HeapEntries is HeapKeys keys (16 services × (64 server, 40 client, 24
+// internal templates)), HeapSpansPerKey spans each, in key order. It stays
+// within every default cardinality budget (and the peer's), so that both
+// implementations hold exactly HeapKeys entries afterwards.
+func HeapEntries() *Workload {
+	heapOnce.Do(func() {
+		svcs := make([]string, 16)
+		for i := range svcs {
+			svcs[i] = "svc-" + strconv.Itoa(i)
+		}
+		heapEntries = mixedWorkload("HeapEntries", svcs, 64, 40, 24, HeapKeys*HeapSpansPerKey, 3, false)
+	})
+	return heapEntries
+}
+
+// HighCardinalityResource varies only the resource (Resources values) of
+// an otherwise fixed HTTP server span.
+func HighCardinalityResource() *Workload {
+	resOnce.Do(func() {
+		hiRes = varied("HighCardinalityResource", serverTemplate("web-store", 0), hiCardSpans, 4, nil, nil, resourceTable(), nil)
+	})
+	return hiRes
+}
+
+// HighCardinalityPeer varies only peer.hostname (PeerHostnames values) of
+// an otherwise fixed database client span with 3 peer tags.
+func HighCardinalityPeer() *Workload {
+	peerOnce.Do(func() {
+		tmpl := stats.Span{
+			Service: "web-store", Name: "postgres.query", Resource: "SELECT * FROM users WHERE id = ?",
+			Type: "sql", SpanKind: "client",
+		}
+		hiPeer = varied("HighCardinalityPeer", tmpl, peerSpans, 5, nil, nil, nil, peerTagTable())
+	})
+	return hiPeer
+}
+
+// Adversarial varies service (Services values), operation (Operations),
+// resource (Resources) and peer.hostname (PeerHostnames) at once, on client
+// spans so that the peer tags count. Each field walks its own permutation
+// of the positions, so the combinations do not repeat in step.
+func Adversarial() *Workload {
+	advOnce.Do(func() {
+		tmpl := stats.Span{Type: "sql", SpanKind: "client"}
+		adversarial = varied("Adversarial", tmpl, hiCardSpans, 6,
+			numbered("svc-", Services), numbered("op.", Operations), resourceTable(), peerTagTable())
+	})
+	return adversarial
+}
+
+// permute is a bijection of [0, n) for n a power of two (an odd multiplier
+// and an offset, both depending on salt), so that each field of a span
+// walks its values in its own order.
+func permute(i, salt, n int) int {
+	m := uint64(hashMultiplier) + uint64(salt)*0x2545F4914F6CDD1D<<1 // stays odd
+	return int((uint64(i)*m + uint64(salt)*0x632BE5AB) & uint64(n-1))
+}
+
+func newRand(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(workloadSeed1, workloadSeed2^stream))
+}
+
+// measure draws the span's measurements: a log-uniform duration between
+// 50 µs and 2 s and an error 20 % of the time.
+func measure(s *stats.Span, rng *rand.Rand) {
+	s.Duration = int64(minDurationNs * math.Exp(rng.Float64()*math.Log(maxDurationNs/minDurationNs)))
+	s.Error = rng.Float64() < errorRate
+}
+
+// numbered returns prefix+i for i in [0, n), zero-padded so that all have
+// one length. The strings are slices of one allocation: a million small
+// strings would be a million objects for the GC to mark in every cycle of
+// every benchmark.
+func numbered(prefix string, n int) []string {
+	width := len(strconv.Itoa(n - 1))
+	size := len(prefix) + width
+	buf := make([]byte, 0, n*size)
+	for i := range n {
+		buf = append(buf, prefix...)
+		d := strconv.AppendInt(nil, int64(i), 10)
+		for range width - len(d) {
+			buf = append(buf, '0')
+		}
+		buf = append(buf, d...)
+	}
+	all := string(buf)
+	out := make([]string, n)
+	for i := range out {
+		out[i] = all[i*size : (i+1)*size]
+	}
+	return out
+}
+
+var (
+	resTableOnce, peerTableOnce sync.Once
+	resTable                    []string
+	peerTable                   [][]string
+)
+
+// resourceTable is Resources distinct HTTP resources, shared by the
+// workloads that need them.
+func resourceTable() []string {
+	resTableOnce.Do(func() { resTable = numbered("GET /api/v1/items/", Resources) })
+	return resTable
+}
+
+// peerTagTable is PeerHostnames peer-tag sets that differ only in
+// peer.hostname. Spans share these slices; Publish never retains or
+// modifies them.
+func peerTagTable() [][]string {
+	peerTableOnce.Do(func() {
+		hosts := numbered("peer.hostname:users-db-", PeerHostnames)
+		peerTable = make([][]string, PeerHostnames)
+		for i, h := range hosts {
+			peerTable[i] = []string{"peer.service:users-db", h + ".prod.internal", "db.system:postgresql"}
+		}
+	})
+	return peerTable
+}
+
+// mixedWorkload builds len(services) × (server+client+internal) key
+// templates and a table of n spans cycling through them, each with its own
+// measurements; stream seeds the draws. shuffle puts the table in a seeded
+// random order instead of a fixed rotation through the keys.
+func mixedWorkload(name string, services []string, server, client, internal, n int, stream uint64, shuffle bool) *Workload {
+	var tmpl []stats.Span
+	for _, svc := range services {
+		for j := range server {
+			tmpl = append(tmpl, serverTemplate(svc, j))
+		}
+		for j := range client {
+			tmpl = append(tmpl, clientTemplate(svc, j))
+		}
+		for j := range internal {
+			tmpl = append(tmpl, internalTemplate(svc, j))
+		}
+	}
+	rng := newRand(stream)
+	w := &Workload{Name: name, spans: make([]stats.Span, n)}
+	for i := range w.spans {
+		w.spans[i] = tmpl[i%len(tmpl)]
+		measure(&w.spans[i], rng)
+	}
+	if shuffle {
+		rng.Shuffle(n, func(i, j int) { w.spans[i], w.spans[j] = w.spans[j], w.spans[i] })
+	}
+	return w
+}
+
+var nouns = []string{
+	"users", "orders", "items", "carts", "payments", "invoices", "sessions", "products",
+	"reviews", "coupons", "shipments", "addresses", "wishlists", "stores", "categories", "prices",
+	"inventory", "returns", "refunds", "notifications", "accounts", "tokens", "reports", "exports",
+	"imports", "webhooks", "events", "jobs", "tasks", "files", "images", "videos",
+	"comments", "likes", "follows", "messages", "threads", "teams", "projects", "tickets",
+	"alerts", "metrics", "logs", "traces", "spans", "dashboards", "monitors", "incidents",
+	"services", "hosts", "containers", "pods", "nodes", "clusters", "regions", "zones",
+	"vendors", "partners", "contracts", "plans", "subscriptions", "licenses", "quotas", "limits",
+}
+
+var methods = []string{"GET", "GET", "POST", "PUT", "GET", "DELETE", "GET", "PATCH"}
+
+// serverTemplate is a top-level HTTP server span (the root of its trace).
+func serverTemplate(svc string, j int) stats.Span {
+	m := methods[j%len(methods)]
+	ep := "/api/v1/" + nouns[j%len(nouns)] + "/{id}"
+	if j >= len(nouns) {
+		ep += "/v" + strconv.Itoa(j/len(nouns))
+	}
+	return stats.Span{
+		Service: svc, Name: "http.request", Resource: m + " " + ep, Type: "web", SpanKind: "server",
+		HTTPStatusCode: 200, HTTPMethod: m, HTTPEndpoint: ep, TopLevel: true, TraceRoot: true,
+	}
+}
+
+// clientTemplate is a call to a database, a cache or another service, with
+// 3 peer tags; it is counted because of its kind.
+func clientTemplate(svc string, j int) stats.Span {
+	host := strconv.Itoa(j)
+	switch j % 3 {
+	case 0:
+		table := nouns[j%len(nouns)]
+		return stats.Span{
+			Service: svc, Name: "postgres.query", Resource: "SELECT * FROM " + table + " WHERE id = $" + host,
+			Type: "sql", SpanKind: "client",
+			PeerTags: []string{"peer.service:" + table + "-db", "peer.hostname:pg-" + host + ".prod.internal", "db.system:postgresql"},
+		}
+	case 1:
+		return stats.Span{
+			Service: svc, Name: "redis.command", Resource: "GET " + nouns[j%len(nouns)] + ":{key}",
+			Type: "redis", SpanKind: "client",
+			PeerTags: []string{"peer.service:cache", "peer.hostname:redis-" + host + ".prod.internal", "db.system:redis"},
+		}
+	default:
+		ep := "/v2/" + nouns[(j+7)%len(nouns)]
+		peer := "api-" + strconv.Itoa(j%5)
+		return stats.Span{
+			Service: svc, Name: "http.client.request", Resource: "GET " + ep, Type: "http", SpanKind: "client",
+			HTTPStatusCode: 200, HTTPMethod: "GET", HTTPEndpoint: ep,
+			PeerTags: []string{"peer.service:" + peer, "peer.hostname:" + peer + "-" + host + ".prod.internal", "out.host:" + peer + ".prod.internal"},
+		}
+	}
+}
+
+// internalTemplate is a measured span of custom instrumentation.
+func internalTemplate(svc string, j int) stats.Span {
+	ops := []string{"template.render", "cache.compute", "auth.check", "serialize"}
+	return stats.Span{
+		Service: svc, Name: ops[j%len(ops)], Resource: ops[j%len(ops)] + " " + nouns[j%len(nouns)],
+		SpanKind: "internal", Measured: true,
+	}
+}
