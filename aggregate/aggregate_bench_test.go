@@ -202,3 +202,54 @@ func BenchmarkTableAddAdversarial(b *testing.B) {
 	b.ReportMetric(float64(tb.CollapsedSpans())/float64(b.N), "collapsed/op")
 	sinkEntries = tb.Touched(sinkEntries[:0])
 }
+
+// BenchmarkTableAddHitFreshStrings is the steady state (200 client keys, 3
+// peer tags, every key already in the table) with strings the tracer built
+// anew for each span, as BenchmarkTableAddAdversarial has: the recent-span
+// cache cannot help, every span is encoded, hashed and compared. It is the
+// like-for-like baseline of the adversarial benchmark.
+func BenchmarkTableAddHitFreshStrings(b *testing.B) {
+	const batch = 4096
+	durs := benchDurations(4096)
+	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits())
+	spans := make([]Span, batch)
+	fill := func(base int) {
+		for j := range spans {
+			i := base + j
+			k := i % 200
+			s := &spans[j]
+			*s = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0,
+				Service:  "svc-" + strconv.Itoa(k%4),
+				Name:     "op." + strconv.Itoa(k%8),
+				Resource: "GET /api/v1/users/" + strconv.Itoa(k),
+			}
+			s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa(k%16), "db.system:postgresql"})
+		}
+	}
+	fill(0)
+	for j := range 200 {
+		tb.Add(&spans[j])
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		j := i % batch
+		if j == 0 && i > 0 {
+			b.StopTimer()
+			if i%(64*batch) == 0 {
+				runtime.GC()
+			}
+			fill(i)
+			b.StartTimer()
+		}
+		tb.Add(&spans[j])
+	}
+	b.StopTimer()
+	if tb.CollapsedSpans() != 0 || tb.Len() != 200 {
+		b.Fatalf("steady state collapsed %d spans over %d entries", tb.CollapsedSpans(), tb.Len())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/span")
+	sinkEntries = tb.Touched(sinkEntries[:0])
+}

@@ -354,6 +354,7 @@ func (t *Table) SetLimits(l Limits) {
 // SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
 // peer_tags list, or the tracer's own). A nil keys keeps every key.
 func (t *Table) SetPeerTagKeys(keys []string) {
+	clear(t.recent[:]) // cached spans were keyed under the old filter
 	if keys == nil {
 		t.peerKeys = nil
 		return

@@ -70,6 +70,7 @@ type Entry struct {
 	key   string // encoded key (see Table.encodeKey); Key's strings alias it
 	hash  uint64
 	epoch uint32 // interval of the last hit; reported entries have epoch == table epoch
+	gen   uint32 // bumped when the entry takes a new key (recycling)
 }
 
 // record adds one span's measurements.

@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/DataDog/datadog-agent/pkg/proto v0.85.4
+	github.com/DataDog/datadog-agent/pkg/trace v0.85.4
+	github.com/DataDog/datadog-agent/pkg/trace/stats v0.85.4
 	github.com/DataDog/sketches-go v1.4.8
 	github.com/spanstats/spanstats v0.0.0
 	github.com/tinylib/msgp v1.6.5
@@ -16,9 +18,7 @@ require (
 	github.com/DataDog/datadog-agent/pkg/obfuscate v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/opentelemetry-mapping-go/otlp/attributes v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/remoteconfig/state v0.85.4 // indirect
-	github.com/DataDog/datadog-agent/pkg/trace v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/trace/log v0.85.4 // indirect
-	github.com/DataDog/datadog-agent/pkg/trace/stats v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/trace/traceutil v0.85.4 // indirect
 	github.com/DataDog/datadog-go/v5 v5.9.1 // indirect
 	github.com/DataDog/go-sqllexer v0.2.4 // indirect

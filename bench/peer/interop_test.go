@@ -59,6 +59,13 @@ type statsRecorder struct {
 func newStatsRecorder(t *testing.T) *statsRecorder {
 	r := &statsRecorder{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodGet && req.URL.Path == "/info" {
+			// The SDK reads /info and reports only to an agent that lists
+			// the stats endpoint. No peer_tags: every peer-tag key is kept.
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"version":"7.99.0-interop","endpoints":["/v0.4/traces","/v0.6/stats","/info"]}`)
+			return
+		}
 		if req.Method != http.MethodPost || req.URL.Path != "/v0.6/stats" {
 			r.mu.Lock()
 			r.other = append(r.other, req.Method+" "+req.URL.Path)

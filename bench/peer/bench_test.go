@@ -1,0 +1,159 @@
+package peer
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/bench"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// Side-by-side benchmarks: each workload through the SDK and through the
+// agent's SpanConcentrator driven as dd-trace-go drives it, in one process,
+// named so that `benchstat -col /impl` pairs them. bench.Run measures both
+// the same way (8 producers, Stop inside the timed region).
+
+// sideBySide runs w through both implementations.
+func sideBySide(b *testing.B, w func() *bench.Workload) {
+	b.Run("impl=spanstats", func(b *testing.B) { bench.Run(b, w(), bench.OpenSDK(agentPeerTagKeys())) })
+	b.Run("impl=peer", func(b *testing.B) { bench.Run(b, w(), OpenConcentrator) })
+}
+
+func BenchmarkSteadyState(b *testing.B)             { sideBySide(b, bench.SteadyState) }
+func BenchmarkHighCardinalityResource(b *testing.B) { sideBySide(b, bench.HighCardinalityResource) }
+func BenchmarkHighCardinalityPeer(b *testing.B)     { sideBySide(b, bench.HighCardinalityPeer) }
+func BenchmarkAdversarial(b *testing.B)             { sideBySide(b, bench.Adversarial) }
+func BenchmarkClientPeerTags(b *testing.B)          { sideBySide(b, bench.ClientPeerTags) }
+
+// BenchmarkHeapPerEntry is the live heap each implementation holds for
+// bench.HeapKeys entries filled with bench.HeapSpansPerKey log-uniform
+// durations each (both sketches of every entry in use, as 20 % of the spans
+// are errors): HeapAlloc after two GCs, minus HeapAlloc before the
+// aggregator was created, per entry.
+//
+//	impl=spanstats        the whole stats.Aggregator (table, inbox ring,
+//	                      payload buffers, HTTP client), not flushed: what
+//	                      the SDK really retains while the entries are live
+//	impl=spanstats-table  the aggregate.Table alone: the per-entry cost
+//	                      without the fixed ~2.6 MiB inbox
+//	impl=peer             the agent's SpanConcentrator holding one bucket
+func BenchmarkHeapPerEntry(b *testing.B) {
+	w := bench.HeapEntries()
+	b.Run("impl=spanstats", func(b *testing.B) { heapPerEntry(b, w, heapOfAggregator) })
+	b.Run("impl=spanstats-table", func(b *testing.B) { heapPerEntry(b, w, heapOfTable) })
+	b.Run("impl=peer", func(b *testing.B) { heapPerEntry(b, w, heapOfConcentrator) })
+}
+
+// heapFunc fills an implementation with w, calls measure while it is live
+// and returns its number of entries.
+type heapFunc func(b *testing.B, w *bench.Workload, measure func()) int
+
+func heapPerEntry(b *testing.B, w *bench.Workload, fill heapFunc) {
+	b.ReportAllocs()
+	var total float64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		entries := fill(b, w, func() {
+			runtime.GC()
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+		})
+		if entries != bench.HeapKeys {
+			b.Fatalf("%d entries, want %d", entries, bench.HeapKeys)
+		}
+		total += (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(entries)
+	}
+	b.ReportMetric(total/float64(b.N), "heap-B/entry")
+}
+
+func heapOfAggregator(b *testing.B, w *bench.Workload, measure func()) int {
+	agent := bench.NewAgent(agentPeerTagKeys()) // the agent is not the SDK's memory: made first
+	defer agent.Close()
+	a, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "bench", Service: "bench", Hostname: "bench-host"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.Start()
+	p := w.Producer(0)
+	for range w.Len() {
+		_, s := p.Next()
+		for !a.Publish(s) { // inbox full: let the consumer catch up
+			runtime.Gosched()
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for h := a.Health(); h.Counted < uint64(w.Len()); h = a.Health() {
+		if time.Now().After(deadline) {
+			b.Fatalf("consumer did not catch up: %+v", h)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	measure()
+	entries := int(a.Health().Entries)
+	runtime.KeepAlive(a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return entries
+}
+
+func heapOfTable(_ *testing.B, w *bench.Workload, measure func()) int {
+	t := aggregate.NewTable(0)
+	var rec aggregate.Span
+	p := w.Producer(0)
+	for range w.Len() {
+		_, s := p.Next()
+		rec = aggregate.Span{
+			Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
+			HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
+			ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Duration: s.Duration,
+			Error: s.Error, TopLevel: s.TopLevel, TraceRoot: s.TraceRoot, Synthetics: s.Synthetics,
+		}
+		if s.SpanKind == "client" || s.SpanKind == "producer" || s.SpanKind == "consumer" {
+			rec.SetPeerTags(s.PeerTags)
+		}
+		t.Add(&rec)
+	}
+	measure()
+	runtime.KeepAlive(t)
+	return t.Len()
+}
+
+func heapOfConcentrator(b *testing.B, w *bench.Workload, measure func()) int {
+	tags := tagsFor(w) // the workload's tag maps are not the peer's memory: made first
+	now := time.Now()
+	sc := newSpanConcentrator(now)
+	d := &Concentrator{
+		tags: tags, start: now.UnixNano(), peerTags: agentPeerTagKeys(),
+		aggKey: agentstats.PayloadAggregationKey{Hostname: "bench-host", Env: "bench", Version: "1.0.0", Lang: "go"},
+	}
+	p := w.Producer(0)
+	for range w.Len() {
+		i, s := p.Next()
+		meta := tags.metas[tags.meta[i]]
+		ss, ok := sc.NewStatSpanWithConfig(d.statSpanConfig(s, meta))
+		if !ok {
+			b.Fatalf("span %d not eligible for the peer", i)
+		}
+		sc.AddSpan(ss, d.aggKey, "", nil, "")
+	}
+	measure()
+	entries := 0
+	for _, pl := range sc.Flush(time.Now().Add(time.Hour).UnixNano(), true) {
+		for _, bk := range pl.Stats {
+			entries += len(bk.Stats)
+		}
+	}
+	runtime.KeepAlive(sc)
+	return entries
+}

@@ -1,0 +1,114 @@
+package peer
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/bench"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// TestDriversAgree publishes a few-key workload once through each
+// implementation and checks that both see the same keys: the translation of
+// a span into dd-trace-go's fields, meta and metrics must not lose a label
+// (a status code or a peer tag) that the SDK keys on, or the comparison
+// would flatter whichever side aggregates fewer groups.
+func TestDriversAgree(t *testing.T) {
+	for _, w := range []*bench.Workload{bench.SteadyState(), bench.ClientPeerTags()} {
+		t.Run(w.Name, func(t *testing.T) {
+			n := uint64(w.Len())
+
+			d := NewConcentrator(w)
+			p := w.Producer(0)
+			for range w.Len() {
+				d.Publish(p.Next())
+				for len(d.in) > peerInboxLen/2 { // do not shed: this test counts
+					runtime.Gosched()
+				}
+			}
+			if err := d.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if c := d.Counts(); c.Counted != n || c.Shed != 0 || c.Collapsed != 0 {
+				t.Errorf("peer counts %+v, want all %d counted, none shed or collapsed", c, n)
+			}
+
+			groups, hits, errs := 0, uint64(0), uint64(0)
+			for _, pl := range d.sc.Flush(time.Now().Add(time.Hour).UnixNano(), true) {
+				t.Fatalf("a payload left after the final flush: %d buckets", len(pl.Stats))
+			}
+			sc := newSpanConcentrator(time.Now())
+			p = w.Producer(0)
+			for range w.Len() {
+				i, s := p.Next()
+				ss, ok := sc.NewStatSpanWithConfig(d.statSpanConfig(s, d.tags.metas[d.tags.meta[i]]))
+				if !ok {
+					t.Fatalf("span %d (%s, kind %q) is not eligible for the peer", i, s.Name, s.SpanKind)
+				}
+				sc.AddSpan(ss, d.aggKey, "", nil, "")
+			}
+			for _, pl := range sc.Flush(time.Now().Add(time.Hour).UnixNano(), true) {
+				for _, b := range pl.Stats {
+					for _, g := range b.Stats {
+						groups++
+						hits += g.Hits
+						errs += g.Errors
+						switch g.SpanKind {
+						case "server":
+							if g.HTTPStatusCode != 200 || g.HTTPMethod == "" || g.HTTPEndpoint == "" {
+								t.Errorf("server group %s %s lost its HTTP labels: status %d, %q %q", g.Service, g.Resource, g.HTTPStatusCode, g.HTTPMethod, g.HTTPEndpoint)
+							}
+						case "client":
+							if len(g.PeerTags) != 3 {
+								t.Errorf("client group %s %s has peer tags %q, want 3", g.Service, g.Resource, g.PeerTags)
+							}
+						}
+					}
+				}
+			}
+			if groups != bench.SteadyStateKeys || hits != n {
+				t.Errorf("peer: %d groups, %d hits; want %d groups, %d hits", groups, hits, bench.SteadyStateKeys, n)
+			}
+			if r := float64(errs) / float64(hits); r < 0.19 || r > 0.21 {
+				t.Errorf("peer error rate %.3f, want 0.20", r)
+			}
+
+			sdk, err := bench.NewSDK(w, agentPeerTagKeys())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sdk.Close()
+			a := sdk.Aggregator()
+			p = w.Producer(0)
+			for range w.Len() {
+				_, s := p.Next()
+				for !a.Publish(s) {
+					runtime.Gosched()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			waitCounted(t, a, n)
+			h := a.Health()
+			if err := a.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if h.Entries != bench.SteadyStateKeys || h.CollapsedSpans != 0 || h.Overflowed != 0 {
+				t.Errorf("SDK: %d entries, %d collapsed, %d overflowed; want %d, 0, 0", h.Entries, h.CollapsedSpans, h.Overflowed, bench.SteadyStateKeys)
+			}
+		})
+	}
+}
+
+func waitCounted(t *testing.T, a *stats.Aggregator, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for a.Health().Counted < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer stuck: %+v", a.Health())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
