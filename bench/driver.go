@@ -13,8 +13,8 @@ import (
 )
 
 // Driver is one implementation under test, set up for one workload.
-// Publish is called from many goroutines at once; Stop, Counts and Close
-// are called once each, in that order, after every Publish returned.
+// Publish is called from many goroutines at once; Counts at any time; Stop
+// and Close once each, in that order, after every Publish returned.
 type Driver interface {
 	// Publish hands s, the span at position i of the workload, to the
 	// implementation the way a tracer does when a one-span trace finishes.
@@ -22,7 +22,8 @@ type Driver interface {
 	Publish(i int, s *stats.Span)
 	// Stop drains what is still queued and does the final flush.
 	Stop() error
-	// Counts is the fate of every published span (valid after Stop).
+	// Counts is the fate of the spans published so far; after Stop, of
+	// every span.
 	Counts() Counts
 	// Close releases what the driver set up around the implementation.
 	Close()
@@ -42,10 +43,46 @@ type Counts struct {
 // OpenFunc sets up a driver for w.
 type OpenFunc func(w *Workload) (Driver, error)
 
+// Settled reports whether every span published so far has met its fate.
+func (c Counts) Settled() bool {
+	return c.Counted+c.Shed+c.Ineligible+c.Lost == c.Published
+}
+
+// Sub is c minus the earlier counts o.
+func (c Counts) Sub(o Counts) Counts {
+	return Counts{
+		Published: c.Published - o.Published, Counted: c.Counted - o.Counted, Shed: c.Shed - o.Shed,
+		Ineligible: c.Ineligible - o.Ineligible, Collapsed: c.Collapsed - o.Collapsed,
+		Overflowed: c.Overflowed - o.Overflowed, Lost: c.Lost - o.Lost,
+	}
+}
+
+// WarmupSpans is how many spans Run publishes (from one goroutine, untimed)
+// before measuring, like JMH's warm-up iterations on the same aggregator: the
+// benchmarks measure the steady state — keys already in the table, sketches
+// grown, the table at its cap under high cardinality — not the first
+// seconds of a process.
+const WarmupSpans = 1 << 16
+
+// warmUp publishes the first WarmupSpans spans of w and waits until d has
+// dealt with all of them.
+func warmUp(b *testing.B, w *Workload, d Driver) {
+	p := w.Producer(0)
+	for range min(w.Len(), WarmupSpans) {
+		d.Publish(p.Next())
+	}
+	deadline := time.Now().Add(time.Minute)
+	for c := d.Counts(); !c.Settled(); c = d.Counts() {
+		if time.Now().After(deadline) {
+			b.Fatalf("warm-up spans still not counted after a minute: %+v", c)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 // Run publishes w through the driver open returns from Producers goroutines
 // (b.SetParallelism(ceil(Producers/GOMAXPROCS)) and b.RunParallel), one span
-// per b.N, then stops it inside the timed region. Besides ns/op and
-// allocs/op it reports:
+// per b.N, after an untimed warm-up (see WarmupSpans), then stops it inside
+// the timed region. Besides ns/op and allocs/op it reports:
 //
 //	counted/s       spans counted per second of wall time
 //	cpu-ns/counted  process user+sys CPU over the timed region per counted span
@@ -63,6 +100,8 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 	b.SetParallelism((Producers + procs - 1) / procs)
 	b.ReportAllocs()
 
+	warmUp(b, w, d)
+	c0 := d.Counts()
 	var next atomic.Int64
 	var ms0, ms1 runtime.MemStats
 	runtime.GC() // do not charge the setup's garbage to the run
@@ -85,11 +124,11 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 		b.Fatalf("stop: %v", stopErr)
 	}
 
-	c := d.Counts()
+	c := d.Counts().Sub(c0)
 	if c.Published != uint64(b.N) {
 		b.Errorf("published %d spans, want b.N = %d", c.Published, b.N)
 	}
-	if c.Lost != 0 || c.Counted+c.Shed+c.Ineligible != c.Published {
+	if c.Lost != 0 || !c.Settled() {
 		b.Errorf("spans unaccounted for: %+v", c)
 	}
 	if c.Counted > 0 {

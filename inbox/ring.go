@@ -78,10 +78,48 @@ func New[T any](capacity int) *Ring[T] {
 // allocating, when the ring is full or closed. v is a pointer so large
 // structs are copied once, straight into the slot.
 func (r *Ring[T]) Push(v *T) bool {
+	c, ok := r.Claim()
+	if !ok {
+		return false
+	}
+	*c.Value() = *v
+	c.Commit()
+	return true
+}
+
+// Claimed is a slot reserved by Claim: fill it through Value, then Commit.
+type Claimed[T any] struct {
+	s   *slot[T]
+	pos uint64
+	r   *Ring[T]
+}
+
+// Value is the reserved slot's value, zeroed, for the producer to fill in
+// place.
+func (c Claimed[T]) Value() *T { return &c.s.val }
+
+// Commit publishes the value to the consumer. It must follow Claim without
+// any wait in between: the consumer cannot pass this slot until it does.
+func (c Claimed[T]) Commit() {
+	c.s.seq.Store(c.pos + 1) // publish: the consumer may read val now
+	r := c.r
+	// Only a load on the common path; the CAS picks one waker.
+	if r.parked.Load() != 0 && r.parked.CompareAndSwap(1, 0) {
+		select {
+		case r.wake <- struct{}{}:
+		default: // a token is already pending; one is enough
+		}
+	}
+}
+
+// Claim reserves the next slot so the producer can build its item in
+// place, saving a copy of large items. It returns false, without blocking
+// or allocating, when the ring is full or closed.
+func (r *Ring[T]) Claim() (Claimed[T], bool) {
 	pos := r.tail.Load()
 	for {
 		if pos&closedBit != 0 {
-			return false
+			return Claimed[T]{}, false
 		}
 		s := &r.buf[pos&r.mask]
 		dif := int64(s.seq.Load() - pos)
@@ -89,21 +127,12 @@ func (r *Ring[T]) Push(v *T) bool {
 		case dif == 0:
 			// Slot is free for this lap; the CAS makes it ours alone.
 			if r.tail.CompareAndSwap(pos, pos+1) {
-				s.val = *v
-				s.seq.Store(pos + 1) // publish: the consumer may read val now
-				// Only a load on the common path; the CAS picks one waker.
-				if r.parked.Load() != 0 && r.parked.CompareAndSwap(1, 0) {
-					select {
-					case r.wake <- struct{}{}:
-					default: // a token is already pending; one is enough
-					}
-				}
-				return true
+				return Claimed[T]{s: s, pos: pos, r: r}, true
 			}
 			pos = r.tail.Load()
 		case dif < 0:
 			// The slot still holds last lap's item: the ring is full.
-			return false
+			return Claimed[T]{}, false
 		default:
 			// Another producer claimed pos first; retry at the new tail.
 			pos = r.tail.Load()

@@ -137,9 +137,9 @@ func (a *Aggregator) Publish(s *Span) bool {
 		a.c.disabled.Add(1)
 		return false
 	}
-	var rec aggregate.Span
-	s.snapshot(&rec)
-	if a.inbox.Push(&rec) {
+	if c, ok := a.inbox.Claim(); ok {
+		s.snapshot(c.Value()) // straight into the slot: no copy of the record
+		c.Commit()
 		return true
 	}
 	if a.inbox.Closed() {

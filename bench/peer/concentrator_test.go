@@ -162,8 +162,7 @@ type Concentrator struct {
 	wg   sync.WaitGroup
 
 	shed, ineligible atomic.Uint64
-	// Written by the ingester, then by Stop after the ingester ended.
-	counted uint64
+	counted          atomic.Uint64 // by the ingester, then by Stop
 	// Written by the flusher, then by Stop after the flusher ended.
 	collapsed, payloads, payloadBytes uint64
 	buf                               []byte
@@ -272,7 +271,7 @@ func (d *Concentrator) add(batch []*statSpan) {
 			key.Version = s.version
 		}
 		d.sc.AddSpan(s.ss, key, "", nil, s.origin)
-		d.counted++
+		d.counted.Add(1) // uncontended: one writer
 	}
 }
 
@@ -328,11 +327,15 @@ func (d *Concentrator) Stop() error {
 
 // Counts implements bench.Driver. The peer has no table cap (its whole-key
 // limit collapses instead), so nothing overflows; Collapsed counts collapse
-// events per field, as the concentrator reports them.
+// events per field, as the concentrator reports them at each flush (exact
+// after Stop). Spans in the channel are published but not yet counted.
 func (d *Concentrator) Counts() bench.Counts {
+	// Counted last: a span is counted after it was sent, so the sum never
+	// runs ahead of what was published.
 	shed, inel := d.shed.Load(), d.ineligible.Load()
+	counted := d.counted.Load()
 	return bench.Counts{
-		Published: d.counted + shed + inel, Counted: d.counted, Shed: shed, Ineligible: inel,
+		Published: counted + shed + inel + uint64(len(d.in)), Counted: counted, Shed: shed, Ineligible: inel,
 		Collapsed: d.collapsed,
 	}
 }
