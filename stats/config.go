@@ -145,6 +145,12 @@ type Config struct {
 	// InfoRefresh is how often /info is polled while the agent does not
 	// accept stats (default 30 s).
 	InfoRefresh time.Duration
+	// Metrics, when set, receives the aggregator's own health as DogStatsD
+	// counts (datadog.tracer.stats.*) after each report, from the sender
+	// goroutine. MetricsNamespace is the namespace that client already
+	// prepends (e.g. "datadog.tracer."), so the prefix is never doubled.
+	Metrics          MetricsClient
+	MetricsNamespace string
 	// Logger receives configuration warnings (default: the standard log
 	// package). It is never called on the Publish path.
 	Logger func(format string, args ...any)

@@ -143,6 +143,8 @@ func (a *Aggregator) send() {
 	defer close(a.senderDone)
 	defer a.client.CloseIdleConnections()
 	s := &sender{a: a, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	m := &emitter{client: a.cfg.Metrics, namespace: a.cfg.MetricsNamespace}
+	defer func() { m.emit(a.Health()) }()
 	s.readInfo()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -162,6 +164,7 @@ func (a *Aggregator) send() {
 			for _, p := range r.parts {
 				s.attempt(&pending{body: p.body, hits: p.hits, waiter: w})
 			}
+			m.emit(a.Health())
 		case <-wake:
 			s.runDue(time.Now())
 		}

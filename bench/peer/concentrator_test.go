@@ -163,9 +163,10 @@ type Concentrator struct {
 
 	shed, ineligible atomic.Uint64
 	counted          atomic.Uint64 // by the ingester, then by Stop
+	collapsed        atomic.Uint64 // collapse events drained from the concentrator
 	// Written by the flusher, then by Stop after the flusher ended.
-	collapsed, payloads, payloadBytes uint64
-	buf                               []byte
+	payloads, payloadBytes uint64
+	buf                    []byte
 }
 
 // OpenConcentrator is the bench.OpenFunc of the peer.
@@ -293,8 +294,7 @@ func (d *Concentrator) flushEvery(interval time.Duration) {
 // does before posting it.
 func (d *Concentrator) flush(now time.Time, force bool) {
 	payloads := d.sc.Flush(now.UnixNano(), force)
-	bc := d.sc.DrainBlockCounts()
-	d.collapsed += uint64(bc.WholeKeyCollapses + bc.ResourceCollapses + bc.HTTPEndpointCollapses + bc.PeerTagsCollapses + bc.OriginCollapses)
+	d.drainCollapses()
 	for _, p := range payloads {
 		p.RuntimeID = "bench-runtime-id"
 		p.Service = "bench"
@@ -306,6 +306,13 @@ func (d *Concentrator) flush(now time.Time, force bool) {
 		d.payloads++
 		d.payloadBytes += uint64(len(b))
 	}
+}
+
+// drainCollapses moves the concentrator's collapse counters (drained at
+// each flush by dd-trace-go, for its health metrics) into d.collapsed.
+func (d *Concentrator) drainCollapses() {
+	bc := d.sc.DrainBlockCounts()
+	d.collapsed.Add(uint64(bc.WholeKeyCollapses + bc.ResourceCollapses + bc.HTTPEndpointCollapses + bc.PeerTagsCollapses + bc.OriginCollapses))
 }
 
 // Stop implements bench.Driver the way dd-trace-go stops its concentrator.
@@ -327,16 +334,15 @@ func (d *Concentrator) Stop() error {
 
 // Counts implements bench.Driver. The peer has no table cap (its whole-key
 // limit collapses instead), so nothing overflows; Collapsed counts collapse
-// events per field, as the concentrator reports them at each flush (exact
-// after Stop). Spans in the channel are published but not yet counted.
+// events per field, as the concentrator reports them. Spans in the channel
+// are published, not yet counted.
 func (d *Concentrator) Counts() bench.Counts {
-	// Counted last: a span is counted after it was sent, so the sum never
-	// runs ahead of what was published.
+	d.drainCollapses()
+	counted, queued := d.counted.Load(), uint64(len(d.in))
 	shed, inel := d.shed.Load(), d.ineligible.Load()
-	counted := d.counted.Load()
 	return bench.Counts{
-		Published: counted + shed + inel + uint64(len(d.in)), Counted: counted, Shed: shed, Ineligible: inel,
-		Collapsed: d.collapsed,
+		Published: counted + queued + shed + inel, Counted: counted, Shed: shed, Ineligible: inel,
+		Collapsed: d.collapsed.Load(),
 	}
 }
 

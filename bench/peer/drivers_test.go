@@ -31,7 +31,7 @@ func TestDriversAgree(t *testing.T) {
 			if err := d.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			if c := d.Counts(); c.Counted != n || c.Shed != 0 || c.Collapsed != 0 {
+			if c := d.Counts(); c.Counted != n || c.Published != n || c.Shed != 0 || c.Collapsed != 0 {
 				t.Errorf("peer counts %+v, want all %d counted, none shed or collapsed", c, n)
 			}
 

@@ -1,0 +1,78 @@
+package stats
+
+import "strings"
+
+// MetricsClient is the part of a DogStatsD client the aggregator uses to
+// report its own health; datadog-go's *statsd.Client satisfies it. It is
+// called only from the sender goroutine, never on the Publish path.
+type MetricsClient interface {
+	Count(name string, value int64, tags []string, rate float64) error
+	Gauge(name string, value float64, tags []string, rate float64) error
+}
+
+// MetricsPrefix starts the name of every metric the aggregator emits.
+const MetricsPrefix = "datadog.tracer.stats."
+
+// metricName is prefix+name without the part the client already adds:
+// a client whose namespace is "datadog.tracer." gets "stats.<name>", so the
+// metric arrives as datadog.tracer.stats.<name>, never with the prefix twice.
+func metricName(namespace, name string) string {
+	full := MetricsPrefix + name
+	if namespace != "" && strings.HasPrefix(full, namespace) {
+		return full[len(namespace):]
+	}
+	return full
+}
+
+// emitter turns Health deltas into DogStatsD counts after each report.
+type emitter struct {
+	client    MetricsClient
+	namespace string
+	last      Health
+}
+
+func (m *emitter) emit(h Health) {
+	if m == nil || m.client == nil {
+		return
+	}
+	count := func(name string, now, before uint64, tags ...string) {
+		if now > before {
+			_ = m.client.Count(metricName(m.namespace, name), int64(now-before), tags, 1)
+		}
+	}
+	l := &m.last
+	count("spans.published", h.Published, l.Published)
+	count("spans.counted", h.Counted, l.Counted)
+	count("spans.ineligible", h.Ineligible, l.Ineligible)
+	count("spans.dropped", h.InboxFull, l.InboxFull, "reason:inbox_full")
+	count("spans.dropped", h.Rejected, l.Rejected, "reason:stopped")
+	count("spans.dropped", h.Disabled, l.Disabled, "reason:agent_disabled")
+	count("spans.dropped", h.AggregateDropped, l.AggregateDropped, "reason:aggregate")
+	count("spans.overflowed", h.Overflowed, l.Overflowed)
+	count("spans.cleared", h.Cleared, l.Cleared)
+	for _, f := range []struct {
+		name      string
+		now, then uint64
+	}{
+		{"resource", h.Collapsed.Resource, l.Collapsed.Resource},
+		{"service", h.Collapsed.Service, l.Collapsed.Service},
+		{"operation", h.Collapsed.Operation, l.Collapsed.Operation},
+		{"type", h.Collapsed.Type, l.Collapsed.Type},
+		{"span_kind", h.Collapsed.SpanKind, l.Collapsed.SpanKind},
+		{"http_method", h.Collapsed.HTTPMethod, l.Collapsed.HTTPMethod},
+		{"http_endpoint", h.Collapsed.HTTPEndpoint, l.Collapsed.HTTPEndpoint},
+		{"grpc_status_code", h.Collapsed.GRPCStatusCode, l.Collapsed.GRPCStatusCode},
+		{"service_source", h.Collapsed.ServiceSource, l.Collapsed.ServiceSource},
+		{"peer_tags", h.Collapsed.PeerTags, l.Collapsed.PeerTags},
+	} {
+		count("collapsed", f.now, f.then, "field:"+f.name)
+	}
+	count("payloads.sent", h.PayloadsSent, l.PayloadsSent)
+	count("payloads.failed", h.PayloadsFailed, l.PayloadsFailed)
+	count("payloads.retried", h.PayloadsRetried, l.PayloadsRetried)
+	count("payloads.split", h.PayloadsSplit, l.PayloadsSplit)
+	count("payloads.dropped", h.PayloadsDropped, l.PayloadsDropped)
+	count("bytes.sent", h.BytesSent, l.BytesSent)
+	_ = m.client.Gauge(metricName(m.namespace, "entries"), float64(h.Entries), nil, 1)
+	m.last = h
+}
