@@ -40,4 +40,22 @@
 // use sketches-go's logarithmic mapping at 1 % relative accuracy and a
 // collapsing-lowest dense store of at most MaxBins bins, with uint32 counts;
 // the error sketch of an entry is allocated only at its first error.
+//
+// Cardinality budgets (SetLimits) are decided once per key per interval:
+// a hit on an entry already admitted in the interval skips them. Each field's
+// budget is an open-addressing set of 48-bit seeded value hashes stamped with
+// the interval that last admitted them, so admission never allocates and the
+// values of earlier intervals are re-admitted with one probe; a field that
+// repeats its last value (a constant service, "GET", "") is decided by one
+// string comparison. A value over budget becomes BlockedValue
+// ("key:tracer_blocked_value" for a peer tag) and the span goes to the entry
+// of the collapsed key. Once spans start collapsing (a cardinality attack)
+// Add decides the budgets before hashing the raw key, and a collapsed span
+// whose key equals the last collapsed entry's is recorded there directly.
+//
+// A small direct-mapped cache of recent spans, indexed by the addresses of
+// their resource, name and service strings and validated by comparing every
+// field, finds the entry of a span whose strings the tracer reuses (constants,
+// route templates) without encoding or hashing. It pins at most recentSpans
+// spans' strings.
 package aggregate
