@@ -599,3 +599,36 @@ func TestWakeupStress(t *testing.T) {
 		t.Fatalf("received %d, want %d", received, total)
 	}
 }
+
+// TestClaimCommit: an item built in place through Claim is delivered once
+// committed, and the consumer does not pass a claimed slot before that.
+func TestClaimCommit(t *testing.T) {
+	r := New[[4]uint64](4)
+	c, ok := r.Claim()
+	if !ok {
+		t.Fatal("Claim on an empty ring failed")
+	}
+	if *c.Value() != ([4]uint64{}) {
+		t.Fatalf("claimed slot not zeroed: %v", *c.Value())
+	}
+	c.Value()[0], c.Value()[3] = 7, 9
+	if !r.Push(&[4]uint64{1}) { // claimed after the first: must come second
+		t.Fatal("Push failed")
+	}
+	dst := make([][4]uint64, 4)
+	if n := r.Drain(dst); n != 0 {
+		t.Fatalf("Drain passed an uncommitted slot: got %d items", n)
+	}
+	c.Commit()
+	if n := r.Drain(dst); n != 2 || dst[0] != [4]uint64{7, 0, 0, 9} || dst[1][0] != 1 {
+		t.Fatalf("Drain = %d %v", n, dst[:n])
+	}
+	for range 4 {
+		if _, ok := r.Claim(); !ok {
+			t.Fatal("Claim failed with room")
+		}
+	}
+	if _, ok := r.Claim(); ok {
+		t.Fatal("Claim on a full ring succeeded")
+	}
+}
