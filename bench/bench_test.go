@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/stats"
 )
 
 // The benchmarks start aggregators, senders and loopback agents; all of
@@ -30,3 +33,39 @@ func BenchmarkHighCardinalityPeer(b *testing.B) { Run(b, HighCardinalityPeer(), 
 // BenchmarkAdversarial: service, operation, resource and peer.hostname all
 // vary at once.
 func BenchmarkAdversarial(b *testing.B) { Run(b, Adversarial(), OpenSDK(nil)) }
+
+// nullDriver counts and drops: BenchmarkHarness measures what Run itself
+// costs per span (the walk of the workload and the call), to subtract by eye
+// from the figures above. Each producer walks its own stretch of positions,
+// so counting per stretch keeps the counters uncontended.
+type nullDriver struct {
+	stretch int
+	n       [Producers + 1]paddedCount
+}
+
+type paddedCount struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+func (d *nullDriver) Publish(i int, _ *stats.Span) { d.n[i/d.stretch].Add(1) }
+func (d *nullDriver) Stop() error                  { return nil }
+func (d *nullDriver) Close()                       {}
+func (d *nullDriver) Counts() Counts {
+	var c Counts
+	for i := range d.n {
+		c.Counted += d.n[i].Load()
+	}
+	c.Published = c.Counted
+	return c
+}
+
+// BenchmarkHarness is the cost of the harness alone on each workload: the
+// producers' walk, the call and an uncontended atomic count per span.
+func BenchmarkHarness(b *testing.B) {
+	for _, w := range []func() *Workload{SteadyState, HighCardinalityResource, HighCardinalityPeer, Adversarial} {
+		b.Run(w().Name, func(b *testing.B) {
+			Run(b, w(), func(w *Workload) (Driver, error) { return &nullDriver{stretch: w.Len() / Producers}, nil })
+		})
+	}
+}

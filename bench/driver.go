@@ -92,6 +92,7 @@ func warmUp(b *testing.B, w *Workload, d Driver) Counts {
 //
 //	counted/s       spans counted per second of wall time
 //	cpu-ns/counted  process user+sys CPU over the timed region per counted span
+//	cpu-ns/op       the same CPU per published span (shed ones included)
 //	allocs/counted  heap allocations over the timed region per counted span
 //	shed/op         fraction of published spans shed at the inbox
 //	collapsed/op    fraction counted with a label over its cardinality budget
@@ -140,6 +141,7 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 	}
 	if b.N > 0 {
 		p := float64(b.N)
+		b.ReportMetric(float64(cpu.Nanoseconds())/p, "cpu-ns/op")
 		b.ReportMetric(float64(c.Shed)/p, "shed/op")
 		b.ReportMetric(float64(c.Collapsed)/p, "collapsed/op")
 		b.ReportMetric(float64(c.Overflowed)/p, "overflow/op")

@@ -16,7 +16,16 @@
 //     writer.DecodePayload with every value intact — both directions of the
 //     wire contract in DESIGN.md §7;
 //   - side-by-side benchmarks against the agent's stats code (peer
-//     comparisons), reported as ratios in one run.
+//     comparisons), reported as ratios in one run: every workload of package
+//     bench through the SDK (impl=spanstats) and through the agent's
+//     pkg/trace/stats SpanConcentrator driven the way dd-trace-go v2 drives
+//     it (impl=peer: NewStatSpanWithConfig on the producer goroutine, a
+//     10000-slot channel to one ingester calling AddSpan, Flush and
+//     MarshalMsg; see concentrator_test.go), measured by bench.Run; and the
+//     live heap per entry at 2048 entries (BenchmarkHeapPerEntry). bench/run
+//     runs them and writes bench/RESULTS.md;
+//   - TestDriversAgree: both implementations see the same keys for the same
+//     spans, so that the comparison is like for like.
 //
 // The package itself exports nothing; everything is in _test.go files.
 package peer
