@@ -355,6 +355,7 @@ func (t *Table) SetLimits(l Limits) {
 // peer_tags list, or the tracer's own). A nil keys keeps every key.
 func (t *Table) SetPeerTagKeys(keys []string) {
 	clear(t.recent[:]) // cached spans were keyed under the old filter
+	clear(t.keepMemo[:])
 	if keys == nil {
 		t.peerKeys = nil
 		return

@@ -44,6 +44,10 @@ type Table struct {
 	peersCollapsed bool                // admit replaced a peer tag
 	attacked       bool                // the last span collapsed: admit before hashing
 	recent         [recentSpans]recentSlot
+	keepMemo       [MaxInlinePeerTags]struct {
+		key  string
+		keep bool
+	}
 
 	recycled       uint64
 	overflowed     uint64
@@ -255,16 +259,35 @@ func (t *Table) sortedPeers(s *Span) []string {
 }
 
 func (t *Table) keepPeers(dst, tags []string) []string {
-	for _, tag := range tags {
-		k := tag
-		if i := strings.IndexByte(tag, ':'); i >= 0 {
-			k = tag[:i]
-		}
-		if _, ok := t.peerKeys[k]; ok {
+	for i, tag := range tags {
+		if t.keepPeer(i, tag) {
 			dst = append(dst, tag)
 		}
 	}
 	return dst
+}
+
+// keepPeer reports whether tag's key is kept. Spans of one client repeat
+// their tag layout, so the decision for the key at each position is
+// remembered and checked with one prefix comparison.
+func (t *Table) keepPeer(i int, tag string) bool {
+	if i < len(t.keepMemo) {
+		m := &t.keepMemo[i]
+		if n := len(m.key); m.key != "" && len(tag) > n && tag[n] == ':' && tag[:n] == m.key {
+			return m.keep
+		}
+	}
+	k := tag
+	if j := strings.IndexByte(tag, ':'); j >= 0 {
+		k = tag[:j]
+	}
+	_, keep := t.peerKeys[k]
+	if i < len(t.keepMemo) && k != tag {
+		// Pins at most one tracer string per position; cloning would
+		// allocate whenever layouts alternate.
+		t.keepMemo[i].key, t.keepMemo[i].keep = k, keep
+	}
+	return keep
 }
 
 // sortSet sorts p in place and removes duplicates.

@@ -21,6 +21,7 @@ type consumer struct {
 	boundary time.Time // the aligned end the timer is armed for
 	timer    *time.Timer
 	peerKeys *[]string // the list last given to the table
+	add      func(*aggregate.Span)
 }
 
 func newConsumer(a *Aggregator) *consumer {
@@ -30,6 +31,7 @@ func newConsumer(a *Aggregator) *consumer {
 		batch:    make([]aggregate.Span, drainBatch),
 		interval: a.cfg.BucketInterval,
 	}
+	c.add = c.table.Add // bound once: the per-span callback allocates nothing
 	c.table.SetLimits(a.cfg.CardinalityLimits)
 	if len(a.cfg.PeerTagKeys) > 0 {
 		c.table.SetPeerTagKeys(a.cfg.PeerTagKeys)
@@ -46,8 +48,7 @@ func (c *consumer) run() {
 	c.timer = time.NewTimer(c.boundary.Sub(t))
 	defer c.timer.Stop()
 	for {
-		if n := a.inbox.Drain(c.batch); n > 0 {
-			c.aggregate(c.batch[:n])
+		if n := c.consume(); n > 0 {
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
 			select {
@@ -85,15 +86,29 @@ func (c *consumer) run() {
 }
 
 func (c *consumer) aggregate(spans []aggregate.Span) {
+	for i := range spans {
+		c.table.Add(&spans[i])
+	}
+	c.counted(len(spans))
+}
+
+// consume aggregates up to one batch of spans in place in the inbox.
+func (c *consumer) consume() int {
 	if k := c.a.peerTagKeys.Load(); k != c.peerKeys { // the agent's list arrived or changed
 		c.peerKeys = k
 		c.table.SetPeerTagKeys(*k)
 	}
-	for i := range spans {
-		c.table.Add(&spans[i])
+	n := c.a.inbox.Consume(drainBatch, c.add)
+	if n > 0 {
+		c.counted(n)
 	}
+	return n
+}
+
+// counted publishes the table's counters after a batch of n spans.
+func (c *consumer) counted(n int) {
 	ac := &c.a.c
-	ac.counted.Add(uint64(len(spans)))
+	ac.counted.Add(uint64(n))
 	ac.overflowed.Store(c.table.Overflowed())
 	ac.recycled.Store(c.table.Recycled())
 	ac.entries.Store(uint64(c.table.Len()))
@@ -106,12 +121,7 @@ func (c *consumer) aggregate(spans []aggregate.Span) {
 // drainAll aggregates everything already in the inbox, so a Flush reports
 // every span published before it was called.
 func (c *consumer) drainAll() {
-	for {
-		n := c.a.inbox.Drain(c.batch)
-		if n == 0 {
-			return
-		}
-		c.aggregate(c.batch[:n])
+	for c.consume() > 0 {
 	}
 }
 

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/aggregate"
 )
@@ -95,11 +96,11 @@ func (f FieldCounts) Total() uint64 {
 // counters are the live values behind Health. Producers touch only
 // ineligible, inboxFull and rejected, each on its own cache line.
 type counters struct {
-	ineligible padded
-	inboxFull  padded
-	rejected   padded
+	ineligible striped
+	inboxFull  striped
+	rejected   striped
 
-	disabled padded // spans published while stats are disabled
+	disabled striped // spans published while stats are disabled
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
@@ -111,7 +112,34 @@ type counters struct {
 	spansSent, spansUnsent                                   atomic.Uint64
 }
 
-type padded struct {
-	atomic.Uint64
-	_ [56]byte // keep contended counters off each other's cache line
+// stripes is the number of cells of a striped counter: enough that 8–16
+// publishing goroutines rarely share a cache line.
+const stripes = 16
+
+// striped is a counter written by many producers: each adds to the cell
+// its goroutine's stack address picks, so concurrent writers seldom share a
+// cache line; reads sum the cells.
+type striped struct {
+	cells [stripes]struct {
+		atomic.Uint64
+		_ [56]byte // one cache line per cell
+	}
+}
+
+// Add adds n in the calling goroutine's cell.
+func (c *striped) Add(n uint64) {
+	var marker byte
+	// Goroutine stacks are at least 8 KiB apart: bits above 13 tell them
+	// apart, and a stack that moves just picks another cell.
+	i := (uintptr(unsafe.Pointer(&marker)) >> 13) % stripes
+	c.cells[i].Add(n)
+}
+
+// Load sums the cells.
+func (c *striped) Load() uint64 {
+	var n uint64
+	for i := range c.cells {
+		n += c.cells[i].Load()
+	}
+	return n
 }

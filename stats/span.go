@@ -1,10 +1,6 @@
 package stats
 
-import (
-	"strings"
-
-	"github.com/spanstats/spanstats/aggregate"
-)
+import "github.com/spanstats/spanstats/aggregate"
 
 // Span carries the raw fields of one finished span. Strings are used as
 // given; Publish copies what it needs and does not retain the Span or its
@@ -32,10 +28,22 @@ type Span struct {
 	Error, TopLevel, Measured, TraceRoot, Synthetics bool
 }
 
-// kindIs reports whether kind equals want (lower case) ignoring case, with
-// the common exact spelling checked first.
+// kindIs reports whether kind equals want (lower case) ignoring ASCII case,
+// as the agent's strings.ToLower comparison does for these names.
 func kindIs(kind, want string) bool {
-	return kind == want || (len(kind) == len(want) && strings.EqualFold(kind, want))
+	if len(kind) != len(want) {
+		return false
+	}
+	for i := 0; i < len(kind); i++ {
+		c := kind[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Eligible reports whether the span is counted: top-level, measured, or of
@@ -48,13 +56,24 @@ func (s *Span) Eligible() bool {
 	if s.TopLevel || s.Measured {
 		return true
 	}
-	k := s.SpanKind
-	return kindIs(k, "server") || kindIs(k, "client") || kindIs(k, "producer") || kindIs(k, "consumer")
+	switch k := s.SpanKind; len(k) { // one length check rules out most kinds
+	case 6:
+		return kindIs(k, "server") || kindIs(k, "client")
+	case 8:
+		return kindIs(k, "producer") || kindIs(k, "consumer")
+	}
+	return false
 }
 
 // keepsPeerTags reports whether peer tags belong in the span's key.
 func keepsPeerTags(kind string) bool {
-	return kindIs(kind, "client") || kindIs(kind, "producer") || kindIs(kind, "consumer")
+	switch len(kind) {
+	case 6:
+		return kindIs(kind, "client")
+	case 8:
+		return kindIs(kind, "producer") || kindIs(kind, "consumer")
+	}
+	return false
 }
 
 // snapshot copies the span's key fields and measurements into the inbox
