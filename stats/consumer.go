@@ -1,11 +1,17 @@
 package stats
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
 )
+
+// idleYields is how many times the consumer yields on an empty inbox before
+// parking: enough to ride out the gaps of a busy stream, few enough that an
+// idle process parks within microseconds.
+const idleYields = 4
 
 // consumer is the state of the one goroutine that owns the table. Nothing
 // else reads or writes it.
@@ -47,8 +53,10 @@ func (c *consumer) run() {
 	c.boundary = c.start.Add(c.interval)
 	c.timer = time.NewTimer(c.boundary.Sub(t))
 	defer c.timer.Stop()
+	idle := 0
 	for {
 		if n := c.consume(); n > 0 {
+			idle = 0
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
 			select {
@@ -63,6 +71,15 @@ func (c *consumer) run() {
 				return
 			default:
 			}
+			continue
+		}
+		if idle < idleYields {
+			// Under load the inbox empties only for a moment: yielding keeps
+			// the consumer runnable instead of parking and waiting for a
+			// producer's wake-up, which would arrive only once that producer
+			// gives up its processor.
+			idle++
+			runtime.Gosched()
 			continue
 		}
 		if !a.inbox.Park() {

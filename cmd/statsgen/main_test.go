@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestRunEmbeddedAgent runs the generator end to end against its embedded
+// fake agent and checks what it prints: per-interval tables of decoded
+// groups with quantiles, and a final line where the agent's decoded hits
+// equal the SDK's counted spans.
+func TestRunEmbeddedAgent(t *testing.T) {
+	var out bytes.Buffer
+	o := options{rate: 20000, keys: 20, errRatio: 0.5, dist: "loguniform", minDur: 50 * time.Microsecond,
+		maxDur: 2 * time.Second, producers: 4, run: 700 * time.Millisecond, interval: 200 * time.Millisecond, top: 5}
+	if err := run(o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	if n := strings.Count(s, "\nbucket "); n < 2 {
+		t.Fatalf("%d interval tables printed, want at least 2:\n%s", n, s)
+	}
+	if !strings.Contains(s, "service") || !strings.Contains(s, "p99") {
+		t.Fatalf("no table header:\n%s", s)
+	}
+	m := regexp.MustCompile(`agent decoded (\d+) hits \(counted (\d+)\)`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no final tally:\n%s", s)
+	}
+	hits, _ := strconv.Atoi(m[1])
+	if m[1] != m[2] || hits < 1000 {
+		t.Fatalf("agent decoded %s hits, counted %s; want equal and >= 1000", m[1], m[2])
+	}
+	// A 50 % error ratio shows in the tables' error column.
+	if !regexp.MustCompile(`\s\d+\s+[1-9]\d*\s+\d`).MatchString(s) {
+		t.Fatalf("no group with errors in the tables:\n%s", s)
+	}
+}
+
+func TestValidateRejectsBadFlags(t *testing.T) {
+	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: 1, top: 1}
+	if err := good.validate(); err != nil {
+		t.Fatalf("valid options rejected: %v", err)
+	}
+	for name, mut := range map[string]func(*options){
+		"keys":     func(o *options) { o.keys = 0 },
+		"errors":   func(o *options) { o.errRatio = 1.5 },
+		"min>max":  func(o *options) { o.minDur, o.maxDur = 2, 1 },
+		"dist":     func(o *options) { o.dist = "normal" },
+		"rate":     func(o *options) { o.rate = -1 },
+		"interval": func(o *options) { o.interval = 0 },
+	} {
+		o := good
+		mut(&o)
+		if o.validate() == nil {
+			t.Errorf("%s: invalid options accepted", name)
+		}
+	}
+}
