@@ -1,15 +1,10 @@
 package inbox
 
 import (
-	"errors"
 	"math/bits"
 	"runtime"
 	"sync/atomic"
 )
-
-// ErrClosed is the error callers can report when Push fails because the ring
-// has been closed (Closed returns true) rather than because it is full.
-var ErrClosed = errors.New("inbox: closed")
 
 // closedBit is the top bit of the tail word; setting it makes every later
 // producer CAS on the tail fail, which freezes the final tail position.

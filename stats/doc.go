@@ -4,11 +4,14 @@
 // group of labels) to the Datadog agent's POST /v0.6/stats every interval.
 //
 // Concurrency: every method of Aggregator is safe for concurrent use.
-// Publish never blocks and, in steady state, never allocates.
+// Publish never waits and, in steady state, never allocates; when the inbox
+// is full it drops the span (counted) and yields its processor once so the
+// consumer can catch up (Config.ShedWithoutYield turns that off).
 //
-// Design: Publish checks eligibility and copies the span's fields into a slot
-// of a bounded lock-free inbox (package inbox). One consumer goroutine drains
-// the inbox in batches into an aggregate.Table it alone owns — clears,
+// Design: Publish checks eligibility and writes the span's fields straight
+// into a claimed slot of a bounded lock-free inbox (package inbox). One
+// consumer goroutine aggregates the inbox in place, in batches, into an
+// aggregate.Table it alone owns — clears,
 // flushes and stop reach it as signals, so the table has no lock. At each
 // interval boundary (aligned to BucketInterval), or on Flush or Stop, the
 // consumer encodes the touched entries with package writer into one or more
