@@ -30,9 +30,14 @@ func benchSpans(n int) []Span {
 // benchAggregator runs a real aggregator (consumer draining, reports to a
 // loopback agent at the default interval) so Publish is measured against a
 // live consumer, not an idle ring.
-func benchAggregator(b *testing.B) (*Aggregator, func()) {
+func benchAggregator(b *testing.B, cfg ...Config) (*Aggregator, func()) {
 	ag := testagent.New()
-	a, err := New(Config{AgentURL: ag.URL()})
+	c := Config{}
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	c.AgentURL = ag.URL()
+	a, err := New(c)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,10 +88,17 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkPublish8Producers runs 8 publishing goroutines whatever
 // GOMAXPROCS is, against the live consumer. Producers outrun one consumer
-// by far, so most pushes find the inbox full: full/op says how many, and
-// ns/op mixes the accepted and the shed path.
+// by far, so many pushes find the inbox full: full/op says how many, and
+// ns/op mixes the accepted and the shed path — with the default yield on a
+// full inbox (the consumer gets CPU: fewer sheds, slower failed Publish
+// calls) and with ShedWithoutYield.
 func BenchmarkPublish8Producers(b *testing.B) {
-	a, done := benchAggregator(b)
+	b.Run("yield", func(b *testing.B) { benchPublish8(b, Config{}) })
+	b.Run("shed-without-yield", func(b *testing.B) { benchPublish8(b, Config{ShedWithoutYield: true}) })
+}
+
+func benchPublish8(b *testing.B, cfg Config) {
+	a, done := benchAggregator(b, cfg)
 	defer done()
 	spans := benchSpans(200)
 	b.SetParallelism((8 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
