@@ -151,56 +151,69 @@ func BenchmarkSketchAdd(b *testing.B) {
 	sinkF64 = s.Quantile(0.5)
 }
 
-// BenchmarkTableAddAdversarial: every span varies service (64 K values),
-// operation (256 K), resource (~1 M) and peer host (32 K) at once, with the
-// default budgets on; the table rotates every 1 M spans as a report would.
-// The strings are built fresh in batches of 4096 outside the timer: a tracer
-// hands over strings it just built (in cache), not ones from a cold pool.
-// Compare with BenchmarkTableAddHitPeerTags (the steady state for client
-// spans): the issue bounds this at 2× that.
-func BenchmarkTableAddAdversarial(b *testing.B) {
-	const batch = 4096
+// freshSpanBatch is the number of spans built, outside the timer, between
+// timed runs of Add: the strings are fresh (as a tracer's are) yet the batch
+// stays within L2/L3.
+const freshSpanBatch = 4096
+
+// benchFresh adds spans that key(i) builds with fresh strings, batch by batch
+// outside the timer, and calls every(i) after each Add.
+func benchFresh(b *testing.B, tb *Table, key func(i int, s *Span), every func(i int)) {
 	durs := benchDurations(4096)
-	tb := NewTable(0)
-	tb.SetLimits(DefaultLimits())
-	spans := make([]Span, batch)
+	spans := make([]Span, freshSpanBatch)
 	fill := func(base int) {
 		for j := range spans {
 			i := base + j
-			s := &spans[j]
-			*s = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0,
-				Service:  "svc-" + strconv.Itoa((i*7)&(1<<16-1)),
-				Name:     "op." + strconv.Itoa((i*13)&(1<<18-1)),
-				Resource: "GET /api/v1/users/" + strconv.Itoa((i*31)&(1<<20-1)),
-			}
-			s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa((i*17)&(1<<15-1)), "db.system:postgresql"})
+			spans[j] = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0}
+			key(i, &spans[j])
 		}
 	}
 	fill(0)
+	for j := range spans[:256] { // the steady state: keys already in the table
+		tb.Add(&spans[j])
+	}
 	// The fresh strings are the benchmark's garbage, not the table's: collect
 	// it outside the timer so GC work does not land on the measured spans.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		j := i % batch
+		j := i % freshSpanBatch
 		if j == 0 && i > 0 {
 			b.StopTimer()
-			if i%(64*batch) == 0 {
+			if i%(64*freshSpanBatch) == 0 {
 				runtime.GC()
 			}
 			fill(i)
 			b.StartTimer()
 		}
 		tb.Add(&spans[j])
-		if i&(1<<20-1) == 1<<20-1 {
-			tb.Rotate()
-		}
+		every(i)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/span")
-	b.ReportMetric(float64(tb.CollapsedSpans())/float64(b.N), "collapsed/op")
 	sinkEntries = tb.Touched(sinkEntries[:0])
+}
+
+// BenchmarkTableAddAdversarial: every span varies service (64 K values),
+// operation (256 K), resource (~1 M) and peer host (32 K) at once, with the
+// default budgets on; the table rotates every 1 M spans as a report would.
+// Compare with BenchmarkTableAddHitFreshStrings (the steady state with
+// equally fresh strings) and BenchmarkTableAddHitPeerTags (interned ones).
+func BenchmarkTableAddAdversarial(b *testing.B) {
+	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits())
+	benchFresh(b, tb, func(i int, s *Span) {
+		s.Service = "svc-" + strconv.Itoa((i*7)&(1<<16-1))
+		s.Name = "op." + strconv.Itoa((i*13)&(1<<18-1))
+		s.Resource = "GET /api/v1/users/" + strconv.Itoa((i*31)&(1<<20-1))
+		s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa((i*17)&(1<<15-1)), "db.system:postgresql"})
+	}, func(i int) {
+		if i&(1<<20-1) == 1<<20-1 {
+			tb.Rotate()
+		}
+	})
+	b.ReportMetric(float64(tb.CollapsedSpans())/float64(b.N), "collapsed/op")
 }
 
 // BenchmarkTableAddHitFreshStrings is the steady state (200 client keys, 3
@@ -209,47 +222,16 @@ func BenchmarkTableAddAdversarial(b *testing.B) {
 // cache cannot help, every span is encoded, hashed and compared. It is the
 // like-for-like baseline of the adversarial benchmark.
 func BenchmarkTableAddHitFreshStrings(b *testing.B) {
-	const batch = 4096
-	durs := benchDurations(4096)
 	tb := NewTable(0)
 	tb.SetLimits(DefaultLimits())
-	spans := make([]Span, batch)
-	fill := func(base int) {
-		for j := range spans {
-			i := base + j
-			k := i % 200
-			s := &spans[j]
-			*s = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0,
-				Service:  "svc-" + strconv.Itoa(k%4),
-				Name:     "op." + strconv.Itoa(k%8),
-				Resource: "GET /api/v1/users/" + strconv.Itoa(k),
-			}
-			s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa(k%16), "db.system:postgresql"})
-		}
-	}
-	fill(0)
-	for j := range 200 {
-		tb.Add(&spans[j])
-	}
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		j := i % batch
-		if j == 0 && i > 0 {
-			b.StopTimer()
-			if i%(64*batch) == 0 {
-				runtime.GC()
-			}
-			fill(i)
-			b.StartTimer()
-		}
-		tb.Add(&spans[j])
-	}
-	b.StopTimer()
+	benchFresh(b, tb, func(i int, s *Span) {
+		k := i % 200
+		s.Service = "svc-" + strconv.Itoa(k%4)
+		s.Name = "op." + strconv.Itoa(k%8)
+		s.Resource = "GET /api/v1/users/" + strconv.Itoa(k)
+		s.SetPeerTags([]string{"peer.service:users-db", "peer.hostname:db-" + strconv.Itoa(k%16), "db.system:postgresql"})
+	}, func(int) {})
 	if tb.CollapsedSpans() != 0 || tb.Len() != 200 {
 		b.Fatalf("steady state collapsed %d spans over %d entries", tb.CollapsedSpans(), tb.Len())
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/span")
-	sinkEntries = tb.Touched(sinkEntries[:0])
 }

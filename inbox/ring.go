@@ -182,6 +182,8 @@ func (r *Ring[T]) Consume(max int, fn func(v *T)) int {
 // moved. It never blocks; it stops at the first slot a producer has claimed
 // but not finished writing. Consumer goroutine only.
 func (r *Ring[T]) Drain(dst []T) int {
+	// The loop of Consume, written out: through Consume's callback a copy
+	// costs ~40 % more (measured by BenchmarkDrain).
 	var zero T
 	head := r.head.Load()
 	n := 0
