@@ -56,6 +56,9 @@ func (s *Sketch) Add(v float64) {
 		s.count++
 		return
 	}
+	if v > agentMapping.MaxIndexableValue() { // +Inf included: the top bin, as a clamp
+		v = agentMapping.MaxIndexableValue()
+	}
 	s.AddIndex(index(v), 1)
 }
 

@@ -399,3 +399,17 @@ func TestSketchQuantile(t *testing.T) {
 		}
 	}
 }
+
+// TestSketchClampsHugeValues: +Inf and values past the mapping's range land
+// in the top indexable bin instead of corrupting the store.
+func TestSketchClampsHugeValues(t *testing.T) {
+	var s Sketch
+	s.Add(1000)
+	s.Add(math.Inf(1))
+	s.Add(math.MaxFloat64)
+	lo, counts := s.Bins()
+	top := Mapping().Index(Mapping().MaxIndexableValue())
+	if s.Count() != 3 || lo+len(counts)-1 != top || counts[len(counts)-1] != 2 || len(counts) > MaxBins {
+		t.Fatalf("count %d, bins [%d, %d] (top bin %d) with %d in the top one", s.Count(), lo, lo+len(counts)-1, top, counts[len(counts)-1])
+	}
+}
