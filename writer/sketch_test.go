@@ -35,21 +35,13 @@ func sketchOf(values ...float64) *aggregate.Sketch {
 // sameSketch reports whether a and b hold the same values, a nil sketch
 // being the same as an empty one.
 func sameSketch(a, b *aggregate.Sketch) bool {
-	if a == nil {
-		a = new(aggregate.Sketch)
+	count := func(s *aggregate.Sketch) uint64 {
+		if s == nil {
+			return 0
+		}
+		return s.Count()
 	}
-	if b == nil {
-		b = new(aggregate.Sketch)
-	}
-	alo, ac := a.Bins()
-	blo, bc := b.Bins()
-	if len(ac) == 0 {
-		alo = 0
-	}
-	if len(bc) == 0 {
-		blo = 0
-	}
-	return a.Count() == b.Count() && a.ZeroCount() == b.ZeroCount() && alo == blo && slices.Equal(ac, bc)
+	return count(a) == count(b) && sameWire(a, b)
 }
 
 // sameWire reports whether a and b have the same bins and zero count: what
