@@ -138,9 +138,14 @@ func newValueSet(limit int, blocked string) *valueSet {
 }
 
 // ok reports whether v is within budget in interval epoch, admitting it if
-// there is room. The repeated-value check is small enough to inline.
+// there is room. The repeated-value check is small enough to inline: it asks
+// whether v is the very string decided last (a tracer's constant, an
+// interned route), not whether its bytes are equal — an equal string at
+// another address is decided afresh, which gives the same answer for the
+// cost of a hash, while a new value (a cardinality attack) costs no byte
+// comparison before its hash.
 func (s *valueSet) ok(v string, seed maphash.Seed, epoch uint32) bool {
-	if s.lastEpoch == epoch && s.last == v {
+	if s.lastEpoch == epoch && same(s.last, v) {
 		return s.lastOK
 	}
 	return s.decide(v, seed, epoch)
@@ -211,7 +216,8 @@ type budgets struct {
 	// recent remembers, per position in a span's sorted peer tags, the
 	// last key's set: spans of one client repeat their key layout.
 	recent [MaxInlinePeerTags]struct {
-		key string
+		key string // the tag's key, a substring of tag
+		tag string // the last tag seen at this position
 		set *valueSet
 	}
 }
@@ -222,7 +228,8 @@ func (b *budgets) peerSetCached(i int, tag string) *valueSet {
 		return b.peerSet(tag)
 	}
 	r := &b.recent[i]
-	if r.set != nil && len(tag) > len(r.key) && tag[len(r.key)] == ':' && tag[:len(r.key)] == r.key {
+	if r.set != nil && (same(tag, r.tag) || len(tag) > len(r.key) && tag[len(r.key)] == ':' && tag[:len(r.key)] == r.key) {
+		r.tag = tag
 		return r.set
 	}
 	set := b.peerSet(tag)
@@ -230,7 +237,7 @@ func (b *budgets) peerSetCached(i int, tag string) *valueSet {
 	if j := strings.IndexByte(tag, ':'); j >= 0 {
 		k = tag[:j]
 	}
-	r.key, r.set = k, set
+	r.key, r.tag, r.set = k, tag, set
 	return set
 }
 
@@ -262,11 +269,12 @@ func (b *budgets) peerSet(tag string) *valueSet {
 	return s
 }
 
-// admit checks every budgeted field of s (and its peer tags) in interval
-// epoch. When all are within budget it returns nil. Otherwise it returns a
-// copy of s in t.collapsedSpan with the over-budget values replaced, and
-// counts each collapse. Over-budget peer tags are replaced in peers.
-func (t *Table) admit(s *Span, peers []string) *Span {
+// admit checks every budgeted field of s, and its kept peer tags (kept, in
+// the tracer's order), in interval epoch. When all are within budget it
+// returns nil. Otherwise it counts each collapse, replaces the over-budget
+// tags in kept, and returns the span's key with the over-budget values
+// replaced, in t.collapsedSpan: its peer tags are kept's.
+func (t *Table) admit(s *Span, kept []string) *Span {
 	b := t.budgets
 	ep, seed := t.epoch, b.seed
 	f := &b.fields
@@ -298,19 +306,27 @@ func (t *Table) admit(s *Span, peers []string) *Span {
 	if !f[FieldServiceSource].ok(s.ServiceSource, seed, ep) {
 		rejected |= 1 << FieldServiceSource
 	}
-	t.peersCollapsed = false
-	for i, p := range peers {
+	for i, p := range kept {
 		if vs := b.peerSetCached(i, p); !vs.ok(p, seed, ep) {
 			t.collapsed[FieldPeerTags]++
-			peers[i] = vs.blocked
-			t.peersCollapsed = true
+			kept[i] = vs.blocked
+			rejected |= 1 << FieldPeerTags
 		}
 	}
-	if rejected == 0 && !t.peersCollapsed {
+	if rejected == 0 {
 		return nil
 	}
+	// Only the key fields: the caller records s's measurements.
 	c := &t.collapsedSpan
-	*c = *s
+	c.Service, c.Name, c.Resource, c.Type, c.SpanKind = s.Service, s.Name, s.Resource, s.Type, s.SpanKind
+	c.HTTPMethod, c.HTTPEndpoint, c.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
+	c.ServiceSource, c.HTTPStatusCode, c.TraceRoot, c.Synthetics = s.ServiceSource, s.HTTPStatusCode, s.TraceRoot, s.Synthetics
+	clear(c.PeerTags[:c.NumPeerTags]) // do not pin the last span's tags
+	n := copy(c.PeerTags[:], kept)
+	c.NumPeerTags, c.ExtraPeerTags = uint8(n), nil
+	if len(kept) > n {
+		c.ExtraPeerTags = kept[n:] // scratch: never cached
+	}
 	for fl := range FieldPeerTags {
 		if rejected&(1<<fl) != 0 {
 			t.collapsed[fl]++
@@ -355,6 +371,7 @@ func (t *Table) SetLimits(l Limits) {
 // peer_tags list, or the tracer's own). A nil keys keeps every key.
 func (t *Table) SetPeerTagKeys(keys []string) {
 	clear(t.recent[:]) // cached spans were keyed under the old filter
+	clear(t.recentTags[:])
 	clear(t.keepMemo[:])
 	if keys == nil {
 		t.peerKeys = nil

@@ -121,3 +121,20 @@ func (e *Entry) reset() {
 		e.Err.Reset()
 	}
 }
+
+// Touch reads the first and last byte of the span's most variable strings
+// and returns them folded together.
+func Touch(s *Span) byte {
+	var x byte
+	for _, v := range [...]string{s.Resource, s.Service, s.Name, s.HTTPEndpoint} {
+		if n := len(v); n > 0 {
+			x ^= v[0] ^ v[n-1]
+		}
+	}
+	for _, v := range s.PeerTags[:s.NumPeerTags] {
+		if n := len(v); n > 0 {
+			x ^= v[0] ^ v[n-1]
+		}
+	}
+	return x
+}

@@ -35,15 +35,15 @@ type Table struct {
 	overflow *Entry // catch-all at the cap: lazily created, never indexed
 
 	keyBuf []byte   // scratch: seed, then the key bytes of the span being added
-	peers  []string // scratch: a span's peer tags, sorted
+	kept   []string // scratch: a span's kept peer tags, in the tracer's order
+	peers  []string // scratch: a span's kept peer tags, sorted
 
 	budgets        *budgets            // nil: no cardinality limits
 	peerKeys       map[string]struct{} // nil: every peer-tag key is kept
 	collapsedSpan  Span                // scratch: a span with collapsed fields
-	lastCollapsed  *Entry              // entry of the last collapsed span
-	peersCollapsed bool                // admit replaced a peer tag
 	attacked       bool                // the last span collapsed: admit before hashing
 	recent         [recentSpans]recentSlot
+	recentTags     [recentSpans]uint32 // 0: empty slot
 	keepMemo       [MaxInlinePeerTags]struct {
 		key  string
 		keep bool
@@ -77,6 +77,7 @@ func NewTable(maxEntries int) *Table {
 		epoch:      1,
 		// Random per table (so per process): keys cannot be precomputed to collide.
 		keyBuf: binary.LittleEndian.AppendUint64(make([]byte, 0, 512), rand.Uint64()),
+		kept:   make([]string, 0, MaxInlinePeerTags),
 		peers:  make([]string, 0, MaxInlinePeerTags),
 	}
 	return t
@@ -100,38 +101,70 @@ func (t *Table) Add(s *Span) {
 	// Spans whose strings are the tracer's constants or route templates
 	// arrive with the same string data again and again: the recent-span
 	// cache finds their entry without encoding or hashing the key.
-	slot := &t.recent[recentIndex(s)]
-	if e := slot.e; e != nil && e.epoch == t.epoch && e.gen == slot.gen && slot.span.sameKey(s) {
+	if e := t.recentEntry(s); e != nil {
 		e.record(s.Duration, s.Error, s.TopLevel)
 		return
 	}
-	peers := t.sortedPeers(s)
+	kept := t.keptPeers(s)
 	if t.budgets != nil && t.attacked {
 		// The last span collapsed: under a cardinality attack most spans
 		// do, so decide the budgets before hashing the raw key at all.
-		if c := t.admit(s, peers); c != nil {
-			t.addCollapsed(s, c, peers)
+		if c := t.admit(s, kept); c != nil {
+			t.addCollapsed(s, c, kept)
 			return
 		}
 		t.attacked = false
-		t.addKey(s, peers, false)
+		t.addKey(s, kept, false)
 		return
 	}
-	t.addKey(s, peers, t.budgets != nil)
+	t.addKey(s, kept, t.budgets != nil)
 }
 
-// addKey counts s in the entry of its raw key. With checkBudgets, a key not
-// yet admitted in this interval goes through the budgets first.
-func (t *Table) addKey(s *Span, peers []string, checkBudgets bool) {
-	b := t.encodeKey(s, peers)
+// Attacked reports whether the last span added had a value over its
+// cardinality budget: under an attack most spans do.
+func (t *Table) Attacked() bool { return t.attacked }
+
+// recentEntry returns the entry the recent-span cache holds for s's key,
+// or nil. The tags, 4 KiB that stay in the L1 cache, turn away most misses
+// before the slot (a few cache lines) or its entry is read.
+func (t *Table) recentEntry(s *Span) *Entry {
+	i, tag := recentIndex(s)
+	if t.recentTags[i] != tag {
+		return nil
+	}
+	slot := &t.recent[i]
+	if slot.span.sameKey(s) {
+		if e := slot.e; e.epoch == t.epoch && e.gen == slot.gen {
+			return e
+		}
+	}
+	return nil
+}
+
+// remember puts s's key, counted in e, in the recent-span cache.
+func (t *Table) remember(s *Span, e *Entry) {
+	if e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil {
+		i, tag := recentIndex(s)
+		slot := &t.recent[i]
+		slot.span.setKey(s)
+		slot.e, slot.gen = e, e.gen
+		t.recentTags[i] = tag
+	}
+}
+
+// addKey counts s in the entry of its raw key; kept are its kept peer tags
+// in the tracer's order. With checkBudgets, a key not yet admitted in this
+// interval goes through the budgets first.
+func (t *Table) addKey(s *Span, kept []string, checkBudgets bool) {
+	b := t.encodeKey(s, t.sortedPeers(kept))
 	h := hash(b)
 	e := t.lookup(h, b[seedLen:])
 	// Budgets are checked once per key per interval: a hit on an entry
 	// already admitted this interval costs nothing more.
 	if checkBudgets && (e == nil || e.epoch != t.epoch) {
-		if c := t.admit(s, peers); c != nil {
+		if c := t.admit(s, kept); c != nil {
 			t.attacked = true
-			t.addCollapsed(s, c, peers)
+			t.addCollapsed(s, c, kept)
 			return
 		}
 	}
@@ -140,11 +173,7 @@ func (t *Table) addKey(s *Span, peers []string, checkBudgets bool) {
 	}
 	e.epoch = t.epoch
 	e.record(s.Duration, s.Error, s.TopLevel)
-	if e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil {
-		slot := &t.recent[recentIndex(s)]
-		slot.span.setKey(s)
-		slot.e, slot.gen = e, e.gen
-	}
+	t.remember(s, e)
 }
 
 // recentSpans is the size of the recent-span cache: direct-mapped, so
@@ -156,10 +185,10 @@ const recentSpans = 1024
 // recentPeers is how many peer tags a cached span may carry.
 const recentPeers = 4
 
-// recentSlot maps one span's raw label fields to the entry they hit. It is
-// validated by comparing the fields (equal strings with equal data pointers
-// compare in a few instructions), the entry's key generation (recycling
-// changes it) and the entry's interval (budgets are decided per interval).
+// recentSlot maps one span's label fields (raw, or collapsed by the budgets)
+// to the entry they hit. It is validated by the identity of the fields'
+// string data (see same), the entry's key generation (recycling changes it)
+// and the entry's interval (budgets are decided per interval).
 type recentSlot struct {
 	span recentKey
 	e    *Entry
@@ -193,23 +222,34 @@ func (k *recentKey) setKey(s *Span) {
 func (k *recentKey) sameKey(s *Span) bool {
 	if k.httpStatusCode != s.HTTPStatusCode || k.numPeers != s.NumPeerTags || k.flags != spanFlags(s) ||
 		s.NumPeerTags > recentPeers || s.ExtraPeerTags != nil ||
-		k.fields[2] != s.Resource || k.fields[0] != s.Service || k.fields[1] != s.Name ||
-		k.fields[3] != s.Type || k.fields[4] != s.SpanKind || k.fields[5] != s.HTTPMethod ||
-		k.fields[6] != s.HTTPEndpoint || k.fields[7] != s.GRPCStatusCode || k.fields[8] != s.ServiceSource {
+		!same(k.fields[2], s.Resource) || !same(k.fields[0], s.Service) || !same(k.fields[1], s.Name) ||
+		!same(k.fields[3], s.Type) || !same(k.fields[4], s.SpanKind) || !same(k.fields[5], s.HTTPMethod) ||
+		!same(k.fields[6], s.HTTPEndpoint) || !same(k.fields[7], s.GRPCStatusCode) || !same(k.fields[8], s.ServiceSource) {
 		return false
 	}
 	for i := range s.NumPeerTags {
-		if k.peers[i] != s.PeerTags[i] {
+		if !same(k.peers[i], s.PeerTags[i]) {
 			return false
 		}
 	}
 	return true
 }
 
+// same reports whether a and b are the same string data: equal length and
+// (unless empty) equal address. The cache holds its strings, so their memory
+// cannot be reused while cached, and Go strings are immutable: the same
+// data means equal contents. Equal contents at another address is a miss —
+// such a span was not cached under this slot anyway (see recentIndex) — and
+// a miss never reads the bytes of a string cached long ago.
+func same(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b))
+}
+
 // recentIndex picks a slot from the identity of the span's most variable
-// strings: the same string data lands in the same slot. Only the slot
-// choice depends on addresses; a hit is decided by comparing contents.
-func recentIndex(s *Span) uint {
+// strings (the same string data lands in the same slot) and a tag for the
+// slot from other bits of the same hash. Only the slot choice depends on
+// addresses; a hit is decided by the fields themselves (sameKey).
+func recentIndex(s *Span) (uint, uint32) {
 	h := uintptr(unsafe.Pointer(unsafe.StringData(s.Resource)))*0x9E3779B97F4A7C15 ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Name)))*0xC2B2AE3D27D4EB4F ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Service)))*0x165667B19E3779F9 ^
@@ -217,35 +257,33 @@ func recentIndex(s *Span) uint {
 	if s.NumPeerTags > 0 {
 		h ^= uintptr(unsafe.Pointer(unsafe.StringData(s.PeerTags[s.NumPeerTags-1]))) * 0x27D4EB2F165667C5
 	}
-	return uint(h>>40) % recentSpans
+	return uint(h>>40) % recentSpans, uint32(h>>8) | 1
 }
 
 // addCollapsed counts s in the entry of c, its copy with over-budget fields
-// replaced by BlockedValue.
-func (t *Table) addCollapsed(s, c *Span, peers []string) {
-	if t.peersCollapsed {
-		peers = sortSet(peers) // collapsed tags may now repeat or reorder
-	}
-	// Under attack the collapsed key repeats (the varying fields all read
-	// tracer_blocked_value): comparing with the last collapsed entry skips
-	// encoding and hashing.
-	e := t.lastCollapsed
-	if e == nil || e.epoch != t.epoch || !e.matchesSpan(c, peers) {
-		b := t.encodeKey(c, peers)
+// and peer tags replaced by BlockedValue; kept holds c's peer tags in the
+// tracer's order. Under attack the collapsed key repeats (the varying fields
+// all read tracer_blocked_value, the others keep the tracer's strings), so
+// the recent-span cache finds its entry without sorting, encoding or
+// hashing.
+func (t *Table) addCollapsed(s, c *Span, kept []string) {
+	e := t.recentEntry(c)
+	if e == nil {
+		b := t.encodeKey(c, t.sortedPeers(kept))
 		h := hash(b)
 		if e = t.lookup(h, b[seedLen:]); e == nil {
 			e = t.insert(h, b[seedLen:])
 		}
 		e.epoch = t.epoch
-		t.lastCollapsed = e
+		t.remember(c, e)
 	}
 	e.record(s.Duration, s.Error, s.TopLevel)
 }
 
-// sortedPeers returns the span's kept peer tags as a sorted set in t.peers:
-// the key treats peer tags as a set, whatever order the tracer gave.
-func (t *Table) sortedPeers(s *Span) []string {
-	p := t.peers[:0]
+// keptPeers returns the span's peer tags whose key is kept, in the
+// tracer's order, in t.kept.
+func (t *Table) keptPeers(s *Span) []string {
+	p := t.kept[:0]
 	if t.peerKeys == nil {
 		p = append(p, s.PeerTags[:s.NumPeerTags]...)
 		p = append(p, s.ExtraPeerTags...)
@@ -253,7 +291,14 @@ func (t *Table) sortedPeers(s *Span) []string {
 		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
 		p = t.keepPeers(p, s.ExtraPeerTags)
 	}
-	p = sortSet(p)
+	t.kept = p
+	return p
+}
+
+// sortedPeers returns kept as a sorted set in t.peers: the key treats peer
+// tags as a set, whatever order the tracer gave.
+func (t *Table) sortedPeers(kept []string) []string {
+	p := sortSet(append(t.peers[:0], kept...))
 	t.peers = p
 	return p
 }
@@ -600,8 +645,8 @@ func (t *Table) Clear() {
 	t.entries = t.entries[:0]
 	clear(t.slots)
 	clear(t.recent[:])
+	clear(t.recentTags[:])
 	t.overflow = nil
-	t.lastCollapsed = nil
 	t.cursor = 0
 	t.epoch++
 	t.noIdle = false

@@ -24,20 +24,20 @@ func withPeers(s Span, tags ...string) Span {
 
 // find returns the entry holding s's key, without adding anything.
 func find(tb *Table, s *Span) *Entry {
-	b := tb.encodeKey(s, tb.sortedPeers(s))
+	b := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))
 	return tb.lookup(hash(b), b[seedLen:])
 }
 
 // findWithHash is find for keys added with addWithHash.
 func findWithHash(tb *Table, s *Span, h uint64) *Entry {
-	b := tb.encodeKey(s, tb.sortedPeers(s))
+	b := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))
 	return tb.lookup(h, b[seedLen:])
 }
 
 // addWithHash is Table.Add with the hash chosen by the test, to force
 // collisions of home slots and of whole hashes.
 func addWithHash(tb *Table, s *Span, h uint64) {
-	key := tb.encodeKey(s, tb.sortedPeers(s))[seedLen:]
+	key := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))[seedLen:]
 	e := tb.lookup(h, key)
 	if e == nil {
 		e = tb.insert(h, key)
