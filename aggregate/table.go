@@ -38,13 +38,13 @@ type Table struct {
 	kept   []string // scratch: a span's kept peer tags, in the tracer's order
 	peers  []string // scratch: a span's kept peer tags, sorted
 
-	budgets        *budgets            // nil: no cardinality limits
-	peerKeys       map[string]struct{} // nil: every peer-tag key is kept
-	collapsedSpan  Span                // scratch: a span with collapsed fields
-	attacked       bool                // the last span collapsed: admit before hashing
-	recent         [recentSpans]recentSlot
-	recentTags     [recentSpans]uint32 // 0: empty slot
-	keepMemo       [MaxInlinePeerTags]struct {
+	budgets       *budgets            // nil: no cardinality limits
+	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
+	collapsedSpan Span                // scratch: a span with collapsed fields
+	attacked      bool                // the last span collapsed: admit before hashing
+	recent        [recentSpans]recentSlot
+	recentTags    [recentSpans]uint32 // 0: empty slot
+	keepMemo      [MaxInlinePeerTags]struct {
 		key  string
 		keep bool
 	}
