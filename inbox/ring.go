@@ -116,6 +116,15 @@ func (r *Ring[T]) Claim() (Claimed[T], bool) {
 		if pos&closedBit != 0 {
 			return Claimed[T]{}, false
 		}
+		if int64(pos-r.head.Load()) >= int64(len(r.buf)) {
+			// Full as of the consumer's last batch: fail on the head's
+			// line, which changes once a batch, without touching the
+			// slot, whose line the consumer may be releasing right now
+			// (a full ring's producers would otherwise pull every slot
+			// out of the consumer's cache as it frees it). A stale pos
+			// only makes the difference smaller, never a false full.
+			return Claimed[T]{}, false
+		}
 		s := &r.buf[pos&r.mask]
 		dif := int64(s.seq.Load() - pos)
 		switch {
@@ -177,34 +186,40 @@ func (r *Ring[T]) Consume(max int, fn func(v *T)) int {
 	return n
 }
 
-// ConsumeAhead is Consume with a look-ahead pass: it first finds up to max
-// ready items and calls ahead on each, then calls fn on each in FIFO order
-// and releases the slots. ahead runs over the whole batch before fn sees the
-// first item, so the memory its loads touch arrives for all of them at once
-// instead of one cache miss after another. Consumer only.
-func (r *Ring[T]) ConsumeAhead(max int, ahead, fn func(v *T)) int {
-	var zero T
+// Ready returns how many items, up to max, are ready at the head. The
+// consumer may then read them in place with At, in any order and as often
+// as it likes (several passes over a batch let their cache misses overlap),
+// and must hand their slots back with Release. Consumer only.
+func (r *Ring[T]) Ready(max int) int {
 	head := r.head.Load()
 	n := 0
-	for n < max {
-		s := &r.buf[(head+uint64(n))&r.mask]
-		if s.seq.Load() != head+uint64(n)+1 {
-			break
-		}
-		ahead(&s.val)
+	for n < max && r.buf[(head+uint64(n))&r.mask].seq.Load() == head+uint64(n)+1 {
 		n++
 	}
+	return n
+}
+
+// At returns the i-th ready item from the head, in place; i must be below
+// what Ready returned. Consumer only.
+func (r *Ring[T]) At(i int) *T {
+	return &r.buf[(r.head.Load()+uint64(i))&r.mask].val
+}
+
+// Release hands the first n ready items' slots back to the producers,
+// zeroing them so the ring retains no pointers; n must not exceed what
+// Ready returned. Consumer only.
+func (r *Ring[T]) Release(n int) {
+	var zero T
+	head := r.head.Load()
 	for range n {
 		s := &r.buf[head&r.mask]
-		fn(&s.val)
 		s.val = zero
-		s.seq.Store(head + uint64(len(r.buf)))
+		s.seq.Store(head + uint64(len(r.buf))) // hand the slot to the next lap
 		head++
 	}
 	if n > 0 {
 		r.head.Store(head)
 	}
-	return n
 }
 
 // Drain moves up to len(dst) ready items into dst in FIFO order, zeroes the

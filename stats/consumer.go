@@ -28,8 +28,7 @@ type consumer struct {
 	timer    *time.Timer
 	peerKeys *[]string // the list last given to the table
 	add      func(*aggregate.Span)
-	touch    func(*aggregate.Span)
-	touched0 byte // what touch read: kept so the loads are not optimised away
+	touched0 byte // what consumeAhead's loads read: kept so they are not optimised away
 }
 
 func newConsumer(a *Aggregator) *consumer {
@@ -40,7 +39,6 @@ func newConsumer(a *Aggregator) *consumer {
 		interval: a.cfg.BucketInterval,
 	}
 	c.add = c.table.Add // bound once: the per-span callback allocates nothing
-	c.touch = func(s *aggregate.Span) { c.touched0 ^= aggregate.Touch(s) }
 	c.table.SetLimits(a.cfg.CardinalityLimits)
 	if len(a.cfg.PeerTagKeys) > 0 {
 		c.table.SetPeerTagKeys(a.cfg.PeerTagKeys)
@@ -120,16 +118,37 @@ func (c *consumer) consume() int {
 	}
 	var n int
 	if c.table.Attacked() {
-		// Under a cardinality attack every span brings strings the
-		// consumer has never read: touching a whole batch's first lets
-		// their cache misses overlap instead of queueing one by one.
-		n = c.a.inbox.ConsumeAhead(drainBatch, c.touch, c.add)
+		n = c.consumeAhead()
 	} else {
 		n = c.a.inbox.Consume(drainBatch, c.add)
 	}
 	if n > 0 {
 		c.counted(n)
 	}
+	return n
+}
+
+// consumeAhead is consume under a cardinality attack, when every span
+// brings strings the consumer has never read: it reads a batch in three
+// passes — the spans' string headers, then the strings' first bytes, then
+// the aggregation — so that each pass's cache misses overlap instead of
+// queueing one by one.
+func (c *consumer) consumeAhead() int {
+	in := c.a.inbox
+	n := in.Ready(drainBatch)
+	var p uintptr
+	for i := range n {
+		p ^= aggregate.TouchFields(in.At(i))
+	}
+	x := byte(p)
+	for i := range n {
+		x ^= aggregate.Touch(in.At(i))
+	}
+	c.touched0 ^= x
+	for i := range n {
+		c.table.Add(in.At(i))
+	}
+	in.Release(n)
 	return n
 }
 
