@@ -3,6 +3,7 @@ package aggregate
 import (
 	"hash/maphash"
 	"strings"
+	"unsafe"
 )
 
 // Field names a label field with a cardinality budget.
@@ -96,18 +97,19 @@ type valueSet struct {
 	limit    int // < 0: unlimited
 	slots    []uint64
 	mask     uint64
-	used     int    // occupied slots
-	remember int    // occupied slots kept across intervals before a reset
-	epoch    uint32 // interval that n counts
-	n        int    // values admitted in epoch
-	blocked  string // the replacement value
+	used     int          // occupied slots
+	remember int          // occupied slots kept across intervals before a reset
+	epoch    uint32       // interval that n counts
+	n        int          // values admitted in epoch
+	blocked  string       // the replacement value
+	seed     maphash.Seed // the table's: one hash per value for every set
 
 	// The last value decided, and the decision: a field that keeps its
 	// value from span to span (a service, "GET", "") is decided by one
-	// string comparison. A decision holds for the rest of its interval.
-	last      string
-	lastEpoch uint32
-	lastOK    bool
+	// comparison of addresses. A decision holds for the rest of its
+	// interval; budgets.forget ends it.
+	last   string
+	lastOK bool
 }
 
 // A slot packs the top 48 bits of a value's hash with the low 16 bits of the
@@ -118,8 +120,8 @@ const (
 	slotEpochMask = 1<<slotEpochBits - 1
 )
 
-func newValueSet(limit int, blocked string) *valueSet {
-	s := &valueSet{limit: limit, blocked: blocked}
+func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
+	s := &valueSet{limit: limit, blocked: blocked, seed: seed, last: noValue}
 	if limit < 0 {
 		return s
 	}
@@ -144,21 +146,38 @@ func newValueSet(limit int, blocked string) *valueSet {
 // another address is decided afresh, which gives the same answer for the
 // cost of a hash, while a new value (a cardinality attack) costs no byte
 // comparison before its hash.
-func (s *valueSet) ok(v string, seed maphash.Seed, epoch uint32) bool {
-	if s.lastEpoch == epoch && same(s.last, v) {
-		return s.lastOK
+func (s *valueSet) ok(v string, epoch uint32) bool {
+	if unsafe.StringData(s.last) != unsafe.StringData(v) || len(s.last) != len(v) {
+		s.decide(v, epoch)
 	}
-	return s.decide(v, seed, epoch)
+	return s.lastOK
 }
 
-func (s *valueSet) decide(v string, seed maphash.Seed, epoch uint32) bool {
+// noValue is what a set's last value is before the first decision of an
+// interval: its own allocation, so no tracer string is ever the same.
+var noValue = string([]byte{0})
+
+// forget drops every set's last decision: they held for the interval that
+// ended.
+func (b *budgets) forget() {
+	for _, s := range b.fields {
+		s.last = noValue
+	}
+	for _, s := range b.peer {
+		s.last = noValue
+	}
+	b.blocked.last = noValue
+}
+
+// decide decides v afresh and remembers the decision in s.last and
+// s.lastOK.
+func (s *valueSet) decide(v string, epoch uint32) {
 	ok := true
 	if s.limit >= 0 {
-		ok = s.admit(maphash.String(seed, v), epoch)
+		ok = s.admit(maphash.String(s.seed, v), epoch)
 	}
 	// Holding v pins at most one tracer string per field.
-	s.last, s.lastEpoch, s.lastOK = v, epoch, ok
-	return ok
+	s.last, s.lastOK = v, ok
 }
 
 // admit reports whether the value with hash h is within budget in interval
@@ -244,9 +263,9 @@ func (b *budgets) peerSetCached(i int, tag string) *valueSet {
 func newBudgets(l Limits) *budgets {
 	b := &budgets{limits: l, peer: map[string]*valueSet{}, seed: maphash.MakeSeed()}
 	for f := range FieldPeerTags {
-		b.fields[f] = newValueSet(l.get(f), BlockedValue)
+		b.fields[f] = newValueSet(l.get(f), BlockedValue, b.seed)
 	}
-	b.blocked = newValueSet(0, BlockedValue)
+	b.blocked = newValueSet(0, BlockedValue, b.seed)
 	return b
 }
 
@@ -264,7 +283,7 @@ func (b *budgets) peerSet(tag string) *valueSet {
 		return b.blocked
 	}
 	k = strings.Clone(k)
-	s := newValueSet(b.limits.PeerTag, k+":"+BlockedValue)
+	s := newValueSet(b.limits.PeerTag, k+":"+BlockedValue, b.seed)
 	b.peer[k] = s
 	return s
 }
@@ -276,38 +295,38 @@ func (b *budgets) peerSet(tag string) *valueSet {
 // replaced, in t.collapsedSpan: its peer tags are kept's.
 func (t *Table) admit(s *Span, kept []string) *Span {
 	b := t.budgets
-	ep, seed := t.epoch, b.seed
+	ep := t.epoch
 	f := &b.fields
 	var rejected uint16 // bit per Field
-	if !f[FieldResource].ok(s.Resource, seed, ep) {
+	if !f[FieldResource].ok(s.Resource, ep) {
 		rejected |= 1 << FieldResource
 	}
-	if !f[FieldService].ok(s.Service, seed, ep) {
+	if !f[FieldService].ok(s.Service, ep) {
 		rejected |= 1 << FieldService
 	}
-	if !f[FieldOperation].ok(s.Name, seed, ep) {
+	if !f[FieldOperation].ok(s.Name, ep) {
 		rejected |= 1 << FieldOperation
 	}
-	if !f[FieldType].ok(s.Type, seed, ep) {
+	if !f[FieldType].ok(s.Type, ep) {
 		rejected |= 1 << FieldType
 	}
-	if !f[FieldSpanKind].ok(s.SpanKind, seed, ep) {
+	if !f[FieldSpanKind].ok(s.SpanKind, ep) {
 		rejected |= 1 << FieldSpanKind
 	}
-	if !f[FieldHTTPMethod].ok(s.HTTPMethod, seed, ep) {
+	if !f[FieldHTTPMethod].ok(s.HTTPMethod, ep) {
 		rejected |= 1 << FieldHTTPMethod
 	}
-	if !f[FieldHTTPEndpoint].ok(s.HTTPEndpoint, seed, ep) {
+	if !f[FieldHTTPEndpoint].ok(s.HTTPEndpoint, ep) {
 		rejected |= 1 << FieldHTTPEndpoint
 	}
-	if !f[FieldGRPCStatusCode].ok(s.GRPCStatusCode, seed, ep) {
+	if !f[FieldGRPCStatusCode].ok(s.GRPCStatusCode, ep) {
 		rejected |= 1 << FieldGRPCStatusCode
 	}
-	if !f[FieldServiceSource].ok(s.ServiceSource, seed, ep) {
+	if !f[FieldServiceSource].ok(s.ServiceSource, ep) {
 		rejected |= 1 << FieldServiceSource
 	}
 	for i, p := range kept {
-		if vs := b.peerSetCached(i, p); !vs.ok(p, seed, ep) {
+		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
 			t.collapsed[FieldPeerTags]++
 			kept[i] = vs.blocked
 			rejected |= 1 << FieldPeerTags

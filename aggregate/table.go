@@ -236,13 +236,14 @@ func (k *recentKey) sameKey(s *Span) bool {
 }
 
 // same reports whether a and b are the same string data: equal length and
-// (unless empty) equal address. The cache holds its strings, so their memory
-// cannot be reused while cached, and Go strings are immutable: the same
-// data means equal contents. Equal contents at another address is a miss —
-// such a span was not cached under this slot anyway (see recentIndex) — and
-// a miss never reads the bytes of a string cached long ago.
+// address. The cache holds its strings, so their memory cannot be reused
+// while cached, and Go strings are immutable: the same data means equal
+// contents. Equal contents at another address (an empty string may have
+// any address) is a miss — such a span was not cached under this slot
+// anyway (see recentIndex) — and a miss never reads the bytes of a string
+// cached long ago.
 func same(a, b string) bool {
-	return len(a) == len(b) && (len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b))
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
 
 // recentIndex picks a slot from the identity of the span's most variable
@@ -637,6 +638,9 @@ func (t *Table) Rotate() {
 	}
 	t.epoch++
 	t.noIdle = false
+	if t.budgets != nil {
+		t.budgets.forget()
+	}
 }
 
 // Clear discards every entry (the ClearSignal).
@@ -650,4 +654,7 @@ func (t *Table) Clear() {
 	t.cursor = 0
 	t.epoch++
 	t.noIdle = false
+	if t.budgets != nil {
+		t.budgets.forget()
+	}
 }
