@@ -289,11 +289,11 @@ func (b *budgets) peerSet(tag string) *valueSet {
 }
 
 // admit checks every budgeted field of s, and its kept peer tags (kept, in
-// the tracer's order), in interval epoch. When all are within budget it
-// returns nil. Otherwise it counts each collapse, replaces the over-budget
-// tags in kept, and returns the span's key with the over-budget values
-// replaced, in t.collapsedSpan: its peer tags are kept's.
-func (t *Table) admit(s *Span, kept []string) *Span {
+// the tracer's order), in the current interval. It returns the fields over
+// budget, a bit per Field (FieldPeerTags for any tag), after counting each
+// collapse and replacing the over-budget tags in kept; 0 when all are
+// within budget.
+func (t *Table) admit(s *Span, kept []string) uint16 {
 	b := t.budgets
 	ep := t.epoch
 	f := &b.fields
@@ -332,9 +332,20 @@ func (t *Table) admit(s *Span, kept []string) *Span {
 			rejected |= 1 << FieldPeerTags
 		}
 	}
-	if rejected == 0 {
-		return nil
+	if rejected != 0 {
+		for fl := range FieldPeerTags {
+			if rejected&(1<<fl) != 0 {
+				t.collapsed[fl]++
+			}
+		}
+		t.collapsedSpans++
 	}
+	return rejected
+}
+
+// collapse returns s's key with the fields in rejected replaced by
+// BlockedValue and the peer tags kept (admit's), in t.collapsedSpan.
+func (t *Table) collapse(s *Span, rejected uint16, kept []string) *Span {
 	// Only the key fields: the caller records s's measurements.
 	c := &t.collapsedSpan
 	c.Service, c.Name, c.Resource, c.Type, c.SpanKind = s.Service, s.Name, s.Resource, s.Type, s.SpanKind
@@ -348,11 +359,9 @@ func (t *Table) admit(s *Span, kept []string) *Span {
 	}
 	for fl := range FieldPeerTags {
 		if rejected&(1<<fl) != 0 {
-			t.collapsed[fl]++
 			*fieldOf(c, fl) = BlockedValue
 		}
 	}
-	t.collapsedSpans++
 	return c
 }
 
@@ -391,6 +400,7 @@ func (t *Table) SetLimits(l Limits) {
 func (t *Table) SetPeerTagKeys(keys []string) {
 	clear(t.recent[:]) // cached spans were keyed under the old filter
 	clear(t.recentTags[:])
+	t.lastCollapsed = collapsedMemo{}
 	clear(t.keepMemo[:])
 	if keys == nil {
 		t.peerKeys = nil

@@ -193,17 +193,30 @@ func TestBudgetMatchesModel(t *testing.T) {
 			return BlockedValue
 		}
 		want := map[modelKey]uint64{}
+		interned := map[string]string{}
 		for step := range 3000 {
 			domain := 3
 			if (step/200)%2 == 1 { // alternate calm and attack phases
 				domain = 40
 			}
-			svc := fmt.Sprint("s", r.IntN(domain))
-			op := fmt.Sprint("o", r.IntN(domain))
-			res := fmt.Sprint("r", r.IntN(domain))
-			host := fmt.Sprint("h", r.IntN(domain))
+			// Values are interned (one string per value, like a tracer's
+			// constants: the identity fast paths hit) or built afresh
+			// (equal bytes at a new address: they must not), at random.
+			pick := func(prefix string) string {
+				v := fmt.Sprint(prefix, r.IntN(domain))
+				if r.IntN(2) == 0 {
+					if w, ok := interned[v]; ok {
+						return w
+					}
+					interned[v] = v
+				}
+				return v
+			}
+			svc, op, res := pick("s"), pick("o"), pick("r")
 			s := Span{Service: svc, Name: op, Resource: res, SpanKind: "client", Duration: 1}
-			s.SetPeerTags([]string{"peer.hostname:" + host, "db.system:pg"})
+			hostTag := pick("peer.hostname:h")
+			host := strings.TrimPrefix(hostTag, "peer.hostname:")
+			s.SetPeerTags([]string{hostTag, "db.system:pg"})
 			tb.Add(&s)
 			mh := admit("host", host, limits.PeerTag)
 			k := modelKey{admit("svc", svc, limits.Service), admit("op", op, limits.Operation), admit("res", res, limits.Resource), mh}

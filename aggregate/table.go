@@ -41,7 +41,8 @@ type Table struct {
 	budgets       *budgets            // nil: no cardinality limits
 	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
 	collapsedSpan Span                // scratch: a span with collapsed fields
-	attacked      bool                // the last span collapsed: admit before hashing
+	lastCollapsed collapsedMemo
+	attacked      bool // the last span collapsed: admit before hashing
 	recent        [recentSpans]recentSlot
 	recentTags    [recentSpans]uint32 // 0: empty slot
 	keepMemo      [MaxInlinePeerTags]struct {
@@ -109,8 +110,8 @@ func (t *Table) Add(s *Span) {
 	if t.budgets != nil && t.attacked {
 		// The last span collapsed: under a cardinality attack most spans
 		// do, so decide the budgets before hashing the raw key at all.
-		if c := t.admit(s, kept); c != nil {
-			t.addCollapsed(s, c, kept)
+		if rejected := t.admit(s, kept); rejected != 0 {
+			t.addCollapsed(s, rejected, kept)
 			return
 		}
 		t.attacked = false
@@ -162,9 +163,9 @@ func (t *Table) addKey(s *Span, kept []string, checkBudgets bool) {
 	// Budgets are checked once per key per interval: a hit on an entry
 	// already admitted this interval costs nothing more.
 	if checkBudgets && (e == nil || e.epoch != t.epoch) {
-		if c := t.admit(s, kept); c != nil {
+		if rejected := t.admit(s, kept); rejected != 0 {
 			t.attacked = true
-			t.addCollapsed(s, c, kept)
+			t.addCollapsed(s, rejected, kept)
 			return
 		}
 	}
@@ -261,24 +262,75 @@ func recentIndex(s *Span) (uint, uint32) {
 	return uint(h>>40) % recentSpans, uint32(h>>8) | 1
 }
 
-// addCollapsed counts s in the entry of c, its copy with over-budget fields
-// and peer tags replaced by BlockedValue; kept holds c's peer tags in the
-// tracer's order. Under attack the collapsed key repeats (the varying fields
-// all read tracer_blocked_value, the others keep the tracer's strings), so
-// the recent-span cache finds its entry without sorting, encoding or
-// hashing.
-func (t *Table) addCollapsed(s, c *Span, kept []string) {
-	e := t.recentEntry(c)
-	if e == nil {
-		b := t.encodeKey(c, t.sortedPeers(kept))
-		h := hash(b)
-		if e = t.lookup(h, b[seedLen:]); e == nil {
-			e = t.insert(h, b[seedLen:])
+// addCollapsed counts s in the entry of its key with the fields in rejected
+// replaced by BlockedValue; kept holds its kept peer tags in the tracer's
+// order, over-budget ones already replaced. Under attack the collapsed key
+// repeats (the varying fields all read tracer_blocked_value, the others keep
+// the tracer's strings): the last collapsed key is checked first, field by
+// field against s, then the recent-span cache; only a new collapsed key is
+// sorted, encoded and hashed.
+func (t *Table) addCollapsed(s *Span, rejected uint16, kept []string) {
+	m := &t.lastCollapsed
+	e := m.e
+	if e == nil || e.epoch != t.epoch || e.gen != m.gen || !m.matches(s, rejected, kept) {
+		c := t.collapse(s, rejected, kept)
+		if e = t.recentEntry(c); e == nil {
+			b := t.encodeKey(c, t.sortedPeers(kept))
+			h := hash(b)
+			if e = t.lookup(h, b[seedLen:]); e == nil {
+				e = t.insert(h, b[seedLen:])
+			}
+			e.epoch = t.epoch
+			t.remember(c, e)
 		}
-		e.epoch = t.epoch
-		t.remember(c, e)
+		m.e = nil
+		if e != t.overflow && c.ExtraPeerTags == nil && c.NumPeerTags <= recentPeers {
+			m.key.setKey(c)
+			m.rejected, m.e, m.gen = rejected, e, e.gen
+		}
 	}
 	e.record(s.Duration, s.Error, s.TopLevel)
+}
+
+// collapsedMemo is the last collapsed key and its entry.
+type collapsedMemo struct {
+	key      recentKey
+	rejected uint16
+	e        *Entry
+	gen      uint32
+}
+
+// matches reports whether s with the fields in rejected collapsed and the
+// peer tags kept is the memo's key (compared by identity, like sameKey).
+func (m *collapsedMemo) matches(s *Span, rejected uint16, kept []string) bool {
+	k := &m.key
+	if m.rejected != rejected || int(k.numPeers) != len(kept) || k.httpStatusCode != s.HTTPStatusCode ||
+		k.flags != spanFlags(s) ||
+		!sameOr(k.fields[0], s.Service, rejected&(1<<FieldService)) ||
+		!sameOr(k.fields[1], s.Name, rejected&(1<<FieldOperation)) ||
+		!sameOr(k.fields[2], s.Resource, rejected&(1<<FieldResource)) ||
+		!sameOr(k.fields[3], s.Type, rejected&(1<<FieldType)) ||
+		!sameOr(k.fields[4], s.SpanKind, rejected&(1<<FieldSpanKind)) ||
+		!sameOr(k.fields[5], s.HTTPMethod, rejected&(1<<FieldHTTPMethod)) ||
+		!sameOr(k.fields[6], s.HTTPEndpoint, rejected&(1<<FieldHTTPEndpoint)) ||
+		!sameOr(k.fields[7], s.GRPCStatusCode, rejected&(1<<FieldGRPCStatusCode)) ||
+		!sameOr(k.fields[8], s.ServiceSource, rejected&(1<<FieldServiceSource)) {
+		return false
+	}
+	for i, p := range kept { // len(kept) == numPeers <= recentPeers
+		if !same(k.peers[i], p) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameOr is same(k, v), or same(k, BlockedValue) when v was collapsed.
+func sameOr(k, v string, collapsed uint16) bool {
+	if collapsed != 0 {
+		v = BlockedValue
+	}
+	return same(k, v)
 }
 
 // keptPeers returns the span's peer tags whose key is kept, in the
@@ -650,6 +702,7 @@ func (t *Table) Clear() {
 	clear(t.slots)
 	clear(t.recent[:])
 	clear(t.recentTags[:])
+	t.lastCollapsed = collapsedMemo{}
 	t.overflow = nil
 	t.cursor = 0
 	t.epoch++
