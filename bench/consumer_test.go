@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/inbox"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// consumerBatch is how many spans BenchmarkConsumer queues, outside the
+// timer, before each timed drain: a full default inbox.
+const consumerBatch = 4096
+
+// consumerSkip is how many positions each producer walk skips after each
+// span it queues: the pipeline sheds about two spans in three under
+// high cardinality, so the consumer meets every third string of each
+// producer's stretch, not neighbours that share cache lines.
+const consumerSkip = 2
+
+// BenchmarkConsumer is the aggregating goroutine alone, one span per op: the
+// inbox holds spans that 8 producer walks queued (outside the timer) and the
+// timed loop drains it into a table with the default cap and budgets, as
+// the aggregator's consumer does — in place, and in three passes over a
+// batch (string headers, string bytes, aggregation) while the table is
+// under a cardinality attack. Its ns/op is the consumer's CPU per span: the
+// figure to compare between workloads (Adversarial against SteadyState),
+// free of the producers and of the scheduler that the end-to-end benchmarks
+// include.
+func BenchmarkConsumer(b *testing.B) {
+	for _, w := range []func() *Workload{SteadyState, ClientPeerTags, HighCardinalityResource, HighCardinalityPeer, Adversarial} {
+		b.Run(w().Name, func(b *testing.B) { benchConsumer(b, w()) })
+	}
+}
+
+func benchConsumer(b *testing.B, w *Workload) {
+	ring := inbox.New[aggregate.Span](consumerBatch)
+	table := aggregate.NewTable(0)
+	table.SetLimits(aggregate.DefaultLimits())
+	walks := make([]*Producer, Producers)
+	for i := range walks {
+		walks[i] = w.Producer(i)
+	}
+	fill := func() {
+		for k := range consumerBatch {
+			p := walks[k%Producers]
+			for range consumerSkip {
+				p.Next()
+			}
+			_, s := p.Next()
+			c, ok := ring.Claim()
+			if !ok {
+				b.Fatal("inbox full")
+			}
+			snapshot(c.Value(), s)
+			c.Commit()
+		}
+	}
+	var sink byte
+	drain := func() int {
+		if !table.Attacked() {
+			return ring.Consume(drainBatch, table.Add)
+		}
+		n := ring.Ready(drainBatch)
+		var p uintptr
+		for i := range n {
+			p ^= aggregate.TouchFields(ring.At(i))
+		}
+		x := byte(p)
+		for i := range n {
+			x ^= aggregate.Touch(ring.At(i))
+		}
+		sink ^= x
+		for i := range n {
+			table.Add(ring.At(i))
+		}
+		ring.Release(n)
+		return n
+	}
+	for range WarmupSpans / consumerBatch { // as Run: the steady state is measured
+		fill()
+		for drain() > 0 {
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		for n := drain(); n > 0; n = drain() {
+			done += n
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(table.CollapsedSpans())/float64(b.N+WarmupSpans), "collapsed/op")
+	_ = sink
+}
+
+// drainBatch is the aggregator's batch (stats' drainBatch).
+const drainBatch = 256
+
+// snapshot copies what Publish copies into the inbox.
+func snapshot(d *aggregate.Span, s *stats.Span) {
+	*d = aggregate.Span{
+		Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
+		HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
+		ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Duration: s.Duration,
+		Error: s.Error, TopLevel: s.TopLevel, TraceRoot: s.TraceRoot, Synthetics: s.Synthetics,
+	}
+	d.SetPeerTags(s.PeerTags)
+}
