@@ -47,15 +47,23 @@
 // the interval that last admitted them, so admission never allocates and the
 // values of earlier intervals are re-admitted with one probe; a field that
 // repeats its last value (a constant service, "GET", "") is decided by one
-// string comparison. A value over budget becomes BlockedValue
+// comparison of string addresses. A value over budget becomes BlockedValue
 // ("key:tracer_blocked_value" for a peer tag) and the span goes to the entry
 // of the collapsed key. Once spans start collapsing (a cardinality attack)
 // Add decides the budgets before hashing the raw key, and a collapsed span
-// whose key equals the last collapsed entry's is recorded there directly.
+// is matched field by field against the last collapsed key, then looked up
+// in the recent-span cache under its collapsed fields; only a new collapsed
+// key is sorted, encoded and hashed. Attacked reports that state, so a
+// consumer can read a batch ahead (TouchFields, Touch) and let the cache
+// misses of never-seen strings overlap.
 //
 // A small direct-mapped cache of recent spans, indexed by the addresses of
-// their resource, name and service strings and validated by comparing every
-// field, finds the entry of a span whose strings the tracer reuses (constants,
-// route templates) without encoding or hashing. It pins at most recentSpans
-// spans' strings.
+// their resource, name, service and last peer-tag strings, finds the entry of
+// a span whose strings the tracer reuses (constants, route templates) without
+// encoding or hashing. A slot is validated by the identity of every field's
+// string data (address and length) — the cache holds those strings, so
+// their memory cannot be reused while cached, and Go strings are immutable —
+// and a per-slot tag in a 4 KiB array turns most misses away before the slot
+// is read. Equal strings at new addresses simply miss and take the hashed
+// path. The cache pins at most recentSpans spans' strings.
 package aggregate

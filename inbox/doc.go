@@ -11,9 +11,10 @@
 //
 // # Concurrency rule
 //
-// Any number of goroutines may call Push, Cap, Len, Pushed, Close, Closed and
-// Wake concurrently. Drain, DrainClosed, Park and Unpark form the consumer side
-// and must only ever be called from exactly one consumer goroutine at a time.
+// Any number of goroutines may call Push, Claim (then Commit), Cap, Len,
+// Pushed, Close, Closed and Wake concurrently. Drain, DrainClosed, Consume,
+// Ready, At, Release, Park and Unpark form the consumer side and must only
+// ever be called from exactly one consumer goroutine at a time.
 //
 // # Design
 //
@@ -22,7 +23,13 @@
 // the tail word, write the value and publish it by storing position+1 into the
 // slot's sequence, while the single consumer owns the head, reads a slot once
 // its sequence says it is ready, and hands it back to producers by storing
-// position+capacity. Close sets the top bit of the tail word, which makes every
+// position+capacity. The consumer publishes its head once per batch; a
+// producer that finds the tail a whole ring ahead of it fails at once,
+// without reading the slot the consumer may be handing back at that moment
+// (under overload every push would otherwise pull that slot's cache line
+// away from the consumer). Consume, and Ready/At/Release for several passes
+// over one batch, let the consumer work on items in place instead of
+// copying them out. Close sets the top bit of the tail word, which makes every
 // later tail CAS fail, so the final tail is fixed and DrainClosed can wait for
 // the slots claimed before Close to be written and then prove the ring empty.
 // Wake-ups use a parked flag and a one-token channel: the consumer sets the

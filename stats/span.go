@@ -4,7 +4,11 @@ import "github.com/spanstats/spanstats/aggregate"
 
 // Span carries the raw fields of one finished span. Strings are used as
 // given; Publish copies what it needs and does not retain the Span or its
-// PeerTags slice.
+// PeerTags slice. The strings themselves are read later by the consumer
+// goroutine, so they must be ordinary immutable Go strings — not unsafe
+// views of a buffer the tracer reuses. Passing the same string values span
+// after span (constants, interned route templates) is the fast path: the
+// aggregator recognises them by address without reading their bytes.
 type Span struct {
 	Service, Name, Resource, Type string
 	// SpanKind is "server", "client", "producer", "consumer", "internal" or
