@@ -130,8 +130,12 @@ func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
 	// stream of fresh values from growing the set: at most remember + limit
 	// slots are ever occupied.
 	s.remember = limit + 64
+	// Load factor <= 3/4 (about 0.52 for the large budgets): an attack's
+	// new values probe ~2.7 slots, mostly on one cache line, and the sets of
+	// a table stay small enough to share the L2 cache with everything else
+	// the consumer touches (32 KiB for the resource budget of 1024).
 	n := 16
-	for n < 2*(s.remember+limit+1) { // load factor <= 1/2
+	for 3*n < 4*(s.remember+limit+1) {
 		n <<= 1
 	}
 	s.slots = make([]uint64, n)
