@@ -456,7 +456,19 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 		t.Fatal("server span kept peer tags")
 	}
 	(&Span{SpanKind: "Client", PeerTags: []string{"a:b", "c:d"}}).snapshot(&r)
-	if r.NumPeerTags != 2 || r.PeerTags[1] != "c:d" {
-		t.Fatalf("client span peer tags = %v", r.PeerTags[:r.NumPeerTags])
+	if r.NumPeerTags != 2 || r.PeerTags[1] != "c:d" || r.ExtraPeerTags != nil {
+		t.Fatalf("client span peer tags = %v + %v", r.PeerTags[:r.NumPeerTags], r.ExtraPeerTags)
+	}
+	// More tags than fit inline: the rest are copied, not aliased.
+	tags := make([]string, aggregate.MaxInlinePeerTags+2)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("k%d:v", i)
+	}
+	r = aggregate.Span{} // a claimed slot is zeroed
+	(&Span{SpanKind: "producer", PeerTags: tags}).snapshot(&r)
+	extra := tags[aggregate.MaxInlinePeerTags:]
+	if int(r.NumPeerTags) != aggregate.MaxInlinePeerTags || len(r.ExtraPeerTags) != 2 ||
+		r.ExtraPeerTags[0] != extra[0] || r.ExtraPeerTags[1] != extra[1] || &r.ExtraPeerTags[0] == &extra[0] {
+		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
 	}
 }

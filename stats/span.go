@@ -91,6 +91,13 @@ func (s *Span) snapshot(r *aggregate.Span) {
 	r.Duration = s.Duration
 	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
 	if len(s.PeerTags) > 0 && keepsPeerTags(s.SpanKind) {
-		r.SetPeerTags(s.PeerTags)
+		// r is a claimed slot, zeroed by the consumer: unlike SetPeerTags,
+		// leave the fields that stay zero unwritten, so their cache line
+		// (the slot's last) need not move to this core and back.
+		n := copy(r.PeerTags[:], s.PeerTags)
+		r.NumPeerTags = uint8(n)
+		if len(s.PeerTags) > n {
+			r.ExtraPeerTags = append([]string(nil), s.PeerTags[n:]...)
+		}
 	}
 }
