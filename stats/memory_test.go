@@ -20,14 +20,20 @@ import (
 // agent's 25 MiB limit, and that every span is accounted for.
 //
 // The bound, 64 MiB over the baseline, is the sum of what the SDK may hold
-// by design with this workload:
-//   - the inbox: 8192 slots × ~330 B = 2.7 MiB;
-//   - the table: 2048 entries × (~400 B of key and counters + two sketches
-//     of at most (2048+16) × 4 B) ≤ 34 MiB; durations here span ~7 decades,
-//     so sketches stay far below their 2048-bin cap;
-//   - the budgets' remembered values: ≤ 4×limit+64 strings per field;
+// by design with this workload, with room for the GC's timing:
+//   - the inbox: 4096 slots × 328 B = 1.3 MiB, plus the strings of the
+//     spans queued in it;
+//   - the table: 2048 entries × (~400 B of key and counters + two sketches);
+//     durations here span ~7 decades, ~800 bins of 4 B at 1 % accuracy, so
+//     ≤ 14 MiB (34 MiB if every sketch reached its 2048-bin cap);
+//   - the budgets: hash sets of 8 B slots, ≤ 32 KiB per field and per
+//     peer-tag key, and the recent-span cache, which pins the strings of at
+//     most 1024 spans: together < 1 MiB here;
 //   - payload buffers: the one being encoded, the one being sent and
-//     freeBuffers spares, each ≤ ~2 MiB with this duration spread.
+//     freeBuffers spares, each at most twice the largest body (append
+//     growth); bodies here stay ≤ ~4 MiB, so ≤ 32 MiB.
+//
+// Observed (2 cores): 14–30 MiB of growth, bodies of 2.7–4.0 MiB.
 func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	total := 10_000_000
 	if raceEnabled || testing.Short() {
