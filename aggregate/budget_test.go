@@ -246,3 +246,52 @@ func TestBudgetMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+func TestAttackedFollowsTheLastSpan(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: 1})
+	add := func(res string) {
+		s := Span{Service: "svc", Name: "op", Resource: res, SpanKind: "server", Duration: 1}
+		tb.Add(&s)
+	}
+	if tb.Attacked() {
+		t.Fatal("a new table reports an attack")
+	}
+	add("r0") // admitted: the budget's one value
+	if tb.Attacked() {
+		t.Fatal("attacked after a span within budget")
+	}
+	add("r1") // over budget
+	if !tb.Attacked() {
+		t.Fatal("not attacked after a collapsed span")
+	}
+	add("r2")
+	if !tb.Attacked() {
+		t.Fatal("not attacked after a second collapsed span")
+	}
+	add("r0") // the recent-span cache knows this span: no budget decides it
+	if !tb.Attacked() {
+		t.Fatal("a span found in the recent-span cache ended the attack state")
+	}
+	add(strings.Clone("r0")) // decided by the budgets: admitted in this interval
+	if tb.Attacked() {
+		t.Fatal("still attacked after a span within budget")
+	}
+	if tb.CollapsedSpans() != 2 || tb.Collapsed(FieldResource) != 2 {
+		t.Fatalf("collapsed spans %d, resources %d, want 2 and 2", tb.CollapsedSpans(), tb.Collapsed(FieldResource))
+	}
+}
+
+func TestTouch(t *testing.T) {
+	var zero Span
+	if got := Touch(&zero); got != 0 {
+		t.Fatalf("Touch(empty span) = %d, want 0", got)
+	}
+	_ = TouchFields(&zero) // empty strings and no peer tags: must not fault
+	s := Span{Resource: "ab", Service: "c", Name: "", HTTPEndpoint: "xyz"}
+	s.SetPeerTags([]string{"k:v", "q"})
+	want := ('a' ^ 'b') ^ ('c' ^ 'c') ^ ('x' ^ 'z') ^ ('k' ^ 'v') ^ ('q' ^ 'q')
+	if got := Touch(&s); got != byte(want) {
+		t.Fatalf("Touch = %#x, want %#x", got, want)
+	}
+}

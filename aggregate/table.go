@@ -121,8 +121,9 @@ func (t *Table) Add(s *Span) {
 	t.addKey(s, kept, t.budgets != nil)
 }
 
-// Attacked reports whether the last span added had a value over its
-// cardinality budget: under an attack most spans do.
+// Attacked reports whether the last span the budgets decided had a value
+// over its budget (spans found in the recent-span cache are not decided
+// again and leave it as it is): under an attack most spans do.
 func (t *Table) Attacked() bool { return t.attacked }
 
 // recentEntry returns the entry the recent-span cache holds for s's key,

@@ -891,3 +891,31 @@ func TestEntryMerge(t *testing.T) {
 		t.Fatal("merging empty sketches allocated sketches")
 	}
 }
+
+// The recent-span cache matches by string identity: equal strings at other
+// addresses take the hashed path and land in the same entry.
+func TestRecentCacheIdentityAndEquality(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits())
+	mk := func(clone func(string) string) *Span {
+		s := &Span{Service: clone("web"), Name: clone("http.request"), Resource: clone("GET /a"),
+			SpanKind: clone("client"), Duration: 10}
+		s.SetPeerTags([]string{clone("peer.service:db"), clone("db.system:pg")})
+		return s
+	}
+	same := func(v string) string { return v }
+	for range 3 {
+		tb.Add(mk(same)) // hits the cache after the first
+		tb.Add(mk(strings.Clone))
+	}
+	// Peer tags in another order are the same set.
+	s := mk(strings.Clone)
+	s.SetPeerTags([]string{"db.system:pg", "peer.service:db"})
+	tb.Add(s)
+	if tb.Len() != 1 {
+		t.Fatalf("%d entries, want 1", tb.Len())
+	}
+	if e := tb.Touched(nil)[0]; e.Hits != 7 || e.Duration != 70 {
+		t.Fatalf("hits %d, duration %d, want 7 and 70", e.Hits, e.Duration)
+	}
+}

@@ -632,3 +632,112 @@ func TestClaimCommit(t *testing.T) {
 		t.Fatal("Claim on a full ring succeeded")
 	}
 }
+
+func TestReadyAtRelease(t *testing.T) {
+	r := New[*int](4)
+	vals := make([]*int, 4)
+	for i := range vals {
+		vals[i] = new(int)
+		*vals[i] = i
+		if !r.Push(&vals[i]) {
+			t.Fatalf("push %d failed", i)
+		}
+	}
+	if n := r.Ready(3); n != 3 {
+		t.Fatalf("Ready(3) = %d, want 3", n)
+	}
+	if n := r.Ready(10); n != 4 {
+		t.Fatalf("Ready(10) = %d, want 4", n)
+	}
+	for pass := range 2 { // in place, as often as the consumer likes
+		for i := range 4 {
+			if got := *r.At(i); got != vals[i] {
+				t.Fatalf("pass %d: At(%d) = %p, want %p", pass, i, got, vals[i])
+			}
+		}
+	}
+	x := new(int)
+	if r.Push(&x) {
+		t.Fatal("push into a full ring succeeded before Release")
+	}
+	r.Release(2)
+	for i := range 2 {
+		if r.buf[i].val != nil {
+			t.Fatalf("released slot %d still holds a pointer", i)
+		}
+	}
+	if n := r.Ready(10); n != 2 || *r.At(0) != vals[2] || *r.At(1) != vals[3] {
+		t.Fatalf("after Release(2): Ready = %d, At(0) = %p, want 2 and %p", n, *r.At(0), vals[2])
+	}
+	for i := range 2 {
+		if !r.Push(&x) {
+			t.Fatalf("push %d into a released slot failed", i)
+		}
+	}
+	if r.Push(&x) {
+		t.Fatal("push beyond capacity succeeded after Release(2)")
+	}
+	r.Release(0) // a no-op
+	if n := r.Ready(10); n != 4 || *r.At(2) != x {
+		t.Fatalf("Ready = %d, want 4 with the new items last", n)
+	}
+}
+
+// TestReadyAtReleaseConcurrent is TestConcurrentProducersConsumer for a
+// consumer that reads each batch in two passes before releasing it.
+func TestReadyAtReleaseConcurrent(t *testing.T) {
+	const producers = 8
+	perProducer := 100_000
+	if raceEnabled || testing.Short() {
+		perProducer = 10_000
+	}
+	r := New[item](256)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for p := range uint64(producers) {
+		wg.Go(func() {
+			for seq := range uint64(perProducer) {
+				it := makeItem(p, seq)
+				for !r.Push(&it) {
+					if stop.Load() {
+						return
+					}
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	var next [producers]uint64
+	deadline := time.Now().Add(time.Minute)
+	for received := 0; received < producers*perProducer; {
+		n := r.Ready(64)
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("received %d of %d items within a minute", received, producers*perProducer)
+			}
+			runtime.Gosched()
+			continue
+		}
+		first := make([]item, n)
+		for i := range n {
+			first[i] = *r.At(i)
+		}
+		for i := range n {
+			it := *r.At(i)
+			if it != first[i] {
+				t.Fatalf("item %d changed between passes: %+v then %+v", i, first[i], it)
+			}
+			p, seq, ok := it.check()
+			if !ok || p >= producers || seq != next[p] {
+				t.Fatalf("item %+v: torn %v, or out of order (want seq %d)", it, !ok, next[min(p, producers-1)])
+			}
+			next[p]++
+		}
+		r.Release(n)
+		received += n
+	}
+	if n := r.Ready(1); n != 0 {
+		t.Fatal("extra item after all were received")
+	}
+}
