@@ -99,6 +99,24 @@ func (t *Table) Overflowed() uint64 { return t.overflowed }
 // Add counts one span in the entry of its key, creating the entry for a new
 // key. It never loses a span: at the cap the span goes to the overflow entry.
 func (t *Table) Add(s *Span) {
+	if t.budgets != nil && t.attacked {
+		// The last span collapsed: under a cardinality attack most spans
+		// do, and their fresh strings miss every cache, so decide the
+		// budgets first. Deciding a key admitted earlier in the interval
+		// changes nothing (its values are in the sets already).
+		kept := t.keptPeers(s)
+		if rejected := t.admit(s, kept); rejected != 0 {
+			t.addCollapsed(s, rejected, kept)
+			return
+		}
+		t.attacked = false
+		if e := t.recentEntry(s); e != nil {
+			e.record(s.Duration, s.Error, s.TopLevel)
+			return
+		}
+		t.addKey(s, kept, false)
+		return
+	}
 	// Spans whose strings are the tracer's constants or route templates
 	// arrive with the same string data again and again: the recent-span
 	// cache finds their entry without encoding or hashing the key.
@@ -106,24 +124,11 @@ func (t *Table) Add(s *Span) {
 		e.record(s.Duration, s.Error, s.TopLevel)
 		return
 	}
-	kept := t.keptPeers(s)
-	if t.budgets != nil && t.attacked {
-		// The last span collapsed: under a cardinality attack most spans
-		// do, so decide the budgets before hashing the raw key at all.
-		if rejected := t.admit(s, kept); rejected != 0 {
-			t.addCollapsed(s, rejected, kept)
-			return
-		}
-		t.attacked = false
-		t.addKey(s, kept, false)
-		return
-	}
-	t.addKey(s, kept, t.budgets != nil)
+	t.addKey(s, t.keptPeers(s), t.budgets != nil)
 }
 
-// Attacked reports whether the last span the budgets decided had a value
-// over its budget (spans found in the recent-span cache are not decided
-// again and leave it as it is): under an attack most spans do.
+// Attacked reports whether the last span added had a value over its
+// cardinality budget: under an attack most spans do.
 func (t *Table) Attacked() bool { return t.attacked }
 
 // recentEntry returns the entry the recent-span cache holds for s's key,
