@@ -270,22 +270,32 @@ func (a *Aggregator) Health() Health {
 }
 
 // freeBuffers is how many payload buffers are kept for reuse: one being
-// encoded and one being sent is the steady state; more would only hold
-// memory (a buffer can reach MaxPayloadBytes).
+// encoded and one being sent is the steady state.
 const freeBuffers = 2
 
-// getBuf returns a payload buffer, reusing one the sender gave back.
-func (a *Aggregator) getBuf() []byte {
+// maxSpareBuf is the largest payload buffer kept for reuse. A larger one
+// (a report of many groups, up to MaxPayloadBytes) is left to the GC once
+// sent, so a burst never leaves the process holding megabytes for good;
+// encoding it again costs one allocation of the right size per interval.
+const maxSpareBuf = 256 << 10
+
+// getBuf returns an empty payload buffer with room for n bytes, reusing one
+// the sender gave back if it is large enough.
+func (a *Aggregator) getBuf(n int) []byte {
 	select {
 	case b := <-a.freeBuf:
-		return b[:0]
+		if cap(b) >= n {
+			return b[:0]
+		}
+		a.putBuf(b) // too small for this one: keep it for the next
 	default:
-		return make([]byte, 0, 64<<10)
 	}
+	return make([]byte, 0, max(n, 4<<10))
 }
 
+// putBuf offers a sent payload's buffer for reuse.
 func (a *Aggregator) putBuf(b []byte) {
-	if cap(b) > 2*a.cfg.MaxPayloadBytes { // an outlier: let the GC have it
+	if cap(b) > maxSpareBuf {
 		return
 	}
 	select {

@@ -472,3 +472,32 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
 	}
 }
+
+// Payload buffers: small ones are reused, a large one (a burst's report) is
+// left to the GC instead of being kept for good.
+func TestPayloadBufferReuseIsBounded(t *testing.T) {
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := make([]byte, 100, 1<<10)
+	a.putBuf(small)
+	b := a.getBuf(512)
+	if len(b) != 0 || cap(b) != 1<<10 || &b[:1][0] != &small[0] {
+		t.Fatalf("getBuf(512) = len %d cap %d, want the spare of 1 KiB back, emptied", len(b), cap(b))
+	}
+	a.putBuf(small)
+	if b := a.getBuf(4 << 10); cap(b) < 4<<10 {
+		t.Fatalf("getBuf(4 KiB) has cap %d", cap(b))
+	}
+	if b := a.getBuf(10); &b[:1][0] != &small[0] {
+		t.Fatal("a spare too small for one request was not kept for the next")
+	}
+	a.putBuf(make([]byte, 0, maxSpareBuf+1))
+	if n := len(a.freeBuf); n != 0 {
+		t.Fatalf("%d spare buffers after returning one larger than maxSpareBuf", n)
+	}
+	if b := a.getBuf(3 << 20); cap(b) < 3<<20 {
+		t.Fatalf("getBuf(3 MiB) has cap %d", cap(b))
+	}
+}

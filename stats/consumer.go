@@ -286,7 +286,9 @@ func (c *consumer) report(end time.Time, done chan error) {
 		h := a.header
 		h.Sequence = c.seq
 		c.buckets[0].Groups = entries[i:j]
-		body := writer.AppendPayload(a.getBuf(), &h, c.buckets[:])
+		// HeaderSize plus the groups' sizes bounds the body: one
+		// allocation at most, never a growth by copying.
+		body := writer.AppendPayload(a.getBuf(writer.HeaderSize(&h)+size), &h, c.buckets[:])
 		r.parts = append(r.parts, part{body: body, hits: hits})
 		i = j
 	}

@@ -29,9 +29,9 @@ import (
 //   - the budgets: hash sets of 8 B slots, ≤ 32 KiB per field and per
 //     peer-tag key, and the recent-span cache, which pins the strings of at
 //     most 1024 spans: together < 1 MiB here;
-//   - payload buffers: the one being encoded, the one being sent and
-//     freeBuffers spares, each at most twice the largest body (append
-//     growth); bodies here stay ≤ ~4 MiB, so ≤ 32 MiB.
+//   - payload buffers: the one being encoded and the ones queued or being
+//     sent (sized to their body, ≤ ~4 MiB here), and freeBuffers spares of
+//     at most maxSpareBuf (256 KiB) each.
 //
 // Observed (2 cores): 14–30 MiB of growth, bodies of 2.7–4.0 MiB.
 func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {

@@ -335,7 +335,7 @@ func (s *sender) split(p *pending, cause error) {
 				hits += g.Hits
 			}
 		}
-		body := writer.AppendPayload(a.getBuf(), &pl.Header, hb)
+		body := writer.AppendPayload(a.getBuf(len(p.body)), &pl.Header, hb) // a half fits in the whole
 		s.attempt(&pending{body: body, hits: hits, attempts: p.attempts, waiter: p.waiter})
 	}
 	a.putBuf(p.body)
