@@ -122,15 +122,17 @@ func TestEndToEndConservation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		inbox int
+		lock  bool
 	}{
-		{"default-inbox", 0},
-		{"tiny-inbox-drops", 16},
+		{"default-inbox", 0, false},
+		{"tiny-inbox-drops", 16, false},
+		{"locked-consumer-thread", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ag := testagent.New()
 			defer ag.Close()
 			a := newStarted(t, Config{AgentURL: ag.URL(), Env: "test", Service: "svc", InboxSize: tc.inbox, SendQueue: 256,
-				BucketInterval: 50 * time.Millisecond})
+				BucketInterval: 50 * time.Millisecond, LockConsumerThread: tc.lock})
 			const producers, n, keys = 8, 20000, 300
 			stopFlush := make(chan struct{})
 			flushed := make(chan struct{})

@@ -48,6 +48,10 @@ func newConsumer(a *Aggregator) *consumer {
 
 func (c *consumer) run() {
 	a := c.a
+	if a.cfg.LockConsumerThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	defer close(a.consumerDone)
 	t := now()
 	c.start = t.Truncate(c.interval)
