@@ -285,14 +285,14 @@ func TestAttackedFollowsTheLastSpan(t *testing.T) {
 
 func TestTouch(t *testing.T) {
 	var zero Span
-	if got := Touch(&zero); got != 0 {
-		t.Fatalf("Touch(empty span) = %d, want 0", got)
+	if got := touch(&zero); got != 0 {
+		t.Fatalf("touch(empty span) = %d, want 0", got)
 	}
-	_ = TouchFields(&zero) // empty strings and no peer tags: must not fault
+	_ = touchFields(&zero) // empty strings and no peer tags: must not fault
 	s := Span{Resource: "ab", Service: "c", Name: "", HTTPEndpoint: "xyz"}
 	s.SetPeerTags([]string{"k:v", "q"})
 	want := ('a' ^ 'b') ^ ('c' ^ 'c') ^ ('x' ^ 'z') ^ ('k' ^ 'v') ^ ('q' ^ 'q')
-	if got := Touch(&s); got != byte(want) {
-		t.Fatalf("Touch = %#x, want %#x", got, want)
+	if got := touch(&s); got != byte(want) {
+		t.Fatalf("touch = %#x, want %#x", got, want)
 	}
 }

@@ -124,13 +124,9 @@ func (e *Entry) reset() {
 	}
 }
 
-// TouchFields loads the addresses of the span's most variable strings and
-// folds them together; Touch loads their bytes. A consumer that calls
-// TouchFields over a batch of spans, then Touch, then Table.Add, overlaps
-// the batch's cache misses (the spans' memory, written on other cores, then
-// the strings) instead of waiting for them one by one: under a cardinality
-// attack every span brings strings never read before.
-func TouchFields(s *Span) uintptr {
+// touchFields loads the addresses of the span's most variable strings and
+// folds them together; touch loads their bytes. See Table.AddBatch.
+func touchFields(s *Span) uintptr {
 	return uintptr(unsafe.Pointer(unsafe.StringData(s.Resource))) ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Service))) ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Name))) ^
@@ -138,8 +134,8 @@ func TouchFields(s *Span) uintptr {
 		uintptr(unsafe.Pointer(unsafe.StringData(s.PeerTags[2])))
 }
 
-// Touch: see TouchFields.
-func Touch(s *Span) byte {
+// touch: see touchFields.
+func touch(s *Span) byte {
 	x := edge(s.Resource) ^ edge(s.Service) ^ edge(s.Name) ^ edge(s.HTTPEndpoint)
 	for i := range min(int(s.NumPeerTags), len(s.PeerTags)) {
 		x ^= edge(s.PeerTags[i])

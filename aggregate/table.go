@@ -43,6 +43,7 @@ type Table struct {
 	collapsedSpan Span                // scratch: a span with collapsed fields
 	lastCollapsed collapsedMemo
 	attacked      bool // the last span collapsed: admit before hashing
+	lookAhead     byte // what AddBatch's look-ahead loads read: kept so they are not optimised away
 	recent        [recentSpans]recentSlot
 	recentTags    [recentSpans]uint32 // 0: empty slot
 	keepMemo      [MaxInlinePeerTags]struct {
@@ -125,6 +126,29 @@ func (t *Table) Add(s *Span) {
 		return
 	}
 	t.addKey(s, t.keptPeers(s), t.budgets != nil)
+}
+
+// AddBatch adds spans in order, like a call of Add for each. Under a
+// cardinality attack (Attacked) it reads the batch in three passes — the
+// spans' string headers, then the strings' first bytes, then the
+// aggregation — so that each pass's cache misses overlap instead of
+// queueing one by one: every such span brings strings never read before,
+// often written on another core.
+func (t *Table) AddBatch(spans []*Span) {
+	if t.Attacked() {
+		var p uintptr
+		for _, s := range spans {
+			p ^= touchFields(s)
+		}
+		x := byte(p)
+		for _, s := range spans {
+			x ^= touch(s)
+		}
+		t.lookAhead ^= x
+	}
+	for _, s := range spans {
+		t.Add(s)
+	}
 }
 
 // Attacked reports whether the last span added had a value over its

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -917,5 +918,44 @@ func TestRecentCacheIdentityAndEquality(t *testing.T) {
 	}
 	if e := tb.Touched(nil)[0]; e.Hits != 7 || e.Duration != 70 {
 		t.Fatalf("hits %d, duration %d, want 7 and 70", e.Hits, e.Duration)
+	}
+}
+
+// AddBatch, with its look-ahead under attack, counts exactly what Add does.
+func TestAddBatchMatchesAdd(t *testing.T) {
+	one, batched := NewTable(0), NewTable(0)
+	one.SetLimits(Limits{Resource: 8, PeerTag: 4})
+	batched.SetLimits(Limits{Resource: 8, PeerTag: 4})
+	spans := make([]Span, 3000)
+	ptrs := make([]*Span, len(spans))
+	for i := range spans {
+		s := &spans[i]
+		*s = Span{Service: "svc", Name: "op", Resource: fmt.Sprint("r", i%(1+i/100)), SpanKind: "client",
+			Duration: int64(1 + i), Error: i%7 == 0}
+		if i%3 != 0 {
+			s.SetPeerTags([]string{fmt.Sprint("peer.hostname:h", i%13), "db.system:pg"})
+		}
+		one.Add(s)
+		ptrs[i] = s
+	}
+	for i := 0; i < len(ptrs); i += 256 {
+		batched.AddBatch(ptrs[i:min(i+256, len(ptrs))])
+	}
+	sum := func(tb *Table) map[string][3]uint64 {
+		m := map[string][3]uint64{}
+		for _, e := range tb.Touched(nil) {
+			k := fmt.Sprint(e.Resource, e.PeerTags)
+			m[k] = [3]uint64{e.Hits, e.Errors, e.Duration}
+		}
+		return m
+	}
+	if !batched.Attacked() || batched.CollapsedSpans() == 0 {
+		t.Fatal("the workload never put the table under attack")
+	}
+	if got, want := sum(batched), sum(one); !maps.Equal(got, want) {
+		t.Fatalf("AddBatch: %v\nAdd: %v", got, want)
+	}
+	if batched.CollapsedSpans() != one.CollapsedSpans() {
+		t.Fatalf("collapsed %d spans, Add %d", batched.CollapsedSpans(), one.CollapsedSpans())
 	}
 }

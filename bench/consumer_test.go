@@ -21,9 +21,8 @@ const consumerSkip = 2
 // BenchmarkConsumer is the aggregating goroutine alone, one span per op: the
 // inbox holds spans that 8 producer walks queued (outside the timer) and the
 // timed loop drains it into a table with the default cap and budgets, as
-// the aggregator's consumer does — in place, and in three passes over a
-// batch (string headers, string bytes, aggregation) while the table is
-// under a cardinality attack. Its ns/op is the consumer's CPU per span: the
+// the aggregator's consumer does: in place, batch by batch, with
+// Table.AddBatch. Its ns/op is the consumer's CPU per span: the
 // figure to compare between workloads (Adversarial against SteadyState),
 // free of the producers and of the scheduler that the end-to-end benchmarks
 // include.
@@ -56,24 +55,13 @@ func benchConsumer(b *testing.B, w *Workload) {
 			c.Commit()
 		}
 	}
-	var sink byte
-	drain := func() int {
-		if !table.Attacked() {
-			return ring.Consume(drainBatch, table.Add)
-		}
+	batch := make([]*aggregate.Span, drainBatch)
+	drain := func() int { // the aggregator's consumer loop
 		n := ring.Ready(drainBatch)
-		var p uintptr
 		for i := range n {
-			p ^= aggregate.TouchFields(ring.At(i))
+			batch[i] = ring.At(i)
 		}
-		x := byte(p)
-		for i := range n {
-			x ^= aggregate.Touch(ring.At(i))
-		}
-		sink ^= x
-		for i := range n {
-			table.Add(ring.At(i))
-		}
+		table.AddBatch(batch[:n])
 		ring.Release(n)
 		return n
 	}
@@ -94,7 +82,6 @@ func benchConsumer(b *testing.B, w *Workload) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(table.CollapsedSpans())/float64(b.N+WarmupSpans), "collapsed/op")
-	_ = sink
 }
 
 // drainBatch is the aggregator's batch (stats' drainBatch).

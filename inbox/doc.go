@@ -12,7 +12,7 @@
 // # Concurrency rule
 //
 // Any number of goroutines may call Push, Claim (then Commit), Cap, Len,
-// Pushed, Close, Closed and Wake concurrently. Drain, DrainClosed, Consume,
+// Pushed, Close, Closed and Wake concurrently. Drain, DrainClosed,
 // Ready, At, Release, Park and Unpark form the consumer side and must only
 // ever be called from exactly one consumer goroutine at a time.
 //
@@ -27,9 +27,9 @@
 // producer that finds the tail a whole ring ahead of it fails at once,
 // without reading the slot the consumer may be handing back at that moment
 // (under overload every push would otherwise pull that slot's cache line
-// away from the consumer). Consume, and Ready/At/Release for several passes
-// over one batch, let the consumer work on items in place instead of
-// copying them out. Close sets the top bit of the tail word, which makes every
+// away from the consumer). Ready, At and Release let the consumer work on a
+// batch in place, in as many passes as it likes, instead of copying it out;
+// Drain is the copying form. Close sets the top bit of the tail word, which makes every
 // later tail CAS fail, so the final tail is fixed and DrainClosed can wait for
 // the slots claimed before Close to be written and then prove the ring empty.
 // Wake-ups use a parked flag and a one-token channel: the consumer sets the

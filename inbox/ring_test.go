@@ -225,6 +225,28 @@ func consume(t *testing.T, r *Ring[item], handle func([]item) bool) {
 	}
 }
 
+// produce starts producers goroutines, each pushing makeItem(p, 0…n-1) in
+// order (yielding while the ring is full), and returns a function that makes
+// them give up and waits for them.
+func produce(r *Ring[item], producers, n int) (stop func()) {
+	var quit atomic.Bool
+	var wg sync.WaitGroup
+	for p := range uint64(producers) {
+		wg.Go(func() {
+			for seq := range uint64(n) {
+				it := makeItem(p, seq)
+				for !r.Push(&it) {
+					if quit.Load() {
+						return
+					}
+					runtime.Gosched() // full: let the consumer catch up
+				}
+			}
+		})
+	}
+	return func() { quit.Store(true); wg.Wait() }
+}
+
 func TestConcurrentProducersConsumer(t *testing.T) {
 	const producers = 8
 	perProducer := 200_000
@@ -232,23 +254,7 @@ func TestConcurrentProducersConsumer(t *testing.T) {
 		perProducer = 20_000
 	}
 	r := New[item](256)
-	var stop atomic.Bool // lets producers give up if the consumer failed
-	var wg sync.WaitGroup
-	for p := 0; p < producers; p++ {
-		wg.Add(1)
-		go func(p uint64) {
-			defer wg.Done()
-			for seq := 0; seq < perProducer; seq++ {
-				it := makeItem(p, uint64(seq))
-				for !r.Push(&it) {
-					if stop.Load() {
-						return
-					}
-					runtime.Gosched() // full: let the consumer catch up
-				}
-			}
-		}(uint64(p))
-	}
+	stop := produce(r, producers, perProducer)
 
 	var next [producers]uint64
 	received := 0
@@ -269,8 +275,7 @@ func TestConcurrentProducersConsumer(t *testing.T) {
 		}
 		return received == total
 	})
-	stop.Store(true)
-	wg.Wait()
+	stop()
 	if t.Failed() {
 		return
 	}
@@ -692,22 +697,7 @@ func TestReadyAtReleaseConcurrent(t *testing.T) {
 		perProducer = 10_000
 	}
 	r := New[item](256)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for p := range uint64(producers) {
-		wg.Go(func() {
-			for seq := range uint64(perProducer) {
-				it := makeItem(p, seq)
-				for !r.Push(&it) {
-					if stop.Load() {
-						return
-					}
-					runtime.Gosched()
-				}
-			}
-		})
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
+	defer produce(r, producers, perProducer)()
 	var next [producers]uint64
 	deadline := time.Now().Add(time.Minute)
 	for received := 0; received < producers*perProducer; {

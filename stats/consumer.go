@@ -16,29 +16,28 @@ const idleYields = 4
 // consumer is the state of the one goroutine that owns the table. Nothing
 // else reads or writes it.
 type consumer struct {
-	a        *Aggregator
-	table    *aggregate.Table
-	batch    []aggregate.Span
-	touched  []*aggregate.Entry
-	buckets  [1]writer.Bucket
-	seq      uint64
-	interval time.Duration
-	start    time.Time // start of the current interval
-	boundary time.Time // the aligned end the timer is armed for
-	timer    *time.Timer
-	peerKeys *[]string // the list last given to the table
-	add      func(*aggregate.Span)
-	touched0 byte // what consumeAhead's loads read: kept so they are not optimised away
+	a         *Aggregator
+	table     *aggregate.Table
+	batch     []aggregate.Span
+	touched   []*aggregate.Entry
+	buckets   [1]writer.Bucket
+	seq       uint64
+	interval  time.Duration
+	start     time.Time // start of the current interval
+	boundary  time.Time // the aligned end the timer is armed for
+	timer     *time.Timer
+	peerKeys  *[]string         // the list last given to the table
+	batchPtrs []*aggregate.Span // the inbox slots of the batch being aggregated
 }
 
 func newConsumer(a *Aggregator) *consumer {
 	c := &consumer{
-		a:        a,
-		table:    aggregate.NewTable(a.cfg.MaxAggregates),
-		batch:    make([]aggregate.Span, drainBatch),
-		interval: a.cfg.BucketInterval,
+		a:         a,
+		table:     aggregate.NewTable(a.cfg.MaxAggregates),
+		batch:     make([]aggregate.Span, drainBatch),
+		batchPtrs: make([]*aggregate.Span, drainBatch),
+		interval:  a.cfg.BucketInterval,
 	}
-	c.add = c.table.Add // bound once: the per-span callback allocates nothing
 	c.table.SetLimits(a.cfg.CardinalityLimits)
 	if len(a.cfg.PeerTagKeys) > 0 {
 		c.table.SetPeerTagKeys(a.cfg.PeerTagKeys)
@@ -120,39 +119,18 @@ func (c *consumer) consume() int {
 		c.peerKeys = k
 		c.table.SetPeerTagKeys(*k)
 	}
-	var n int
-	if c.table.Attacked() {
-		n = c.consumeAhead()
-	} else {
-		n = c.a.inbox.Consume(drainBatch, c.add)
+	// In place: the batch is the inbox's own slots.
+	in := c.a.inbox
+	n := in.Ready(drainBatch)
+	batch := c.batchPtrs[:n]
+	for i := range batch {
+		batch[i] = in.At(i)
 	}
+	c.table.AddBatch(batch)
+	in.Release(n)
 	if n > 0 {
 		c.counted(n)
 	}
-	return n
-}
-
-// consumeAhead is consume under a cardinality attack, when every span
-// brings strings the consumer has never read: it reads a batch in three
-// passes — the spans' string headers, then the strings' first bytes, then
-// the aggregation — so that each pass's cache misses overlap instead of
-// queueing one by one.
-func (c *consumer) consumeAhead() int {
-	in := c.a.inbox
-	n := in.Ready(drainBatch)
-	var p uintptr
-	for i := range n {
-		p ^= aggregate.TouchFields(in.At(i))
-	}
-	x := byte(p)
-	for i := range n {
-		x ^= aggregate.Touch(in.At(i))
-	}
-	c.touched0 ^= x
-	for i := range n {
-		c.table.Add(in.At(i))
-	}
-	in.Release(n)
 	return n
 }
 
