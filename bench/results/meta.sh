@@ -1,4 +1,4 @@
-started="2026-11-30 09:11:55 UTC"
-elapsed="879"
-commit="3b39b44"
+started="2026-11-30 09:48:26 UTC"
+elapsed="873"
+commit="ac6a215"
 COUNT="5" BENCHTIME="4s" BENCH="."
