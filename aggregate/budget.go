@@ -333,17 +333,13 @@ func (t *Table) admit(s *Span, kept []string) uint16 {
 	}
 	for i, p := range kept {
 		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
-			t.collapsed[FieldPeerTags]++
+			t.collapsedPeers++
 			kept[i] = vs.blocked
 			rejected |= 1 << FieldPeerTags
 		}
 	}
 	if rejected != 0 {
-		for fl := range FieldPeerTags {
-			if rejected&(1<<fl) != 0 {
-				t.collapsed[fl]++
-			}
-		}
+		t.collapsedBy[rejected&(1<<FieldPeerTags-1)]++
 		t.collapsedSpans++
 	}
 	return rejected
@@ -419,7 +415,18 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 }
 
 // Collapsed is the number of values of field f replaced by BlockedValue.
-func (t *Table) Collapsed(f Field) uint64 { return t.collapsed[f] }
+func (t *Table) Collapsed(f Field) uint64 {
+	if f == FieldPeerTags {
+		return t.collapsedPeers
+	}
+	var n uint64
+	for mask, c := range t.collapsedBy {
+		if mask&(1<<f) != 0 {
+			n += c
+		}
+	}
+	return n
+}
 
 // CollapsedSpans is the number of spans with at least one collapsed field.
 func (t *Table) CollapsedSpans() uint64 { return t.collapsedSpans }

@@ -241,6 +241,12 @@ func TestSketchIndexExact(t *testing.T) {
 		check(math.Nextafter(p, 0))
 		check(math.Nextafter(p, math.Inf(1)))
 	}
+	for i := range 63 << subBits { // every sub-bucket's edges
+		start := math.Float64frombits(uint64(i+1023<<subBits) << (52 - subBits))
+		check(start)
+		check(math.Nextafter(start, 0))
+		check(math.Nextafter(start, math.Inf(1)))
+	}
 	check(math.MaxInt64)
 	check(math.MaxFloat64 / 4)
 }

@@ -53,7 +53,11 @@ type Table struct {
 
 	recycled       uint64
 	overflowed     uint64
-	collapsed      [NumFields]uint64
+	// collapsedBy counts spans by the set of their fields (other than
+	// peer tags) over budget: one increment per collapsed span, where a
+	// counter per field would cost a test and an increment for each.
+	collapsedBy    [1 << FieldPeerTags]uint64
+	collapsedPeers uint64 // peer tags replaced
 	collapsedSpans uint64
 }
 
