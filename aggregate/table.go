@@ -51,8 +51,8 @@ type Table struct {
 		keep bool
 	}
 
-	recycled       uint64
-	overflowed     uint64
+	recycled   uint64
+	overflowed uint64
 	// collapsedBy counts spans by the set of their fields (other than
 	// peer tags) over budget: one increment per collapsed span, where a
 	// counter per field would cost a test and an increment for each.
