@@ -53,8 +53,9 @@
 // Add decides the budgets before hashing the raw key, and a collapsed span
 // is matched field by field against the last collapsed key, then looked up
 // in the recent-span cache under its collapsed fields; only a new collapsed
-// key is sorted, encoded and hashed. In that state AddBatch reads a batch of
-// spans ahead, so the cache misses of never-seen strings overlap.
+// key is sorted, encoded and hashed. In that state AddBatch prefetches the slots
+// and strings of spans ahead, so the cache misses of never-seen strings
+// overlap.
 //
 // A small direct-mapped cache of recent spans, indexed by the addresses of
 // their resource, name, service and last peer-tag strings, finds the entry of

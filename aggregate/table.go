@@ -133,27 +133,67 @@ func (t *Table) Add(s *Span) {
 }
 
 // AddBatch adds spans in order, like a call of Add for each. Under a
-// cardinality attack (Attacked) it reads the batch in three passes — the
-// spans' string headers, then the strings' first bytes, then the
-// aggregation — so that each pass's cache misses overlap instead of
-// queueing one by one: every such span brings strings never read before,
-// often written on another core.
+// cardinality attack (Attacked) every span brings strings never read before,
+// in a slot last written on another core; so that those cache misses
+// overlap instead of queueing one by one, AddBatch asks for each span's
+// slot (for writing: the inbox zeroes it next) 2*prefetchAhead spans ahead
+// and for its strings prefetchAhead spans ahead, with the CPU's prefetch
+// instructions where it has them (amd64); elsewhere it reads the batch in
+// three passes — the spans' string headers, then the strings' first bytes,
+// then the aggregation.
 func (t *Table) AddBatch(spans []*Span) {
-	if t.Attacked() {
-		var p uintptr
+	switch {
+	case !t.Attacked():
 		for _, s := range spans {
-			p ^= touchFields(s)
+			t.Add(s)
 		}
-		x := byte(p)
-		for _, s := range spans {
-			x ^= touch(s)
-		}
-		t.lookAhead ^= x
+	case havePrefetch:
+		t.addPrefetching(spans)
+	default:
+		t.addTouching(spans)
 	}
+}
+
+// addPrefetching is AddBatch under attack with prefetch instructions.
+func (t *Table) addPrefetching(spans []*Span) {
+	for i := range min(len(spans), 2*prefetchAhead) {
+		prefetchSpan(spans[i])
+	}
+	for i := range min(len(spans), prefetchAhead) {
+		prefetchStrings(spans[i])
+	}
+	for i, s := range spans {
+		if j := i + 2*prefetchAhead; j < len(spans) {
+			prefetchSpan(spans[j])
+		}
+		if j := i + prefetchAhead; j < len(spans) {
+			prefetchStrings(spans[j])
+		}
+		t.Add(s)
+	}
+}
+
+// addTouching is AddBatch under attack without prefetch instructions: loads
+// of the batch's string headers, then of the strings' first and last bytes,
+// in passes before the aggregation.
+func (t *Table) addTouching(spans []*Span) {
+	var p uintptr
+	for _, s := range spans {
+		p ^= touchFields(s)
+	}
+	x := byte(p)
+	for _, s := range spans {
+		x ^= touch(s)
+	}
+	t.lookAhead ^= x
 	for _, s := range spans {
 		t.Add(s)
 	}
 }
+
+// prefetchAhead is how many spans ahead AddBatch asks for a span's strings
+// (and twice that for the span itself).
+const prefetchAhead = 8
 
 // Attacked reports whether the last span added had a value over its
 // cardinality budget: under an attack most spans do.

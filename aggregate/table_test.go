@@ -921,8 +921,15 @@ func TestRecentCacheIdentityAndEquality(t *testing.T) {
 	}
 }
 
-// AddBatch, with its look-ahead under attack, counts exactly what Add does.
+// AddBatch, with its look-ahead under attack (either kind), counts exactly
+// what Add does.
 func TestAddBatchMatchesAdd(t *testing.T) {
+	t.Run("AddBatch", func(t *testing.T) { testAddBatchMatchesAdd(t, (*Table).AddBatch) })
+	t.Run("prefetching", func(t *testing.T) { testAddBatchMatchesAdd(t, (*Table).addPrefetching) })
+	t.Run("touching", func(t *testing.T) { testAddBatchMatchesAdd(t, (*Table).addTouching) })
+}
+
+func testAddBatchMatchesAdd(t *testing.T, addBatch func(*Table, []*Span)) {
 	one, batched := NewTable(0), NewTable(0)
 	one.SetLimits(Limits{Resource: 8, PeerTag: 4})
 	batched.SetLimits(Limits{Resource: 8, PeerTag: 4})
@@ -939,7 +946,7 @@ func TestAddBatchMatchesAdd(t *testing.T) {
 		ptrs[i] = s
 	}
 	for i := 0; i < len(ptrs); i += 256 {
-		batched.AddBatch(ptrs[i:min(i+256, len(ptrs))])
+		addBatch(batched, ptrs[i:min(i+256, len(ptrs))])
 	}
 	sum := func(tb *Table) map[string][3]uint64 {
 		m := map[string][3]uint64{}

@@ -11,8 +11,8 @@
 // Design: Publish checks eligibility and writes the span's fields straight
 // into a claimed slot of a bounded lock-free inbox (package inbox). One
 // consumer goroutine aggregates the inbox in place, in batches, into an
-// aggregate.Table it alone owns (under a cardinality attack, in three passes
-// per batch so that the misses on never-seen strings overlap) — clears,
+// aggregate.Table it alone owns (under a cardinality attack, prefetching
+// slots and strings ahead so that the misses on never-seen strings overlap) — clears,
 // flushes and stop reach it as signals, so the table has no lock. At each
 // interval boundary (aligned to BucketInterval), or on Flush or Stop, the
 // consumer encodes the touched entries with package writer into one or more

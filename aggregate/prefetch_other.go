@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package aggregate
+
+// havePrefetch: without a prefetch instruction, AddBatch reads ahead with
+// loads (touchFields and touch).
+const havePrefetch = false
+
+func prefetchSpan(*Span)    {}
+func prefetchStrings(*Span) {}
