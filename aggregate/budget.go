@@ -333,13 +333,17 @@ func (t *Table) admit(s *Span, kept []string) uint16 {
 	}
 	for i, p := range kept {
 		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
-			t.collapsedPeers++
+			t.collapsed[FieldPeerTags]++
 			kept[i] = vs.blocked
 			rejected |= 1 << FieldPeerTags
 		}
 	}
 	if rejected != 0 {
-		t.collapsedBy[rejected&(1<<FieldPeerTags-1)]++
+		if m := rejected &^ (1 << FieldPeerTags); m != t.runMask {
+			t.endRun()
+			t.runMask = m
+		}
+		t.runLen++
 		t.collapsedSpans++
 	}
 	return rejected
@@ -416,16 +420,22 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 
 // Collapsed is the number of values of field f replaced by BlockedValue.
 func (t *Table) Collapsed(f Field) uint64 {
-	if f == FieldPeerTags {
-		return t.collapsedPeers
-	}
-	var n uint64
-	for mask, c := range t.collapsedBy {
-		if mask&(1<<f) != 0 {
-			n += c
-		}
+	n := t.collapsed[f]
+	if f != FieldPeerTags && t.runMask&(1<<f) != 0 {
+		n += t.runLen
 	}
 	return n
+}
+
+// endRun adds the current run of spans collapsed in the same fields to the
+// per-field counts.
+func (t *Table) endRun() {
+	for f := range FieldPeerTags {
+		if t.runMask&(1<<f) != 0 {
+			t.collapsed[f] += t.runLen
+		}
+	}
+	t.runLen = 0
 }
 
 // CollapsedSpans is the number of spans with at least one collapsed field.

@@ -296,3 +296,56 @@ func TestTouch(t *testing.T) {
 		t.Fatalf("touch = %#x, want %#x", got, want)
 	}
 }
+
+// Collapses are counted per field whatever the order in which the sets of
+// over-budget fields follow each other (admit counts runs of one set).
+func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: 1, Service: 1, Operation: 1, PeerTag: 1})
+	first := Span{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
+	first.SetPeerTags([]string{"peer.hostname:h"})
+	tb.Add(&first) // fills every budget
+	want := map[Field]uint64{}
+	r := rand.New(rand.NewPCG(3, 3))
+	var spans uint64
+	for i := range 2000 {
+		s := Span{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
+		over := r.IntN(8) // which of resource, service, operation go over
+		if r.IntN(4) == 0 {
+			over = 7 // runs of one set, as under attack
+		}
+		for bit, f := range []Field{FieldResource, FieldService, FieldOperation} {
+			if over&(1<<bit) != 0 {
+				want[f]++
+			}
+		}
+		if over&1 != 0 {
+			s.Resource = fmt.Sprint("r", i)
+		}
+		if over&2 != 0 {
+			s.Service = fmt.Sprint("s", i)
+		}
+		if over&4 != 0 {
+			s.Name = fmt.Sprint("o", i)
+		}
+		if i%5 == 0 {
+			s.SetPeerTags([]string{fmt.Sprint("peer.hostname:h", i)})
+			want[FieldPeerTags]++
+		}
+		if over != 0 || i%5 == 0 {
+			spans++
+		}
+		tb.Add(&s)
+		if i%97 == 0 { // reading mid-run must not change the counts
+			tb.Collapsed(FieldResource)
+		}
+	}
+	for _, f := range []Field{FieldResource, FieldService, FieldOperation, FieldType, FieldPeerTags} {
+		if got := tb.Collapsed(f); got != want[f] {
+			t.Errorf("Collapsed(%v) = %d, want %d", f, got, want[f])
+		}
+	}
+	if tb.CollapsedSpans() != spans {
+		t.Errorf("CollapsedSpans = %d, want %d", tb.CollapsedSpans(), spans)
+	}
+}

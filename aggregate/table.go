@@ -53,11 +53,13 @@ type Table struct {
 
 	recycled   uint64
 	overflowed uint64
-	// collapsedBy counts spans by the set of their fields (other than
-	// peer tags) over budget: one increment per collapsed span, where a
-	// counter per field would cost a test and an increment for each.
-	collapsedBy    [1 << FieldPeerTags]uint64
-	collapsedPeers uint64 // peer tags replaced
+	// collapsed counts values replaced, per field. Spans under attack
+	// mostly repeat one set of over-budget fields, so admit counts a run of
+	// spans with the same set (runMask, runLen), one increment a span, and
+	// adds the run to the per-field counts when the set changes.
+	collapsed      [NumFields]uint64
+	runMask        uint16
+	runLen         uint64
 	collapsedSpans uint64
 }
 
