@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"strings"
 	"unsafe"
 )
@@ -103,6 +104,13 @@ type valueSet struct {
 	n        int          // values admitted in epoch
 	blocked  string       // the replacement value
 	seed     maphash.Seed // the table's: one hash per value for every set
+	// filter has a bit, picked by other bits of the hash than the slot,
+	// set for every value inserted since the slots were last cleared, at
+	// bloomBits bits a slot: a full set turns away most values it never
+	// held (an attack's) on this bit, in a few KiB that stay in the L1
+	// cache, without reading the slots.
+	filter     []uint64
+	filterMask uint64
 
 	// The last value decided, and the decision: a field that keeps its
 	// value from span to span (a service, "GET", "") is decided by one
@@ -140,7 +148,19 @@ func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
 	}
 	s.slots = make([]uint64, n)
 	s.mask = uint64(n - 1)
+	s.filter = make([]uint64, n*bloomBits/64)
+	s.filterMask = uint64(n*bloomBits - 1)
 	return s
+}
+
+// bloomBits is the filter's bits per slot: with at most about half the
+// slots used, one value in eight it never held passes it.
+const bloomBits = 4
+
+// filterBit returns the word and bit of the filter for hash h.
+func (s *valueSet) filterBit(h uint64) (int, uint64) {
+	b := bits.RotateLeft64(h, slotEpochBits) & s.filterMask
+	return int(b >> 6), 1 << (b & 63)
 }
 
 // ok reports whether v is within budget in interval epoch, admitting it if
@@ -197,6 +217,7 @@ func (s *valueSet) admit(h uint64, epoch uint32) bool {
 		// from passing for the current interval.
 		if s.used > s.remember || epoch>>slotEpochBits != s.epoch>>slotEpochBits {
 			clear(s.slots)
+			clear(s.filter)
 			s.used = 0
 		}
 		s.epoch, s.n = epoch, 0
@@ -204,6 +225,10 @@ func (s *valueSet) admit(h uint64, epoch uint32) bool {
 	tag := h &^ slotEpochMask
 	if tag == 0 {
 		tag = 1 << slotEpochBits // 0 marks an empty slot
+	}
+	w, bit := s.filterBit(h)
+	if s.filter[w]&bit == 0 && s.n >= s.limit {
+		return false // never held, and no room
 	}
 	stamp := uint64(epoch & slotEpochMask)
 	for i := (h >> slotEpochBits) & s.mask; ; i = (i + 1) & s.mask {
@@ -224,6 +249,7 @@ func (s *valueSet) admit(h uint64, epoch uint32) bool {
 				return false
 			}
 			s.slots[i] = tag | stamp
+			s.filter[w] |= bit
 			s.used++
 			s.n++
 			return true

@@ -2,7 +2,9 @@ package aggregate
 
 import (
 	"fmt"
+	"hash/maphash"
 	"maps"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -348,4 +350,58 @@ func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
 	if tb.CollapsedSpans() != spans {
 		t.Errorf("CollapsedSpans = %d, want %d", tb.CollapsedSpans(), spans)
 	}
+}
+
+// A full set turns away values it never held on its filter bit, and keeps
+// admitting the values it holds, in this interval and, once re-admitted, in
+// the next; the filter is cleared with the slots.
+func TestBudgetFilter(t *testing.T) {
+	seed := maphash.MakeSeed()
+	s := newValueSet(1024, BlockedValue, seed)
+	held := make([]string, 1024)
+	for i := range held {
+		held[i] = fmt.Sprint("held-", i)
+		if !s.admit(maphash.String(seed, held[i]), 1) {
+			t.Fatalf("value %d of 1024 refused", i)
+		}
+	}
+	passed := 0
+	for i := range 100_000 {
+		h := maphash.String(seed, fmt.Sprint("fresh-", i))
+		if w, bit := s.filterBit(h); s.filter[w]&bit != 0 {
+			passed++
+		}
+		if s.admit(h, 1) {
+			t.Fatalf("fresh value %d admitted over the budget", i)
+		}
+	}
+	// 1024 values in 4096 slots: 1024 of 16384 filter bits set.
+	if rate := float64(passed) / 100_000; rate > 0.10 {
+		t.Errorf("%.1f %% of values never held passed the filter, want about 6 %%", 100*rate)
+	}
+	for ep := uint32(1); ep <= 2; ep++ {
+		for i, v := range held {
+			if !s.admit(maphash.String(seed, v), ep) {
+				t.Fatalf("held value %d refused in interval %d", i, ep)
+			}
+		}
+	}
+	// Epoch 2 holds all 1024 again: full. A wrap of the 16-bit stamp clears
+	// slots and filter, and there is room again.
+	if s.admit(maphash.String(seed, "fresh-x"), 2) {
+		t.Fatal("fresh value admitted in a full interval")
+	}
+	if !s.admit(maphash.String(seed, "fresh-x"), 1<<slotEpochBits+2) {
+		t.Fatal("fresh value refused after the reset")
+	}
+	if n := bitsSet(s.filter); n != 1 {
+		t.Fatalf("%d filter bits set after the reset and one insert, want 1", n)
+	}
+}
+
+func bitsSet(words []uint64) (n int) {
+	for _, w := range words {
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
