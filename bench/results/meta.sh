@@ -1,4 +1,4 @@
-started="2026-11-30 10:35:27 UTC"
-elapsed="883"
-commit="852e161"
+started="2026-11-30 11:02:55 UTC"
+elapsed="874"
+commit="8042f7b"
 COUNT="5" BENCHTIME="4s" BENCH="."
