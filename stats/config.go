@@ -119,13 +119,14 @@ type Config struct {
 	ShedWithoutYield bool
 
 	// LockConsumerThread wires the consumer goroutine to one OS thread
-	// (runtime.LockOSThread) for the aggregator's life. Under sustained
-	// overload it keeps the consumer from hopping between threads and
-	// losing its caches: on a 2-core machine with 8 producers it held the
-	// end-to-end SteadyState benchmark at 10–13 M spans counted/s, where the
-	// default falls to ~5.5 M/s in some processes. The price is an OS thread
-	// reserved for stats and a thread switch, instead of a goroutine switch,
-	// each time the idle consumer waits or wakes. Off by default.
+	// (runtime.LockOSThread) for the aggregator's life, so the scheduler
+	// never moves it to another thread. The price is an OS thread reserved
+	// for stats and a thread switch, instead of a goroutine switch, each
+	// time the idle consumer waits or wakes. On the project's 2-core
+	// benchmark machines it made no measurable difference (SteadyState,
+	// 8 producers, 5 alternating processes each way: 8.2–12.8 M spans
+	// counted/s with it, 8.6–14.4 M without; see bench/RESULTS.md on the
+	// machines' two speeds). Off by default.
 	LockConsumerThread bool
 	// MaxAggregates caps the number of groups (default 2048); beyond it idle
 	// groups are recycled, then spans fold into the overflow group.
