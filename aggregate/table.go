@@ -328,15 +328,18 @@ func same(a, b string) bool {
 // slot from other bits of the same hash. Only the slot choice depends on
 // addresses; a hit is decided by the fields themselves (sameKey).
 func recentIndex(s *Span) (uint, uint32) {
-	h := uintptr(unsafe.Pointer(unsafe.StringData(s.Resource)))*0x9E3779B97F4A7C15 ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.Name)))*0xC2B2AE3D27D4EB4F ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.Service)))*0x165667B19E3779F9 ^
-		uintptr(len(s.Resource))
+	h := addr(s.Resource)*0x9E3779B97F4A7C15 ^
+		addr(s.Name)*0xC2B2AE3D27D4EB4F ^
+		addr(s.Service)*0x165667B19E3779F9 ^
+		uint64(len(s.Resource))
 	if s.NumPeerTags > 0 {
-		h ^= uintptr(unsafe.Pointer(unsafe.StringData(s.PeerTags[s.NumPeerTags-1]))) * 0x27D4EB2F165667C5
+		h ^= addr(s.PeerTags[s.NumPeerTags-1]) * 0x27D4EB2F165667C5
 	}
 	return uint(h>>40) % recentSpans, uint32(h>>8) | 1
 }
+
+// addr is the address of v's bytes (in 64 bits on every platform).
+func addr(v string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringData(v)))) }
 
 // addCollapsed counts s in the entry of its key with the fields in rejected
 // replaced by BlockedValue; kept holds its kept peer tags in the tracer's

@@ -335,7 +335,7 @@ func TestBudgetsThroughAggregator(t *testing.T) {
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL(), CardinalityLimits: aggregate.Limits{Resource: 10}})
 	for i := range 30 {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("GET /u/%08x", i*2654435761), SpanKind: "server", Duration: 1})
+		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("GET /u/%08x", uint32(i)*2654435761), SpanKind: "server", Duration: 1})
 	}
 	stop(t, a)
 	got, hits := testagent.Sum(ag.Requests())

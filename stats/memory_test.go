@@ -104,7 +104,7 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 			s := Span{Service: "users-api", Name: "postgresql.query", Type: "sql", SpanKind: "client"}
 			for i := p; i < total; i += producers {
 				// Fresh strings per span, as a tracer formatting a UUID would make.
-				s.Resource = string(strconv.AppendInt(res, int64((i*2654435761)%resources), 10))
+				s.Resource = string(strconv.AppendInt(res, int64(uint64(i)*2654435761%uint64(resources)), 10))
 				tags[1] = string(strconv.AppendInt(host, int64(i%peerHosts), 10))
 				s.PeerTags = tags
 				s.Duration = int64(10_000 + (i%1000)*(i%1000)*1000)

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -107,52 +108,52 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 	h := &p.Header
 	for ; n > 0; n-- {
 		var key []byte
-		key, b, err = msgp.ReadMapKeyZC(b)
+		key, b, err = readMapKey(b)
 		if err != nil {
 			return b, d.wrap(err)
 		}
 		k := msgp.UnsafeString(key)
 		switch k {
 		case "Hostname":
-			h.Hostname, b, err = msgp.ReadStringBytes(b)
+			h.Hostname, b, err = readString(b)
 		case "Env":
-			h.Env, b, err = msgp.ReadStringBytes(b)
+			h.Env, b, err = readString(b)
 		case "Version":
-			h.Version, b, err = msgp.ReadStringBytes(b)
+			h.Version, b, err = readString(b)
 		case "Stats":
 			p.Buckets, b, err = d.buckets(b)
 			if err != nil {
 				return b, err // already wrapped
 			}
 		case "Lang":
-			h.Lang, b, err = msgp.ReadStringBytes(b)
+			h.Lang, b, err = readString(b)
 		case "TracerVersion":
-			h.TracerVersion, b, err = msgp.ReadStringBytes(b)
+			h.TracerVersion, b, err = readString(b)
 		case "RuntimeID":
-			h.RuntimeID, b, err = msgp.ReadStringBytes(b)
+			h.RuntimeID, b, err = readString(b)
 		case "Sequence":
 			h.Sequence, b, err = msgp.ReadUint64Bytes(b)
 		case "AgentAggregation":
-			h.AgentAggregation, b, err = msgp.ReadStringBytes(b)
+			h.AgentAggregation, b, err = readString(b)
 		case "Service":
-			h.Service, b, err = msgp.ReadStringBytes(b)
+			h.Service, b, err = readString(b)
 		case "ContainerID":
-			h.ContainerID, b, err = msgp.ReadStringBytes(b)
+			h.ContainerID, b, err = readString(b)
 		case "Tags":
 			h.Tags, b, err = d.strings(b, "Tags")
 			if err != nil {
 				return b, err
 			}
 		case "GitCommitSha":
-			h.GitCommitSha, b, err = msgp.ReadStringBytes(b)
+			h.GitCommitSha, b, err = readString(b)
 		case "ImageTag":
-			h.ImageTag, b, err = msgp.ReadStringBytes(b)
+			h.ImageTag, b, err = readString(b)
 		case "ProcessTagsHash":
 			h.ProcessTagsHash, b, err = msgp.ReadUint64Bytes(b)
 		case "ProcessTags":
-			h.ProcessTags, b, err = msgp.ReadStringBytes(b)
+			h.ProcessTags, b, err = readString(b)
 		default:
-			b, err = msgp.Skip(b)
+			b, err = skip(b)
 		}
 		if err != nil {
 			return b, d.wrap(err, fieldName(k))
@@ -215,7 +216,7 @@ func (d *decoder) decodeBucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 	}
 	for ; n > 0; n-- {
 		var key []byte
-		key, b, err = msgp.ReadMapKeyZC(b)
+		key, b, err = readMapKey(b)
 		if err != nil {
 			return b, d.wrap(err)
 		}
@@ -233,7 +234,7 @@ func (d *decoder) decodeBucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 		case "AgentTimeShift":
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
 		default:
-			b, err = msgp.Skip(b)
+			b, err = skip(b)
 		}
 		if err != nil {
 			return b, d.wrap(err, fieldName(k))
@@ -289,24 +290,24 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 	k := &g.Key
 	for ; n > 0; n-- {
 		var key []byte
-		key, b, err = msgp.ReadMapKeyZC(b)
+		key, b, err = readMapKey(b)
 		if err != nil {
 			return b, d.wrap(err)
 		}
 		name := msgp.UnsafeString(key)
 		switch name {
 		case "Service":
-			k.Service, b, err = msgp.ReadStringBytes(b)
+			k.Service, b, err = readString(b)
 		case "Name":
-			k.Name, b, err = msgp.ReadStringBytes(b)
+			k.Name, b, err = readString(b)
 		case "Resource":
-			k.Resource, b, err = msgp.ReadStringBytes(b)
+			k.Resource, b, err = readString(b)
 		case "HTTPStatusCode":
 			k.HTTPStatusCode, b, err = msgp.ReadUint32Bytes(b)
 		case "Type":
-			k.Type, b, err = msgp.ReadStringBytes(b)
+			k.Type, b, err = readString(b)
 		case "DBType":
-			g.DBType, b, err = msgp.ReadStringBytes(b)
+			g.DBType, b, err = readString(b)
 		case "Hits":
 			g.Hits, b, err = msgp.ReadUint64Bytes(b)
 		case "Errors":
@@ -322,7 +323,7 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 		case "TopLevelHits":
 			g.TopLevelHits, b, err = msgp.ReadUint64Bytes(b)
 		case "SpanKind":
-			k.SpanKind, b, err = msgp.ReadStringBytes(b)
+			k.SpanKind, b, err = readString(b)
 		case "PeerTags":
 			k.PeerTags, b, err = d.strings(b, "PeerTags")
 			if err != nil {
@@ -333,13 +334,13 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 			v, b, err = msgp.ReadInt32Bytes(b)
 			k.IsTraceRoot = aggregate.Trilean(v)
 		case "GRPCStatusCode":
-			k.GRPCStatusCode, b, err = msgp.ReadStringBytes(b)
+			k.GRPCStatusCode, b, err = readString(b)
 		case "HTTPMethod":
-			k.HTTPMethod, b, err = msgp.ReadStringBytes(b)
+			k.HTTPMethod, b, err = readString(b)
 		case "HTTPEndpoint":
-			k.HTTPEndpoint, b, err = msgp.ReadStringBytes(b)
+			k.HTTPEndpoint, b, err = readString(b)
 		case "srv_src":
-			k.ServiceSource, b, err = msgp.ReadStringBytes(b)
+			k.ServiceSource, b, err = readString(b)
 		case "SpanDerivedPrimaryTags":
 			g.SpanDerivedPrimaryTags, b, err = d.strings(b, "SpanDerivedPrimaryTags")
 			if err != nil {
@@ -351,7 +352,7 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 				return b, err
 			}
 		default:
-			b, err = msgp.Skip(b)
+			b, err = skip(b)
 		}
 		if err != nil {
 			return b, d.wrap(err, fieldName(name))
@@ -366,7 +367,7 @@ func readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
-	v, b, err := msgp.ReadBytesZC(b)
+	v, b, err := readBytes(b)
 	if err != nil || len(v) == 0 || bytes.Equal(v, emptySketch) {
 		return nil, b, err
 	}
@@ -400,10 +401,59 @@ func (d *decoder) strings(b []byte, name string) ([]string, []byte, error) {
 	}
 	out := make([]string, n)
 	for i := range out {
-		out[i], b, err = msgp.ReadStringBytes(b)
+		out[i], b, err = readString(b)
 		if err != nil {
 			return nil, b, d.wrap(err, name, i)
 		}
 	}
 	return out, b, nil
+}
+
+// fits returns msgp.ErrShortBytes if the str32, bin32 or ext32 at the start
+// of b declares more bytes than b holds. msgp converts such a length to int,
+// which on 32-bit platforms is negative from 2 GiB up, and slices with it:
+// a crafted payload would panic the decoder there. Every length-prefixed read
+// below goes through fits first.
+func fits(b []byte) error {
+	if len(b) >= 5 {
+		switch b[0] {
+		case 0xdb, 0xc6, 0xc9: // str32, bin32, ext32
+			if uint64(binary.BigEndian.Uint32(b[1:])) > uint64(len(b)-5) {
+				return msgp.ErrShortBytes
+			}
+		}
+	}
+	return nil
+}
+
+func readString(b []byte) (string, []byte, error) {
+	if err := fits(b); err != nil {
+		return "", b, err
+	}
+	return msgp.ReadStringBytes(b)
+}
+
+func readMapKey(b []byte) ([]byte, []byte, error) {
+	if err := fits(b); err != nil {
+		return nil, b, err
+	}
+	return msgp.ReadMapKeyZC(b)
+}
+
+func readBytes(b []byte) ([]byte, []byte, error) {
+	if err := fits(b); err != nil {
+		return nil, b, err
+	}
+	return msgp.ReadBytesZC(b)
+}
+
+// skip skips one object of b (the value of an unknown key). msgp skips what
+// is nested inside it without fits; its sizes there are uintptr sums, which
+// on a 32-bit platform wrap around for 4 GiB lengths rather than go
+// negative: the skip ends early and the decode fails or reads garbage.
+func skip(b []byte) ([]byte, error) {
+	if err := fits(b); err != nil {
+		return b, err
+	}
+	return msgp.Skip(b)
 }
