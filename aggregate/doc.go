@@ -45,7 +45,9 @@
 // a hit on an entry already admitted in the interval skips them. Each field's
 // budget is an open-addressing set of 48-bit seeded value hashes stamped with
 // the interval that last admitted them, so admission never allocates and the
-// values of earlier intervals are re-admitted with one probe; a field that
+// values of earlier intervals are re-admitted with one probe; a one-hash
+// filter beside the slots (4 bits a slot) lets a full budget turn away most
+// values it never held without reading the slots; a field that
 // repeats its last value (a constant service, "GET", "") is decided by one
 // comparison of string addresses. A value over budget becomes BlockedValue
 // ("key:tracer_blocked_value" for a peer tag) and the span goes to the entry
@@ -53,9 +55,9 @@
 // Add decides the budgets before hashing the raw key, and a collapsed span
 // is matched field by field against the last collapsed key, then looked up
 // in the recent-span cache under its collapsed fields; only a new collapsed
-// key is sorted, encoded and hashed. In that state AddBatch prefetches the slots
-// and strings of spans ahead, so the cache misses of never-seen strings
-// overlap.
+// key is sorted, encoded and hashed. In that state AddBatch prefetches the
+// slots and strings of spans ahead, so the cache misses of never-seen
+// strings overlap.
 //
 // A small direct-mapped cache of recent spans, indexed by the addresses of
 // their resource, name, service and last peer-tag strings, finds the entry of
