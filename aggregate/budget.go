@@ -107,8 +107,9 @@ type valueSet struct {
 	// filter has a bit, picked by other bits of the hash than the slot,
 	// set for every value inserted since the slots were last cleared, at
 	// bloomBits bits a slot: a full set turns away most values it never
-	// held (an attack's) on this bit, in a few KiB that stay in the L1
-	// cache, without reading the slots.
+	// held (an attack's) on this bit without reading the slots, in a
+	// sixteenth of their memory (2 KiB against 32 KiB for the resource
+	// budget of 1024).
 	filter     []uint64
 	filterMask uint64
 
