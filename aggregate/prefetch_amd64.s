@@ -3,20 +3,15 @@
 
 // func prefetchSpan(s *Span)
 // Asks for the cache lines of *s (Span__size bytes, at most six lines
-// wherever it starts) without waiting for them.
+// wherever it starts) without waiting for them. PREFETCHT0, not PREFETCHW:
+// every amd64 CPU has it, and the write hint measured no better here.
 TEXT ·prefetchSpan(SB), NOSPLIT, $0-8
 	MOVQ s+0(FP), AX
-	MOVQ AX, BX
-	// PREFETCHW (for writing: Release zeroes the slot), which the Go
-	// assembler does not know: 0F 0D /1, at 0(BX) and 64(BX).
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x0B
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x4B; BYTE $0x40
-	ADDQ $128, BX
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x0B
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x4B; BYTE $0x40
-	ADDQ $128, BX
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x0B
-	BYTE $0x0F; BYTE $0x0D; BYTE $0x4B; BYTE $0x40
+	PREFETCHT0 0(AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 128(AX)
+	PREFETCHT0 192(AX)
+	PREFETCHT0 256(AX)
 	PREFETCHT0 (Span__size-1)(AX)
 	RET
 

@@ -138,7 +138,7 @@ func (t *Table) Add(s *Span) {
 // cardinality attack (Attacked) every span brings strings never read before,
 // in a slot last written on another core; so that those cache misses
 // overlap instead of queueing one by one, AddBatch asks for each span's
-// slot (for writing: the inbox zeroes it next) 2*prefetchAhead spans ahead
+// slot 2*prefetchAhead spans ahead
 // and for its strings prefetchAhead spans ahead, with the CPU's prefetch
 // instructions where it has them (amd64); elsewhere it reads the batch in
 // three passes — the spans' string headers, then the strings' first bytes,
