@@ -1,4 +1,4 @@
-started="2026-11-30 11:02:55 UTC"
-elapsed="874"
-commit="8042f7b"
+started="2026-11-30 11:28:43 UTC"
+elapsed="837"
+commit="27ab4bb"
 COUNT="5" BENCHTIME="4s" BENCH="."
