@@ -138,11 +138,10 @@ func (t *Table) Add(s *Span) {
 // cardinality attack (Attacked) every span brings strings never read before,
 // in a slot last written on another core; so that those cache misses
 // overlap instead of queueing one by one, AddBatch asks for each span's
-// slot 2*prefetchAhead spans ahead
-// and for its strings prefetchAhead spans ahead, with the CPU's prefetch
-// instructions where it has them (amd64); elsewhere it reads the batch in
-// three passes — the spans' string headers, then the strings' first bytes,
-// then the aggregation.
+// slot 2*prefetchAhead spans ahead and for its strings prefetchAhead spans
+// ahead, with the CPU's prefetch instructions where it has them (amd64);
+// elsewhere it reads the batch in three passes — the spans' string headers,
+// then the strings' first bytes, then the aggregation.
 func (t *Table) AddBatch(spans []*Span) {
 	switch {
 	case !t.Attacked():
@@ -218,9 +217,15 @@ func (t *Table) recentEntry(s *Span) *Entry {
 	return nil
 }
 
+// cacheable reports whether s's key, counted in e, fits a recentKey (and
+// is worth remembering: the overflow entry's key is not s's).
+func (t *Table) cacheable(s *Span, e *Entry) bool {
+	return e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil
+}
+
 // remember puts s's key, counted in e, in the recent-span cache.
 func (t *Table) remember(s *Span, e *Entry) {
-	if e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil {
+	if t.cacheable(s, e) {
 		i, tag := recentIndex(s)
 		slot := &t.recent[i]
 		slot.span.setKey(s)
@@ -363,7 +368,7 @@ func (t *Table) addCollapsed(s *Span, rejected uint16, kept []string) {
 			t.remember(c, e)
 		}
 		m.e = nil
-		if e != t.overflow && c.ExtraPeerTags == nil && c.NumPeerTags <= recentPeers {
+		if t.cacheable(c, e) {
 			m.key.setKey(c)
 			m.rejected, m.e, m.gen = rejected, e, e.gen
 		}
@@ -767,6 +772,12 @@ func (t *Table) Rotate() {
 	if t.overflow != nil {
 		t.overflow.reset()
 	}
+	t.nextEpoch()
+}
+
+// nextEpoch starts a new interval: entries and budget decisions of the
+// last one no longer count as touched or decided.
+func (t *Table) nextEpoch() {
 	t.epoch++
 	t.noIdle = false
 	if t.budgets != nil {
@@ -784,9 +795,5 @@ func (t *Table) Clear() {
 	t.lastCollapsed = collapsedMemo{}
 	t.overflow = nil
 	t.cursor = 0
-	t.epoch++
-	t.noIdle = false
-	if t.budgets != nil {
-		t.budgets.forget()
-	}
+	t.nextEpoch()
 }

@@ -202,15 +202,10 @@ func (r *Ring[T]) Release(n int) {
 // moved. It never blocks; it stops at the first slot a producer has claimed
 // but not finished writing. Consumer goroutine only.
 func (r *Ring[T]) Drain(dst []T) int {
+	n := r.Ready(len(dst))
 	head := r.head.Load()
-	n := 0
-	for n < len(dst) {
-		s := &r.buf[(head+uint64(n))&r.mask]
-		if s.seq.Load() != head+uint64(n)+1 {
-			break // empty, or the producer of this slot is still writing
-		}
-		dst[n] = s.val
-		n++
+	for i := range n {
+		dst[i] = r.buf[(head+uint64(i))&r.mask].val
 	}
 	r.Release(n)
 	return n

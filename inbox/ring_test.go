@@ -247,12 +247,17 @@ func produce(r *Ring[item], producers, n int) (stop func()) {
 	return func() { quit.Store(true); wg.Wait() }
 }
 
+// scaled is n, or a tenth of it under the race detector or -short.
+func scaled(n int) int {
+	if raceEnabled || testing.Short() {
+		return n / 10
+	}
+	return n
+}
+
 func TestConcurrentProducersConsumer(t *testing.T) {
 	const producers = 8
-	perProducer := 200_000
-	if raceEnabled || testing.Short() {
-		perProducer = 20_000
-	}
+	perProducer := scaled(200_000)
 	r := New[item](256)
 	stop := produce(r, producers, perProducer)
 
@@ -692,10 +697,7 @@ func TestReadyAtRelease(t *testing.T) {
 // consumer that reads each batch in two passes before releasing it.
 func TestReadyAtReleaseConcurrent(t *testing.T) {
 	const producers = 8
-	perProducer := 100_000
-	if raceEnabled || testing.Short() {
-		perProducer = 10_000
-	}
+	perProducer := scaled(100_000)
 	r := New[item](256)
 	defer produce(r, producers, perProducer)()
 	var next [producers]uint64
