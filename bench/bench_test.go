@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -33,6 +34,20 @@ func BenchmarkHighCardinalityPeer(b *testing.B) { Run(b, HighCardinalityPeer(), 
 // BenchmarkAdversarial: service, operation, resource and peer.hostname all
 // vary at once.
 func BenchmarkAdversarial(b *testing.B) { Run(b, Adversarial(), OpenSDK(nil)) }
+
+// BenchmarkShedYield runs SteadyState and Adversarial with the default
+// Config.ShedYieldEvery and with a yield on every Publish that finds the
+// inbox full, side by side: the yields are what give the consumer CPU
+// under overload, and counted/s says how many of them it needs.
+func BenchmarkShedYield(b *testing.B) {
+	for _, w := range []func() *Workload{SteadyState, Adversarial} {
+		for _, every := range []int{stats.DefaultShedYieldEvery, 1} {
+			b.Run(fmt.Sprintf("workload=%s/every=%d", w().Name, every), func(b *testing.B) {
+				Run(b, w(), OpenSDKConfig(stats.Config{ShedYieldEvery: every}, nil))
+			})
+		}
+	}
+}
 
 // nullDriver counts and drops: BenchmarkHarness measures what Run itself
 // costs per span (the walk of the workload and the call), to subtract by eye

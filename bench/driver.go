@@ -171,13 +171,22 @@ func OpenSDK(peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) { return NewSDK(w, peerTagKeys) }
 }
 
+// OpenSDKConfig is OpenSDK with cfg's knobs instead of the defaults (its
+// agent URL and identity are set by the driver).
+func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
+	return func(*Workload) (Driver, error) { return newSDK(cfg, peerTagKeys) }
+}
+
 // NewSDK starts an aggregator and its loopback agent. Any workload goes.
 func NewSDK(_ *Workload, peerTagKeys []string) (*SDK, error) {
+	return newSDK(stats.Config{}, peerTagKeys)
+}
+
+func newSDK(cfg stats.Config, peerTagKeys []string) (*SDK, error) {
 	agent := NewAgent(peerTagKeys)
-	agg, err := stats.New(stats.Config{
-		AgentURL: agent.URL(), Env: "bench", Service: "bench", Version: "1.0.0",
-		Hostname: "bench-host", TracerVersion: "bench",
-	})
+	cfg.AgentURL, cfg.Env, cfg.Service, cfg.Version = agent.URL(), "bench", "bench", "1.0.0"
+	cfg.Hostname, cfg.TracerVersion = "bench-host", "bench"
+	agg, err := stats.New(cfg)
 	if err != nil {
 		agent.Close()
 		return nil, err

@@ -19,6 +19,9 @@ import (
 // records) to stay in L2.
 const drainBatch = 256
 
+// yield is runtime.Gosched; tests count the calls.
+var yield = runtime.Gosched
+
 var (
 	// ErrStopped is returned by Flush and Stop once the aggregator has stopped.
 	ErrStopped = errors.New("stats: aggregator stopped")
@@ -53,6 +56,8 @@ type Aggregator struct {
 	// peerTagKeys is the agent's peer_tags list, published by the sender
 	// for the consumer (nil: not known).
 	peerTagKeys atomic.Pointer[[]string]
+	// yieldEvery is Config.ShedYieldEvery, or 0 with ShedWithoutYield.
+	yieldEvery uint64
 
 	startOnce, stopOnce      sync.Once
 	consumerDone, senderDone chan struct{}
@@ -100,6 +105,9 @@ func New(cfg Config) (*Aggregator, error) {
 			GitCommitSha: cfg.GitCommitSha, ImageTag: cfg.ImageTag, ProcessTags: cfg.ProcessTags,
 		},
 	}
+	if !cfg.ShedWithoutYield {
+		a.yieldEvery = uint64(cfg.ShedYieldEvery)
+	}
 	a.sendCtx, a.sendCancel = context.WithCancel(context.Background())
 	return a, nil
 }
@@ -123,8 +131,8 @@ func (a *Aggregator) Start() {
 // Publish hands a finished span to the aggregator. It never waits, does not
 // retain s, and allocates nothing unless s has more than
 // aggregate.MaxInlinePeerTags peer tags. When the inbox is full it drops the
-// span and, unless Config.ShedWithoutYield, yields the processor once so the
-// consumer can catch up. It returns false when the span is
+// span and, now and then (Config.ShedYieldEvery), yields the processor so
+// the consumer can catch up. It returns false when the span is
 // dropped (inbox full, published after Stop, or the agent does not accept
 // stats; each counted in Health); an ineligible span returns true — it is
 // correctly not counted.
@@ -149,16 +157,15 @@ func (a *Aggregator) Publish(s *Span) bool {
 		a.c.rejected.Add(1)
 		return false
 	}
-	a.c.inboxFull.Add(1)
-	if !a.cfg.ShedWithoutYield {
-		// The inbox is full because the consumer is not getting CPU: give
-		// it this processor once, instead of shedding nearly every span
-		// while producers spin (on 2 cores, 8 busy producers leave the
-		// consumer ~10 % of the CPU and shed ~98 %; yielding counts ~8×
-		// more spans — see bench/RESULTS.md). This is not a wait: the span
-		// is already dropped and counted, and Gosched returns as soon as
-		// the scheduler runs this goroutine again.
-		runtime.Gosched()
+	// A full inbox means the consumer is short of CPU: now and then, give
+	// it this processor (on 2 cores, 8 busy producers that never yield
+	// leave the consumer a fraction of one and shed ~98 %; yielding counts
+	// several times more spans — see bench/RESULTS.md). This is not a wait:
+	// the span is already dropped and counted, and Gosched returns as soon
+	// as the scheduler runs this goroutine again. The count of the caller's
+	// stripe of the counter, already in hand, picks the calls that yield.
+	if n := a.c.inboxFull.Add(1); a.yieldEvery != 0 && n%a.yieldEvery == 0 {
+		yield()
 	}
 	return false
 }

@@ -416,12 +416,60 @@ func TestReportSplitsToPayloadLimit(t *testing.T) {
 	}
 }
 
+// TestShedYieldEvery checks which Publish calls yield: only those that find
+// the inbox full, one in ShedYieldEvery of them, none with ShedWithoutYield.
+func TestShedYieldEvery(t *testing.T) {
+	var yields int
+	defer func(f func()) { yield = f }(yield)
+	yield = func() { yields++ }
+	for _, tc := range []struct {
+		cfg  Config
+		want int // yields over 800 full-inbox calls
+	}{
+		{Config{}, 800 / DefaultShedYieldEvery},
+		{Config{ShedYieldEvery: 1}, 800},
+		{Config{ShedYieldEvery: 3}, 266},
+		{Config{ShedYieldEvery: 3, ShedWithoutYield: true}, 0},
+	} {
+		// Never started: nothing drains, so the inbox fills and stays full.
+		a, err := New(Config{AgentURL: "http://127.0.0.1:1", InboxSize: 16,
+			ShedYieldEvery: tc.cfg.ShedYieldEvery, ShedWithoutYield: tc.cfg.ShedWithoutYield})
+		if err != nil {
+			t.Fatal(err)
+		}
+		yields = 0
+		s := &Span{Name: "op", TopLevel: true, Duration: 1}
+		for range 16 {
+			if !a.Publish(s) {
+				t.Fatal("Publish into an inbox with room returned false")
+			}
+		}
+		if yields != 0 {
+			t.Fatalf("%+v: %d yields on accepted spans", tc.cfg, yields)
+		}
+		// One goroutine stays on one stripe of the counter, so the count
+		// is exact.
+		for range 800 {
+			if a.Publish(s) {
+				t.Fatal("Publish into a full inbox returned true")
+			}
+		}
+		if yields != tc.want {
+			t.Errorf("%+v: %d yields over 800 sheds, want %d", tc.cfg, yields, tc.want)
+		}
+		if h := a.Health(); h.InboxFull != 800 {
+			t.Errorf("%+v: InboxFull %d, want 800", tc.cfg, h.InboxFull)
+		}
+	}
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{
 		{AgentURL: "ftp://x"},
 		{AgentURL: "http://"},
 		{AgentURL: "unix://"},
 		{InboxSize: -1},
+		{ShedYieldEvery: -8},
 		{MaxPayloadBytes: 100},
 		{BucketInterval: -time.Second},
 	} {

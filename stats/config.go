@@ -26,6 +26,12 @@ const (
 	// bytes a slot it costs 1.3 MiB and absorbs a 400 µs burst at 10 M
 	// spans/s; with the yield on a full inbox a deeper one buys little.
 	DefaultInboxSize = 4096
+	// DefaultShedYieldEvery is how often a Publish that finds the inbox
+	// full yields: about one in 8 such calls. One yield from each
+	// publishing goroutine now and then is all the scheduler needs to put
+	// the consumer back on a processor; yielding on every shed cost ~100 ns
+	// a call for no more spans counted (bench/RESULTS.md).
+	DefaultShedYieldEvery = 8
 	// DefaultMaxAggregates is the table cap (dd-trace-java's default).
 	DefaultMaxAggregates = aggregate.DefaultMaxEntries
 	// DefaultMaxPayloadBytes keeps every body under the agent's 25 MiB
@@ -111,11 +117,16 @@ type Config struct {
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
 	// of two; default DefaultInboxSize). A full inbox drops and counts.
 	InboxSize int
-	// ShedWithoutYield makes a Publish that finds the inbox full return at
-	// once. By default it first yields its processor (runtime.Gosched) so
-	// the consumer gets CPU under overload: fewer spans are shed, at the
-	// price of a scheduling round for the publishing goroutine, and only
-	// while the inbox is full.
+	// ShedYieldEvery sets how often a Publish that finds the inbox full
+	// yields its processor (runtime.Gosched) before returning: about one
+	// in ShedYieldEvery such calls (default DefaultShedYieldEvery; 1 yields
+	// on every one). Under overload the yields are what give the consumer
+	// CPU — without them 8 busy producers on 2 cores leave it a fraction
+	// of one and shed ~98 % of the spans — while each costs the caller a
+	// scheduling round. Only calls that find the inbox full ever yield.
+	ShedYieldEvery int
+	// ShedWithoutYield makes every Publish that finds the inbox full return
+	// at once, never yielding (ShedYieldEvery is then ignored).
 	ShedWithoutYield bool
 
 	// LockConsumerThread wires the consumer goroutine to one OS thread
@@ -201,6 +212,7 @@ func (c Config) withDefaults() (Config, error) {
 		def  int
 	}{
 		{"InboxSize", &c.InboxSize, DefaultInboxSize},
+		{"ShedYieldEvery", &c.ShedYieldEvery, DefaultShedYieldEvery},
 		{"MaxAggregates", &c.MaxAggregates, DefaultMaxAggregates},
 		{"MaxPayloadBytes", &c.MaxPayloadBytes, DefaultMaxPayloadBytes},
 		{"SendQueue", &c.SendQueue, DefaultSendQueue},

@@ -5,15 +5,16 @@
 //
 // Concurrency: every method of Aggregator is safe for concurrent use.
 // Publish never waits and, in steady state, never allocates; when the inbox
-// is full it drops the span (counted) and yields its processor once so the
-// consumer can catch up (Config.ShedWithoutYield turns that off).
+// is full it drops the span (counted) and, on about one call in
+// Config.ShedYieldEvery, yields its processor so the consumer can catch up.
 //
 // Design: Publish checks eligibility and writes the span's fields straight
 // into a claimed slot of a bounded lock-free inbox (package inbox). One
 // consumer goroutine aggregates the inbox in place, in batches, into an
 // aggregate.Table it alone owns (under a cardinality attack, prefetching
-// slots and strings ahead so that the misses on never-seen strings overlap) — clears,
-// flushes and stop reach it as signals, so the table has no lock. At each
+// slots and strings ahead so that the misses on never-seen strings
+// overlap) — clears, flushes and stop reach it as signals, so the table has
+// no lock. At each
 // interval boundary (aligned to BucketInterval), or on Flush or Stop, the
 // consumer encodes the touched entries with package writer into one or more
 // complete payloads and hands them to a sender goroutine, which POSTs them;

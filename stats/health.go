@@ -126,13 +126,14 @@ type striped struct {
 	}
 }
 
-// Add adds n in the calling goroutine's cell.
-func (c *striped) Add(n uint64) {
+// Add adds n in the calling goroutine's cell and returns the cell's new
+// value.
+func (c *striped) Add(n uint64) uint64 {
 	var marker byte
 	// Goroutine stacks are at least 8 KiB apart: bits above 13 tell them
 	// apart, and a stack that moves just picks another cell.
 	i := (uintptr(unsafe.Pointer(&marker)) >> 13) % stripes
-	c.cells[i].Add(n)
+	return c.cells[i].Add(n)
 }
 
 // Load sums the cells.
