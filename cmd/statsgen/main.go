@@ -1,11 +1,3 @@
-// Command statsgen is a synthetic span load generator for the spanstats SDK.
-// It publishes spans from several goroutines through a stats.Aggregator.
-// Without -agent it starts an embedded fake agent on loopback, decodes every
-// payload it receives and prints, after each interval, the top keys with
-// their hits, errors and latency quantiles read from the decoded sketches.
-//
-//	go run ./cmd/statsgen                      # 8 s against the embedded agent
-//	go run ./cmd/statsgen -agent http://localhost:8126 -run 1m
 package main
 
 import (

@@ -1,9 +1,3 @@
-// Package testagent is a fake Datadog agent on loopback: it accepts
-// POST /v0.6/stats, decodes every payload with package writer and keeps it,
-// and answers GET /info. Tests and cmd/statsgen use it so that the whole
-// pipeline runs without a real agent.
-//
-// Concurrency: every method is safe for concurrent use.
 package testagent
 
 import (
