@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -146,6 +147,100 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 		b.ReportMetric(float64(c.Collapsed)/p, "collapsed/op")
 		b.ReportMetric(float64(c.Overflowed)/p, "overflow/op")
 	}
+}
+
+// abRounds is how many rounds runAB alternates its implementations.
+const abRounds = 6
+
+// runAB publishes b.N spans of w through each of two drivers, open[first]
+// and open[second], in abRounds alternating rounds of b.N/abRounds spans
+// from Producers goroutines; each round ends when its driver has accounted
+// for every span (the inbox drained), so a round's wall time is what its
+// spans cost. It reports, for each, "counted/s-<name>" and
+// "ns/call-<name>" (wall time per Publish call over its rounds), and
+// "counted-ratio" (first's counted/s ÷ second's). Alternating rounds in one
+// process is what makes a ratio of two saturated runs trustworthy on a host
+// whose speed drifts.
+func runAB(b *testing.B, w *Workload, open map[string]OpenFunc, first, second string) {
+	type side struct {
+		name    string
+		d       Driver
+		walks   []*Producer
+		base    Counts
+		elapsed time.Duration
+		calls   int
+	}
+	sides := []*side{{name: first}, {name: second}}
+	for _, s := range sides {
+		d, err := open[s.name](w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		s.d = d
+		s.base = warmUp(b, w, d)
+		for i := range Producers {
+			s.walks = append(s.walks, w.Producer(i))
+		}
+	}
+	b.ResetTimer()
+	for r := range abRounds {
+		n := b.N / abRounds
+		if r < b.N%abRounds {
+			n++
+		}
+		for _, s := range sides {
+			s.elapsed += publishRound(b, s.d, s.walks, n)
+			s.calls += n
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(sides))
+	for i, s := range sides {
+		if err := s.d.Stop(); err != nil {
+			b.Fatalf("%s: stop: %v", s.name, err)
+		}
+		cnt := s.d.Counts().Sub(s.base)
+		if cnt.Accounted() != uint64(s.calls) || cnt.Lost != 0 {
+			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.name, s.calls, cnt.Accounted(), cnt.Lost, cnt)
+		}
+		if s.elapsed > 0 && s.calls > 0 {
+			rate[i] = float64(cnt.Counted) / s.elapsed.Seconds()
+			b.ReportMetric(rate[i], "counted/s-"+s.name)
+			b.ReportMetric(float64(s.elapsed.Nanoseconds())/float64(s.calls), "ns/call-"+s.name)
+		}
+	}
+	if rate[1] > 0 {
+		b.ReportMetric(rate[0]/rate[1], "counted-ratio")
+	}
+}
+
+// publishRound publishes n spans through d from one goroutine per walk and
+// returns the wall time until d accounted for all of them.
+func publishRound(b *testing.B, d Driver, walks []*Producer, n int) time.Duration {
+	before := d.Counts().Accounted()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, p := range walks {
+		k := n / len(walks)
+		if i < n%len(walks) {
+			k++
+		}
+		wg.Go(func() {
+			for range k {
+				d.Publish(p.Next())
+			}
+		})
+	}
+	wg.Wait()
+	deadline := start.Add(time.Minute)
+	for d.Counts().Accounted()-before < uint64(n) {
+		if time.Now().After(deadline) {
+			b.Fatalf("spans of a round still not accounted for after a minute: %+v", d.Counts())
+		}
+		runtime.Gosched()
+	}
+	return time.Since(start)
 }
 
 // cpuTime is the user+system CPU time of the whole process so far: every
