@@ -77,6 +77,12 @@ type Entry struct {
 
 // record adds one span's measurements.
 func (e *Entry) record(d int64, isErr, topLevel bool) {
+	i, zero := bin(float64(d))
+	e.recordBin(d, i, zero, isErr, topLevel)
+}
+
+// recordBin is record with the sketch bin of d already found (see bin).
+func (e *Entry) recordBin(d int64, i int, zero, isErr, topLevel bool) {
 	e.Hits++
 	e.Duration += uint64(d)
 	if topLevel {
@@ -90,7 +96,19 @@ func (e *Entry) record(d int64, isErr, topLevel bool) {
 	if *sk == nil {
 		*sk = new(Sketch)
 	}
-	(*sk).Add(float64(d))
+	if zero {
+		(*sk).AddZeros(1)
+	} else {
+		(*sk).AddIndex(i, 1)
+	}
+}
+
+// sketch is the sketch a span's latency goes to (nil until its first).
+func (e *Entry) sketch(isErr bool) *Sketch {
+	if isErr {
+		return e.Err
+	}
+	return e.Ok
 }
 
 // Merge adds another group's values (decoded from a payload) to e.

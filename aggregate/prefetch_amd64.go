@@ -1,5 +1,7 @@
 package aggregate
 
+import "unsafe"
+
 // havePrefetch: this architecture has prefetchSpan and prefetchStrings.
 const havePrefetch = true
 
@@ -8,3 +10,8 @@ func prefetchSpan(s *Span)
 
 //go:noescape
 func prefetchStrings(s *Span)
+
+// prefetch asks for the cache line at p without waiting for it.
+//
+//go:noescape
+func prefetch(p unsafe.Pointer)

@@ -34,3 +34,9 @@ TEXT ·prefetchStrings(SB), NOSPLIT, $0-8
 	MOVQ (Span_PeerTags+32)(AX), BX
 	PREFETCHT0 (BX)
 	RET
+
+// func prefetch(p unsafe.Pointer)
+TEXT ·prefetch(SB), NOSPLIT, $0-8
+	MOVQ p+0(FP), AX
+	PREFETCHT0 (AX)
+	RET

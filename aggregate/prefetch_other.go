@@ -2,9 +2,12 @@
 
 package aggregate
 
+import "unsafe"
+
 // havePrefetch: without a prefetch instruction, AddBatch reads ahead with
 // loads (touchFields and touch).
 const havePrefetch = false
 
-func prefetchSpan(*Span)    {}
-func prefetchStrings(*Span) {}
+func prefetchSpan(*Span)      {}
+func prefetchStrings(*Span)   {}
+func prefetch(unsafe.Pointer) {}

@@ -59,15 +59,30 @@ type Sketch struct {
 
 // Add records one value (a duration in nanoseconds).
 func (s *Sketch) Add(v float64) {
+	if i, zero := bin(v); zero {
+		s.AddZeros(1)
+	} else {
+		s.AddIndex(i, 1)
+	}
+}
+
+// bin is where Add puts v: the mapping index of its bin, or zero for the
+// zero bucket (v too small to index, or NaN). Values above the indexable
+// range clamp to the top bin, +Inf included.
+func bin(v float64) (i int, zero bool) {
 	if v <= minIndexable || math.IsNaN(v) {
-		s.zeros++
-		s.count++
-		return
+		return 0, true
 	}
-	if v > maxIndexable { // +Inf included: the top bin, as a clamp
-		v = maxIndexable
+	return index(min(v, maxIndexable)), false
+}
+
+// binAt is the counter AddIndex(i, …) would increment, or nil when that
+// would first grow or collapse the store. AddBatch prefetches it.
+func (s *Sketch) binAt(i int) *uint32 {
+	if j := uint(i - s.offset); j < uint(len(s.bins)) {
+		return &s.bins[j]
 	}
-	s.AddIndex(index(v), 1)
+	return nil
 }
 
 // index is agentMapping.Index(v) for v > 0, without its math.Log (a third of

@@ -144,6 +144,8 @@ func (t *Table) Add(s *Span) {
 // then the strings' first bytes, then the aggregation.
 func (t *Table) AddBatch(spans []*Span) {
 	switch {
+	case !t.Attacked() && havePrefetch:
+		t.addHits(spans)
 	case !t.Attacked():
 		for _, s := range spans {
 			t.Add(s)
@@ -152,6 +154,65 @@ func (t *Table) AddBatch(spans []*Span) {
 		t.addPrefetching(spans)
 	default:
 		t.addTouching(spans)
+	}
+}
+
+// recordLag is how many spans behind its lookup addHits records a span: the
+// time its sketch bin has to arrive.
+const recordLag = 8
+
+// pendingHit is a span whose entry addHits found, waiting to be recorded.
+type pendingHit struct {
+	e    *Entry
+	s    *Span
+	bin  int
+	zero bool
+}
+
+// addHits is AddBatch off attack with prefetch instructions. A span the
+// recent-span cache finds (most of them, in a steady state) is recorded
+// recordLag spans later, once the bin of its sketch that it increments —
+// a miss to L3 in a table of a few hundred sketches — was prefetched.
+// Deferring the record changes no outcome: the cache finds only entries
+// hit earlier in the interval, which nothing in Add recycles or resets
+// (only an idle entry is recycled, and only Rotate and Clear reset), and
+// records into an entry commute. Spans that miss the cache go through
+// addKey at once. An attack hands the rest of the batch, pending records
+// first, to AddBatch's look-ahead for attacks.
+func (t *Table) addHits(spans []*Span) {
+	var q [recordLag]pendingHit
+	var head, tail uint // q[head%recordLag : tail%recordLag] are pending
+	for i, s := range spans {
+		if t.budgets != nil && t.attacked {
+			for ; head != tail; head++ {
+				p := &q[head%recordLag]
+				p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
+			}
+			t.AddBatch(spans[i:]) // with its look-ahead for attacks
+			return
+		}
+		e := t.recentEntry(s)
+		if e == nil {
+			t.addKey(s, t.keptPeers(s), t.budgets != nil)
+			continue
+		}
+		if tail-head == recordLag {
+			p := &q[head%recordLag]
+			p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
+			head++
+		}
+		b, zero := bin(float64(s.Duration))
+		if sk := e.sketch(s.Error); sk != nil && !zero {
+			if c := sk.binAt(b); c != nil {
+				prefetch(unsafe.Pointer(c))
+			}
+		}
+		q[tail%recordLag] = pendingHit{e: e, s: s, bin: b, zero: zero}
+		tail++
+	}
+	for ; head != tail; head++ {
+		p := &q[head%recordLag]
+		p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
 	}
 }
 
