@@ -57,7 +57,9 @@
 // in the recent-span cache under its collapsed fields; only a new collapsed
 // key is sorted, encoded and hashed. In that state AddBatch prefetches the
 // slots and strings of spans ahead, so the cache misses of never-seen
-// strings overlap.
+// strings overlap; otherwise it records each recent-cache hit a few spans
+// after finding its entry, with the sketch bin it increments prefetched
+// in between.
 //
 // A small direct-mapped cache of recent spans, indexed by the addresses of
 // their resource, name, service and last peer-tag strings, finds the entry of

@@ -141,7 +141,9 @@ func (t *Table) Add(s *Span) {
 // slot 2*prefetchAhead spans ahead and for its strings prefetchAhead spans
 // ahead, with the CPU's prefetch instructions where it has them (amd64);
 // elsewhere it reads the batch in three passes — the spans' string headers,
-// then the strings' first bytes, then the aggregation.
+// then the strings' first bytes, then the aggregation. Off attack, on
+// amd64, it defers the record of each recent-cache hit (see addHits) so
+// that the miss on its sketch bin overlaps the next spans' lookups.
 func (t *Table) AddBatch(spans []*Span) {
 	switch {
 	case !t.Attacked() && havePrefetch:
