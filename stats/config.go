@@ -29,8 +29,9 @@ const (
 	// DefaultShedYieldEvery is how often a Publish that finds the inbox
 	// full yields: about one in 8 such calls. One yield from each
 	// publishing goroutine now and then is all the scheduler needs to put
-	// the consumer back on a processor; yielding on every shed cost ~100 ns
-	// a call for no more spans counted (bench/RESULTS.md).
+	// the consumer back on a processor; yielding on every one made the
+	// publishing calls of a saturated run 1.5–2× slower for no more spans
+	// counted (BenchmarkShedYield in bench/RESULTS.md).
 	DefaultShedYieldEvery = 8
 	// DefaultMaxAggregates is the table cap (dd-trace-java's default).
 	DefaultMaxAggregates = aggregate.DefaultMaxEntries
