@@ -1,4 +1,4 @@
-started="2026-11-30 11:28:43 UTC"
-elapsed="837"
-commit="27ab4bb"
+started="2026-11-30 12:59:43 UTC"
+elapsed="1017"
+commit="b7bd784"
 COUNT="5" BENCHTIME="4s" BENCH="."
