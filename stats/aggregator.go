@@ -159,8 +159,9 @@ func (a *Aggregator) Publish(s *Span) bool {
 	}
 	// A full inbox means the consumer is short of CPU: now and then, give
 	// it this processor (on 2 cores, 8 busy producers that never yield
-	// leave the consumer a fraction of one and shed ~98 %; yielding counts
-	// several times more spans — see bench/RESULTS.md). This is not a wait:
+	// leave the consumer a fraction of one and shed ~99 %; yielding counts
+	// several times more spans — BenchmarkPublish8Producers: ~1.7 M
+	// accepted/s without yields, ~11.7 M with the default). This is not a wait:
 	// the span is already dropped and counted, and Gosched returns as soon
 	// as the scheduler runs this goroutine again. The count of the caller's
 	// stripe of the counter, already in hand, picks the calls that yield.
