@@ -171,6 +171,8 @@ type pendingHit struct {
 	zero bool
 }
 
+func (p *pendingHit) record() { p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel) }
+
 // addHits is AddBatch off attack with prefetch instructions. A span the
 // recent-span cache finds (most of them, in a steady state) is recorded
 // recordLag spans later, once the bin of its sketch that it increments —
@@ -187,8 +189,7 @@ func (t *Table) addHits(spans []*Span) {
 	for i, s := range spans {
 		if t.budgets != nil && t.attacked {
 			for ; head != tail; head++ {
-				p := &q[head%recordLag]
-				p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
+				q[head%recordLag].record()
 			}
 			t.AddBatch(spans[i:]) // with its look-ahead for attacks
 			return
@@ -199,8 +200,7 @@ func (t *Table) addHits(spans []*Span) {
 			continue
 		}
 		if tail-head == recordLag {
-			p := &q[head%recordLag]
-			p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
+			q[head%recordLag].record()
 			head++
 		}
 		b, zero := bin(float64(s.Duration))
@@ -213,8 +213,7 @@ func (t *Table) addHits(spans []*Span) {
 		tail++
 	}
 	for ; head != tail; head++ {
-		p := &q[head%recordLag]
-		p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.Error, p.s.TopLevel)
+		q[head%recordLag].record()
 	}
 }
 

@@ -43,10 +43,8 @@ func BenchmarkAdversarial(b *testing.B) { Run(b, Adversarial(), OpenSDK(nil)) }
 func BenchmarkShedYield(b *testing.B) {
 	for _, w := range []func() *Workload{SteadyState, Adversarial} {
 		b.Run("workload="+w().Name, func(b *testing.B) {
-			runAB(b, w(), map[string]OpenFunc{
-				"default":    OpenSDK(nil),
-				"every-shed": OpenSDKConfig(stats.Config{ShedYieldEvery: 1}, nil),
-			}, "default", "every-shed")
+			runAB(b, w(), abSide{"default", OpenSDK(nil)},
+				abSide{"every-shed", OpenSDKConfig(stats.Config{ShedYieldEvery: 1}, nil)})
 		})
 	}
 }

@@ -152,27 +152,33 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 // abRounds is how many rounds runAB alternates its implementations.
 const abRounds = 6
 
-// runAB publishes b.N spans of w through each of two drivers, open[first]
-// and open[second], in abRounds alternating rounds of b.N/abRounds spans
-// from Producers goroutines; each round ends when its driver has accounted
-// for every span (the inbox drained), so a round's wall time is what its
-// spans cost. It reports, for each, "counted/s-<name>" and
-// "ns/call-<name>" (wall time per Publish call over its rounds), and
-// "counted-ratio" (first's counted/s ÷ second's). Alternating rounds in one
-// process is what makes a ratio of two saturated runs trustworthy on a host
-// whose speed drifts.
-func runAB(b *testing.B, w *Workload, open map[string]OpenFunc, first, second string) {
+// abSide is one implementation runAB compares: its name in the metrics,
+// and how to open it.
+type abSide struct {
+	name string
+	open OpenFunc
+}
+
+// runAB publishes b.N spans of w through each of two drivers, first's and
+// second's, in abRounds alternating rounds of b.N/abRounds spans from
+// Producers goroutines; each round ends when its driver has accounted for
+// every span (the inbox drained), so a round's wall time is what its spans
+// cost. It reports, for each, "counted/s-<name>" and "ns/call-<name>" (wall
+// time per Publish call over its rounds), and "counted-ratio" (first's
+// counted/s ÷ second's). Alternating rounds in one process is what makes a
+// ratio of two saturated runs trustworthy on a host whose speed drifts.
+func runAB(b *testing.B, w *Workload, first, second abSide) {
 	type side struct {
-		name    string
+		abSide
 		d       Driver
 		walks   []*Producer
 		base    Counts
 		elapsed time.Duration
 		calls   int
 	}
-	sides := []*side{{name: first}, {name: second}}
+	sides := []*side{{abSide: first}, {abSide: second}}
 	for _, s := range sides {
-		d, err := open[s.name](w)
+		d, err := s.open(w)
 		if err != nil {
 			b.Fatal(err)
 		}
