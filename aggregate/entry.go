@@ -47,6 +47,21 @@ func (s *Span) SetPeerTags(tags []string) {
 	}
 }
 
+// Reset makes s the zero Span, writing only the fields that a span filled by
+// assigning its fields and SetPeerTags can have set: the peer tags beyond
+// NumPeerTags are zero already. The inbox clears its slots with it (see
+// inbox.Ring.SetClear).
+func (s *Span) Reset() {
+	clear(s.PeerTags[:s.NumPeerTags])
+	s.Service, s.Name, s.Resource, s.Type, s.SpanKind = "", "", "", "", ""
+	s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode, s.ServiceSource = "", "", "", ""
+	s.HTTPStatusCode, s.Duration, s.NumPeerTags = 0, 0, 0
+	s.Error, s.TopLevel, s.TraceRoot, s.Synthetics = false, false, false, false
+	if s.ExtraPeerTags != nil {
+		s.ExtraPeerTags = nil
+	}
+}
+
 // Key is the label set of a group: every field the agent groups by.
 type Key struct {
 	Service, Name, Resource, Type, SpanKind  string

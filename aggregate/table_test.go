@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -145,6 +146,41 @@ func TestSetPeerTags(t *testing.T) {
 	s.SetPeerTags(nil)
 	if s.NumPeerTags != 0 || s.ExtraPeerTags != nil {
 		t.Fatalf("cleared: %d %v", s.NumPeerTags, s.ExtraPeerTags)
+	}
+}
+
+// TestSpanReset: whatever a span's fields and SetPeerTags set, Reset leaves
+// the zero Span. Every field other than the peer tags is filled by
+// reflection, so a field added to Span and forgotten by Reset fails here.
+func TestSpanReset(t *testing.T) {
+	for _, n := range []int{0, 1, 3, MaxInlinePeerTags, MaxInlinePeerTags + 2} {
+		var s Span
+		v := reflect.ValueOf(&s).Elem()
+		for i := range v.NumField() {
+			f := v.Field(i)
+			switch name := v.Type().Field(i).Name; {
+			case name == "NumPeerTags" || name == "PeerTags" || name == "ExtraPeerTags":
+			case f.Kind() == reflect.String:
+				f.SetString("v-" + name)
+			case f.Kind() == reflect.Bool:
+				f.SetBool(true)
+			case f.CanUint():
+				f.SetUint(7)
+			case f.CanInt():
+				f.SetInt(-7)
+			default:
+				t.Fatalf("field %s of kind %s: teach this test (and Span.Reset) about it", name, f.Kind())
+			}
+		}
+		tags := make([]string, n)
+		for i := range tags {
+			tags[i] = fmt.Sprintf("k%d:v", i)
+		}
+		s.SetPeerTags(tags)
+		s.Reset()
+		if !v.IsZero() {
+			t.Errorf("%d peer tags: after Reset %+v, want the zero Span", n, s)
+		}
 	}
 }
 

@@ -29,9 +29,10 @@ type slot[T any] struct {
 // DrainClosed, Park and Unpark. The zero value is not usable; call New.
 type Ring[T any] struct {
 	// Read-only after New, so they share a line that is never written.
-	buf  []slot[T]
-	mask uint64
-	wake chan struct{}
+	buf   []slot[T]
+	mask  uint64
+	wake  chan struct{}
+	clear func(*T) // SetClear's, or nil: zero the whole value
 
 	_ [cacheLine]byte
 	// tail is the next position producers will claim, with closedBit on top.
@@ -144,6 +145,15 @@ func (r *Ring[T]) Claim() (Claimed[T], bool) {
 	}
 }
 
+// SetClear makes Release (and Drain) empty each slot with clear instead of
+// assigning the zero value to all of it. clear must leave the value equal to
+// T's zero value — producers get it zeroed from Claim — but may write only
+// the fields it knows were set: a large T whose producers fill a few of its
+// cache lines then costs the consumer writes to those lines alone, not to
+// lines nobody touched since the last lap (which a write must first fetch).
+// Call it before the ring is shared; nil restores whole-value zeroing.
+func (r *Ring[T]) SetClear(clear func(*T)) { r.clear = clear }
+
 // Cap returns the number of slots (the rounded-up capacity).
 func (r *Ring[T]) Cap() int { return len(r.buf) }
 
@@ -188,7 +198,11 @@ func (r *Ring[T]) Release(n int) {
 	head := r.head.Load()
 	for range n {
 		s := &r.buf[head&r.mask]
-		s.val = zero
+		if r.clear != nil {
+			r.clear(&s.val)
+		} else {
+			s.val = zero
+		}
 		s.seq.Store(head + uint64(len(r.buf))) // hand the slot to the next lap
 		head++
 	}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,6 +168,54 @@ func TestDrainZeroesSlots(t *testing.T) {
 		if r.buf[i].val != nil {
 			t.Fatalf("slot %d still holds a pointer after Drain", i)
 		}
+	}
+}
+
+// TestSetClear: Release empties each slot it hands back with the ring's
+// clear function, once per slot, and Claim then gives producers what it
+// left.
+func TestSetClear(t *testing.T) {
+	type rec struct {
+		p    *int
+		keep int // clear leaves it: shows that clear, not zeroing, ran
+	}
+	r := New[rec](4)
+	var cleared []int
+	r.SetClear(func(v *rec) {
+		cleared = append(cleared, *v.p)
+		v.p = nil
+	})
+	for i := range 3 {
+		v := i
+		r.Push(&rec{p: &v, keep: 10 + i})
+	}
+	if n := r.Ready(4); n != 3 {
+		t.Fatalf("Ready = %d, want 3", n)
+	}
+	r.Release(2)
+	if want := []int{0, 1}; !slices.Equal(cleared, want) {
+		t.Fatalf("clear saw %v, want %v", cleared, want)
+	}
+	for i := range 2 {
+		if got := r.buf[i].val; got.p != nil || got.keep != 10+i {
+			t.Fatalf("slot %d after Release = %+v, want p nil and keep %d", i, got, 10+i)
+		}
+	}
+	if got := r.buf[2].val; got.p == nil {
+		t.Fatal("Release(2) cleared the third slot")
+	}
+	dst := make([]rec, 4)
+	if n := r.Drain(dst); n != 1 || *dst[0].p != 2 {
+		t.Fatalf("Drain = %d items %+v, want the third", n, dst[:n])
+	}
+	if want := []int{0, 1, 2}; !slices.Equal(cleared, want) {
+		t.Fatalf("clear saw %v, want %v", cleared, want)
+	}
+	r.SetClear(nil) // back to zeroing the whole value
+	r.Push(&rec{p: new(int), keep: 5})
+	r.Drain(dst)
+	if got := r.buf[3].val; got != (rec{}) {
+		t.Fatalf("slot after Drain without clear = %+v, want zero", got)
 	}
 }
 
