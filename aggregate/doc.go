@@ -61,7 +61,8 @@
 // after finding its entry, with the sketch bin it increments prefetched
 // in between.
 //
-// A small direct-mapped cache of recent spans, indexed by the addresses of
+// A small two-way set-associative cache of recent spans (least recently used
+// way replaced), indexed by the addresses of
 // their resource, name, service and last peer-tag strings, finds the entry of
 // a span whose strings the tracer reuses (constants, route templates) without
 // encoding or hashing. A slot is validated by the identity of every field's

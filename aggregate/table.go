@@ -44,8 +44,6 @@ type Table struct {
 	lastCollapsed collapsedMemo
 	attacked      bool // the last span collapsed: admit before hashing
 	lookAhead     byte // what AddBatch's look-ahead loads read: kept so they are not optimised away
-	recent        [recentSpans]recentSlot
-	recentTags    [recentSpans]uint32 // 0: empty slot
 	keepMemo      [MaxInlinePeerTags]struct {
 		key  string
 		keep bool
@@ -61,6 +59,12 @@ type Table struct {
 	runMask        uint16
 	runLen         uint64
 	collapsedSpans uint64
+
+	// The recent-span cache, last: the fields above, small and hot, share
+	// a few cache lines.
+	recent     [recentSpans]recentSlot
+	recentTags [recentSpans]uint32 // 0: empty slot
+	recentLRU  [recentSets]uint8   // per set: the way to replace next
 }
 
 type slot struct {
@@ -264,15 +268,21 @@ func (t *Table) Attacked() bool { return t.attacked }
 
 // recentEntry returns the entry the recent-span cache holds for s's key,
 // or nil. The tags, 4 KiB that stay in the L1 cache, turn away most misses
-// before the slot (a few cache lines) or its entry is read.
+// before a slot (a few cache lines) or its entry is read.
 func (t *Table) recentEntry(s *Span) *Entry {
 	i, tag := recentIndex(s)
-	if t.recentTags[i] != tag {
-		return nil
-	}
-	slot := &t.recent[i]
-	if slot.span.sameKey(s) {
+	for w := range uint(recentWays) {
+		if t.recentTags[i+w] != tag {
+			continue
+		}
+		slot := &t.recent[i+w]
+		if !slot.span.sameKey(s) {
+			continue
+		}
 		if e := slot.e; e.epoch == t.epoch && e.gen == slot.gen {
+			if lru := &t.recentLRU[i/recentWays]; *lru == uint8(w) {
+				*lru = uint8(w ^ 1) // the other way is now the older
+			}
 			return e
 		}
 	}
@@ -289,10 +299,13 @@ func (t *Table) cacheable(s *Span, e *Entry) bool {
 func (t *Table) remember(s *Span, e *Entry) {
 	if t.cacheable(s, e) {
 		i, tag := recentIndex(s)
-		slot := &t.recent[i]
+		lru := &t.recentLRU[i/recentWays]
+		w := uint(*lru)
+		*lru = uint8(w ^ 1)
+		slot := &t.recent[i+w]
 		slot.span.setKey(s)
 		slot.e, slot.gen = e, e.gen
-		t.recentTags[i] = tag
+		t.recentTags[i+w] = tag
 	}
 }
 
@@ -320,11 +333,17 @@ func (t *Table) addKey(s *Span, kept []string, checkBudgets bool) {
 	t.remember(s, e)
 }
 
-// recentSpans is the size of the recent-span cache: direct-mapped, so
-// 1024 slots keep ~80 % of a 200-key working set hitting. Each slot holds
-// one span's label strings (~230 B): 230 KiB a table, pinning at most 1024
-// spans' strings of the tracer.
-const recentSpans = 1024
+// recentSpans is the size of the recent-span cache, in sets of recentWays
+// slots, the least recently used of which a new key replaces. Each slot
+// holds one span's label strings (~230 B): 230 KiB a table, pinning at most
+// 1024 spans' strings of the tracer. Direct-mapped, 1024 slots kept ~80 %
+// of a 200-key working set hitting (keys that share a slot evict each
+// other); two ways keep ~95 %.
+const (
+	recentSpans = 1024
+	recentWays  = 2
+	recentSets  = recentSpans / recentWays
+)
 
 // recentPeers is how many peer tags a cached span may carry.
 const recentPeers = 4
@@ -383,17 +402,18 @@ func (k *recentKey) sameKey(s *Span) bool {
 // address. The cache holds its strings, so their memory cannot be reused
 // while cached, and Go strings are immutable: the same data means equal
 // contents. Equal contents at another address (an empty string may have
-// any address) is a miss — such a span was not cached under this slot
+// any address) is a miss — such a span was not cached in this set
 // anyway (see recentIndex) — and a miss never reads the bytes of a string
 // cached long ago.
 func same(a, b string) bool {
 	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
 
-// recentIndex picks a slot from the identity of the span's most variable
-// strings (the same string data lands in the same slot) and a tag for the
-// slot from other bits of the same hash. Only the slot choice depends on
-// addresses; a hit is decided by the fields themselves (sameKey).
+// recentIndex picks a set (the index of its first slot) from the identity of
+// the span's most variable strings (the same string data lands in the same
+// set) and a tag for the slot from other bits of the same hash. Only the
+// set choice depends on addresses; a hit is decided by the fields
+// themselves (sameKey).
 func recentIndex(s *Span) (uint, uint32) {
 	h := addr(s.Resource)*0x9E3779B97F4A7C15 ^
 		addr(s.Name)*0xC2B2AE3D27D4EB4F ^
@@ -402,7 +422,7 @@ func recentIndex(s *Span) (uint, uint32) {
 	if s.NumPeerTags > 0 {
 		h ^= addr(s.PeerTags[s.NumPeerTags-1]) * 0x27D4EB2F165667C5
 	}
-	return uint(h>>40) % recentSpans, uint32(h>>8) | 1
+	return uint(h>>40) % recentSets * recentWays, uint32(h>>8) | 1
 }
 
 // addr is the address of v's bytes (in 64 bits on every platform).
