@@ -61,14 +61,14 @@
 // after finding its entry, with the sketch bin it increments prefetched
 // in between.
 //
-// A small two-way set-associative cache of recent spans (least recently used
-// way replaced), indexed by the addresses of
-// their resource, name, service and last peer-tag strings, finds the entry of
-// a span whose strings the tracer reuses (constants, route templates) without
-// encoding or hashing. A slot is validated by the identity of every field's
-// string data (address and length) — the cache holds those strings, so
-// their memory cannot be reused while cached, and Go strings are immutable —
-// and a per-slot tag in a 4 KiB array turns most misses away before the slot
-// is read. Equal strings at new addresses simply miss and take the hashed
+// A small two-way set-associative cache of recent spans (a new key replaces
+// the least recently used way), indexed by the addresses of their resource,
+// name, service and last peer-tag strings, finds the entry of a span whose
+// strings the tracer reuses (constants, route templates) without encoding or
+// hashing. A slot is validated by the identity of every field's string data
+// (address and length) — the cache holds those strings, so their memory
+// cannot be reused while cached, and Go strings are immutable — and a
+// per-slot tag in a 4 KiB array turns most misses away before the slot is
+// read. Equal strings at new addresses simply miss and take the hashed
 // path. The cache pins at most recentSpans spans' strings.
 package aggregate
