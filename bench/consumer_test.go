@@ -34,6 +34,7 @@ func BenchmarkConsumer(b *testing.B) {
 
 func benchConsumer(b *testing.B, w *Workload) {
 	ring := inbox.New[aggregate.Span](consumerBatch)
+	ring.SetClear((*aggregate.Span).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
 	walks := make([]*Producer, Producers)
