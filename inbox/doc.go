@@ -4,8 +4,10 @@
 // # Ownership
 //
 // A Ring owns a fixed array of slots allocated once by New. Push copies the
-// caller's value into a slot, and Drain copies it out and zeroes the slot, so
-// the ring never retains pointers to drained data and neither operation
+// caller's value into a slot, and Drain copies it out and zeroes the slot
+// (Release zeroes the slots of a batch read in place; SetClear lets a
+// consumer that knows which fields its producers write clear only those),
+// so the ring never retains pointers to drained data and neither operation
 // allocates. Push never blocks: when the ring is full or closed it returns
 // false and the caller decides whether to drop or retry.
 //
