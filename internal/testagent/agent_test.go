@@ -1,0 +1,174 @@
+package testagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// The agent runs an HTTP server; every one must be gone when the tests end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// payload encodes one bucket holding the entries of spans (a table per call).
+func payload(t *testing.T, spans ...aggregate.Span) []byte {
+	t.Helper()
+	tb := aggregate.NewTable(0)
+	for i := range spans {
+		tb.Add(&spans[i])
+	}
+	h := &writer.Header{Hostname: "h", Env: "test", Version: "1", Lang: "go", TracerVersion: "t/1"}
+	return writer.AppendPayload(nil, h, []writer.Bucket{{Start: 10e9, Duration: 10e9, Groups: tb.Touched(nil)}})
+}
+
+func post(t *testing.T, c *http.Client, url string, body []byte) int {
+	t.Helper()
+	resp, err := c.Post(url+"/v0.6/stats", "application/msgpack", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestStatsAndSum: a decodable payload is answered 200 and recorded decoded,
+// a body that does not decode is answered 400 with its error, a Notify
+// follows each, and Accepted and Sum count only what was answered 200.
+func TestStatsAndSum(t *testing.T) {
+	a := New()
+	defer a.Close()
+	web := aggregate.Span{Service: "web", Name: "http.request", Resource: "GET /", Type: "web", SpanKind: "server",
+		HTTPStatusCode: 200, TopLevel: true, Duration: 1000}
+	webErr := web
+	webErr.Error, webErr.Duration = true, 3000
+	db := aggregate.Span{Service: "web", Name: "pg.query", Resource: "SELECT 1", SpanKind: "client", Duration: 500}
+
+	c := &http.Client{Timeout: 10 * time.Second}
+	if got := post(t, c, a.URL(), payload(t, web, webErr, db)); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+	select {
+	case <-a.Notify():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Notify after a request")
+	}
+	if got := post(t, c, a.URL(), []byte{0xc1}); got != http.StatusBadRequest { // 0xc1: never used in msgpack
+		t.Fatalf("status %d for garbage, want 400", got)
+	}
+	if got := post(t, c, a.URL(), payload(t, web)); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+
+	reqs := a.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests recorded, want 3", len(reqs))
+	}
+	if r := reqs[1]; r.Payload != nil || r.Err == nil || r.Status != http.StatusBadRequest || !bytes.Equal(r.Body, []byte{0xc1}) {
+		t.Fatalf("garbage recorded as %+v, want its body, a decode error and 400", r)
+	}
+	if r := reqs[0]; r.Payload == nil || r.Payload.Env != "test" || r.Header.Get("Content-Type") != "application/msgpack" {
+		t.Fatalf("first request recorded as %+v", r)
+	}
+	if n := len(Accepted(reqs)); n != 2 {
+		t.Fatalf("Accepted: %d, want 2", n)
+	}
+	m, hits := Sum(reqs)
+	if hits != 4 || len(m) != 2 {
+		t.Fatalf("Sum: %d hits in %d groups, want 4 in 2", hits, len(m))
+	}
+	w := m[GroupKey{"web", "http.request", "GET /", "web", "server", 200}]
+	if w == nil || *w != (Totals{Hits: 3, Errors: 1, TopLevelHits: 3, Duration: 5000, OkCount: 2, ErrCount: 1}) {
+		t.Fatalf("web group totals %+v", w)
+	}
+	d := m[GroupKey{"web", "pg.query", "SELECT 1", "", "client", 0}]
+	if d == nil || *d != (Totals{Hits: 1, Duration: 500, OkCount: 1}) {
+		t.Fatalf("db group totals %+v", d)
+	}
+}
+
+// TestSetHandlerAndInfo: a handler answers in the agent's place (its status
+// is recorded and Sum skips what it refused), and SetInfo replaces /info.
+func TestSetHandlerAndInfo(t *testing.T) {
+	a := New()
+	defer a.Close()
+	a.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	c := &http.Client{Timeout: 10 * time.Second}
+	body := payload(t, aggregate.Span{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	if got := post(t, c, a.URL(), body); got != http.StatusServiceUnavailable {
+		t.Fatalf("first status %d, want 503", got)
+	}
+	if got := post(t, c, a.URL(), body); got != http.StatusOK {
+		t.Fatalf("second status %d, want 200", got)
+	}
+	reqs := a.Requests()
+	if len(reqs) != 2 || reqs[0].Status != http.StatusServiceUnavailable || reqs[0].Payload == nil {
+		t.Fatalf("requests %+v: want the refused one recorded, decoded, with 503", reqs)
+	}
+	if _, hits := Sum(reqs); hits != 1 {
+		t.Fatalf("Sum counted %d hits, want 1 (the 503 skipped)", hits)
+	}
+
+	info := func() map[string]any {
+		resp, err := c.Get(a.URL() + "/info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if eps, _ := info()["endpoints"].([]any); len(eps) != 3 || eps[1] != "/v0.6/stats" {
+		t.Fatalf("default /info endpoints %v", eps)
+	}
+	a.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}, "peer_tags": []string{"db.system"}})
+	if m := info(); len(m["endpoints"].([]any)) != 1 || m["peer_tags"].([]any)[0] != "db.system" {
+		t.Fatalf("/info after SetInfo: %v", m)
+	}
+}
+
+// TestUnix: NewUnix serves the same API on a Unix socket.
+func TestUnix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "apm.socket")
+	a, err := NewUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	body := payload(t, aggregate.Span{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	if got := post(t, c, "http://apm", body); got != http.StatusOK {
+		t.Fatalf("status %d over the Unix socket, want 200", got)
+	}
+	if _, hits := Sum(a.Requests()); hits != 1 {
+		t.Fatalf("%d hits over the Unix socket, want 1", hits)
+	}
+	if _, err := NewUnix(path); err == nil {
+		t.Fatal("a second NewUnix on a path in use succeeded")
+	}
+}
