@@ -28,6 +28,8 @@ const (
 var fieldNames = [NumFields]string{"resource", "service", "operation", "type", "span_kind",
 	"http_method", "http_endpoint", "grpc_status_code", "service_source", "peer_tags"}
 
+// String is the field's name ("resource", "peer_tags", ...), or "unknown"
+// for a value that is not a Field.
 func (f Field) String() string {
 	if f < 0 || f >= NumFields {
 		return "unknown"

@@ -39,6 +39,7 @@ type AgentError struct {
 	Body       string // the start of the answer, for the log
 }
 
+// Error gives the status and the start of the agent's answer.
 func (e *AgentError) Error() string {
 	return fmt.Sprintf("stats: agent answered %d: %s", e.StatusCode, e.Body)
 }

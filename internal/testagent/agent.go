@@ -114,6 +114,7 @@ type statusWriter struct {
 	status int
 }
 
+// WriteHeader records code and passes it on.
 func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
