@@ -106,14 +106,15 @@ type valueSet struct {
 	n        int          // values admitted in epoch
 	blocked  string       // the replacement value
 	seed     maphash.Seed // the table's: one hash per value for every set
-	// filter has a bit, picked by other bits of the hash than the slot,
-	// set for every value inserted since the slots were last cleared, at
-	// bloomBits bits a slot: a full set turns away most values it never
-	// held (an attack's) on this bit without reading the slots, in a
-	// sixteenth of their memory (2 KiB against 32 KiB for the resource
-	// budget of 1024).
+	// filter has a bit, picked by the value's sample (see sample), set for
+	// every value inserted since the slots were last cleared, at bloomBits
+	// bits a slot: a full set turns away most values it never held (an
+	// attack's) on this bit, without hashing the whole value or reading the
+	// slots, in a sixteenth of their memory (2 KiB against 32 KiB for the
+	// resource budget of 1024).
 	filter     []uint64
 	filterMask uint64
+	sampleSeed uint64
 
 	// The last value decided, and the decision: a field that keeps its
 	// value from span to span (a service, "GET", "") is decided by one
@@ -132,7 +133,8 @@ const (
 )
 
 func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
-	s := &valueSet{limit: limit, blocked: blocked, seed: seed, last: noValue}
+	s := &valueSet{limit: limit, blocked: blocked, seed: seed, last: noValue,
+		sampleSeed: maphash.String(seed, "sample")}
 	if limit < 0 {
 		return s
 	}
@@ -160,10 +162,47 @@ func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
 // slots used, one value in eight it never held passes it.
 const bloomBits = 4
 
-// filterBit returns the word and bit of the filter for hash h.
-func (s *valueSet) filterBit(h uint64) (int, uint64) {
-	b := bits.RotateLeft64(h, slotEpochBits) & s.filterMask
+// filterBit returns the word and bit of the filter for sample f.
+func (s *valueSet) filterBit(f uint64) (int, uint64) {
+	b := bits.RotateLeft64(f, 24) & s.filterMask // its top bits first
 	return int(b >> 6), 1 << (b & 63)
+}
+
+// sample is a cheap seeded hash of v for the filter: its length and three
+// 8-byte words — the first, the middle and the last, overlapping in short
+// strings — where maphash reads every byte. Values that differ only outside
+// those words share a sample, so all but the first of them pass the filter
+// and are decided by their full hash: as slow as without a filter, never
+// wrong. An attack's values (a UUID or a counter in a resource, a host
+// name) differ in a sampled word.
+func (s *valueSet) sample(v string) uint64 {
+	var a, b, c uint64
+	switch n := len(v); {
+	case n >= 8:
+		a, b, c = le64(v), le64(v[(n-8)/2:]), le64(v[n-8:])
+	case n >= 4:
+		a, c = le32(v), le32(v[n-4:])
+	case n > 0:
+		a = uint64(v[0])<<16 | uint64(v[n/2])<<8 | uint64(v[n-1])
+	}
+	h := (s.sampleSeed ^ uint64(len(v)) ^ a) * 0x9E3779B97F4A7C15
+	h = (bits.RotateLeft64(h, 31) ^ b) * 0xBF58476D1CE4E5B9
+	h = (bits.RotateLeft64(h, 29) ^ c) * 0x94D049BB133111EB
+	return h ^ h>>32
+}
+
+// le64 is the little-endian word of v's first 8 bytes; the compiler makes
+// it one load.
+func le64(v string) uint64 {
+	_ = v[7]
+	return uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24 |
+		uint64(v[4])<<32 | uint64(v[5])<<40 | uint64(v[6])<<48 | uint64(v[7])<<56
+}
+
+// le32 is the little-endian word of v's first 4 bytes.
+func le32(v string) uint64 {
+	_ = v[3]
+	return uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24
 }
 
 // ok reports whether v is within budget in interval epoch, admitting it if
@@ -199,19 +238,34 @@ func (b *budgets) forget() {
 }
 
 // decide decides v afresh and remembers the decision in s.last and
-// s.lastOK.
+// s.lastOK. Not inlined: ok, its caller, must stay small enough to inline.
+//
+//go:noinline
 func (s *valueSet) decide(v string, epoch uint32) {
 	ok := true
 	if s.limit >= 0 {
-		ok = s.admit(maphash.String(s.seed, v), epoch)
+		ok = s.within(v, epoch)
 	}
 	// Holding v pins at most one tracer string per field.
 	s.last, s.lastOK = v, ok
 }
 
-// admit reports whether the value with hash h is within budget in interval
-// epoch, admitting it if there is room.
-func (s *valueSet) admit(h uint64, epoch uint32) bool {
+// within reports whether v is within budget in interval epoch, admitting it
+// if there is room. A full set asks its filter first: a value it never held
+// is refused for the cost of its sample.
+func (s *valueSet) within(v string, epoch uint32) bool {
+	f := s.sample(v)
+	if s.epoch == epoch && s.n >= s.limit {
+		if w, bit := s.filterBit(f); s.filter[w]&bit == 0 {
+			return false
+		}
+	}
+	return s.admit(maphash.String(s.seed, v), f, epoch)
+}
+
+// admit reports whether the value with hash h and sample f is within budget
+// in interval epoch, admitting it if there is room.
+func (s *valueSet) admit(h, f uint64, epoch uint32) bool {
 	if s.limit < 0 {
 		return true
 	}
@@ -229,7 +283,7 @@ func (s *valueSet) admit(h uint64, epoch uint32) bool {
 	if tag == 0 {
 		tag = 1 << slotEpochBits // 0 marks an empty slot
 	}
-	w, bit := s.filterBit(h)
+	w, bit := s.filterBit(f)
 	if s.filter[w]&bit == 0 && s.n >= s.limit {
 		return false // never held, and no room
 	}

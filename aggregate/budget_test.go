@@ -356,22 +356,21 @@ func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
 // admitting the values it holds, in this interval and, once re-admitted, in
 // the next; the filter is cleared with the slots.
 func TestBudgetFilter(t *testing.T) {
-	seed := maphash.MakeSeed()
-	s := newValueSet(1024, BlockedValue, seed)
+	s := newValueSet(1024, BlockedValue, maphash.MakeSeed())
 	held := make([]string, 1024)
 	for i := range held {
-		held[i] = fmt.Sprint("held-", i)
-		if !s.admit(maphash.String(seed, held[i]), 1) {
+		held[i] = fmt.Sprint("GET /api/v1/items/", 1_000_000+i)
+		if !s.within(held[i], 1) {
 			t.Fatalf("value %d of 1024 refused", i)
 		}
 	}
 	passed := 0
 	for i := range 100_000 {
-		h := maphash.String(seed, fmt.Sprint("fresh-", i))
-		if w, bit := s.filterBit(h); s.filter[w]&bit != 0 {
+		v := fmt.Sprint("GET /api/v1/items/", 2_000_000+i) // differs from a held one in one digit
+		if w, bit := s.filterBit(s.sample(v)); s.filter[w]&bit != 0 {
 			passed++
 		}
-		if s.admit(h, 1) {
+		if s.within(v, 1) {
 			t.Fatalf("fresh value %d admitted over the budget", i)
 		}
 	}
@@ -381,21 +380,73 @@ func TestBudgetFilter(t *testing.T) {
 	}
 	for ep := uint32(1); ep <= 2; ep++ {
 		for i, v := range held {
-			if !s.admit(maphash.String(seed, v), ep) {
+			if !s.within(v, ep) {
 				t.Fatalf("held value %d refused in interval %d", i, ep)
 			}
 		}
 	}
 	// Epoch 2 holds all 1024 again: full. A wrap of the 16-bit stamp clears
 	// slots and filter, and there is room again.
-	if s.admit(maphash.String(seed, "fresh-x"), 2) {
+	if s.within("fresh-x", 2) {
 		t.Fatal("fresh value admitted in a full interval")
 	}
-	if !s.admit(maphash.String(seed, "fresh-x"), 1<<slotEpochBits+2) {
+	if !s.within("fresh-x", 1<<slotEpochBits+2) {
 		t.Fatal("fresh value refused after the reset")
 	}
 	if n := bitsSet(s.filter); n != 1 {
 		t.Fatalf("%d filter bits set after the reset and one insert, want 1", n)
+	}
+}
+
+// Values that differ only outside the sampled words share a sample: the
+// filter cannot tell them apart, and the full hash decides each, exactly.
+func TestBudgetSampleCollisions(t *testing.T) {
+	s := newValueSet(4, BlockedValue, maphash.MakeSeed())
+	// 40 bytes: the sample reads bytes 0-7, 16-23 and 32-39; these differ in
+	// bytes 10-11 only.
+	v := func(i int) string { return fmt.Sprintf("SELECT * F%02dOM users WHERE id = $1 LIMIT", i) }
+	if len(v(0)) != 40 || s.sample(v(0)) != s.sample(v(99)) {
+		t.Fatalf("the test's values do not share a sample (len %d)", len(v(0)))
+	}
+	for i := range 4 {
+		if !s.within(v(i), 1) {
+			t.Fatalf("value %d of 4 refused", i)
+		}
+	}
+	for i := 4; i < 100; i++ {
+		if s.within(v(i), 1) {
+			t.Fatalf("value %d admitted over the budget of 4", i)
+		}
+	}
+	for i := range 4 {
+		if !s.within(v(i), 1) {
+			t.Fatalf("held value %d refused", i)
+		}
+	}
+}
+
+// The sample reads every length without reading past the value, and
+// values that differ in a sampled byte or in length get different samples.
+func TestBudgetSample(t *testing.T) {
+	s := newValueSet(16, BlockedValue, maphash.MakeSeed())
+	seen := map[uint64]string{}
+	base := "0123456789abcdefghijklmnopqrstuvwxyz"
+	for n := 0; n <= len(base); n++ {
+		v := base[:n]
+		if w, ok := seen[s.sample(v)]; ok {
+			t.Fatalf("%q and %q share a sample", v, w)
+		}
+		seen[s.sample(v)] = v
+		if n > 0 {
+			b := []byte(v)
+			b[n-1] ^= 1 // the last byte is always sampled
+			if s.sample(string(b)) == s.sample(v) {
+				t.Fatalf("%q and %q share a sample", v, b)
+			}
+		}
+	}
+	if s.sample("") == newValueSet(16, BlockedValue, maphash.MakeSeed()).sample("") {
+		t.Fatal("two seeds give one sample")
 	}
 }
 

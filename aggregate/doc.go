@@ -46,8 +46,10 @@
 // budget is an open-addressing set of 48-bit seeded value hashes stamped with
 // the interval that last admitted them, so admission never allocates and the
 // values of earlier intervals are re-admitted with one probe; a one-hash
-// filter beside the slots (4 bits a slot) lets a full budget turn away most
-// values it never held without reading the slots; a field that
+// filter beside the slots (4 bits a slot), indexed by a cheap sample of the
+// value (its length and its first, middle and last 8 bytes), lets a full
+// budget turn away most values it never held without hashing them whole or
+// reading the slots; a field that
 // repeats its last value (a constant service, "GET", "") is decided by one
 // comparison of string addresses. A value over budget becomes BlockedValue
 // ("key:tracer_blocked_value" for a peer tag) and the span goes to the entry
