@@ -1,4 +1,4 @@
-started="2026-11-30 13:48:51 UTC"
-elapsed="1028"
-commit="d3edfc9"
-COUNT="5" BENCHTIME="4s" BENCH="."
+started="2026-11-30 14:28:47 UTC"
+elapsed="1265"
+commit="83e424b"
+COUNT="6" BENCHTIME="4s" BENCH="."
