@@ -185,16 +185,11 @@ func runAB(b *testing.B, w *Workload, first, second abSide) {
 		defer d.Close()
 		s.d = d
 		s.base = warmUp(b, w, d)
-		for i := range Producers {
-			s.walks = append(s.walks, w.Producer(i))
-		}
+		s.walks = allWalks(w)
 	}
 	b.ResetTimer()
 	for r := range abRounds {
-		n := b.N / abRounds
-		if r < b.N%abRounds {
-			n++
-		}
+		n := share(b.N, abRounds, r)
 		for _, s := range sides {
 			s.elapsed += publishRound(b, s.d, s.walks, n)
 			s.calls += n
@@ -228,10 +223,7 @@ func publishRound(b *testing.B, d Driver, walks []*Producer, n int) time.Duratio
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, p := range walks {
-		k := n / len(walks)
-		if i < n%len(walks) {
-			k++
-		}
+		k := share(n, len(walks), i)
 		wg.Go(func() {
 			for range k {
 				d.Publish(p.Next())
@@ -239,14 +231,39 @@ func publishRound(b *testing.B, d Driver, walks []*Producer, n int) time.Duratio
 		})
 	}
 	wg.Wait()
-	deadline := start.Add(time.Minute)
-	for d.Counts().Accounted()-before < uint64(n) {
+	awaitAccounted(b, d, before+uint64(n), runtime.Gosched)
+	return time.Since(start)
+}
+
+// share is the i-th of parts near-equal shares of n (the first n%parts
+// get one more).
+func share(n, parts, i int) int {
+	k := n / parts
+	if i < n%parts {
+		k++
+	}
+	return k
+}
+
+// allWalks returns the walks of w of all Producers.
+func allWalks(w *Workload) []*Producer {
+	p := make([]*Producer, Producers)
+	for i := range p {
+		p[i] = w.Producer(i)
+	}
+	return p
+}
+
+// awaitAccounted waits, calling pause between looks, until d accounts for
+// want spans in all; it fails the benchmark after a minute.
+func awaitAccounted(b *testing.B, d Driver, want uint64, pause func()) {
+	deadline := time.Now().Add(time.Minute)
+	for d.Counts().Accounted() < want {
 		if time.Now().After(deadline) {
 			b.Fatalf("spans of a round still not accounted for after a minute: %+v", d.Counts())
 		}
-		runtime.Gosched()
+		pause()
 	}
-	return time.Since(start)
 }
 
 // cpuTime is the user+system CPU time of the whole process so far: every

@@ -60,19 +60,14 @@ func BenchmarkPaced(b *testing.B) {
 			}
 			defer s.d.Close()
 			s.base = warmUp(b, w, s.d)
-			for i := range Producers {
-				s.walks = append(s.walks, w.Producer(i))
-			}
+			s.walks = allWalks(w)
 			sides = append(sides, s)
 		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for r := range pacedRounds {
-		n := b.N / pacedRounds
-		if r < b.N%pacedRounds {
-			n++
-		}
+		n := share(b.N, pacedRounds, r)
 		for _, s := range sides {
 			cpu0 := cpuTime()
 			publishPaced(b, s.d, s.walks, n)
@@ -122,10 +117,7 @@ func publishPaced(b *testing.B, d Driver, walks []*Producer, n int) {
 	perTick := max(1, int(pacedTick/every))
 	var wg sync.WaitGroup
 	for i, p := range walks {
-		k := n / len(walks)
-		if i < n%len(walks) {
-			k++
-		}
+		k := share(n, len(walks), i)
 		wg.Go(func() {
 			start := time.Now()
 			for done := 0; done < k; {
@@ -139,11 +131,6 @@ func publishPaced(b *testing.B, d Driver, walks []*Producer, n int) {
 		})
 	}
 	wg.Wait()
-	deadline := time.Now().Add(time.Minute)
-	for d.Counts().Accounted()-before < uint64(n) {
-		if time.Now().After(deadline) {
-			b.Fatalf("paced spans still not accounted for after a minute: %+v", d.Counts())
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+	// Sleep, not spin: the process's CPU is what is measured.
+	awaitAccounted(b, d, before+uint64(n), func() { time.Sleep(50 * time.Microsecond) })
 }
