@@ -20,8 +20,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// newStarted starts an aggregator for cfg and, when the test ends, checks
+// that no goroutine started since is left over: each test, not only the
+// package, proves that Stop ends every goroutine the aggregator started
+// (and the HTTP connections it opened).
 func newStarted(t *testing.T, cfg Config) *Aggregator {
 	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
