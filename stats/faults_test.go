@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -294,7 +295,9 @@ func TestRetryBudgetBoundsQueue(t *testing.T) {
 	}
 	cancel()
 	publishN(a, 3, "b")
-	if err := a.Flush(context.Background()); !errors.Is(err, ErrRetryBudget) {
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second) // not queued: answered at once
+	defer cancel()
+	if err := a.Flush(ctx); !errors.Is(err, ErrRetryBudget) {
 		t.Fatalf("second Flush = %v, want ErrRetryBudget (queue full)", err)
 	}
 	ag.SetHandler(nil) // the agent recovers: Stop's final attempt delivers the queued payload
@@ -304,6 +307,100 @@ func TestRetryBudgetBoundsQueue(t *testing.T) {
 		t.Fatalf("retried %d dropped %d unsent %d sent %d; want 1 1 3 2", h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
 	}
 	checkConservation(t, h)
+}
+
+// TestRetryBudgetBoundsBytes: the retry queue's byte bound, not only its
+// payload count, drops a failed payload that would not fit beside the one
+// already waiting. The bound is set between the first payload's size and
+// both payloads' (measured in a dry run against a healthy agent).
+func TestRetryBudgetBoundsBytes(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	sizes := func() []int {
+		a := newStarted(t, Config{AgentURL: ag.URL()})
+		publishN(a, 2, "a")
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		publishN(a, 3, "b")
+		stop(t, a)
+		var n []int
+		for _, r := range ag.Requests() {
+			n = append(n, len(r.Body))
+		}
+		return n
+	}()
+	if len(sizes) != 2 {
+		t.Fatalf("dry run sent %d payloads, want 2", len(sizes))
+	}
+	limit := sizes[0] + sizes[1]/2 // the first fits alone, not both
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), MaxRetryPayloads: 100, MaxRetryBytes: limit,
+		RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
+	publishN(a, 2, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush = %v, want the deadline (payload waiting for retry)", err)
+	}
+	cancel()
+	publishN(a, 3, "b")
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second) // not queued: answered at once
+	defer cancel()
+	if err := a.Flush(ctx); !errors.Is(err, ErrRetryBudget) {
+		t.Fatalf("second Flush = %v, want ErrRetryBudget (bytes over %d)", err, limit)
+	}
+	ag.SetHandler(nil)
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsFailed != 2 || h.PayloadsRetried != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 2 {
+		t.Fatalf("failed %d retried %d dropped %d unsent %d sent %d; want 2 1 1 3 2",
+			h.PayloadsFailed, h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
+// TestRetryBackoff: the n-th retry of a payload waits RetryBackoff×2ⁿ,
+// capped at MaxRetryBackoff, jittered into [d/2, d], and the jitter
+// spreads the waits.
+func TestRetryBackoff(t *testing.T) {
+	const base, ceiling = 10 * time.Millisecond, 80 * time.Millisecond
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", RetryBackoff: base, MaxRetryBackoff: ceiling,
+		MaxRetryPayloads: 1, MaxRetries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sender{a: a, rng: rand.New(rand.NewPCG(1, 2))}
+	seen := map[time.Duration]bool{}
+	for trial := range 50 {
+		p := &pending{body: make([]byte, 10)}
+		for n := range 6 {
+			before := time.Now()
+			if !s.queue(p) {
+				t.Fatalf("trial %d retry %d refused", trial, n)
+			}
+			after := time.Now()
+			d := min(base<<n, ceiling)
+			if lo, hi := p.due.Sub(after), p.due.Sub(before); lo < d/2-time.Millisecond || hi > d {
+				t.Fatalf("retry %d waits %s..%s, want within [%s, %s]", n, lo, hi, d/2, d)
+			}
+			if n == 0 {
+				seen[p.due.Sub(before).Round(time.Millisecond)] = true
+			}
+			if p.attempts != n+1 {
+				t.Fatalf("attempts %d after retry %d", p.attempts, n)
+			}
+			s.retries, s.retryLen = s.retries[:0], 0 // as if it was attempted again
+		}
+	}
+	if len(seen) < 3 {
+		t.Fatalf("first waits over 50 payloads took %d distinct values (ms): no jitter", len(seen))
+	}
+	if h := a.Health(); h.PayloadsRetried != 300 {
+		t.Fatalf("PayloadsRetried %d, want 300", h.PayloadsRetried)
+	}
 }
 
 func TestLimitsFromEnv(t *testing.T) {
