@@ -28,6 +28,7 @@ type consumer struct {
 	timer     *time.Timer
 	peerKeys  *[]string         // the list last given to the table
 	batchPtrs []*aggregate.Span // the inbox slots of the batch being aggregated
+	stopping  bool              // Stop's final report: wait for the sender
 }
 
 func newConsumer(a *Aggregator) *consumer {
@@ -210,13 +211,19 @@ func (c *consumer) finish() {
 		}
 		c.aggregate(c.batch[:n])
 	}
+	c.stopping = true
 	c.report(now(), nil)
 	close(a.sendCh)
 }
 
 // report encodes the interval [c.start, end) into payloads no larger than
 // MaxPayloadBytes, resets the table for the next interval and queues the
-// payloads for the sender. It never waits for the sender.
+// payloads for the sender. It never waits for the sender, but for Stop's
+// final report: the consumer has nothing else left to do, and a send queue
+// full for a moment (the sender finishing a request) must not lose the
+// last interval. That wait ends when the sender takes the report or when
+// Stop's context gives up (sendCtx), and the report is then counted as
+// dropped.
 func (c *consumer) report(end time.Time, done chan error) {
 	a := c.a
 	entries := c.table.Touched(c.touched[:0])
@@ -279,14 +286,22 @@ func (c *consumer) report(end time.Time, done chan error) {
 	c.table.Rotate()
 	select {
 	case a.sendCh <- r:
+		return
 	default:
-		for _, p := range r.parts {
-			a.c.payloadsDropped.Add(1)
-			a.c.spansUnsent.Add(p.hits)
-			a.putBuf(p.body)
+	}
+	if c.stopping {
+		select {
+		case a.sendCh <- r:
+			return
+		case <-a.sendCtx.Done():
 		}
-		if done != nil {
-			done <- ErrSendQueueFull
-		}
+	}
+	for _, p := range r.parts {
+		a.c.payloadsDropped.Add(1)
+		a.c.spansUnsent.Add(p.hits)
+		a.putBuf(p.body)
+	}
+	if done != nil {
+		done <- ErrSendQueueFull
 	}
 }

@@ -362,6 +362,114 @@ func TestRetryBudgetBoundsBytes(t *testing.T) {
 	checkConservation(t, h)
 }
 
+// TestStuckSenderNeverBlocksConsumer: while the agent holds the sender's
+// request open, reports queue up to SendQueue; the next is dropped and
+// counted at once (ErrSendQueueFull), and the consumer goes on counting.
+func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		arrived <- struct{}{}
+		<-release
+		return false // then answered as usual: 200
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release) // a failed test must not leave the handler waiting
+		}
+	}()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendQueue: 1, HTTPTimeout: time.Minute})
+	flush := func(wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		return a.Flush(ctx)
+	}
+	publishN(a, 1, "r1")
+	if err := flush(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Flush = %v, want the deadline (its request is held)", err)
+	}
+	select {
+	case <-arrived: // the sender is inside the first POST
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first payload never reached the agent")
+	}
+	publishN(a, 2, "r2")
+	if err := flush(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Flush = %v, want the deadline (its report waits in the send queue)", err)
+	}
+	publishN(a, 3, "r3")
+	start := time.Now()
+	if err := flush(5 * time.Second); !errors.Is(err, ErrSendQueueFull) {
+		t.Fatalf("third Flush = %v, want ErrSendQueueFull", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the full send queue was answered after %s: the consumer waited for the sender", d)
+	}
+	publishN(a, 4, "r4")
+	waitFor(t, "the consumer to count while the sender is stuck", func() bool { return a.Health().Counted == 10 })
+	if h := a.Health(); h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.PayloadsSent != 0 {
+		t.Fatalf("dropped %d unsent %d sent %d while stuck; want 1 3 0", h.PayloadsDropped, h.SpansUnsent, h.PayloadsSent)
+	}
+	close(release)
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsSent != 3 || h.SpansSent != 7 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 {
+		t.Fatalf("sent %d payloads %d spans, dropped %d unsent %d; want 3 7 1 3", h.PayloadsSent, h.SpansSent, h.PayloadsDropped, h.SpansUnsent)
+	}
+	got, hits := testagent.Sum(ag.Requests())
+	if hits != 7 || len(got) != 3 {
+		t.Fatalf("agent got %d hits in %d groups, want 7 in 3 (r1, r2, r4)", hits, len(got))
+	}
+	checkConservation(t, h)
+}
+
+// TestStopDeadlineWithStuckSender: Stop waits for a held request and a
+// full send queue only until its context ends; then every goroutine ends
+// and the spans it could not deliver are counted as unsent.
+func TestStopDeadlineWithStuckSender(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	arrived := make(chan struct{}, 8)
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		arrived <- struct{}{}
+		<-r.Context().Done() // held until the client gives up
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendQueue: 1, HTTPTimeout: time.Minute})
+	publishN(a, 1, "r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush = %v, want the deadline", err)
+	}
+	<-arrived
+	publishN(a, 2, "r2")
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush = %v, want the deadline", err)
+	}
+	publishN(a, 4, "r3") // Stop's final report: the send queue is full
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Stop returned after %s, past its 300 ms deadline", d)
+	}
+	h := a.Health()
+	if h.Counted != 7 || h.SpansUnsent != 7 || h.SpansSent != 0 || h.PayloadsDropped != 3 {
+		t.Fatalf("counted %d unsent %d sent %d dropped %d; want 7 7 0 3", h.Counted, h.SpansUnsent, h.SpansSent, h.PayloadsDropped)
+	}
+	checkConservation(t, h)
+}
+
 // TestRetryBackoff: the n-th retry of a payload waits RetryBackoff×2ⁿ,
 // capped at MaxRetryBackoff, jittered into [d/2, d], and the jitter
 // spreads the waits.
