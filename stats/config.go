@@ -149,7 +149,10 @@ type Config struct {
 	// HTTPTimeout bounds each request to the agent (default 10 s).
 	HTTPTimeout time.Duration
 	// SendQueue is the number of reports that may wait for the sender
-	// (default 4).
+	// (default 4). A report that finds it full is dropped and counted
+	// (Health.PayloadsDropped, SpansUnsent; Flush returns
+	// ErrSendQueueFull): the consumer never waits for the sender, but for
+	// Stop's final report, which waits until Stop's context ends.
 	SendQueue int
 
 	// CardinalityLimits are the per-interval budgets of distinct values per
