@@ -278,79 +278,30 @@ func TestFault413SplitsPayload(t *testing.T) {
 	checkConservation(t, h)
 }
 
-// TestRetryBudgetBoundsQueue: with the agent failing and the retry queue
-// bounded to one payload, further failures are dropped at once and counted.
-func TestRetryBudgetBoundsQueue(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
+// checkRetryBudget runs one scenario against an agent that fails every
+// payload, with cfg's retry budget: a payload of 2 spans waits for a retry
+// an hour away; the next, of 3 spans, does not fit beside it and is
+// dropped at once; the agent recovers and Stop's last attempt delivers the
+// first.
+func checkRetryBudget(t *testing.T, ag *testagent.Agent, cfg Config) {
+	t.Helper()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return true
 	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), MaxRetryPayloads: 1, RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
+	cfg.AgentURL, cfg.RetryBackoff, cfg.MaxRetryBackoff = ag.URL(), time.Hour, time.Hour
+	a := newStarted(t, cfg)
 	publishN(a, 2, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) { // queued for a retry in an hour
-		t.Fatalf("Flush = %v, want the deadline (payload waiting for retry)", err)
-	}
-	cancel()
-	publishN(a, 3, "b")
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second) // not queued: answered at once
 	defer cancel()
-	if err := a.Flush(ctx); !errors.Is(err, ErrRetryBudget) {
-		t.Fatalf("second Flush = %v, want ErrRetryBudget (queue full)", err)
-	}
-	ag.SetHandler(nil) // the agent recovers: Stop's final attempt delivers the queued payload
-	stop(t, a)
-	h := a.Health()
-	if h.PayloadsRetried != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 2 {
-		t.Fatalf("retried %d dropped %d unsent %d sent %d; want 1 1 3 2", h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
-	}
-	checkConservation(t, h)
-}
-
-// TestRetryBudgetBoundsBytes: the retry queue's byte bound, not only its
-// payload count, drops a failed payload that would not fit beside the one
-// already waiting. The bound is set between the first payload's size and
-// both payloads' (measured in a dry run against a healthy agent).
-func TestRetryBudgetBoundsBytes(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	sizes := func() []int {
-		a := newStarted(t, Config{AgentURL: ag.URL()})
-		publishN(a, 2, "a")
-		if err := a.Flush(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		publishN(a, 3, "b")
-		stop(t, a)
-		var n []int
-		for _, r := range ag.Requests() {
-			n = append(n, len(r.Body))
-		}
-		return n
-	}()
-	if len(sizes) != 2 {
-		t.Fatalf("dry run sent %d payloads, want 2", len(sizes))
-	}
-	limit := sizes[0] + sizes[1]/2 // the first fits alone, not both
-	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return true
-	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), MaxRetryPayloads: 100, MaxRetryBytes: limit,
-		RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
-	publishN(a, 2, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush = %v, want the deadline (payload waiting for retry)", err)
 	}
-	cancel()
 	publishN(a, 3, "b")
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second) // not queued: answered at once
 	defer cancel()
 	if err := a.Flush(ctx); !errors.Is(err, ErrRetryBudget) {
-		t.Fatalf("second Flush = %v, want ErrRetryBudget (bytes over %d)", err, limit)
+		t.Fatalf("second Flush = %v, want ErrRetryBudget (over the budget)", err)
 	}
 	ag.SetHandler(nil)
 	stop(t, a)
@@ -360,6 +311,37 @@ func TestRetryBudgetBoundsBytes(t *testing.T) {
 			h.PayloadsFailed, h.PayloadsRetried, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
 	}
 	checkConservation(t, h)
+}
+
+// TestRetryBudgetBoundsQueue: the retry queue bounded to one payload.
+func TestRetryBudgetBoundsQueue(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	checkRetryBudget(t, ag, Config{MaxRetryPayloads: 1})
+}
+
+// TestRetryBudgetBoundsBytes: the retry queue's byte bound, not its
+// payload count, drops the second payload. The bound is set between the
+// first payload's size and both payloads' (measured in a dry run against a
+// healthy agent).
+func TestRetryBudgetBoundsBytes(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	publishN(a, 2, "a")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	publishN(a, 3, "b")
+	stop(t, a)
+	var sizes []int
+	for _, r := range ag.Requests() {
+		sizes = append(sizes, len(r.Body))
+	}
+	if len(sizes) != 2 {
+		t.Fatalf("dry run sent %d payloads, want 2", len(sizes))
+	}
+	checkRetryBudget(t, ag, Config{MaxRetryPayloads: 100, MaxRetryBytes: sizes[0] + sizes[1]/2})
 }
 
 // TestStuckSenderNeverBlocksConsumer: while the agent holds the sender's
