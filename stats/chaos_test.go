@@ -1,0 +1,127 @@
+package stats
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/testagent"
+)
+
+// TestChaosConservation: 8 producers publish while the agent answers each
+// payload at random with 200, 500, 408, 413, 404 or 400, and Clear and
+// Flush run concurrently with short intervals. After Stop both identities
+// of Health hold, and the agent accepted exactly the spans Health counts as
+// sent: each once, however often its payload was retried or split.
+func TestChaosConservation(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(7, 11))
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		mu.Lock()
+		x := rng.IntN(100)
+		mu.Unlock()
+		switch {
+		case x < 55:
+			return false // accepted: 200
+		case x < 70:
+			http.Error(w, "busy", http.StatusInternalServerError)
+		case x < 75:
+			http.Error(w, "slow", http.StatusRequestTimeout)
+		case x < 87:
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		case x < 93:
+			http.Error(w, "no stats", http.StatusNotFound)
+		default:
+			http.Error(w, "undecodable", http.StatusBadRequest)
+		}
+		return true
+	})
+	a := newStarted(t, fastRetries(Config{AgentURL: ag.URL(), BucketInterval: 20 * time.Millisecond,
+		InfoRefresh: 5 * time.Millisecond, InboxSize: 512, SendQueue: 2}))
+
+	done := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(7 * time.Millisecond):
+				a.Clear()
+			}
+		}
+	})
+	chaos.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Millisecond)
+			_ = a.Flush(ctx) // any outcome: the counters must account for it
+			cancel()
+		}
+	})
+
+	const producers, perProducer = 8, 30000
+	resources := make([]string, 64)
+	for i := range resources {
+		resources[i] = fmt.Sprintf("GET /r/%d", i)
+	}
+	var accepted [producers]uint64
+	var pub sync.WaitGroup
+	for p := range producers {
+		pub.Go(func() {
+			for i := range perProducer {
+				s := Span{Service: "svc", Name: "op", Resource: resources[(i*7+p)%len(resources)],
+					SpanKind: "server", Duration: int64(1 + i%5000), Error: i%6 == 0}
+				if i%10 == 0 {
+					s.SpanKind = "internal" // ineligible: not top-level or measured
+				}
+				if a.Publish(&s) {
+					accepted[p]++
+				}
+				if i%32 == 0 {
+					time.Sleep(time.Millisecond) // a run of ~1 s: many intervals, faults and clears interleave
+				}
+			}
+		})
+	}
+	pub.Wait()
+	close(done)
+	chaos.Wait()
+	stop(t, a)
+
+	h := a.Health()
+	checkConservation(t, h)
+	if h.Published != producers*perProducer {
+		t.Fatalf("Published %d, want %d", h.Published, producers*perProducer)
+	}
+	var acc uint64
+	for _, n := range accepted {
+		acc += n
+	}
+	if acc != h.Counted+h.AggregateDropped+h.Ineligible { // false means dropped (full, stopped, disabled)
+		t.Fatalf("Publish returned true %d times, counted %d + dropped %d + ineligible %d", acc, h.Counted, h.AggregateDropped, h.Ineligible)
+	}
+	_, hits := testagent.Sum(ag.Requests())
+	if hits != h.SpansSent {
+		t.Fatalf("agent accepted %d hits, Health.SpansSent %d", hits, h.SpansSent)
+	}
+	// The faults really happened (else this test proves little).
+	if h.PayloadsSent == 0 || h.PayloadsRetried == 0 || h.PayloadsSplit == 0 || h.DisabledTimes == 0 ||
+		h.PayloadsDropped == 0 || h.Cleared == 0 || h.Ineligible == 0 {
+		t.Fatalf("a fault path was never taken: %+v", h)
+	}
+	t.Logf("published %d: counted %d (sent %d, unsent %d, cleared %d), ineligible %d, inbox full %d, disabled %d; "+
+		"payloads sent %d retried %d split %d dropped %d; disabled %d times",
+		h.Published, h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.Ineligible, h.InboxFull, h.Disabled,
+		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.DisabledTimes)
+}
