@@ -30,10 +30,10 @@ import (
 //     peer-tag key, and the recent-span cache, which pins the strings of at
 //     most 1024 spans: together < 1 MiB here;
 //   - payload buffers: the one being encoded and the ones queued or being
-//     sent (sized to their body, ≤ ~4 MiB here), and freeBuffers spares of
+//     sent (sized to their body, ≤ ~5 MiB here), and freeBuffers spares of
 //     at most maxSpareBuf (256 KiB) each.
 //
-// Observed (2 cores): 14–30 MiB of growth, bodies of 2.7–4.0 MiB.
+// Observed (2 cores): 14–30 MiB of growth, bodies of 2.7–4.3 MiB.
 func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	total := 10_000_000
 	if raceEnabled || testing.Short() {
