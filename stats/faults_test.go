@@ -292,15 +292,11 @@ func checkRetryBudget(t *testing.T, ag *testagent.Agent, cfg Config) {
 	cfg.AgentURL, cfg.RetryBackoff, cfg.MaxRetryBackoff = ag.URL(), time.Hour, time.Hour
 	a := newStarted(t, cfg)
 	publishN(a, 2, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if err := flushWithin(a, 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush = %v, want the deadline (payload waiting for retry)", err)
 	}
 	publishN(a, 3, "b")
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second) // not queued: answered at once
-	defer cancel()
-	if err := a.Flush(ctx); !errors.Is(err, ErrRetryBudget) {
+	if err := flushWithin(a, 5*time.Second); !errors.Is(err, ErrRetryBudget) { // not queued: answered at once
 		t.Fatalf("second Flush = %v, want ErrRetryBudget (over the budget)", err)
 	}
 	ag.SetHandler(nil)
@@ -344,6 +340,33 @@ func TestRetryBudgetBoundsBytes(t *testing.T) {
 	checkRetryBudget(t, ag, Config{MaxRetryPayloads: 100, MaxRetryBytes: sizes[0] + sizes[1]/2})
 }
 
+// flushWithin is Flush with a deadline of d.
+func flushWithin(a *Aggregator, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return a.Flush(ctx)
+}
+
+// fillSendQueue, against an agent that holds every request and signals
+// arrived, leaves the sender inside the POST of a 1-span report and a
+// 2-span report waiting in a send queue of one.
+func fillSendQueue(t *testing.T, a *Aggregator, arrived <-chan struct{}) {
+	t.Helper()
+	publishN(a, 1, "r1")
+	if err := flushWithin(a, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Flush = %v, want the deadline (its request is held)", err)
+	}
+	select {
+	case <-arrived: // the sender is inside the first POST
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first payload never reached the agent")
+	}
+	publishN(a, 2, "r2")
+	if err := flushWithin(a, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Flush = %v, want the deadline (its report waits in the send queue)", err)
+	}
+}
+
 // TestStuckSenderNeverBlocksConsumer: while the agent holds the sender's
 // request open, reports queue up to SendQueue; the next is dropped and
 // counted at once (ErrSendQueueFull), and the consumer goes on counting.
@@ -364,27 +387,10 @@ func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
 		}
 	}()
 	a := newStarted(t, Config{AgentURL: ag.URL(), SendQueue: 1, HTTPTimeout: time.Minute})
-	flush := func(wait time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		return a.Flush(ctx)
-	}
-	publishN(a, 1, "r1")
-	if err := flush(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("first Flush = %v, want the deadline (its request is held)", err)
-	}
-	select {
-	case <-arrived: // the sender is inside the first POST
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first payload never reached the agent")
-	}
-	publishN(a, 2, "r2")
-	if err := flush(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second Flush = %v, want the deadline (its report waits in the send queue)", err)
-	}
+	fillSendQueue(t, a, arrived)
 	publishN(a, 3, "r3")
 	start := time.Now()
-	if err := flush(5 * time.Second); !errors.Is(err, ErrSendQueueFull) {
+	if err := flushWithin(a, 5*time.Second); !errors.Is(err, ErrSendQueueFull) {
 		t.Fatalf("third Flush = %v, want ErrSendQueueFull", err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -422,21 +428,9 @@ func TestStopDeadlineWithStuckSender(t *testing.T) {
 		return true
 	})
 	a := newStarted(t, Config{AgentURL: ag.URL(), SendQueue: 1, HTTPTimeout: time.Minute})
-	publishN(a, 1, "r1")
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Flush = %v, want the deadline", err)
-	}
-	<-arrived
-	publishN(a, 2, "r2")
-	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := a.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Flush = %v, want the deadline", err)
-	}
+	fillSendQueue(t, a, arrived)
 	publishN(a, 4, "r3") // Stop's final report: the send queue is full
-	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
