@@ -30,14 +30,14 @@ func benchDurations(n int) []int64 {
 
 // benchSpans returns n distinct spans with realistic field lengths; client
 // spans carry peer tags when peers is set.
-func benchSpans(n int, peers bool) []Span {
+func benchSpans(n int, peers bool) []Record {
 	services := []string{"web-store", "checkout-api", "auth-service", "inventory-worker"}
 	methods := []string{"GET", "POST", "PUT", "DELETE"}
-	spans := make([]Span, n)
+	spans := make([]Record, n)
 	for i := range spans {
 		m := methods[i%len(methods)]
 		endpoint := fmt.Sprintf("/api/v1/users/:id/items%d", i)
-		s := Span{
+		s := Record{
 			Service:        services[i%len(services)],
 			Name:           "http.request",
 			Resource:       m + " " + endpoint,
@@ -158,13 +158,13 @@ const freshSpanBatch = 4096
 
 // benchFresh adds spans that key(i) builds with fresh strings, batch by batch
 // outside the timer, and calls every(i) after each Add.
-func benchFresh(b *testing.B, tb *Table, key func(i int, s *Span), every func(i int)) {
+func benchFresh(b *testing.B, tb *Table, key func(i int, s *Record), every func(i int)) {
 	durs := benchDurations(4096)
-	spans := make([]Span, freshSpanBatch)
+	spans := make([]Record, freshSpanBatch)
 	fill := func(base int) {
 		for j := range spans {
 			i := base + j
-			spans[j] = Span{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0}
+			spans[j] = Record{Type: "sql", SpanKind: "client", Duration: durs[i&(len(durs)-1)], Error: i&63 == 0}
 			key(i, &spans[j])
 		}
 	}
@@ -203,7 +203,7 @@ func benchFresh(b *testing.B, tb *Table, key func(i int, s *Span), every func(i 
 func BenchmarkTableAddAdversarial(b *testing.B) {
 	tb := NewTable(0)
 	tb.SetLimits(DefaultLimits())
-	benchFresh(b, tb, func(i int, s *Span) {
+	benchFresh(b, tb, func(i int, s *Record) {
 		s.Service = "svc-" + strconv.Itoa((i*7)&(1<<16-1))
 		s.Name = "op." + strconv.Itoa((i*13)&(1<<18-1))
 		s.Resource = "GET /api/v1/users/" + strconv.Itoa((i*31)&(1<<20-1))
@@ -224,7 +224,7 @@ func BenchmarkTableAddAdversarial(b *testing.B) {
 func BenchmarkTableAddHitFreshStrings(b *testing.B) {
 	tb := NewTable(0)
 	tb.SetLimits(DefaultLimits())
-	benchFresh(b, tb, func(i int, s *Span) {
+	benchFresh(b, tb, func(i int, s *Record) {
 		k := i % 200
 		s.Service = "svc-" + strconv.Itoa(k%4)
 		s.Name = "op." + strconv.Itoa(k%8)

@@ -382,7 +382,7 @@ func (b *budgets) peerSet(tag string) *valueSet {
 // budget, a bit per Field (FieldPeerTags for any tag), after counting each
 // collapse and replacing the over-budget tags in kept; 0 when all are
 // within budget.
-func (t *Table) admit(s *Span, kept []string) uint16 {
+func (t *Table) admit(s *Record, kept []string) uint16 {
 	b := t.budgets
 	ep := t.epoch
 	f := &b.fields
@@ -434,7 +434,7 @@ func (t *Table) admit(s *Span, kept []string) uint16 {
 
 // collapse returns s's key with the fields in rejected replaced by
 // BlockedValue and the peer tags kept (admit's), in t.collapsedSpan.
-func (t *Table) collapse(s *Span, rejected uint16, kept []string) *Span {
+func (t *Table) collapse(s *Record, rejected uint16, kept []string) *Record {
 	// Only the key fields: the caller records s's measurements.
 	c := &t.collapsedSpan
 	c.Service, c.Name, c.Resource, c.Type, c.SpanKind = s.Service, s.Name, s.Resource, s.Type, s.SpanKind
@@ -454,7 +454,7 @@ func (t *Table) collapse(s *Span, rejected uint16, kept []string) *Span {
 	return c
 }
 
-func fieldOf(s *Span, f Field) *string {
+func fieldOf(s *Record, f Field) *string {
 	switch f {
 	case FieldResource:
 		return &s.Resource

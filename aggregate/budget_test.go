@@ -24,7 +24,7 @@ func TestBudgetCollapsesOnlyTheOverBudgetField(t *testing.T) {
 	tb.SetLimits(Limits{Resource: 3})
 	for i := range 5 {
 		for range 2 {
-			tb.Add(&Span{Service: "svc", Name: "op", Resource: fmt.Sprint("r", i), Duration: 10})
+			tb.Add(&Record{Service: "svc", Name: "op", Resource: fmt.Sprint("r", i), Duration: 10})
 		}
 	}
 	got := touchedByResource(tb)
@@ -49,7 +49,7 @@ func TestBudgetCollapsesOnlyTheOverBudgetField(t *testing.T) {
 func TestBudgetResetsEachInterval(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: 2})
-	add := func(r string) { tb.Add(&Span{Service: "s", Resource: r, Duration: 1}) }
+	add := func(r string) { tb.Add(&Record{Service: "s", Resource: r, Duration: 1}) }
 	add("a")
 	add("b")
 	add("c") // collapsed
@@ -77,9 +77,9 @@ func keys(m map[string]*Entry) []string {
 func TestBudgetReadmitAllocs(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{})
-	spans := make([]Span, 50)
+	spans := make([]Record, 50)
 	for i := range spans {
-		spans[i] = Span{Service: "s", Name: "op", Resource: fmt.Sprint("r", i), SpanKind: "client", Duration: 100}
+		spans[i] = Record{Service: "s", Name: "op", Resource: fmt.Sprint("r", i), SpanKind: "client", Duration: 100}
 		spans[i].SetPeerTags([]string{"peer.hostname:h" + fmt.Sprint(i), "db.system:pg"})
 	}
 	for i := range spans {
@@ -103,7 +103,7 @@ func TestBudgetPeerTagsPerKey(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{PeerTag: 2})
 	for i := range 4 {
-		s := Span{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
 		s.SetPeerTags([]string{fmt.Sprint("peer.hostname:h", i), "db.system:pg"})
 		tb.Add(&s)
 	}
@@ -128,7 +128,7 @@ func TestBudgetUnlimited(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: -1})
 	for i := range 3000 {
-		tb.Add(&Span{Resource: fmt.Sprint(i), Duration: 1})
+		tb.Add(&Record{Resource: fmt.Sprint(i), Duration: 1})
 	}
 	if tb.CollapsedSpans() != 0 {
 		t.Fatalf("unlimited resource collapsed %d spans", tb.CollapsedSpans())
@@ -142,7 +142,7 @@ func TestBudgetMemoryBounded(t *testing.T) {
 	tb.SetLimits(Limits{Resource: 10})
 	for iv := range 50 {
 		for i := range 100 {
-			tb.Add(&Span{Resource: fmt.Sprint(iv, "-", i), Duration: 1})
+			tb.Add(&Record{Resource: fmt.Sprint(iv, "-", i), Duration: 1})
 		}
 		tb.Rotate()
 	}
@@ -154,7 +154,7 @@ func TestBudgetMemoryBounded(t *testing.T) {
 func TestSetPeerTagKeysFilters(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetPeerTagKeys([]string{"peer.service", "db.instance"})
-	s := Span{Resource: "r", SpanKind: "client", Duration: 1}
+	s := Record{Resource: "r", SpanKind: "client", Duration: 1}
 	s.SetPeerTags([]string{"db.instance:i1", "noise:x", "peer.service:users", "nocolon"})
 	tb.Add(&s)
 	e := tb.Touched(nil)[0]
@@ -215,7 +215,7 @@ func TestBudgetMatchesModel(t *testing.T) {
 				return v
 			}
 			svc, op, res := pick("s"), pick("o"), pick("r")
-			s := Span{Service: svc, Name: op, Resource: res, SpanKind: "client", Duration: 1}
+			s := Record{Service: svc, Name: op, Resource: res, SpanKind: "client", Duration: 1}
 			hostTag := pick("peer.hostname:h")
 			host := strings.TrimPrefix(hostTag, "peer.hostname:")
 			s.SetPeerTags([]string{hostTag, "db.system:pg"})
@@ -253,7 +253,7 @@ func TestAttackedFollowsTheLastSpan(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: 1})
 	add := func(res string) {
-		s := Span{Service: "svc", Name: "op", Resource: res, SpanKind: "server", Duration: 1}
+		s := Record{Service: "svc", Name: "op", Resource: res, SpanKind: "server", Duration: 1}
 		tb.Add(&s)
 	}
 	if tb.Attacked() {
@@ -286,12 +286,12 @@ func TestAttackedFollowsTheLastSpan(t *testing.T) {
 }
 
 func TestTouch(t *testing.T) {
-	var zero Span
+	var zero Record
 	if got := touch(&zero); got != 0 {
 		t.Fatalf("touch(empty span) = %d, want 0", got)
 	}
 	_ = touchFields(&zero) // empty strings and no peer tags: must not fault
-	s := Span{Resource: "ab", Service: "c", Name: "", HTTPEndpoint: "xyz"}
+	s := Record{Resource: "ab", Service: "c", Name: "", HTTPEndpoint: "xyz"}
 	s.SetPeerTags([]string{"k:v", "q"})
 	want := ('a' ^ 'b') ^ ('c' ^ 'c') ^ ('x' ^ 'z') ^ ('k' ^ 'v') ^ ('q' ^ 'q')
 	if got := touch(&s); got != byte(want) {
@@ -304,14 +304,14 @@ func TestTouch(t *testing.T) {
 func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: 1, Service: 1, Operation: 1, PeerTag: 1})
-	first := Span{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
+	first := Record{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
 	first.SetPeerTags([]string{"peer.hostname:h"})
 	tb.Add(&first) // fills every budget
 	want := map[Field]uint64{}
 	r := rand.New(rand.NewPCG(3, 3))
 	var spans uint64
 	for i := range 2000 {
-		s := Span{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
+		s := Record{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
 		over := r.IntN(8) // which of resource, service, operation go over
 		if r.IntN(4) == 0 {
 			over = 7 // runs of one set, as under attack

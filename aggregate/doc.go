@@ -5,7 +5,7 @@
 // # Ownership
 //
 // The package owns Table (the groups of one process), Entry (one group's key
-// and its values for the current interval), Span (the raw input record that
+// and its values for the current interval), Record (the raw input that
 // travels through the inbox by copy) and Sketch (a DDSketch latency histogram
 // laid out exactly like the agent's, so the agent merges it without
 // re-mapping). Entries and their sketches belong to the Table that created

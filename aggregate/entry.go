@@ -7,7 +7,7 @@ import "unsafe"
 // sentinel the Datadog agent and tracers already use.
 const BlockedValue = "tracer_blocked_value"
 
-// MaxInlinePeerTags is how many peer tags a Span carries without allocating.
+// MaxInlinePeerTags is how many peer tags a Record carries without allocating.
 const MaxInlinePeerTags = 8
 
 // Trilean is the agent's three-valued boolean (IsTraceRoot on the wire).
@@ -20,11 +20,11 @@ const (
 	False  Trilean = 2
 )
 
-// Span is the raw input of one finished, eligible span: the label fields as
+// Record is the raw input of one finished, eligible span: the label fields as
 // the tracer gave them and the measurements. It is a plain value so that it can
 // travel through the inbox by copy; peer tags live inline up to
 // MaxInlinePeerTags, the rest in ExtraPeerTags.
-type Span struct {
+type Record struct {
 	Service, Name, Resource, Type, SpanKind  string
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
 	ServiceSource                            string
@@ -37,7 +37,7 @@ type Span struct {
 }
 
 // SetPeerTags stores tags in the span, inline when they fit.
-func (s *Span) SetPeerTags(tags []string) {
+func (s *Record) SetPeerTags(tags []string) {
 	n := copy(s.PeerTags[:], tags)
 	s.NumPeerTags = uint8(n)
 	s.ExtraPeerTags = nil
@@ -47,11 +47,11 @@ func (s *Span) SetPeerTags(tags []string) {
 	}
 }
 
-// Reset makes s the zero Span, writing only the fields that a span filled by
+// Reset makes s the zero Record, writing only the fields that a span filled by
 // assigning its fields and SetPeerTags can have set: the peer tags beyond
 // NumPeerTags are zero already. The inbox clears its slots with it (see
 // inbox.Ring.SetClear).
-func (s *Span) Reset() {
+func (s *Record) Reset() {
 	clear(s.PeerTags[:s.NumPeerTags])
 	s.Service, s.Name, s.Resource, s.Type, s.SpanKind = "", "", "", "", ""
 	s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode, s.ServiceSource = "", "", "", ""
@@ -159,7 +159,7 @@ func (e *Entry) reset() {
 
 // touchFields loads the addresses of the span's most variable strings and
 // folds them together; touch loads their bytes. See Table.AddBatch.
-func touchFields(s *Span) uintptr {
+func touchFields(s *Record) uintptr {
 	return uintptr(unsafe.Pointer(unsafe.StringData(s.Resource))) ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Service))) ^
 		uintptr(unsafe.Pointer(unsafe.StringData(s.Name))) ^
@@ -168,7 +168,7 @@ func touchFields(s *Span) uintptr {
 }
 
 // touch: see touchFields.
-func touch(s *Span) byte {
+func touch(s *Record) byte {
 	x := edge(s.Resource) ^ edge(s.Service) ^ edge(s.Name) ^ edge(s.HTTPEndpoint)
 	for i := range min(int(s.NumPeerTags), len(s.PeerTags)) {
 		x ^= edge(s.PeerTags[i])

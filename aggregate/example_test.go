@@ -10,7 +10,7 @@ func ExampleTable() {
 	// Owned by the consumer goroutine: no locks.
 	t := aggregate.NewTable(2)
 
-	get := aggregate.Span{
+	get := aggregate.Record{
 		Service: "web-store", Name: "http.request", Resource: "GET /users/:id",
 		Type: "web", SpanKind: "server", HTTPMethod: "GET", HTTPEndpoint: "/users/:id",
 		HTTPStatusCode: 200, TopLevel: true,
@@ -19,7 +19,7 @@ func ExampleTable() {
 		get.Duration = ms * 1e6
 		t.Add(&get)
 	}
-	db := aggregate.Span{
+	db := aggregate.Record{
 		Service: "web-store", Name: "postgres.query", Resource: "SELECT users",
 		Type: "sql", SpanKind: "client", Duration: 3e6, Error: true,
 	}
@@ -27,7 +27,7 @@ func ExampleTable() {
 	t.Add(&db)
 	// The cap is 2 and both entries were hit in this interval: a third key
 	// is folded into the overflow entry.
-	cache := aggregate.Span{Service: "web-store", Name: "redis.command", SpanKind: "client", Duration: 1e5}
+	cache := aggregate.Record{Service: "web-store", Name: "redis.command", SpanKind: "client", Duration: 1e5}
 	t.Add(&cache)
 
 	// Quantiles are within 1 % of the true value (printed to two digits).

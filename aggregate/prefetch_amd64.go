@@ -2,14 +2,14 @@ package aggregate
 
 import "unsafe"
 
-// havePrefetch: this architecture has prefetchSpan and prefetchStrings.
+// havePrefetch: this architecture has prefetchRecord and prefetchStrings.
 const havePrefetch = true
 
 //go:noescape
-func prefetchSpan(s *Span)
+func prefetchRecord(s *Record)
 
 //go:noescape
-func prefetchStrings(s *Span)
+func prefetchStrings(s *Record)
 
 // prefetch asks for the cache line at p without waiting for it.
 //

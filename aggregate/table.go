@@ -40,7 +40,7 @@ type Table struct {
 
 	budgets       *budgets            // nil: no cardinality limits
 	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
-	collapsedSpan Span                // scratch: a span with collapsed fields
+	collapsedSpan Record              // scratch: a span with collapsed fields
 	lastCollapsed collapsedMemo
 	attacked      bool // the last span collapsed: admit before hashing
 	lookAhead     byte // what AddBatch's look-ahead loads read: kept so they are not optimised away
@@ -108,7 +108,7 @@ func (t *Table) Overflowed() uint64 { return t.overflowed }
 
 // Add counts one span in the entry of its key, creating the entry for a new
 // key. It never loses a span: at the cap the span goes to the overflow entry.
-func (t *Table) Add(s *Span) {
+func (t *Table) Add(s *Record) {
 	if t.budgets != nil && t.attacked {
 		// The last span collapsed: under a cardinality attack most spans
 		// do, and their fresh strings miss every cache, so decide the
@@ -147,7 +147,7 @@ func (t *Table) Add(s *Span) {
 // then the strings' first bytes, then the aggregation. Off attack, on
 // amd64, it defers the record of each recent-cache hit (see addHits) so
 // that the miss on its sketch bin overlaps the next spans' lookups.
-func (t *Table) AddBatch(spans []*Span) {
+func (t *Table) AddBatch(spans []*Record) {
 	switch {
 	case !t.Attacked() && havePrefetch:
 		t.addHits(spans)
@@ -169,7 +169,7 @@ const recordLag = 8
 // pendingHit is a span whose entry addHits found, waiting to be recorded.
 type pendingHit struct {
 	e    *Entry
-	s    *Span
+	s    *Record
 	bin  int
 	zero bool
 }
@@ -186,7 +186,7 @@ func (p *pendingHit) record() { p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.E
 // records into an entry commute. Spans that miss the cache go through
 // addKey at once. An attack hands the rest of the batch, pending records
 // first, to AddBatch's look-ahead for attacks.
-func (t *Table) addHits(spans []*Span) {
+func (t *Table) addHits(spans []*Record) {
 	var q [recordLag]pendingHit
 	var head, tail uint // q[head%recordLag : tail%recordLag] are pending
 	for i, s := range spans {
@@ -221,16 +221,16 @@ func (t *Table) addHits(spans []*Span) {
 }
 
 // addPrefetching is AddBatch under attack with prefetch instructions.
-func (t *Table) addPrefetching(spans []*Span) {
+func (t *Table) addPrefetching(spans []*Record) {
 	for i := range min(len(spans), 2*prefetchAhead) {
-		prefetchSpan(spans[i])
+		prefetchRecord(spans[i])
 	}
 	for i := range min(len(spans), prefetchAhead) {
 		prefetchStrings(spans[i])
 	}
 	for i, s := range spans {
 		if j := i + 2*prefetchAhead; j < len(spans) {
-			prefetchSpan(spans[j])
+			prefetchRecord(spans[j])
 		}
 		if j := i + prefetchAhead; j < len(spans) {
 			prefetchStrings(spans[j])
@@ -242,7 +242,7 @@ func (t *Table) addPrefetching(spans []*Span) {
 // addTouching is AddBatch under attack without prefetch instructions: loads
 // of the batch's string headers, then of the strings' first and last bytes,
 // in passes before the aggregation.
-func (t *Table) addTouching(spans []*Span) {
+func (t *Table) addTouching(spans []*Record) {
 	var p uintptr
 	for _, s := range spans {
 		p ^= touchFields(s)
@@ -268,7 +268,7 @@ func (t *Table) Attacked() bool { return t.attacked }
 // recentEntry returns the entry the recent-span cache holds for s's key,
 // or nil. The tags, 4 KiB that stay in the L1 cache, turn away most misses
 // before a slot (a few cache lines) or its entry is read.
-func (t *Table) recentEntry(s *Span) *Entry {
+func (t *Table) recentEntry(s *Record) *Entry {
 	i, tag := recentIndex(s)
 	for w := range uint(recentWays) {
 		if t.recentTags[i+w] != tag {
@@ -290,12 +290,12 @@ func (t *Table) recentEntry(s *Span) *Entry {
 
 // cacheable reports whether s's key, counted in e, fits a recentKey (and
 // is worth remembering: the overflow entry's key is not s's).
-func (t *Table) cacheable(s *Span, e *Entry) bool {
+func (t *Table) cacheable(s *Record, e *Entry) bool {
 	return e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil
 }
 
 // remember puts s's key, counted in e, in the recent-span cache.
-func (t *Table) remember(s *Span, e *Entry) {
+func (t *Table) remember(s *Record, e *Entry) {
 	if t.cacheable(s, e) {
 		i, tag := recentIndex(s)
 		lru := &t.recentLRU[i/recentWays]
@@ -311,7 +311,7 @@ func (t *Table) remember(s *Span, e *Entry) {
 // addKey counts s in the entry of its raw key; kept are its kept peer tags
 // in the tracer's order. With checkBudgets, a key not yet admitted in this
 // interval goes through the budgets first.
-func (t *Table) addKey(s *Span, kept []string, checkBudgets bool) {
+func (t *Table) addKey(s *Record, kept []string, checkBudgets bool) {
 	b := t.encodeKey(s, t.sortedPeers(kept))
 	h := hash(b)
 	e := t.lookup(h, b[seedLen:])
@@ -358,7 +358,7 @@ type recentSlot struct {
 	gen  uint32
 }
 
-// recentKey is the key part of a Span, peer tags in the tracer's order.
+// recentKey is the key part of a Record, peer tags in the tracer's order.
 type recentKey struct {
 	fields         [9]string
 	peers          [recentPeers]string
@@ -367,7 +367,7 @@ type recentKey struct {
 	httpStatusCode uint32
 }
 
-func spanFlags(s *Span) uint8 {
+func spanFlags(s *Record) uint8 {
 	f := uint8(traceRoot(s))
 	if s.Synthetics {
 		f |= 4
@@ -375,14 +375,14 @@ func spanFlags(s *Span) uint8 {
 	return f
 }
 
-func (k *recentKey) setKey(s *Span) {
+func (k *recentKey) setKey(s *Record) {
 	k.fields = [9]string{s.Service, s.Name, s.Resource, s.Type, s.SpanKind,
 		s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode, s.ServiceSource}
 	copy(k.peers[:], s.PeerTags[:s.NumPeerTags])
 	k.numPeers, k.flags, k.httpStatusCode = s.NumPeerTags, spanFlags(s), s.HTTPStatusCode
 }
 
-func (k *recentKey) sameKey(s *Span) bool {
+func (k *recentKey) sameKey(s *Record) bool {
 	if k.httpStatusCode != s.HTTPStatusCode || k.numPeers != s.NumPeerTags || k.flags != spanFlags(s) ||
 		s.NumPeerTags > recentPeers || s.ExtraPeerTags != nil ||
 		!same(k.fields[2], s.Resource) || !same(k.fields[0], s.Service) || !same(k.fields[1], s.Name) ||
@@ -414,7 +414,7 @@ func same(a, b string) bool {
 // set) and a tag for the slot from other bits of the same hash. Only the
 // set choice depends on addresses; a hit is decided by the fields
 // themselves (sameKey).
-func recentIndex(s *Span) (uint, uint32) {
+func recentIndex(s *Record) (uint, uint32) {
 	h := addr(s.Resource)*0x9E3779B97F4A7C15 ^
 		addr(s.Name)*0xC2B2AE3D27D4EB4F ^
 		addr(s.Service)*0x165667B19E3779F9 ^
@@ -435,7 +435,7 @@ func addr(v string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringD
 // the tracer's strings): the last collapsed key is checked first, field by
 // field against s, then the recent-span cache; only a new collapsed key is
 // sorted, encoded and hashed.
-func (t *Table) addCollapsed(s *Span, rejected uint16, kept []string) {
+func (t *Table) addCollapsed(s *Record, rejected uint16, kept []string) {
 	m := &t.lastCollapsed
 	e := m.e
 	if e == nil || e.epoch != t.epoch || e.gen != m.gen || !m.matches(s, rejected, kept) {
@@ -468,7 +468,7 @@ type collapsedMemo struct {
 
 // matches reports whether s with the fields in rejected collapsed and the
 // peer tags kept is the memo's key (compared by identity, like sameKey).
-func (m *collapsedMemo) matches(s *Span, rejected uint16, kept []string) bool {
+func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool {
 	k := &m.key
 	if m.rejected != rejected || int(k.numPeers) != len(kept) || k.httpStatusCode != s.HTTPStatusCode ||
 		k.flags != spanFlags(s) ||
@@ -501,7 +501,7 @@ func sameOr(k, v string, collapsed uint16) bool {
 
 // keptPeers returns the span's peer tags whose key is kept, in the
 // tracer's order, in t.kept.
-func (t *Table) keptPeers(s *Span) []string {
+func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
 	if t.peerKeys == nil {
 		p = append(p, s.PeerTags[:s.NumPeerTags]...)
@@ -575,7 +575,7 @@ func sortSet(p []string) []string {
 	return p
 }
 
-func traceRoot(s *Span) Trilean {
+func traceRoot(s *Record) Trilean {
 	if s.TraceRoot {
 		return True
 	}
@@ -596,7 +596,7 @@ func appendField(b []byte, s string) []byte {
 // encodeKey writes the span's key bytes after the seed prefix of t.keyBuf and
 // returns them (seed included). The bytes are injective in the key fields,
 // so one byte comparison replaces a comparison per field.
-func (t *Table) encodeKey(s *Span, peers []string) []byte {
+func (t *Table) encodeKey(s *Record, peers []string) []byte {
 	b := t.keyBuf[:seedLen]
 	b = appendField(b, s.Service)
 	b = appendField(b, s.Name)
@@ -631,7 +631,7 @@ func (e *Entry) matches(key []byte) bool { return e.key == string(key) }
 
 // matchesSpan compares e's key with the fields of s field by field (no
 // encoding). It is exact for any entry, including a recycled one.
-func (e *Entry) matchesSpan(s *Span, peers []string) bool {
+func (e *Entry) matchesSpan(s *Record, peers []string) bool {
 	k := &e.Key
 	if k.Service != s.Service || k.Name != s.Name || k.Resource != s.Resource ||
 		k.Type != s.Type || k.SpanKind != s.SpanKind || k.HTTPMethod != s.HTTPMethod ||

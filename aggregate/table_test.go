@@ -11,34 +11,34 @@ import (
 	"unsafe"
 )
 
-func baseSpan() Span {
-	return Span{
+func baseSpan() Record {
+	return Record{
 		Service: "web-store", Name: "http.request", Resource: "GET /api/v1/users/:id",
 		Type: "web", SpanKind: "server", HTTPMethod: "GET", HTTPEndpoint: "/api/v1/users/:id",
 		HTTPStatusCode: 200, Duration: 1500,
 	}
 }
 
-func withPeers(s Span, tags ...string) Span {
+func withPeers(s Record, tags ...string) Record {
 	s.SetPeerTags(tags)
 	return s
 }
 
 // find returns the entry holding s's key, without adding anything.
-func find(tb *Table, s *Span) *Entry {
+func find(tb *Table, s *Record) *Entry {
 	b := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))
 	return tb.lookup(hash(b), b[seedLen:])
 }
 
 // findWithHash is find for keys added with addWithHash.
-func findWithHash(tb *Table, s *Span, h uint64) *Entry {
+func findWithHash(tb *Table, s *Record, h uint64) *Entry {
 	b := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))
 	return tb.lookup(h, b[seedLen:])
 }
 
 // addWithHash is Table.Add with the hash chosen by the test, to force
 // collisions of home slots and of whole hashes.
-func addWithHash(tb *Table, s *Span, h uint64) {
+func addWithHash(tb *Table, s *Record, h uint64) {
 	key := tb.encodeKey(s, tb.sortedPeers(tb.keptPeers(s)))[seedLen:]
 	e := tb.lookup(h, key)
 	if e == nil {
@@ -78,7 +78,7 @@ func checkSlots(t *testing.T, tb *Table) {
 	}
 }
 
-func wantKey(s Span) Key {
+func wantKey(s Record) Key {
 	tags := append(slices.Clone(s.PeerTags[:s.NumPeerTags]), s.ExtraPeerTags...)
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
@@ -126,7 +126,7 @@ func TestNewTableDefaults(t *testing.T) {
 }
 
 func TestSetPeerTags(t *testing.T) {
-	var s Span
+	var s Record
 	s.SetPeerTags([]string{"a:1", "b:2"})
 	if s.NumPeerTags != 2 || s.ExtraPeerTags != nil || s.PeerTags[1] != "b:2" {
 		t.Fatalf("inline: %d %v %v", s.NumPeerTags, s.PeerTags, s.ExtraPeerTags)
@@ -150,11 +150,11 @@ func TestSetPeerTags(t *testing.T) {
 }
 
 // TestSpanReset: whatever a span's fields and SetPeerTags set, Reset leaves
-// the zero Span. Every field other than the peer tags is filled by
-// reflection, so a field added to Span and forgotten by Reset fails here.
+// the zero Record. Every field other than the peer tags is filled by
+// reflection, so a field added to Record and forgotten by Reset fails here.
 func TestSpanReset(t *testing.T) {
 	for _, n := range []int{0, 1, 3, MaxInlinePeerTags, MaxInlinePeerTags + 2} {
-		var s Span
+		var s Record
 		v := reflect.ValueOf(&s).Elem()
 		for i := range v.NumField() {
 			f := v.Field(i)
@@ -169,7 +169,7 @@ func TestSpanReset(t *testing.T) {
 			case f.CanInt():
 				f.SetInt(-7)
 			default:
-				t.Fatalf("field %s of kind %s: teach this test (and Span.Reset) about it", name, f.Kind())
+				t.Fatalf("field %s of kind %s: teach this test (and Record.Reset) about it", name, f.Kind())
 			}
 		}
 		tags := make([]string, n)
@@ -179,7 +179,7 @@ func TestSpanReset(t *testing.T) {
 		s.SetPeerTags(tags)
 		s.Reset()
 		if !v.IsZero() {
-			t.Errorf("%d peer tags: after Reset %+v, want the zero Span", n, s)
+			t.Errorf("%d peer tags: after Reset %+v, want the zero Record", n, s)
 		}
 	}
 }
@@ -257,24 +257,24 @@ func TestTableDuplicatePeerTags(t *testing.T) {
 func TestTableKeyFields(t *testing.T) {
 	fields := []struct {
 		name   string
-		mutate func(*Span)
+		mutate func(*Record)
 	}{
-		{"Service", func(s *Span) { s.Service = "web-store2" }},
-		{"Name", func(s *Span) { s.Name = "http.request2" }},
-		{"Resource", func(s *Span) { s.Resource = "GET /api/v2/users/:id" }},
-		{"Type", func(s *Span) { s.Type = "http" }},
-		{"SpanKind", func(s *Span) { s.SpanKind = "client" }},
-		{"HTTPMethod", func(s *Span) { s.HTTPMethod = "POST" }},
-		{"HTTPEndpoint", func(s *Span) { s.HTTPEndpoint = "/api/v1/users" }},
-		{"GRPCStatusCode", func(s *Span) { s.GRPCStatusCode = "14" }},
-		{"ServiceSource", func(s *Span) { s.ServiceSource = "opt.peer_service" }},
-		{"HTTPStatusCode", func(s *Span) { s.HTTPStatusCode = 404 }},
-		{"HTTPStatusCode high byte", func(s *Span) { s.HTTPStatusCode = 200 | 1<<24 }},
-		{"Synthetics", func(s *Span) { s.Synthetics = true }},
-		{"TraceRoot", func(s *Span) { s.TraceRoot = true }},
-		{"PeerTags added", func(s *Span) { s.SetPeerTags([]string{"peer.service:db"}) }},
-		{"PeerTags value", func(s *Span) { s.SetPeerTags([]string{"peer.service:cache"}) }},
-		{"PeerTags extra", func(s *Span) {
+		{"Service", func(s *Record) { s.Service = "web-store2" }},
+		{"Name", func(s *Record) { s.Name = "http.request2" }},
+		{"Resource", func(s *Record) { s.Resource = "GET /api/v2/users/:id" }},
+		{"Type", func(s *Record) { s.Type = "http" }},
+		{"SpanKind", func(s *Record) { s.SpanKind = "client" }},
+		{"HTTPMethod", func(s *Record) { s.HTTPMethod = "POST" }},
+		{"HTTPEndpoint", func(s *Record) { s.HTTPEndpoint = "/api/v1/users" }},
+		{"GRPCStatusCode", func(s *Record) { s.GRPCStatusCode = "14" }},
+		{"ServiceSource", func(s *Record) { s.ServiceSource = "opt.peer_service" }},
+		{"HTTPStatusCode", func(s *Record) { s.HTTPStatusCode = 404 }},
+		{"HTTPStatusCode high byte", func(s *Record) { s.HTTPStatusCode = 200 | 1<<24 }},
+		{"Synthetics", func(s *Record) { s.Synthetics = true }},
+		{"TraceRoot", func(s *Record) { s.TraceRoot = true }},
+		{"PeerTags added", func(s *Record) { s.SetPeerTags([]string{"peer.service:db"}) }},
+		{"PeerTags value", func(s *Record) { s.SetPeerTags([]string{"peer.service:cache"}) }},
+		{"PeerTags extra", func(s *Record) {
 			s.SetPeerTags(strings.Split("a:1 b:1 c:1 d:1 e:1 f:1 g:1 h:1 i:1 j:1", " "))
 		}},
 	}
@@ -308,14 +308,14 @@ func TestTableKeyFields(t *testing.T) {
 // TestTableKeyEncodingIsInjective checks keys whose concatenated bytes
 // would be equal under a separator encoding.
 func TestTableKeyEncodingIsInjective(t *testing.T) {
-	pairs := [][2]func(*Span){
-		{func(s *Span) { s.Service, s.Name = "ab", "c" }, func(s *Span) { s.Service, s.Name = "a", "bc" }},
-		{func(s *Span) { s.Service, s.Name = "a\xff", "b" }, func(s *Span) { s.Service, s.Name = "a", "\xffb" }},
-		{func(s *Span) { s.Service, s.Name = "\x01a", "" }, func(s *Span) { s.Service, s.Name = "", "a" }},
-		{func(s *Span) { s.ServiceSource = "x"; s.HTTPStatusCode = 0 }, func(s *Span) { s.ServiceSource = ""; s.HTTPStatusCode = 0x0178 }},
-		{func(s *Span) { s.SetPeerTags([]string{"a", "b"}) }, func(s *Span) { s.SetPeerTags([]string{"a\x01b"}) }},
-		{func(s *Span) { s.SetPeerTags([]string{""}) }, func(s *Span) { s.SetPeerTags(nil) }},
-		{func(s *Span) { s.Resource = strings.Repeat("r", 200) }, func(s *Span) { s.Resource = strings.Repeat("r", 199) }},
+	pairs := [][2]func(*Record){
+		{func(s *Record) { s.Service, s.Name = "ab", "c" }, func(s *Record) { s.Service, s.Name = "a", "bc" }},
+		{func(s *Record) { s.Service, s.Name = "a\xff", "b" }, func(s *Record) { s.Service, s.Name = "a", "\xffb" }},
+		{func(s *Record) { s.Service, s.Name = "\x01a", "" }, func(s *Record) { s.Service, s.Name = "", "a" }},
+		{func(s *Record) { s.ServiceSource = "x"; s.HTTPStatusCode = 0 }, func(s *Record) { s.ServiceSource = ""; s.HTTPStatusCode = 0x0178 }},
+		{func(s *Record) { s.SetPeerTags([]string{"a", "b"}) }, func(s *Record) { s.SetPeerTags([]string{"a\x01b"}) }},
+		{func(s *Record) { s.SetPeerTags([]string{""}) }, func(s *Record) { s.SetPeerTags(nil) }},
+		{func(s *Record) { s.Resource = strings.Repeat("r", 200) }, func(s *Record) { s.Resource = strings.Repeat("r", 199) }},
 	}
 	for i, p := range pairs {
 		tb := NewTable(0)
@@ -433,7 +433,7 @@ func TestTableHitAllocs(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("peer.tag%d:value%d", i, i)
 	}
-	cases := map[string]Span{
+	cases := map[string]Record{
 		"no peer tags": baseSpan(),
 		"3 peer tags":  withPeers(baseSpan(), "peer.service:db", "db.instance:users", "peer.hostname:db-1"),
 		"12 peer tags": withPeers(baseSpan(), many...),
@@ -462,7 +462,7 @@ func TestTableHitAllocs(t *testing.T) {
 func TestTableCapOverflow(t *testing.T) {
 	const n = 4
 	tb := NewTable(n)
-	spans := make([]Span, n+2)
+	spans := make([]Record, n+2)
 	for i := range spans {
 		spans[i] = baseSpan()
 		spans[i].Resource = fmt.Sprintf("res-%d", i)
@@ -553,7 +553,7 @@ func TestTableCapOverflow(t *testing.T) {
 
 func TestTableTouchedRotateClear(t *testing.T) {
 	tb := NewTable(3)
-	mk := func(res string, err bool) *Span {
+	mk := func(res string, err bool) *Record {
 		s := baseSpan()
 		s.Resource, s.Error = res, err
 		return &s
@@ -634,7 +634,7 @@ type model struct {
 
 type modelVals struct{ hits, errs, top, dur uint64 }
 
-func (v *modelVals) record(s *Span) {
+func (v *modelVals) record(s *Record) {
 	v.hits++
 	v.dur += uint64(s.Duration)
 	if s.Error {
@@ -647,7 +647,7 @@ func (v *modelVals) record(s *Span) {
 
 func newModel(cap int) *model { return &model{cap: cap, pos: map[int]int{}} }
 
-func (m *model) add(k int, s *Span) {
+func (m *model) add(k int, s *Record) {
 	p, ok := m.pos[k]
 	if !ok {
 		switch {
@@ -703,7 +703,7 @@ func (m *model) clear() {
 
 // modelSpan is the span of key id k: resource names the key, the other
 // fields vary so that peer tags, booleans and the status take part.
-func modelSpan(k int, r *rand.Rand) Span {
+func modelSpan(k int, r *rand.Rand) Record {
 	s := baseSpan()
 	s.Resource = fmt.Sprintf("GET /r/%d", k)
 	s.Service = []string{"web", "api", "worker"}[k%3]
@@ -744,14 +744,14 @@ func TestTableMatchesModel(t *testing.T) {
 					home := (tb.mask - 1 + uint64(k%4)) & tb.mask
 					return home | uint64(k%12)<<32
 				}
-				add := func(k int, s *Span) {
+				add := func(k int, s *Record) {
 					if forced {
 						addWithHash(tb, s, hashOf(k))
 					} else {
 						tb.Add(s)
 					}
 				}
-				lookup := func(k int, s *Span) *Entry {
+				lookup := func(k int, s *Record) *Entry {
 					if forced {
 						return findWithHash(tb, s, hashOf(k))
 					}
@@ -841,7 +841,7 @@ func TestTableUnlink(t *testing.T) {
 	for round := range 500 {
 		tb := NewTable(8) // 16 slots
 		type item struct {
-			s Span
+			s Record
 			h uint64
 		}
 		var items []item
@@ -934,8 +934,8 @@ func TestEntryMerge(t *testing.T) {
 func TestRecentCacheIdentityAndEquality(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(DefaultLimits())
-	mk := func(clone func(string) string) *Span {
-		s := &Span{Service: clone("web"), Name: clone("http.request"), Resource: clone("GET /a"),
+	mk := func(clone func(string) string) *Record {
+		s := &Record{Service: clone("web"), Name: clone("http.request"), Resource: clone("GET /a"),
 			SpanKind: clone("client"), Duration: 10}
 		s.SetPeerTags([]string{clone("peer.service:db"), clone("db.system:pg")})
 		return s
@@ -972,13 +972,13 @@ func TestAddBatchMatchesAdd(t *testing.T) {
 	}
 }
 
-func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, []*Span)) {
+func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, []*Record)) {
 	const rotateAt = 12 * 256
 	one, batched := NewTable(maxEntries), NewTable(maxEntries)
 	one.SetLimits(Limits{Resource: 8, PeerTag: 4})
 	batched.SetLimits(Limits{Resource: 8, PeerTag: 4})
-	spans := make([]Span, 6000)
-	ptrs := make([]*Span, len(spans))
+	spans := make([]Record, 6000)
+	ptrs := make([]*Record, len(spans))
 	names, hosts := make([]string, 61), make([]string, 13)
 	for i := range names {
 		names[i] = fmt.Sprint("r", i)
@@ -998,7 +998,7 @@ func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, 
 		if i >= rotateAt {
 			res = names[i%5]
 		}
-		*s = Span{Service: "svc", Name: "op", Resource: res, SpanKind: "client",
+		*s = Record{Service: "svc", Name: "op", Resource: res, SpanKind: "client",
 			Duration: int64(i * i % 5_000_000), Error: i%7 == 0, TopLevel: i%3 == 0}
 		if i%3 != 0 {
 			s.SetPeerTags([]string{hosts[i%13], "db.system:pg"})
@@ -1055,8 +1055,8 @@ func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, 
 // least recently used, and an entry found in the cache counts as used.
 func TestRecentCacheWays(t *testing.T) {
 	tb := NewTable(0)
-	bySet := map[uint][]*Span{}
-	var set []*Span
+	bySet := map[uint][]*Record{}
+	var set []*Record
 	for i := 0; set == nil; i++ {
 		s := baseSpan()
 		s.Resource = fmt.Sprintf("GET /r/%d", i)

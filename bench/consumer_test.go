@@ -33,8 +33,8 @@ func BenchmarkConsumer(b *testing.B) {
 }
 
 func benchConsumer(b *testing.B, w *Workload) {
-	ring := inbox.New[aggregate.Span](consumerBatch)
-	ring.SetClear((*aggregate.Span).Reset) // as the aggregator's inbox
+	ring := inbox.New[aggregate.Record](consumerBatch)
+	ring.SetClear((*aggregate.Record).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
 	walks := make([]*Producer, Producers)
@@ -56,7 +56,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 			c.Commit()
 		}
 	}
-	batch := make([]*aggregate.Span, drainBatch)
+	batch := make([]*aggregate.Record, drainBatch)
 	drain := func() int { // the aggregator's consumer loop
 		n := ring.Ready(drainBatch)
 		for i := range n {
@@ -89,8 +89,8 @@ func benchConsumer(b *testing.B, w *Workload) {
 const drainBatch = 256
 
 // snapshot copies what Publish copies into the inbox.
-func snapshot(d *aggregate.Span, s *stats.Span) {
-	*d = aggregate.Span{
+func snapshot(d *aggregate.Record, s *stats.Span) {
+	*d = aggregate.Record{
 		Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
 		HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
 		ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Duration: s.Duration,

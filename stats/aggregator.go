@@ -36,7 +36,7 @@ var (
 type Aggregator struct {
 	cfg    Config
 	ep     endpoint
-	inbox  *inbox.Ring[aggregate.Span]
+	inbox  *inbox.Ring[aggregate.Record]
 	c      counters
 	client *http.Client
 	header writer.Header
@@ -324,8 +324,8 @@ var now = time.Now
 // consumer's core); the end-to-end benchmarks do: 1.35× the spans counted
 // per second in SteadyState and 1.1× in Adversarial, in alternating rounds
 // against whole-slot zeroing.
-func newInbox(n int) *inbox.Ring[aggregate.Span] {
-	r := inbox.New[aggregate.Span](n)
-	r.SetClear((*aggregate.Span).Reset)
+func newInbox(n int) *inbox.Ring[aggregate.Record] {
+	r := inbox.New[aggregate.Record](n)
+	r.SetClear((*aggregate.Record).Reset)
 	return r
 }

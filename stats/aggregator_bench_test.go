@@ -67,7 +67,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	spans := benchSpans(200)
-	drained := make([]aggregate.Span, 1024)
+	drained := make([]aggregate.Record, 1024)
 	room := a.inbox.Cap()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -151,9 +151,9 @@ func BenchmarkReport2048(b *testing.B) {
 	}
 	c := newConsumer(a)
 	c.start = time.Now().Truncate(c.interval)
-	spans := make([]aggregate.Span, 2048)
+	spans := make([]aggregate.Record, 2048)
 	for i := range spans {
-		spans[i] = aggregate.Span{Service: "web-store", Name: "http.request", Type: "web", SpanKind: "server",
+		spans[i] = aggregate.Record{Service: "web-store", Name: "http.request", Type: "web", SpanKind: "server",
 			Resource: fmt.Sprintf("GET /api/v1/items/%d", i), HTTPMethod: "GET", HTTPStatusCode: 200}
 	}
 	durs := logUniform(1 << 12)

@@ -514,7 +514,7 @@ func TestEligibility(t *testing.T) {
 }
 
 func TestPeerTagsOnlyForClientKinds(t *testing.T) {
-	var r aggregate.Span
+	var r aggregate.Record
 	(&Span{SpanKind: "server", PeerTags: []string{"a:b"}}).snapshot(&r)
 	if r.NumPeerTags != 0 {
 		t.Fatal("server span kept peer tags")
@@ -528,7 +528,7 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 	for i := range tags {
 		tags[i] = fmt.Sprintf("k%d:v", i)
 	}
-	r = aggregate.Span{} // a claimed slot is zeroed
+	r = aggregate.Record{} // a claimed slot is zeroed
 	(&Span{SpanKind: "producer", PeerTags: tags}).snapshot(&r)
 	extra := tags[aggregate.MaxInlinePeerTags:]
 	if int(r.NumPeerTags) != aggregate.MaxInlinePeerTags || len(r.ExtraPeerTags) != 2 ||

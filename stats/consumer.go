@@ -18,7 +18,7 @@ const idleYields = 4
 type consumer struct {
 	a         *Aggregator
 	table     *aggregate.Table
-	batch     []aggregate.Span
+	batch     []aggregate.Record
 	touched   []*aggregate.Entry
 	buckets   [1]writer.Bucket
 	seq       uint64
@@ -26,17 +26,17 @@ type consumer struct {
 	start     time.Time // start of the current interval
 	boundary  time.Time // the aligned end the timer is armed for
 	timer     *time.Timer
-	peerKeys  *[]string         // the list last given to the table
-	batchPtrs []*aggregate.Span // the inbox slots of the batch being aggregated
-	stopping  bool              // Stop's final report: wait for the sender
+	peerKeys  *[]string           // the list last given to the table
+	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
+	stopping  bool                // Stop's final report: wait for the sender
 }
 
 func newConsumer(a *Aggregator) *consumer {
 	c := &consumer{
 		a:         a,
 		table:     aggregate.NewTable(a.cfg.MaxAggregates),
-		batch:     make([]aggregate.Span, drainBatch),
-		batchPtrs: make([]*aggregate.Span, drainBatch),
+		batch:     make([]aggregate.Record, drainBatch),
+		batchPtrs: make([]*aggregate.Record, drainBatch),
 		interval:  a.cfg.BucketInterval,
 	}
 	c.table.SetLimits(a.cfg.CardinalityLimits)
@@ -107,7 +107,7 @@ func (c *consumer) run() {
 	}
 }
 
-func (c *consumer) aggregate(spans []aggregate.Span) {
+func (c *consumer) aggregate(spans []aggregate.Record) {
 	for i := range spans {
 		c.table.Add(&spans[i])
 	}

@@ -82,7 +82,7 @@ func keepsPeerTags(kind string) bool {
 
 // snapshot copies the span's key fields and measurements into the inbox
 // record.
-func (s *Span) snapshot(r *aggregate.Span) {
+func (s *Span) snapshot(r *aggregate.Record) {
 	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
 	r.SpanKind = s.SpanKind
 	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode

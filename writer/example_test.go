@@ -11,12 +11,12 @@ func ExampleAppendPayload() {
 	// The consumer aggregates spans into a table…
 	tab := aggregate.NewTable(0)
 	for i, ms := range []int64{1, 2, 3, 40} {
-		tab.Add(&aggregate.Span{
+		tab.Add(&aggregate.Record{
 			Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
 			HTTPStatusCode: 200, Duration: ms * 1e6, Error: i == 3, TopLevel: true, TraceRoot: true,
 		})
 	}
-	tab.Add(&aggregate.Span{
+	tab.Add(&aggregate.Record{
 		Service: "web", Name: "http.request", Resource: "POST /login", SpanKind: "server",
 		HTTPStatusCode: 302, Duration: 5e6, TopLevel: true,
 	})

@@ -35,7 +35,7 @@ func tableEntries(t testing.TB) []*aggregate.Entry {
 	kinds := []string{"server", "client", "producer", "consumer", "internal"}
 	for k := range 11 {
 		for i := range 40 + 10*k {
-			s := aggregate.Span{
+			s := aggregate.Record{
 				Service: "svc", Name: "http.request", Resource: fmt.Sprintf("GET /users/%d", k),
 				Type: "web", SpanKind: kinds[k%len(kinds)], HTTPMethod: "GET",
 				HTTPEndpoint: "/users/{id}", GRPCStatusCode: "", ServiceSource: "opt.service",
@@ -374,7 +374,7 @@ func benchEntries(tb testing.TB, n, perSketch int) []*aggregate.Entry {
 	tab := aggregate.NewTable(n)
 	r := rand.New(rand.NewPCG(5, 6))
 	for k := range n {
-		s := aggregate.Span{
+		s := aggregate.Record{
 			Service: "checkout", Name: "http.request", Resource: fmt.Sprintf("GET /api/v2/items/%d", k),
 			Type: "web", SpanKind: "server", HTTPMethod: "GET", HTTPEndpoint: "/api/v2/items/{id}",
 			HTTPStatusCode: 200, TopLevel: true, TraceRoot: k%3 == 0,

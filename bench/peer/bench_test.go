@@ -114,11 +114,11 @@ func heapOfAggregator(b *testing.B, w *bench.Workload, measure func()) int {
 
 func heapOfTable(_ *testing.B, w *bench.Workload, measure func()) int {
 	t := aggregate.NewTable(0)
-	var rec aggregate.Span
+	var rec aggregate.Record
 	p := w.Producer(0)
 	for range w.Len() {
 		_, s := p.Next()
-		rec = aggregate.Span{
+		rec = aggregate.Record{
 			Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
 			HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
 			ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Duration: s.Duration,

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 // payload encodes one bucket holding the entries of spans (a table per call).
-func payload(t *testing.T, spans ...aggregate.Span) []byte {
+func payload(t *testing.T, spans ...aggregate.Record) []byte {
 	t.Helper()
 	tb := aggregate.NewTable(0)
 	for i := range spans {
@@ -50,11 +50,11 @@ func post(t *testing.T, c *http.Client, url string, body []byte) int {
 func TestStatsAndSum(t *testing.T) {
 	a := New()
 	defer a.Close()
-	web := aggregate.Span{Service: "web", Name: "http.request", Resource: "GET /", Type: "web", SpanKind: "server",
+	web := aggregate.Record{Service: "web", Name: "http.request", Resource: "GET /", Type: "web", SpanKind: "server",
 		HTTPStatusCode: 200, TopLevel: true, Duration: 1000}
 	webErr := web
 	webErr.Error, webErr.Duration = true, 3000
-	db := aggregate.Span{Service: "web", Name: "pg.query", Resource: "SELECT 1", SpanKind: "client", Duration: 500}
+	db := aggregate.Record{Service: "web", Name: "pg.query", Resource: "SELECT 1", SpanKind: "client", Duration: 500}
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	if got := post(t, c, a.URL(), payload(t, web, webErr, db)); got != http.StatusOK {
@@ -112,7 +112,7 @@ func TestSetHandlerAndInfo(t *testing.T) {
 		return false
 	})
 	c := &http.Client{Timeout: 10 * time.Second}
-	body := payload(t, aggregate.Span{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
 	if got := post(t, c, a.URL(), body); got != http.StatusServiceUnavailable {
 		t.Fatalf("first status %d, want 503", got)
 	}
@@ -161,7 +161,7 @@ func TestUnix(t *testing.T) {
 	}}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	body := payload(t, aggregate.Span{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
 	if got := post(t, c, "http://apm", body); got != http.StatusOK {
 		t.Fatalf("status %d over the Unix socket, want 200", got)
 	}
