@@ -339,7 +339,7 @@ func (d *SDK) Counts() Counts {
 		Published: h.Published, Counted: h.Counted, Shed: h.InboxFull, Ineligible: h.Ineligible,
 		Collapsed: h.CollapsedSpans, Overflowed: h.Overflowed,
 	}
-	c.Lost = h.Rejected + h.AggregateDropped + h.Disabled // Pending: not yet accounted
+	c.Lost = h.AfterStop + h.AggregateDropped + h.AgentOffSpans // Pending: not yet accounted
 	return c
 }
 

@@ -149,7 +149,7 @@ func BenchmarkReport2048(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := newConsumer(a)
+	c := a.cons
 	c.start = time.Now().Truncate(c.interval)
 	spans := make([]aggregate.Record, 2048)
 	for i := range spans {
@@ -173,10 +173,10 @@ func BenchmarkReport2048(b *testing.B) {
 		refill()
 		b.StartTimer()
 		c.report(time.Now(), nil)
-		r := <-a.sendCh // what the sender would take
+		r := <-a.snd.in // what the sender would take
 		for _, p := range r.parts {
 			bytes += len(p.body)
-			a.putBuf(p.body)
+			c.bufs.put(p.body)
 		}
 	}
 	b.ReportMetric(float64(bytes)/float64(b.N), "payload-B/op")

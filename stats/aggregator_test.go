@@ -128,17 +128,15 @@ func TestEndToEndConservation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		inbox int
-		lock  bool
 	}{
-		{"default-inbox", 0, false},
-		{"tiny-inbox-drops", 16, false},
-		{"locked-consumer-thread", 0, true},
+		{"default-inbox", 0},
+		{"tiny-inbox-drops", 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ag := testagent.New()
 			defer ag.Close()
 			a := newStarted(t, Config{AgentURL: ag.URL(), Env: "test", Service: "svc", InboxSize: tc.inbox, SendQueue: 256,
-				BucketInterval: 50 * time.Millisecond, LockConsumerThread: tc.lock})
+				BucketInterval: 50 * time.Millisecond})
 			const producers, n, keys = 8, 20000, 300
 			stopFlush := make(chan struct{})
 			flushed := make(chan struct{})
@@ -162,12 +160,12 @@ func TestEndToEndConservation(t *testing.T) {
 			if h.Published != producers*n {
 				t.Fatalf("Published = %d, want %d", h.Published, producers*n)
 			}
-			if got := h.Counted + h.Ineligible + h.InboxFull + h.Rejected + h.Disabled + h.AggregateDropped + h.Pending; got != h.Published {
-				t.Fatalf("conservation: counted %d + ineligible %d + inboxFull %d + rejected %d + dropped %d + pending %d = %d, published %d",
-					h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.AggregateDropped, h.Pending, got, h.Published)
+			if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.Pending; got != h.Published {
+				t.Fatalf("conservation: counted %d + ineligible %d + inboxFull %d + afterStop %d + dropped %d + pending %d = %d, published %d",
+					h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AggregateDropped, h.Pending, got, h.Published)
 			}
-			if h.Pending != 0 || h.Rejected != 0 || h.AggregateDropped != 0 {
-				t.Fatalf("after Stop: pending %d rejected %d aggDropped %d", h.Pending, h.Rejected, h.AggregateDropped)
+			if h.Pending != 0 || h.AfterStop != 0 || h.AggregateDropped != 0 {
+				t.Fatalf("after Stop: pending %d afterStop %d aggDropped %d", h.Pending, h.AfterStop, h.AggregateDropped)
 			}
 			if h.Ineligible != ineligible {
 				t.Fatalf("Ineligible = %d, want %d", h.Ineligible, ineligible)
@@ -311,7 +309,7 @@ func TestHeadersAndPayloadIdentity(t *testing.T) {
 	}
 }
 
-func TestPublishAfterStopIsRejected(t *testing.T) {
+func TestPublishAfterStopIsCounted(t *testing.T) {
 	ag := testagent.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL()})
@@ -319,8 +317,8 @@ func TestPublishAfterStopIsRejected(t *testing.T) {
 	if a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1}) {
 		t.Fatal("Publish after Stop returned true")
 	}
-	if h := a.Health(); h.Rejected != 1 || h.Published != 1 {
-		t.Fatalf("Rejected %d Published %d, want 1 and 1", h.Rejected, h.Published)
+	if h := a.Health(); h.AfterStop != 1 || h.Published != 1 {
+		t.Fatalf("AfterStop %d Published %d, want 1 and 1", h.AfterStop, h.Published)
 	}
 	if err := a.Flush(context.Background()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("Flush after Stop = %v, want ErrStopped", err)
@@ -534,34 +532,5 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 	if int(r.NumPeerTags) != aggregate.MaxInlinePeerTags || len(r.ExtraPeerTags) != 2 ||
 		r.ExtraPeerTags[0] != extra[0] || r.ExtraPeerTags[1] != extra[1] || &r.ExtraPeerTags[0] == &extra[0] {
 		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
-	}
-}
-
-// Payload buffers: small ones are reused, a large one (a burst's report) is
-// left to the GC instead of being kept for good.
-func TestPayloadBufferReuseIsBounded(t *testing.T) {
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := make([]byte, 100, 1<<10)
-	a.putBuf(small)
-	b := a.getBuf(512)
-	if len(b) != 0 || cap(b) != 1<<10 || &b[:1][0] != &small[0] {
-		t.Fatalf("getBuf(512) = len %d cap %d, want the spare of 1 KiB back, emptied", len(b), cap(b))
-	}
-	a.putBuf(small)
-	if b := a.getBuf(4 << 10); cap(b) < 4<<10 {
-		t.Fatalf("getBuf(4 KiB) has cap %d", cap(b))
-	}
-	if b := a.getBuf(10); &b[:1][0] != &small[0] {
-		t.Fatal("a spare too small for one request was not kept for the next")
-	}
-	a.putBuf(make([]byte, 0, maxSpareBuf+1))
-	if n := len(a.freeBuf); n != 0 {
-		t.Fatalf("%d spare buffers after returning one larger than maxSpareBuf", n)
-	}
-	if b := a.getBuf(3 << 20); cap(b) < 3<<20 {
-		t.Fatalf("getBuf(3 MiB) has cap %d", cap(b))
 	}
 }

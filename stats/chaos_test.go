@@ -104,12 +104,12 @@ func TestChaosConservation(t *testing.T) {
 		t.Fatalf("agent accepted %d hits, Health.SpansSent %d", hits, h.SpansSent)
 	}
 	// The faults really happened (else this test proves little).
-	if h.PayloadsSent == 0 || h.PayloadsRetried == 0 || h.PayloadsSplit == 0 || h.DisabledTimes == 0 ||
+	if h.PayloadsSent == 0 || h.PayloadsRetried == 0 || h.PayloadsSplit == 0 || h.AgentOffTimes == 0 ||
 		h.PayloadsDropped == 0 || h.Cleared == 0 || h.Ineligible == 0 {
 		t.Fatalf("a fault path was never taken: %+v", h)
 	}
 	t.Logf("published %d: counted %d (sent %d, unsent %d, cleared %d), ineligible %d, inbox full %d, disabled %d; "+
 		"payloads sent %d retried %d split %d dropped %d; disabled %d times",
-		h.Published, h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.Ineligible, h.InboxFull, h.Disabled,
-		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.DisabledTimes)
+		h.Published, h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.Ineligible, h.InboxFull, h.AgentOffSpans,
+		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.AgentOffTimes)
 }

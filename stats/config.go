@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
 // Defaults for the zero values of Config.
@@ -130,16 +130,6 @@ type Config struct {
 	// at once, never yielding (ShedYieldEvery is then ignored).
 	ShedWithoutYield bool
 
-	// LockConsumerThread wires the consumer goroutine to one OS thread
-	// (runtime.LockOSThread) for the aggregator's life, so the scheduler
-	// never moves it to another thread. The price is an OS thread reserved
-	// for stats and a thread switch, instead of a goroutine switch, each
-	// time the idle consumer waits or wakes. On the project's 2-core
-	// benchmark machines it made no measurable difference (SteadyState,
-	// 8 producers, 5 alternating processes each way: 8.2–12.8 M spans
-	// counted/s with it, 8.6–14.4 M without; see bench/RESULTS.md on the
-	// machines' two speeds). Off by default.
-	LockConsumerThread bool
 	// MaxAggregates caps the number of groups (default 2048); beyond it idle
 	// groups are recycled, then spans fold into the overflow group.
 	MaxAggregates int
@@ -262,35 +252,12 @@ func (c Config) withDefaults() (Config, error) {
 // minPayloadBytes leaves room for the header and one large group.
 const minPayloadBytes = 64 << 10
 
-// endpoint is a parsed AgentURL.
-type endpoint struct {
-	base       string // URL prefix for requests: "http://host:port" or "http://localhost" for unix
-	unixSocket string // non-empty for unix://
-}
-
-func parseAgentURL(raw string) (endpoint, error) {
-	u, err := url.Parse(raw)
+func parseAgentURL(raw string) (agentclient.Endpoint, error) {
+	ep, err := agentclient.ParseURL(raw)
 	if err != nil {
-		return endpoint{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+		return ep, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 	}
-	switch u.Scheme {
-	case "http", "https":
-		if u.Host == "" {
-			return endpoint{}, fmt.Errorf("%w: AgentURL %q has no host", ErrBadConfig, raw)
-		}
-		return endpoint{base: u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")}, nil
-	case "unix":
-		p := u.Path
-		if p == "" {
-			p = u.Opaque
-		}
-		if p == "" {
-			return endpoint{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
-		}
-		return endpoint{base: "http://localhost", unixSocket: p}, nil
-	default:
-		return endpoint{}, fmt.Errorf("%w: AgentURL %q: scheme %q is not supported (use http, https or unix)", ErrBadConfig, raw, u.Scheme)
-	}
+	return ep, nil
 }
 
 func newRuntimeID() string {

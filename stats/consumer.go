@@ -1,12 +1,34 @@
+// This file holds the consumer: the one goroutine that owns the table,
+// drains the inbox into it and turns each interval into payloads.
+
 package stats
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/inbox"
 	"github.com/spanstats/spanstats/writer"
 )
+
+// drainBatch is how many spans the consumer takes from the inbox at a time:
+// large enough to amortise the signal check, small enough to stay in L2.
+const drainBatch = 256
+
+// now is the clock; a variable so tests can check bucket alignment.
+var now = time.Now
+
+// newInbox returns the inbox of n spans. Its slots are cleared with
+// aggregate.Record.Reset, which writes only the fields a producer can have
+// set, not the whole slot: zeroing it all pulls the slot's last cache lines
+// in only to write zeros over zeros (see BenchmarkSteadyState).
+func newInbox(n int) *inbox.Ring[aggregate.Record] {
+	r := inbox.New[aggregate.Record](n)
+	r.SetClear((*aggregate.Record).Reset)
+	return r
+}
 
 // idleYields is how many times the consumer yields on an empty inbox before
 // parking: enough to ride out the gaps of a busy stream, few enough that an
@@ -16,7 +38,20 @@ const idleYields = 4
 // consumer is the state of the one goroutine that owns the table. Nothing
 // else reads or writes it.
 type consumer struct {
-	a         *Aggregator
+	in       *inbox.Ring[aggregate.Record]
+	ctr      *counters
+	off      *atomic.Bool              // the agent refuses stats: discard reports
+	peerTags *atomic.Pointer[[]string] // the agent's list, from the sender
+	flushCh  <-chan chan error
+	clearCh  <-chan struct{}
+	stopCh   <-chan struct{}
+	out      chan<- *report  // to the sender
+	abort    <-chan struct{} // Stop gave up waiting
+	bufs     bufPool
+	header   writer.Header
+	maxBody  int // Config.MaxPayloadBytes
+	done     chan struct{}
+
 	table     *aggregate.Table
 	batch     []aggregate.Record
 	touched   []*aggregate.Entry
@@ -31,28 +66,45 @@ type consumer struct {
 	stopping  bool                // Stop's final report: wait for the sender
 }
 
-func newConsumer(a *Aggregator) *consumer {
+func newConsumer(a *Aggregator, cfg *Config, out chan<- *report, bufs bufPool, abort <-chan struct{}) *consumer {
 	c := &consumer{
-		a:         a,
-		table:     aggregate.NewTable(a.cfg.MaxAggregates),
+		in:        a.inbox,
+		ctr:       &a.c,
+		off:       &a.off,
+		peerTags:  &a.snd.peerTags,
+		flushCh:   a.flushCh,
+		clearCh:   a.clearCh,
+		stopCh:    a.stopCh,
+		out:       out,
+		abort:     abort,
+		bufs:      bufs,
+		header:    headerOf(cfg),
+		maxBody:   cfg.MaxPayloadBytes,
+		done:      make(chan struct{}),
+		table:     aggregate.NewTable(cfg.MaxAggregates),
 		batch:     make([]aggregate.Record, drainBatch),
 		batchPtrs: make([]*aggregate.Record, drainBatch),
-		interval:  a.cfg.BucketInterval,
+		interval:  cfg.BucketInterval,
 	}
-	c.table.SetLimits(a.cfg.CardinalityLimits)
-	if len(a.cfg.PeerTagKeys) > 0 {
-		c.table.SetPeerTagKeys(a.cfg.PeerTagKeys)
+	c.table.SetLimits(cfg.CardinalityLimits)
+	if len(cfg.PeerTagKeys) > 0 {
+		c.table.SetPeerTagKeys(cfg.PeerTagKeys)
 	}
 	return c
 }
 
-func (c *consumer) run() {
-	a := c.a
-	if a.cfg.LockConsumerThread {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+// headerOf is the payload identity cfg describes.
+func headerOf(cfg *Config) writer.Header {
+	return writer.Header{
+		Hostname: cfg.Hostname, Env: cfg.Env, Version: cfg.Version,
+		Lang: cfg.Lang, TracerVersion: cfg.TracerVersion, RuntimeID: cfg.RuntimeID,
+		Service: cfg.Service, ContainerID: cfg.ContainerID, Tags: cfg.Tags,
+		GitCommitSha: cfg.GitCommitSha, ImageTag: cfg.ImageTag, ProcessTags: cfg.ProcessTags,
 	}
-	defer close(a.consumerDone)
+}
+
+func (c *consumer) run() {
+	defer close(c.done)
 	t := now()
 	c.start = t.Truncate(c.interval)
 	c.boundary = c.start.Add(c.interval)
@@ -67,11 +119,11 @@ func (c *consumer) run() {
 			select {
 			case <-c.timer.C:
 				c.tick()
-			case done := <-a.flushCh:
+			case done := <-c.flushCh:
 				c.flush(done)
-			case <-a.clearCh:
+			case <-c.clearCh:
 				c.clear()
-			case <-a.stopCh:
+			case <-c.stopCh:
 				c.finish()
 				return
 			default:
@@ -87,23 +139,23 @@ func (c *consumer) run() {
 			runtime.Gosched()
 			continue
 		}
-		if !a.inbox.Park() {
+		if !c.in.Park() {
 			continue // items arrived (or the ring closed) while parking
 		}
 		select {
-		case <-a.inbox.Wake():
+		case <-c.in.Wake():
 		case <-c.timer.C:
 			c.tick()
-		case done := <-a.flushCh:
+		case done := <-c.flushCh:
 			c.flush(done)
-		case <-a.clearCh:
+		case <-c.clearCh:
 			c.clear()
-		case <-a.stopCh:
-			a.inbox.Unpark()
+		case <-c.stopCh:
+			c.in.Unpark()
 			c.finish()
 			return
 		}
-		a.inbox.Unpark()
+		c.in.Unpark()
 	}
 }
 
@@ -116,12 +168,12 @@ func (c *consumer) aggregate(spans []aggregate.Record) {
 
 // consume aggregates up to one batch of spans in place in the inbox.
 func (c *consumer) consume() int {
-	if k := c.a.peerTagKeys.Load(); k != c.peerKeys { // the agent's list arrived or changed
+	if k := c.peerTags.Load(); k != c.peerKeys { // the agent's list arrived or changed
 		c.peerKeys = k
 		c.table.SetPeerTagKeys(*k)
 	}
 	// In place: the batch is the inbox's own slots.
-	in := c.a.inbox
+	in := c.in
 	n := in.Ready(drainBatch)
 	batch := c.batchPtrs[:n]
 	for i := range batch {
@@ -137,7 +189,7 @@ func (c *consumer) consume() int {
 
 // counted publishes the table's counters after a batch of n spans.
 func (c *consumer) counted(n int) {
-	ac := &c.a.c
+	ac := c.ctr
 	ac.counted.Add(uint64(n))
 	ac.overflowed.Store(c.table.Overflowed())
 	ac.recycled.Store(c.table.Recycled())
@@ -189,23 +241,28 @@ func (c *consumer) flush(done chan error) {
 }
 
 func (c *consumer) clear() {
+	c.discard(c.table.Touched(c.touched[:0]))
+	c.table.Clear()
+	c.ctr.entries.Store(0)
+}
+
+// discard counts the spans in entries as cleared: they are dropped from
+// the report on purpose (Clear, or the agent refusing stats).
+func (c *consumer) discard(entries []*aggregate.Entry) {
 	var hits uint64
-	for _, e := range c.table.Touched(c.touched[:0]) {
+	for _, e := range entries {
 		hits += e.Hits
 	}
-	clear(c.touched)
-	c.a.c.cleared.Add(hits)
-	c.table.Clear()
-	c.a.c.entries.Store(0)
+	clear(entries) // do not pin entries the table may discard
+	c.ctr.cleared.Add(hits)
 }
 
 // finish runs at Stop: it takes every span pushed before the inbox closed,
 // reports them and hands the sender its last report.
 func (c *consumer) finish() {
-	a := c.a
-	a.inbox.Close()
+	c.in.Close()
 	for {
-		n := a.inbox.DrainClosed(c.batch)
+		n := c.in.DrainClosed(c.batch)
 		if n == 0 {
 			break
 		}
@@ -213,7 +270,7 @@ func (c *consumer) finish() {
 	}
 	c.stopping = true
 	c.report(now(), nil)
-	close(a.sendCh)
+	close(c.out)
 }
 
 // report encodes the interval [c.start, end) into payloads no larger than
@@ -222,10 +279,9 @@ func (c *consumer) finish() {
 // final report: the consumer has nothing else left to do, and a send queue
 // full for a moment (the sender finishing a request) must not lose the
 // last interval. That wait ends when the sender takes the report or when
-// Stop's context gives up (sendCtx), and the report is then counted as
+// Stop's context gives up (abort), and the report is then counted as
 // dropped.
 func (c *consumer) report(end time.Time, done chan error) {
-	a := c.a
 	entries := c.table.Touched(c.touched[:0])
 	c.touched = entries
 	start := c.start
@@ -241,16 +297,11 @@ func (c *consumer) report(end time.Time, done chan error) {
 		}
 		return
 	}
-	if a.disabled.Load() { // the agent would refuse it: discard, counted
-		var hits uint64
-		for _, e := range entries {
-			hits += e.Hits
-		}
-		clear(c.touched)
-		a.c.cleared.Add(hits)
+	if c.off.Load() { // the agent would refuse it
+		c.discard(entries)
 		c.table.Rotate()
 		if done != nil {
-			done <- ErrStatsDisabled
+			done <- ErrAgentOff
 		}
 		return
 	}
@@ -259,7 +310,7 @@ func (c *consumer) report(end time.Time, done chan error) {
 		Start:    uint64(start.UnixNano()),
 		Duration: uint64(length),
 	}
-	limit := a.cfg.MaxPayloadBytes - writer.HeaderSize(&a.header)
+	limit := c.maxBody - writer.HeaderSize(&c.header)
 	for i := 0; i < len(entries); {
 		j, size, hits := i, 0, uint64(0)
 		for j < len(entries) {
@@ -272,12 +323,12 @@ func (c *consumer) report(end time.Time, done chan error) {
 			j++
 		}
 		c.seq++
-		h := a.header
+		h := c.header
 		h.Sequence = c.seq
 		c.buckets[0].Groups = entries[i:j]
 		// HeaderSize plus the groups' sizes bounds the body: one
 		// allocation at most, never a growth by copying.
-		body := writer.AppendPayload(a.getBuf(writer.HeaderSize(&h)+size), &h, c.buckets[:])
+		body := writer.AppendPayload(c.bufs.get(writer.HeaderSize(&h)+size), &h, c.buckets[:])
 		r.parts = append(r.parts, part{body: body, hits: hits})
 		i = j
 	}
@@ -285,21 +336,21 @@ func (c *consumer) report(end time.Time, done chan error) {
 	clear(c.touched) // do not pin entries the table may discard
 	c.table.Rotate()
 	select {
-	case a.sendCh <- r:
+	case c.out <- r:
 		return
 	default:
 	}
 	if c.stopping {
 		select {
-		case a.sendCh <- r:
+		case c.out <- r:
 			return
-		case <-a.sendCtx.Done():
+		case <-c.abort:
 		}
 	}
 	for _, p := range r.parts {
-		a.c.payloadsDropped.Add(1)
-		a.c.spansUnsent.Add(p.hits)
-		a.putBuf(p.body)
+		c.ctr.payloadsDropped.Add(1)
+		c.ctr.spansUnsent.Add(p.hits)
+		c.bufs.put(p.body)
 	}
 	if done != nil {
 		done <- ErrSendQueueFull

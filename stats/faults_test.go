@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -33,9 +32,9 @@ func publishN(a *Aggregator, n int, resource string) {
 // checkConservation asserts the span identity of Health after Stop.
 func checkConservation(t *testing.T, h Health) {
 	t.Helper()
-	if got := h.Counted + h.Ineligible + h.InboxFull + h.Rejected + h.Disabled + h.AggregateDropped + h.Pending; got != h.Published {
-		t.Fatalf("published %d != counted %d + ineligible %d + full %d + rejected %d + disabled %d + dropped %d + pending %d",
-			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.Disabled, h.AggregateDropped, h.Pending)
+	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.Pending; got != h.Published {
+		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + pending %d",
+			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.Pending)
 	}
 	if h.Counted != h.SpansSent+h.SpansUnsent+h.Cleared {
 		t.Fatalf("counted %d != sent %d + unsent %d + cleared %d", h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared)
@@ -140,7 +139,7 @@ func TestFault500Then200DeliversOnce(t *testing.T) {
 }
 
 // TestFault404ThenInfoRecovery: a 404 disables stats and clears the table
-// through the consumer; spans published meanwhile are counted as Disabled;
+// through the consumer; spans published meanwhile are counted in AgentOffSpans;
 // once /info lists /v0.6/stats again, stats flow again.
 func TestFault404ThenInfoRecovery(t *testing.T) {
 	ag := testagent.New()
@@ -158,19 +157,19 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
 	publishN(a, 4, "before")
 	err := a.Flush(context.Background())
-	if !errors.Is(err, ErrStatsDisabled) {
-		t.Fatalf("Flush = %v, want ErrStatsDisabled", err)
+	if !errors.Is(err, ErrAgentOff) {
+		t.Fatalf("Flush = %v, want ErrAgentOff", err)
 	}
-	// Disabled: Publish refuses and counts.
+	// AgentOff: Publish refuses and counts.
 	if a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1}) {
 		t.Fatal("Publish returned true while stats are disabled")
 	}
-	if h := a.Health(); !h.StatsDisabled || h.Disabled != 1 || h.DisabledTimes != 1 {
-		t.Fatalf("disabled %v, Disabled %d, DisabledTimes %d", h.StatsDisabled, h.Disabled, h.DisabledTimes)
+	if h := a.Health(); !h.AgentOff || h.AgentOffSpans != 1 || h.AgentOffTimes != 1 {
+		t.Fatalf("AgentOff %v, AgentOffSpans %d, AgentOffTimes %d", h.AgentOff, h.AgentOffSpans, h.AgentOffTimes)
 	}
 	// The agent is upgraded again.
 	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats"}})
-	waitFor(t, "re-enable through /info", func() bool { return !a.Health().StatsDisabled })
+	waitFor(t, "re-enable through /info", func() bool { return !a.Health().AgentOff })
 	publishN(a, 6, "after")
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -181,14 +180,14 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 		t.Fatalf("accepted hits %d, want 6 from after the recovery", hits)
 	}
 	h := a.Health()
-	if h.Disabled != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 4 || h.SpansSent != 6 {
-		t.Fatalf("Disabled %d dropped %d unsent %d sent %d", h.Disabled, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+	if h.AgentOffSpans != 1 || h.PayloadsDropped != 1 || h.SpansUnsent != 4 || h.SpansSent != 6 {
+		t.Fatalf("AgentOffSpans %d dropped %d unsent %d sent %d", h.AgentOffSpans, h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
 	}
 	checkConservation(t, h)
 }
 
 // TestInfoWithoutStatsAtStart: an agent whose /info lacks /v0.6/stats gets
-// no payload at all; the spans are counted as Disabled.
+// no payload at all; the spans are counted in AgentOffSpans.
 func TestInfoWithoutStatsAtStart(t *testing.T) {
 	ag := testagent.New()
 	defer ag.Close()
@@ -204,8 +203,8 @@ func TestInfoWithoutStatsAtStart(t *testing.T) {
 		t.Fatalf("agent got %d stats requests, want 0", n)
 	}
 	h := a.Health()
-	if h.Disabled != 9 || h.Counted != 0 {
-		t.Fatalf("Disabled %d Counted %d, want 9 and 0", h.Disabled, h.Counted)
+	if h.AgentOffSpans != 9 || h.Counted != 0 {
+		t.Fatalf("AgentOffSpans %d Counted %d, want 9 and 0", h.AgentOffSpans, h.Counted)
 	}
 	checkConservation(t, h)
 }
@@ -446,50 +445,6 @@ func TestStopDeadlineWithStuckSender(t *testing.T) {
 	checkConservation(t, h)
 }
 
-// TestRetryBackoff: the n-th retry of a payload waits RetryBackoff×2ⁿ,
-// capped at MaxRetryBackoff, jittered into [d/2, d], and the jitter
-// spreads the waits.
-func TestRetryBackoff(t *testing.T) {
-	const base, ceiling = 10 * time.Millisecond, 80 * time.Millisecond
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", RetryBackoff: base, MaxRetryBackoff: ceiling,
-		MaxRetryPayloads: 1, MaxRetries: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sender{a: a, rng: rand.New(rand.NewPCG(1, 2))}
-	seen := map[time.Duration]bool{}
-	for trial := range 50 {
-		p := &pending{body: make([]byte, 10)}
-		for n := range 6 {
-			before := time.Now()
-			if !s.queue(p) {
-				t.Fatalf("trial %d retry %d refused", trial, n)
-			}
-			after := time.Now()
-			d := min(base<<n, ceiling)
-			// queue read the clock between before and after, so the wait
-			// it chose lies in [due-after, due-before]: fail only when that
-			// whole range is outside [d/2, d] (a slow run widens it).
-			if lo, hi := p.due.Sub(after), p.due.Sub(before); lo > d || hi < d/2 {
-				t.Fatalf("retry %d waits %s..%s, want within [%s, %s]", n, lo, hi, d/2, d)
-			}
-			if n == 0 {
-				seen[p.due.Sub(before).Round(time.Millisecond)] = true
-			}
-			if p.attempts != n+1 {
-				t.Fatalf("attempts %d after retry %d", p.attempts, n)
-			}
-			s.retries, s.retryLen = s.retries[:0], 0 // as if it was attempted again
-		}
-	}
-	if len(seen) < 3 {
-		t.Fatalf("first waits over 50 payloads took %d distinct values (ms): no jitter", len(seen))
-	}
-	if h := a.Health(); h.PayloadsRetried != 300 {
-		t.Fatalf("PayloadsRetried %d, want 300", h.PayloadsRetried)
-	}
-}
-
 func TestLimitsFromEnv(t *testing.T) {
 	var warnings []string
 	logf := func(f string, args ...any) { warnings = append(warnings, fmt.Sprintf(f, args...)) }
@@ -528,8 +483,8 @@ func TestBudgetsThroughAggregator(t *testing.T) {
 		t.Fatalf("hits %d, blocked group %+v, %d groups", hits, b, len(got))
 	}
 	h := a.Health()
-	if h.CollapsedSpans != 20 || h.Collapsed.Resource != 20 || h.Collapsed.Total() != 20 {
-		t.Fatalf("collapsed spans %d resource %d total %d", h.CollapsedSpans, h.Collapsed.Resource, h.Collapsed.Total())
+	if h.CollapsedSpans != 20 || h.Collapsed[aggregate.FieldResource] != 20 || h.Collapsed.Total() != 20 {
+		t.Fatalf("collapsed spans %d resource %d total %d", h.CollapsedSpans, h.Collapsed[aggregate.FieldResource], h.Collapsed.Total())
 	}
 	checkConservation(t, h)
 }

@@ -8,11 +8,11 @@ import (
 )
 
 // Health is a snapshot of an Aggregator's counters. Every span handed to
-// Publish is in exactly one of: Counted, Ineligible, InboxFull, Rejected,
-// Disabled, AggregateDropped, or still Pending in the inbox (zero after
+// Publish is in exactly one of: Counted, Ineligible, InboxFull, AfterStop,
+// AgentOffSpans, AggregateDropped, or still Pending in the inbox (zero after
 // Stop):
 //
-//	Published == Counted + Ineligible + InboxFull + Rejected + Disabled + AggregateDropped + Pending
+//	Published == Counted + Ineligible + InboxFull + AfterStop + AgentOffSpans + AggregateDropped + Pending
 //
 // and every counted span is in a payload that was sent, one that was not,
 // one still aggregating, or was discarded by Clear:
@@ -25,8 +25,8 @@ type Health struct {
 	Ineligible uint64
 	// InboxFull spans were dropped because the inbox was full.
 	InboxFull uint64
-	// Rejected spans were published after Stop.
-	Rejected uint64
+	// AfterStop spans were published after Stop.
+	AfterStop uint64
 	// AggregateDropped spans could not be aggregated. The overflow entry
 	// makes this 0; it exists so that a future drop cannot be silent.
 	AggregateDropped uint64
@@ -49,9 +49,9 @@ type Health struct {
 	// the collapses per field. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
-	// Disabled spans were not aggregated because the agent does not accept
-	// client stats (its /info does not list /v0.6/stats).
-	Disabled uint64
+	// AgentOffSpans were not aggregated because the agent did not accept
+	// client stats when they were published (see AgentOff).
+	AgentOffSpans uint64
 
 	// PayloadsSent were accepted by the agent (2xx).
 	PayloadsSent uint64
@@ -73,34 +73,33 @@ type Health struct {
 	// SpansSent is the sum of hits in PayloadsSent; SpansUnsent the sum of
 	// hits in dropped payloads.
 	SpansSent, SpansUnsent uint64
-	// StatsDisabled is true while the agent does not accept client stats;
-	// DisabledTimes counts the switches to that state (a 404, or /info
-	// without /v0.6/stats) and InfoReads the successful /info reads.
-	StatsDisabled            bool
-	DisabledTimes, InfoReads uint64
+	// AgentOff is true while the agent does not accept client stats (a 404,
+	// or /info without /v0.6/stats); AgentOffTimes counts the switches to
+	// that state and InfoReads the successful /info reads.
+	AgentOff                 bool
+	AgentOffTimes, InfoReads uint64
 }
 
-// FieldCounts holds one counter per label field with a cardinality budget.
-type FieldCounts struct {
-	Resource, Service, Operation, Type, SpanKind uint64
-	HTTPMethod, HTTPEndpoint, GRPCStatusCode     uint64
-	ServiceSource, PeerTags                      uint64
-}
+// FieldCounts holds one counter per label field with a cardinality budget,
+// indexed by aggregate.Field: h.Collapsed[aggregate.FieldResource].
+type FieldCounts [aggregate.NumFields]uint64
 
 // Total is the sum over all fields.
-func (f FieldCounts) Total() uint64 {
-	return f.Resource + f.Service + f.Operation + f.Type + f.SpanKind +
-		f.HTTPMethod + f.HTTPEndpoint + f.GRPCStatusCode + f.ServiceSource + f.PeerTags
+func (f *FieldCounts) Total() uint64 {
+	var n uint64
+	for _, v := range f {
+		n += v
+	}
+	return n
 }
 
 // counters are the live values behind Health. Producers touch only
-// ineligible, inboxFull and rejected, each on its own cache line.
+// ineligible, inboxFull, afterStop and agentOff, each on its own cache line.
 type counters struct {
 	ineligible striped
 	inboxFull  striped
-	rejected   striped
-
-	disabled striped // spans published while stats are disabled
+	afterStop  striped
+	agentOff   striped // spans published while the agent refuses stats
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
@@ -108,7 +107,7 @@ type counters struct {
 	collapsed                                                   [aggregate.NumFields]atomic.Uint64
 	// Written by the sender (and the consumer when it drops a report).
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
-	payloadsRetried, payloadsSplit, disabledTimes, infoReads atomic.Uint64
+	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
 }
 
@@ -143,4 +142,44 @@ func (c *striped) Load() uint64 {
 		n += c.cells[i].Load()
 	}
 	return n
+}
+
+// Health returns a snapshot of the counters.
+func (a *Aggregator) Health() Health {
+	c := &a.c
+	h := Health{
+		Ineligible:       c.ineligible.Load(),
+		InboxFull:        c.inboxFull.Load(),
+		AfterStop:        c.afterStop.Load(),
+		AggregateDropped: c.aggDropped.Load(),
+		Counted:          c.counted.Load(),
+		Overflowed:       c.overflowed.Load(),
+		Recycled:         c.recycled.Load(),
+		Cleared:          c.cleared.Load(),
+		Entries:          c.entries.Load(),
+		PayloadsSent:     c.payloadsSent.Load(),
+		PayloadsFailed:   c.payloadsFailed.Load(),
+		PayloadsDropped:  c.payloadsDropped.Load(),
+		BytesSent:        c.bytesSent.Load(),
+		SpansSent:        c.spansSent.Load(),
+		SpansUnsent:      c.spansUnsent.Load(),
+		PayloadsRetried:  c.payloadsRetried.Load(),
+		PayloadsSplit:    c.payloadsSplit.Load(),
+		AgentOffSpans:    c.agentOff.Load(),
+		AgentOff:         a.off.Load(),
+		AgentOffTimes:    c.agentOffTimes.Load(),
+		InfoReads:        c.infoReads.Load(),
+		CollapsedSpans:   c.collapsedSpans.Load(),
+	}
+	for f := range h.Collapsed {
+		h.Collapsed[f] = c.collapsed[f].Load()
+	}
+	// Pushed is read last: every span the consumer counted was pushed
+	// earlier, so Pending never goes negative.
+	pushed := a.inbox.Pushed()
+	if pushed > h.Counted+h.AggregateDropped {
+		h.Pending = pushed - h.Counted - h.AggregateDropped
+	}
+	h.Published = pushed + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans
+	return h
 }

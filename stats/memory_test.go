@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -49,7 +51,7 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 		decodeErr             atomic.Value
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != StatsPath {
+		if r.URL.Path != agentclient.StatsPath {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"]}`)
 			return
@@ -129,7 +131,7 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	h := a.Health()
 	growth := int64(maxHeap.Load()) - int64(baseline)
 	t.Logf("spans %d, payloads %d, largest body %.1f MiB, live heap growth %.1f MiB, collapsed spans %d (resource %d, peer %d), overflowed %d, inbox-full publishes %d",
-		total, bodies.Load(), float64(maxBody.Load())/(1<<20), float64(growth)/(1<<20), h.CollapsedSpans, h.Collapsed.Resource, h.Collapsed.PeerTags, h.Overflowed, h.InboxFull)
+		total, bodies.Load(), float64(maxBody.Load())/(1<<20), float64(growth)/(1<<20), h.CollapsedSpans, h.Collapsed[aggregate.FieldResource], h.Collapsed[aggregate.FieldPeerTags], h.Overflowed, h.InboxFull)
 	if growth > boundMiB<<20 {
 		t.Fatalf("live heap grew %.1f MiB, bound %d MiB", float64(growth)/(1<<20), boundMiB)
 	}
@@ -140,7 +142,7 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 		t.Fatalf("counted %d, agent hits %d, spans sent %d; want %d", h.Counted, hits.Load(), h.SpansSent, total)
 	}
 	checkConservation(t, h)
-	if h.CollapsedSpans == 0 || h.Collapsed.Resource == 0 || h.Collapsed.PeerTags == 0 {
+	if h.CollapsedSpans == 0 || h.Collapsed[aggregate.FieldResource] == 0 || h.Collapsed[aggregate.FieldPeerTags] == 0 {
 		t.Fatalf("no collapses: the budgets were not exercised (%+v)", h.Collapsed)
 	}
 }

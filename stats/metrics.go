@@ -1,6 +1,10 @@
 package stats
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
 
 // MetricsClient is the part of a DogStatsD client the aggregator uses to
 // report its own health; datadog-go's *statsd.Client satisfies it. It is
@@ -45,27 +49,13 @@ func (m *emitter) emit(h Health) {
 	count("spans.counted", h.Counted, l.Counted)
 	count("spans.ineligible", h.Ineligible, l.Ineligible)
 	count("spans.dropped", h.InboxFull, l.InboxFull, "reason:inbox_full")
-	count("spans.dropped", h.Rejected, l.Rejected, "reason:stopped")
-	count("spans.dropped", h.Disabled, l.Disabled, "reason:agent_disabled")
+	count("spans.dropped", h.AfterStop, l.AfterStop, "reason:stopped")
+	count("spans.dropped", h.AgentOffSpans, l.AgentOffSpans, "reason:agent_disabled")
 	count("spans.dropped", h.AggregateDropped, l.AggregateDropped, "reason:aggregate")
 	count("spans.overflowed", h.Overflowed, l.Overflowed)
 	count("spans.cleared", h.Cleared, l.Cleared)
-	for _, f := range []struct {
-		name      string
-		now, then uint64
-	}{
-		{"resource", h.Collapsed.Resource, l.Collapsed.Resource},
-		{"service", h.Collapsed.Service, l.Collapsed.Service},
-		{"operation", h.Collapsed.Operation, l.Collapsed.Operation},
-		{"type", h.Collapsed.Type, l.Collapsed.Type},
-		{"span_kind", h.Collapsed.SpanKind, l.Collapsed.SpanKind},
-		{"http_method", h.Collapsed.HTTPMethod, l.Collapsed.HTTPMethod},
-		{"http_endpoint", h.Collapsed.HTTPEndpoint, l.Collapsed.HTTPEndpoint},
-		{"grpc_status_code", h.Collapsed.GRPCStatusCode, l.Collapsed.GRPCStatusCode},
-		{"service_source", h.Collapsed.ServiceSource, l.Collapsed.ServiceSource},
-		{"peer_tags", h.Collapsed.PeerTags, l.Collapsed.PeerTags},
-	} {
-		count("collapsed", f.now, f.then, "field:"+f.name)
+	for f := range aggregate.NumFields {
+		count("collapsed", h.Collapsed[f], l.Collapsed[f], "field:"+f.String())
 	}
 	count("payloads.sent", h.PayloadsSent, l.PayloadsSent)
 	count("payloads.failed", h.PayloadsFailed, l.PayloadsFailed)

@@ -146,7 +146,7 @@ loop:
 	report()
 	h := agg.Health()
 	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + rejected %d; payloads sent %d failed %d dropped %d, %d bytes\n",
-		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.Rejected, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
+		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
 	if fake != nil {
 		_, hits := testagent.Sum(fake.Requests())
 		fmt.Fprintf(out, "agent decoded %d hits (counted %d)\n", hits, h.Counted)

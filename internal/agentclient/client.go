@@ -1,0 +1,312 @@
+// This file holds the retry machine: payloads waiting for a retry, the
+// budget that bounds them, the 413 split, and the off state.
+
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrRetryBudget is the outcome of a payload dropped because the retry
+	// budget (attempts, queued payloads or bytes) was exhausted.
+	ErrRetryBudget = errors.New("retry budget exhausted, payload dropped")
+	// ErrAgentOff is the outcome of a payload dropped because the agent
+	// does not accept client stats (404, or /info without /v0.6/stats).
+	ErrAgentOff = errors.New("agent does not accept client stats")
+)
+
+// Config bounds the client's work. Every field must be set (the callers
+// own the defaults and their documentation).
+type Config struct {
+	Endpoint Endpoint
+	// Timeout bounds one request.
+	Timeout time.Duration
+	// MaxRetries is how many times a payload is retried after a retryable
+	// failure; RetryBackoff the first retry's delay, doubled per attempt up
+	// to MaxRetryBackoff, then jittered into [d/2, d].
+	MaxRetries                    int
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry.
+	MaxRetryPayloads, MaxRetryBytes int
+	// InfoRefresh is the /info poll period while the agent is off.
+	InfoRefresh time.Duration
+	// Off, when set, is the flag the client raises while the agent does not
+	// accept stats, for other goroutines to read; nil gives it its own.
+	Off *atomic.Bool
+	// GetBuf returns an empty buffer with room for n bytes (for the halves
+	// of a split); PutBuf takes back a body the client is done with. Both
+	// may be nil.
+	GetBuf func(n int) []byte
+	PutBuf func([]byte)
+}
+
+// Observer is told every outcome, from the goroutine driving the Client.
+type Observer interface {
+	// Sent: the agent accepted p.
+	Sent(p *Payload)
+	// Failed: one attempt of p failed; its fate follows (Retried, Split or
+	// Dropped).
+	Failed(p *Payload, err error)
+	// Retried: p waits for another attempt.
+	Retried(p *Payload)
+	// Split: p was refused as too large and is re-sent as smaller payloads.
+	Split(p *Payload)
+	// Dropped: p is given up, for err.
+	Dropped(p *Payload, err error)
+	// Off: the agent refused stats (a 404, or /info without the stats
+	// endpoint); switched says it was accepting them until now.
+	Off(switched bool)
+	// Info: /info was read.
+	Info(info *Info)
+}
+
+// Payload is one complete msgpack body the client owns until its outcome.
+type Payload struct {
+	Body    []byte
+	Hits    uint64   // spans in the body, for the Observer's accounting
+	Headers *Headers // shared by the payloads of one origin
+	// Waiter, when set, is told the outcome (shared by one report's payloads).
+	Waiter *Waiter
+
+	attempts int
+	due      time.Time // earliest next attempt
+}
+
+// Waiter answers a caller (Flush, Stop) once every payload of its report is
+// delivered or given up, with the first error.
+type Waiter struct {
+	done  chan error
+	left  int
+	first error
+}
+
+// NewWaiter returns a Waiter for n payloads that sends the outcome on done
+// (which must have room for it, or be nil).
+func NewWaiter(done chan error, n int) *Waiter {
+	return &Waiter{done: done, left: n}
+}
+
+func (w *Waiter) finish(err error) {
+	if w == nil {
+		return
+	}
+	if err != nil && w.first == nil {
+		w.first = err
+	}
+	w.left--
+	if w.left == 0 && w.done != nil {
+		w.done <- w.first
+	}
+}
+
+// Client sends payloads to the agent and owns the ones waiting for a retry.
+type Client struct {
+	cfg    Config
+	ep     Endpoint
+	http   *http.Client
+	obs    Observer
+	off    *atomic.Bool
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	retries  []*Payload // waiting for their due time
+	retryLen int        // bytes in retries
+	infoDue  time.Time  // next /info poll while off
+	rng      *rand.Rand
+}
+
+// New returns a client of cfg.Endpoint reporting to obs. Ending ctx aborts
+// the request in flight and fails every later one (the owner gave up).
+func New(ctx context.Context, cfg Config, obs Observer) *Client {
+	c := &Client{
+		cfg:  cfg,
+		ep:   cfg.Endpoint,
+		http: newHTTPClient(cfg.Endpoint, cfg.Timeout),
+		obs:  obs,
+		off:  cfg.Off,
+		rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+	if c.off == nil {
+		c.off = new(atomic.Bool)
+	}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	return c
+}
+
+// Off reports whether the agent does not accept stats now.
+func (c *Client) Off() bool { return c.off.Load() }
+
+// Close releases idle connections; the client must not be used after it.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+	c.cancel()
+}
+
+// Send attempts p now; a retryable failure queues it within the budget.
+func (c *Client) Send(p *Payload) { c.attempt(p) }
+
+// NextDue is when RunDue has work without a new payload: the earliest
+// retry, or the next /info poll while the agent is off.
+func (c *Client) NextDue() (time.Time, bool) {
+	var d time.Time
+	ok := false
+	for _, p := range c.retries {
+		if !ok || p.due.Before(d) {
+			d, ok = p.due, true
+		}
+	}
+	if c.off.Load() && (!ok || c.infoDue.Before(d)) {
+		d, ok = c.infoDue, true
+	}
+	return d, ok
+}
+
+// RunDue polls /info if due and attempts every retry due at now.
+func (c *Client) RunDue(now time.Time) {
+	if c.off.Load() && !now.Before(c.infoDue) {
+		c.ReadInfo()
+	}
+	var due []*Payload
+	keep := c.retries[:0]
+	for _, p := range c.retries {
+		if now.Before(p.due) {
+			keep = append(keep, p)
+		} else {
+			due = append(due, p)
+			c.retryLen -= len(p.Body)
+		}
+	}
+	clear(c.retries[len(keep):])
+	c.retries = keep
+	for _, p := range due {
+		c.attempt(p)
+	}
+}
+
+// Final gives every payload waiting for a retry one last immediate attempt;
+// what still fails is dropped and reported.
+func (c *Client) Final() {
+	rs := c.retries
+	c.retries, c.retryLen = nil, 0
+	for _, p := range rs {
+		p.attempts = c.cfg.MaxRetries // no further retry
+		c.attempt(p)
+	}
+}
+
+// attempt posts p once and decides its fate.
+func (c *Client) attempt(p *Payload) {
+	if c.off.Load() {
+		c.drop(p, ErrAgentOff)
+		return
+	}
+	err := c.post(p.Body, p.Headers)
+	kind := classify(err)
+	if kind == sent {
+		c.obs.Sent(p)
+		c.putBuf(p.Body)
+		p.Waiter.finish(nil)
+		return
+	}
+	c.obs.Failed(p, err)
+	switch kind {
+	case retry:
+		if p.attempts < c.cfg.MaxRetries && c.queue(p) {
+			return
+		}
+		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
+	case tooLarge:
+		c.split(p, err)
+	case notFound:
+		switched := !c.off.Swap(true)
+		if switched {
+			c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
+		}
+		c.obs.Off(switched)
+		c.drop(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
+	default: // refused, cancelled
+		c.drop(p, err)
+	}
+}
+
+// queue schedules a retry of p if the retry budget allows it.
+func (c *Client) queue(p *Payload) bool {
+	if len(c.retries) >= c.cfg.MaxRetryPayloads || c.retryLen+len(p.Body) > c.cfg.MaxRetryBytes {
+		return false
+	}
+	// Exponential backoff with jitter in [d/2, d]: spreads the retries of
+	// many processes restarting together.
+	d := c.cfg.RetryBackoff << p.attempts
+	if d > c.cfg.MaxRetryBackoff || d <= 0 {
+		d = c.cfg.MaxRetryBackoff
+	}
+	d = d/2 + time.Duration(c.rng.Int64N(int64(d/2)+1))
+	p.attempts++
+	p.due = time.Now().Add(d)
+	c.retries = append(c.retries, p)
+	c.retryLen += len(p.Body)
+	c.obs.Retried(p)
+	return true
+}
+
+func (c *Client) drop(p *Payload, err error) {
+	c.obs.Dropped(p, err)
+	c.putBuf(p.Body)
+	p.Waiter.finish(err)
+}
+
+func (c *Client) putBuf(b []byte) {
+	if c.cfg.PutBuf != nil {
+		c.cfg.PutBuf(b)
+	}
+}
+
+func (c *Client) getBuf(n int) []byte {
+	if c.cfg.GetBuf != nil {
+		return c.cfg.GetBuf(n)
+	}
+	return make([]byte, 0, n)
+}
+
+// split answers a 413: the payload is re-encoded as complete payloads of
+// about half its size. One that cannot be split (a single group) is dropped.
+func (c *Client) split(p *Payload, cause error) {
+	parts, err := splitEncoded(p.Body, c.getBuf)
+	if err != nil {
+		c.drop(p, fmt.Errorf("%w (%w)", cause, err))
+		return
+	}
+	c.obs.Split(p)
+	if p.Waiter != nil {
+		p.Waiter.left += len(parts) - 1 // one payload becomes several
+	}
+	for _, part := range parts {
+		c.attempt(&Payload{Body: part.Body, Hits: part.Hits, Headers: p.Headers, Waiter: p.Waiter, attempts: p.attempts})
+	}
+	c.putBuf(p.Body)
+}
+
+// ReadInfo polls the agent's /info: whether it accepts client stats, and
+// which peer tags it aggregates on. An unreachable agent leaves the state
+// as it was (payloads are retried; the agent may be starting).
+func (c *Client) ReadInfo() {
+	c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
+	info, err := c.fetchInfo()
+	if err != nil {
+		return
+	}
+	if slices.Contains(info.Endpoints, StatsPath) {
+		c.off.Store(false)
+	} else if !c.off.Swap(true) {
+		c.obs.Off(true)
+	}
+	c.obs.Info(info)
+}

@@ -1,0 +1,133 @@
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counting is an Observer that counts each outcome.
+type counting struct {
+	sent, failed, retried, split, dropped, off, info int
+	lastErr                                          error
+}
+
+func (o *counting) Sent(*Payload)               { o.sent++ }
+func (o *counting) Failed(*Payload, error)      { o.failed++ }
+func (o *counting) Retried(*Payload)            { o.retried++ }
+func (o *counting) Split(*Payload)              { o.split++ }
+func (o *counting) Dropped(_ *Payload, e error) { o.dropped++; o.lastErr = e }
+func (o *counting) Off(bool)                    { o.off++ }
+func (o *counting) Info(*Info)                  { o.info++ }
+
+func testConfig(url string) Config {
+	ep, err := ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	return Config{Endpoint: ep, Timeout: 2 * time.Second, MaxRetries: 4,
+		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 80 * time.Millisecond,
+		MaxRetryPayloads: 8, MaxRetryBytes: 1 << 20, InfoRefresh: time.Second}
+}
+
+// TestRetryBackoff: the n-th retry of a payload waits RetryBackoff×2ⁿ,
+// capped at MaxRetryBackoff, jittered into [d/2, d], and the jitter
+// spreads the waits.
+func TestRetryBackoff(t *testing.T) {
+	const base, ceiling = 10 * time.Millisecond, 80 * time.Millisecond
+	cfg := testConfig("http://127.0.0.1:1")
+	cfg.MaxRetryPayloads, cfg.MaxRetries = 1, 100
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.rng = rand.New(rand.NewPCG(1, 2))
+	seen := map[time.Duration]bool{}
+	for trial := range 50 {
+		p := &Payload{Body: make([]byte, 10)}
+		for n := range 6 {
+			before := time.Now()
+			if !c.queue(p) {
+				t.Fatalf("trial %d retry %d refused", trial, n)
+			}
+			after := time.Now()
+			d := min(base<<n, ceiling)
+			// queue read the clock between before and after, so the wait
+			// it chose lies in [due-after, due-before]: fail only when that
+			// whole range is outside [d/2, d] (a slow run widens it).
+			if lo, hi := p.due.Sub(after), p.due.Sub(before); lo > d || hi < d/2 {
+				t.Fatalf("retry %d waits %s..%s, want within [%s, %s]", n, lo, hi, d/2, d)
+			}
+			if n == 0 {
+				seen[p.due.Sub(before).Round(time.Millisecond)] = true
+			}
+			if p.attempts != n+1 {
+				t.Fatalf("attempts %d after retry %d", p.attempts, n)
+			}
+			c.retries, c.retryLen = c.retries[:0], 0 // as if it was attempted again
+		}
+	}
+	if len(seen) < 3 {
+		t.Fatalf("first waits over 50 payloads took %d distinct values (ms): no jitter", len(seen))
+	}
+	if obs.retried != 300 {
+		t.Fatalf("Retried %d times, want 300", obs.retried)
+	}
+}
+
+// TestRedirectIsNotFollowed: a 307 to another host is a refused payload,
+// not retried, and the other host receives nothing (neither the stats nor
+// the container id).
+func TestRedirectIsNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: []byte{0x80}, Hits: 3, Headers: &Headers{ContainerID: "abc"}, Waiter: NewWaiter(done, 1)})
+	var ae *AgentError
+	if err := <-done; !errors.As(err, &ae) || ae.StatusCode != http.StatusTemporaryRedirect {
+		t.Fatalf("outcome %v, want the 307 as an AgentError", err)
+	}
+	if obs.sent != 0 || obs.failed != 1 || obs.dropped != 1 || obs.retried != 0 || elsewhere.Load() != 0 {
+		t.Fatalf("sent %d failed %d dropped %d retried %d, other host hit %d times; want 0 1 1 0 0",
+			obs.sent, obs.failed, obs.dropped, obs.retried, elsewhere.Load())
+	}
+	c.ReadInfo() // /info is redirected too: an error, the state unchanged
+	if obs.info != 0 || c.Off() || elsewhere.Load() != 0 {
+		t.Fatalf("/info redirect: info reads %d, off %v, other host hit %d", obs.info, c.Off(), elsewhere.Load())
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		raw, base, sock string
+		ok              bool
+	}{
+		{"http://127.0.0.1:8126", "http://127.0.0.1:8126", "", true},
+		{"http://agent:8126/", "http://agent:8126", "", true},
+		{"unix:///var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
+		{"unix://", "", "", false},
+		{"http://", "", "", false},
+		{"ftp://x", "", "", false},
+	} {
+		ep, err := ParseURL(tc.raw)
+		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {
+			t.Errorf("ParseURL(%q) = %+v, %v", tc.raw, ep, err)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+// This file holds the HTTP side: the agent's address, one stats POST and
+// one /info GET.
+
+package agentclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// StatsPath is the agent endpoint for client-side stats.
+const StatsPath = "/v0.6/stats"
+
+// InfoPath is the agent endpoint that lists its endpoints and peer tags.
+const InfoPath = "/info"
+
+// maxInfoBytes bounds the /info answer read; the agent's is a few KiB.
+const maxInfoBytes = 1 << 20
+
+// Endpoint is a parsed agent URL.
+type Endpoint struct {
+	// Base prefixes every request path: "http://host:port", or
+	// "http://localhost" over a Unix socket.
+	Base string
+	// UnixSocket is the socket path of a unix:// URL, else empty.
+	UnixSocket string
+}
+
+// ParseURL parses "http://host:port", "https://host:port" or
+// "unix:///path/to/apm.socket".
+func ParseURL(raw string) (Endpoint, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("agent URL %q: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return Endpoint{}, fmt.Errorf("agent URL %q has no host", raw)
+		}
+		return Endpoint{Base: u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")}, nil
+	case "unix":
+		p := u.Path
+		if p == "" {
+			p = u.Opaque
+		}
+		if p == "" {
+			return Endpoint{}, fmt.Errorf("agent URL %q has no socket path", raw)
+		}
+		return Endpoint{Base: "http://localhost", UnixSocket: p}, nil
+	default:
+		return Endpoint{}, fmt.Errorf("agent URL %q: scheme %q is not supported (use http, https or unix)", raw, u.Scheme)
+	}
+}
+
+// Headers are the request headers the agent reads a payload's origin from.
+type Headers struct {
+	Lang, LangVersion, TracerVersion string
+	// ContainerID and EntityID are sent only when set.
+	ContainerID, EntityID string
+}
+
+// AgentError is the outcome of a request the agent answered with a non-2xx
+// status (3xx included: redirects are never followed).
+type AgentError struct {
+	StatusCode int
+	Body       string // the start of the answer, for the log
+}
+
+// Error gives the status and the start of the agent's answer.
+func (e *AgentError) Error() string {
+	return fmt.Sprintf("agent answered %d: %s", e.StatusCode, e.Body)
+}
+
+func newHTTPClient(ep Endpoint, timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil, // the agent is local; never route stats through a proxy
+		MaxIdleConns:          2,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: timeout,
+	}
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if ep.UnixSocket != "" {
+		sock := ep.UnixSocket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", sock)
+		}
+	} else {
+		tr.DialContext = d.DialContext
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   timeout,
+		// A redirect would carry the stats and the container id to another
+		// host: the first answer is the outcome.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// post sends body to the stats endpoint once.
+func (c *Client) post(body []byte, h *Headers) error {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.ep.Base+StatsPath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	rh := req.Header
+	rh.Set("Content-Type", "application/msgpack")
+	if h != nil {
+		rh.Set("Datadog-Meta-Lang", h.Lang)
+		rh.Set("Datadog-Meta-Lang-Version", h.LangVersion)
+		rh.Set("Datadog-Meta-Tracer-Version", h.TracerVersion)
+		if h.ContainerID != "" {
+			rh.Set("Datadog-Container-ID", h.ContainerID)
+		}
+		if h.EntityID != "" {
+			rh.Set("Datadog-Entity-ID", h.EntityID)
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	if resp.StatusCode/100 != 2 {
+		return &AgentError{StatusCode: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
+	}
+	return nil
+}
+
+// Info is what the agent's /info says about stats.
+type Info struct {
+	Endpoints []string `json:"endpoints"`
+	PeerTags  []string `json:"peer_tags"`
+}
+
+// fetchInfo reads /info. An agent too old to have /info answers 404 and
+// has no client stats either: that is an empty Info, not an error.
+func (c *Client) fetchInfo() (*Info, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.ep.Base+InfoPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return &Info{}, nil
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, &AgentError{StatusCode: resp.StatusCode}
+	}
+	var info Info
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxInfoBytes)).Decode(&info); err != nil {
+		return nil, fmt.Errorf("agent /info: %w", err)
+	}
+	return &info, nil
+}
+
+// outcome is what happened to one attempt.
+type outcome int
+
+const (
+	sent      outcome = iota
+	retry             // 408, 429, 5xx, network errors and timeouts
+	tooLarge          // 413: split and resend
+	notFound          // 404: the agent does not do stats
+	refused           // 3xx and other 4xx: the agent will never take this payload
+	cancelled         // the owner gave up waiting (Close)
+)
+
+func classify(err error) outcome {
+	var ae *AgentError
+	switch {
+	case err == nil:
+		return sent
+	case errors.As(err, &ae):
+		switch c := ae.StatusCode; {
+		case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
+			return retry
+		case c == http.StatusRequestEntityTooLarge:
+			return tooLarge
+		case c == http.StatusNotFound:
+			return notFound
+		default:
+			return refused
+		}
+	case errors.Is(err, context.Canceled):
+		return cancelled
+	default:
+		return retry
+	}
+}
