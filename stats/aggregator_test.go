@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/testagent"
 )
 
@@ -205,110 +202,6 @@ func TestEndToEndConservation(t *testing.T) {
 	}
 }
 
-// TestOverflowKeepsTotals: more keys than the cap in one interval fold into
-// the overflow group without losing hits.
-func TestOverflowKeepsTotals(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), MaxAggregates: 10})
-	for i := range 25 {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint(i), SpanKind: "server", Duration: 100, Error: i%2 == 0})
-	}
-	stop(t, a)
-	got, hits := testagent.Sum(ag.Requests())
-	if hits != 25 {
-		t.Fatalf("agent hits = %d, want 25", hits)
-	}
-	b := aggregate.BlockedValue
-	ov := got[testagent.GroupKey{Service: b, Name: b, Resource: b, Type: b, SpanKind: b}]
-	if ov == nil || ov.Hits != 15 || ov.Errors != 8 || ov.Duration != 1500 {
-		t.Fatalf("overflow group = %+v, want 15 hits 8 errors 1500 ns", ov)
-	}
-	if h := a.Health(); h.Overflowed != 15 || h.Counted != 25 {
-		t.Fatalf("Overflowed %d Counted %d, want 15 and 25", h.Overflowed, h.Counted)
-	}
-}
-
-// TestBucketsAligned: buckets reported at interval boundaries start on a
-// multiple of the interval and last exactly one interval; a Flush ends a
-// bucket early with its real length.
-func TestBucketsAligned(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	const iv = 100 * time.Millisecond
-	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: iv})
-	defer stop(t, a)
-	deadline := time.After(5 * time.Second)
-	for len(ag.Requests()) < 3 {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: "r", TopLevel: true, Duration: 5})
-		select {
-		case <-deadline:
-			t.Fatalf("only %d payloads in 5 s", len(ag.Requests()))
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	for i, r := range ag.Requests()[:3] {
-		b := r.Payload.Buckets[0]
-		if b.Start%uint64(iv) != 0 || b.Duration != uint64(iv) {
-			t.Fatalf("payload %d: bucket start %d duration %d, want a multiple of %d and %d", i, b.Start, b.Duration, iv, iv)
-		}
-		if r.Payload.Sequence != uint64(i+1) {
-			t.Fatalf("payload %d: sequence %d", i, r.Payload.Sequence)
-		}
-	}
-	before := time.Now()
-	a.Publish(&Span{Service: "s", Name: "op", Resource: "r", TopLevel: true, Duration: 5})
-	if err := a.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	reqs := ag.Requests()
-	b := reqs[len(reqs)-1].Payload.Buckets[0]
-	end := b.Start + b.Duration
-	if b.Duration == 0 || b.Duration > uint64(iv) || end < uint64(before.UnixNano()) || end > uint64(time.Now().UnixNano()) {
-		t.Fatalf("flushed bucket [%d, +%d) does not end at the flush", b.Start, b.Duration)
-	}
-}
-
-// TestHeadersAndPayloadIdentity checks the request headers and payload
-// fields the agent relies on, over a Unix socket.
-func TestHeadersAndPayloadIdentity(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "apm.socket")
-	ag, err := testagent.NewUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: "unix://" + sock, Env: "prod", Service: "web", Version: "1.2.3",
-		Hostname: "h1", RuntimeID: "rid", TracerVersion: "v9", ContainerID: "cid", EntityID: "eid", LangVersion: "1.26"})
-	a.Publish(&Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server", HTTPStatusCode: 200, Duration: 42})
-	if err := a.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stop(t, a)
-	reqs := ag.Requests()
-	if len(reqs) != 1 {
-		t.Fatalf("%d requests, want 1", len(reqs))
-	}
-	hd := reqs[0].Header
-	for k, v := range map[string]string{
-		"Content-Type": "application/msgpack", "Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "1.26",
-		"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-Id": "cid", "Datadog-Entity-Id": "eid",
-	} {
-		if hd.Get(k) != v {
-			t.Errorf("header %s = %q, want %q", k, hd.Get(k), v)
-		}
-	}
-	p := reqs[0].Payload
-	if p.Env != "prod" || p.Service != "web" || p.Version != "1.2.3" || p.Hostname != "h1" || p.RuntimeID != "rid" ||
-		p.Lang != "go" || p.TracerVersion != "v9" || p.ContainerID != "cid" {
-		t.Fatalf("payload header = %+v", p.Header)
-	}
-	g := p.Buckets[0].Groups[0]
-	if g.Hits != 1 || g.Duration != 42 || g.IsTraceRoot != aggregate.False || g.HTTPStatusCode != 200 {
-		t.Fatalf("group = %+v", g.Entry)
-	}
-}
-
 func TestPublishAfterStopIsCounted(t *testing.T) {
 	ag := testagent.New()
 	defer ag.Close()
@@ -325,98 +218,6 @@ func TestPublishAfterStopIsCounted(t *testing.T) {
 	}
 	if err := a.Stop(context.Background()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("second Stop = %v, want ErrStopped", err)
-	}
-}
-
-func TestClearDiscardsAndCounts(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL()})
-	for range 7 {
-		a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
-	}
-	if err := a.Flush(context.Background()); err != nil { // the 7 are reported
-		t.Fatal(err)
-	}
-	for range 5 {
-		a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
-	}
-	// Wait until the consumer counted them, then clear.
-	for a.Health().Counted != 12 {
-		time.Sleep(time.Millisecond)
-	}
-	a.Clear()
-	for a.Health().Cleared != 5 {
-		time.Sleep(time.Millisecond)
-	}
-	stop(t, a)
-	_, hits := testagent.Sum(ag.Requests())
-	h := a.Health()
-	if hits != 7 || h.Cleared != 5 || h.SpansSent != 7 {
-		t.Fatalf("agent hits %d, Cleared %d, SpansSent %d; want 7, 5, 7", hits, h.Cleared, h.SpansSent)
-	}
-}
-
-// TestBadRequestIsDroppedNotRetried: a 400 means the agent will never take
-// the payload; it is dropped at once and counted.
-func TestBadRequestIsDroppedNotRetried(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
-		http.Error(w, "boom", http.StatusBadRequest)
-		return true
-	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), RetryBackoff: time.Millisecond})
-	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
-	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
-	err := a.Flush(context.Background())
-	var ae *AgentError
-	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Body != "boom" {
-		t.Fatalf("Flush = %v, want AgentError 400 boom", err)
-	}
-	stop(t, a)
-	h := a.Health()
-	if h.PayloadsFailed != 1 || h.PayloadsDropped != 1 || h.PayloadsRetried != 0 || h.SpansUnsent != 2 || h.PayloadsSent != 0 {
-		t.Fatalf("failed %d dropped %d retried %d unsent %d sent %d", h.PayloadsFailed, h.PayloadsDropped, h.PayloadsRetried, h.SpansUnsent, h.PayloadsSent)
-	}
-	if n := len(ag.Requests()); n != 1 {
-		t.Fatalf("agent saw %d requests, want 1", n)
-	}
-}
-
-// TestReportSplitsToPayloadLimit: a report larger than MaxPayloadBytes goes
-// out as several complete payloads, each within the limit, carrying every
-// group exactly once.
-func TestReportSplitsToPayloadLimit(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	const limit = 64 << 10
-	a := newStarted(t, Config{AgentURL: ag.URL(), MaxPayloadBytes: limit})
-	long := string(make([]byte, 300))
-	for i := range 1000 {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("%s%d", long, i), TopLevel: true, Duration: int64(i + 1)})
-	}
-	stop(t, a)
-	reqs := ag.Requests()
-	if len(reqs) < 2 {
-		t.Fatalf("%d payloads, want several", len(reqs))
-	}
-	seen := map[string]int{}
-	for _, r := range reqs {
-		if len(r.Body) > limit {
-			t.Fatalf("payload of %d bytes over the %d limit", len(r.Body), limit)
-		}
-		for _, g := range r.Payload.Buckets[0].Groups {
-			seen[g.Resource]++
-		}
-	}
-	if len(seen) != 1000 {
-		t.Fatalf("%d distinct groups, want 1000", len(seen))
-	}
-	for k, n := range seen {
-		if n != 1 {
-			t.Fatalf("group %q sent %d times", k[300:], n)
-		}
 	}
 }
 
@@ -475,62 +276,38 @@ func TestShedYieldEvery(t *testing.T) {
 	}
 }
 
-func TestNewRejectsBadConfig(t *testing.T) {
-	for _, c := range []Config{
-		{AgentURL: "ftp://x"},
-		{AgentURL: "http://"},
-		{AgentURL: "unix://"},
-		{InboxSize: -1},
-		{ShedYieldEvery: -8},
-		{MaxPayloadBytes: 100},
-		{BucketInterval: -time.Second},
-	} {
-		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
-			t.Errorf("New(%+v) = %v, want ErrBadConfig", c, err)
-		}
+// fastRetries makes retry tests quick while keeping the backoff logic.
+func fastRetries(c Config) Config {
+	c.RetryBackoff = 5 * time.Millisecond
+	c.MaxRetryBackoff = 20 * time.Millisecond
+	return c
+}
+
+func publishN(a *Aggregator, n int, resource string) {
+	for i := range n {
+		a.Publish(&Span{Service: "s", Name: "op", Resource: resource, SpanKind: "server", Duration: int64(100 + i)})
 	}
 }
 
-func TestEligibility(t *testing.T) {
-	for _, tc := range []struct {
-		s    Span
-		want bool
-	}{
-		{Span{Duration: 1, TopLevel: true}, true},
-		{Span{Duration: 1, Measured: true}, true},
-		{Span{Duration: 1, SpanKind: "Server"}, true},
-		{Span{Duration: 1, SpanKind: "PRODUCER"}, true},
-		{Span{Duration: 1, SpanKind: "internal"}, false},
-		{Span{Duration: 1}, false},
-		{Span{Duration: 0, TopLevel: true}, false},
-		{Span{Duration: -5, SpanKind: "client"}, false},
-	} {
-		if got := tc.s.Eligible(); got != tc.want {
-			t.Errorf("%+v: Eligible = %v, want %v", tc.s, got, tc.want)
-		}
+// checkConservation asserts the span identity of Health after Stop.
+func checkConservation(t *testing.T, h Health) {
+	t.Helper()
+	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.Pending; got != h.Published {
+		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + pending %d",
+			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.Pending)
+	}
+	if h.Counted != h.SpansSent+h.SpansUnsent+h.Cleared {
+		t.Fatalf("counted %d != sent %d + unsent %d + cleared %d", h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared)
 	}
 }
 
-func TestPeerTagsOnlyForClientKinds(t *testing.T) {
-	var r aggregate.Record
-	(&Span{SpanKind: "server", PeerTags: []string{"a:b"}}).snapshot(&r)
-	if r.NumPeerTags != 0 {
-		t.Fatal("server span kept peer tags")
-	}
-	(&Span{SpanKind: "Client", PeerTags: []string{"a:b", "c:d"}}).snapshot(&r)
-	if r.NumPeerTags != 2 || r.PeerTags[1] != "c:d" || r.ExtraPeerTags != nil {
-		t.Fatalf("client span peer tags = %v + %v", r.PeerTags[:r.NumPeerTags], r.ExtraPeerTags)
-	}
-	// More tags than fit inline: the rest are copied, not aliased.
-	tags := make([]string, aggregate.MaxInlinePeerTags+2)
-	for i := range tags {
-		tags[i] = fmt.Sprintf("k%d:v", i)
-	}
-	r = aggregate.Record{} // a claimed slot is zeroed
-	(&Span{SpanKind: "producer", PeerTags: tags}).snapshot(&r)
-	extra := tags[aggregate.MaxInlinePeerTags:]
-	if int(r.NumPeerTags) != aggregate.MaxInlinePeerTags || len(r.ExtraPeerTags) != 2 ||
-		r.ExtraPeerTags[0] != extra[0] || r.ExtraPeerTags[1] != extra[1] || &r.ExtraPeerTags[0] == &extra[0] {
-		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

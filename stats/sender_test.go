@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,28 +16,70 @@ import (
 	"github.com/spanstats/spanstats/internal/testagent"
 )
 
-// fastRetries makes retry tests quick while keeping the backoff logic.
-func fastRetries(c Config) Config {
-	c.RetryBackoff = 5 * time.Millisecond
-	c.MaxRetryBackoff = 20 * time.Millisecond
-	return c
-}
-
-func publishN(a *Aggregator, n int, resource string) {
-	for i := range n {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: resource, SpanKind: "server", Duration: int64(100 + i)})
+// TestHeadersAndPayloadIdentity checks the request headers and payload
+// fields the agent relies on, over a Unix socket.
+func TestHeadersAndPayloadIdentity(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "apm.socket")
+	ag, err := testagent.NewUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: "unix://" + sock, Env: "prod", Service: "web", Version: "1.2.3",
+		Hostname: "h1", RuntimeID: "rid", TracerVersion: "v9", ContainerID: "cid", EntityID: "eid", LangVersion: "1.26"})
+	a.Publish(&Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server", HTTPStatusCode: 200, Duration: 42})
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	reqs := ag.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	hd := reqs[0].Header
+	for k, v := range map[string]string{
+		"Content-Type": "application/msgpack", "Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "1.26",
+		"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-Id": "cid", "Datadog-Entity-Id": "eid",
+	} {
+		if hd.Get(k) != v {
+			t.Errorf("header %s = %q, want %q", k, hd.Get(k), v)
+		}
+	}
+	p := reqs[0].Payload
+	if p.Env != "prod" || p.Service != "web" || p.Version != "1.2.3" || p.Hostname != "h1" || p.RuntimeID != "rid" ||
+		p.Lang != "go" || p.TracerVersion != "v9" || p.ContainerID != "cid" {
+		t.Fatalf("payload header = %+v", p.Header)
+	}
+	g := p.Buckets[0].Groups[0]
+	if g.Hits != 1 || g.Duration != 42 || g.IsTraceRoot != aggregate.False || g.HTTPStatusCode != 200 {
+		t.Fatalf("group = %+v", g.Entry)
 	}
 }
 
-// checkConservation asserts the span identity of Health after Stop.
-func checkConservation(t *testing.T, h Health) {
-	t.Helper()
-	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.Pending; got != h.Published {
-		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + pending %d",
-			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.Pending)
+// TestBadRequestIsDroppedNotRetried: a 400 means the agent will never take
+// the payload; it is dropped at once and counted.
+func TestBadRequestIsDroppedNotRetried(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		http.Error(w, "boom", http.StatusBadRequest)
+		return true
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), RetryBackoff: time.Millisecond})
+	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
+	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
+	err := a.Flush(context.Background())
+	var ae *AgentError
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Body != "boom" {
+		t.Fatalf("Flush = %v, want AgentError 400 boom", err)
 	}
-	if h.Counted != h.SpansSent+h.SpansUnsent+h.Cleared {
-		t.Fatalf("counted %d != sent %d + unsent %d + cleared %d", h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared)
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsFailed != 1 || h.PayloadsDropped != 1 || h.PayloadsRetried != 0 || h.SpansUnsent != 2 || h.PayloadsSent != 0 {
+		t.Fatalf("failed %d dropped %d retried %d unsent %d sent %d", h.PayloadsFailed, h.PayloadsDropped, h.PayloadsRetried, h.SpansUnsent, h.PayloadsSent)
+	}
+	if n := len(ag.Requests()); n != 1 {
+		t.Fatalf("agent saw %d requests, want 1", n)
 	}
 }
 
@@ -445,113 +487,105 @@ func TestStopDeadlineWithStuckSender(t *testing.T) {
 	checkConservation(t, h)
 }
 
-func TestLimitsFromEnv(t *testing.T) {
-	var warnings []string
-	logf := func(f string, args ...any) { warnings = append(warnings, fmt.Sprintf(f, args...)) }
-	env := map[string]string{
-		EnvResourceLimit:     "100",
-		EnvHTTPEndpointLimit: "lots",
-		EnvPeerTagsLimit:     "-3",
-	}
-	l := limitsFromEnv(aggregate.Limits{}, func(k string) string { return env[k] }, logf)
-	if l.Resource != 100 || l.HTTPEndpoint != 0 || l.PeerTag != 0 {
-		t.Fatalf("limits %+v: want resource 100, others left to the default", l)
-	}
-	if len(warnings) != 2 {
-		t.Fatalf("warnings %q, want 2", warnings)
-	}
-	// Config wins over the environment.
-	l = limitsFromEnv(aggregate.Limits{Resource: 7}, func(k string) string { return env[k] }, logf)
-	if l.Resource != 7 {
-		t.Fatalf("Resource = %d, want the config's 7", l.Resource)
-	}
-}
-
-// TestBudgetsThroughAggregator: a resource with a UUID in it collapses past
-// the budget and is counted in Health.
-func TestBudgetsThroughAggregator(t *testing.T) {
+// TestChaosConservation: 8 producers publish while the agent answers the
+// payloads with a mix of 200, 500, 408, 413, 404 and 400, and Clear and
+// Flush run concurrently with short intervals. After Stop both identities
+// of Health hold, and the agent accepted exactly the spans Health counts as
+// sent: each once, however often its payload was retried or split.
+func TestChaosConservation(t *testing.T) {
 	ag := testagent.New()
 	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), CardinalityLimits: aggregate.Limits{Resource: 10}})
-	for i := range 30 {
-		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("GET /u/%08x", uint32(i)*2654435761), SpanKind: "server", Duration: 1})
-	}
-	stop(t, a)
-	got, hits := testagent.Sum(ag.Requests())
-	b := got[testagent.GroupKey{Service: "s", Name: "op", Resource: aggregate.BlockedValue, SpanKind: "server"}]
-	if hits != 30 || b == nil || b.Hits != 20 || len(got) != 11 {
-		t.Fatalf("hits %d, blocked group %+v, %d groups", hits, b, len(got))
-	}
-	h := a.Health()
-	if h.CollapsedSpans != 20 || h.Collapsed[aggregate.FieldResource] != 20 || h.Collapsed.Total() != 20 {
-		t.Fatalf("collapsed spans %d resource %d total %d", h.CollapsedSpans, h.Collapsed[aggregate.FieldResource], h.Collapsed.Total())
-	}
-	checkConservation(t, h)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	// Each run of 20 requests meets every answer; the stride mixes them.
+	answers := [20]int{200, 500, 200, 413, 200, 500, 200, 400, 200, 404,
+		200, 413, 200, 500, 200, 408, 200, 400, 200, 413}
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		code := answers[(n*7)%len(answers)]
+		if code == http.StatusOK {
+			return false
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+		http.Error(w, http.StatusText(code), code)
+		return true
+	})
+	a := newStarted(t, fastRetries(Config{AgentURL: ag.URL(), BucketInterval: 20 * time.Millisecond,
+		InfoRefresh: 5 * time.Millisecond, InboxSize: 512, SendQueue: 2}))
 
-type recordingStatsd struct {
-	mu     sync.Mutex
-	counts map[string]int64
-	gauges map[string]float64
-}
-
-func (r *recordingStatsd) Count(name string, v int64, tags []string, _ float64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.counts[name+fmt.Sprint(tags)] += v
-	return nil
-}
-
-func (r *recordingStatsd) Gauge(name string, v float64, _ []string, _ float64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gauges[name] = v
-	return nil
-}
-
-// TestMetricsNoDoublePrefix: health counts reach the tracer's DogStatsD
-// client once, under datadog.tracer.stats.*, without the client's namespace
-// repeated.
-func TestMetricsNoDoublePrefix(t *testing.T) {
-	ag := testagent.New()
-	defer ag.Close()
-	for _, tc := range []struct{ namespace, name string }{
-		{"", "datadog.tracer.stats.spans.counted[]"},
-		{"datadog.tracer.", "stats.spans.counted[]"},
-	} {
-		rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
-		a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec, MetricsNamespace: tc.namespace,
-			CardinalityLimits: aggregate.Limits{Resource: 1}})
-		publishN(a, 3, "r1")
-		publishN(a, 2, "r2") // over the resource budget of 1
-		if err := a.Flush(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		stop(t, a)
-		rec.mu.Lock()
-		if rec.counts[tc.name] != 5 {
-			t.Errorf("namespace %q: %s = %d, want 5; got %v", tc.namespace, tc.name, rec.counts[tc.name], rec.counts)
-		}
-		col := strings.TrimSuffix(tc.name, "spans.counted[]") + "collapsed[field:resource]"
-		if rec.counts[col] != 2 {
-			t.Errorf("namespace %q: %s = %d, want 2", tc.namespace, col, rec.counts[col])
-		}
-		for k := range rec.counts {
-			if strings.Contains(k, "datadog.tracer.datadog.tracer") || (tc.namespace != "" && strings.HasPrefix(k, tc.namespace)) {
-				t.Errorf("metric %q carries the prefix twice", k)
+	done := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(7 * time.Millisecond):
+				a.Clear()
 			}
 		}
-		rec.mu.Unlock()
+	})
+	chaos.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Millisecond)
+			_ = a.Flush(ctx) // any outcome: the counters must account for it
+			cancel()
+		}
+	})
+
+	const producers, perProducer = 8, 30000
+	resources := make([]string, 64)
+	for i := range resources {
+		resources[i] = fmt.Sprintf("GET /r/%d", i)
 	}
+	var accepted [producers]uint64
+	var pub sync.WaitGroup
+	for p := range producers {
+		pub.Go(func() {
+			for i := range perProducer {
+				s := Span{Service: "svc", Name: "op", Resource: resources[(i*7+p)%len(resources)],
+					SpanKind: "server", Duration: int64(1 + i%5000), Error: i%6 == 0}
+				if i%10 == 0 {
+					s.SpanKind = "internal" // ineligible: not top-level or measured
+				}
+				if a.Publish(&s) {
+					accepted[p]++
+				}
+				if i%32 == 0 {
+					time.Sleep(time.Millisecond) // a run of ~1 s: many intervals, faults and clears interleave
+				}
+			}
+		})
+	}
+	pub.Wait()
+	close(done)
+	chaos.Wait()
+	stop(t, a)
+
+	h := a.Health()
+	checkConservation(t, h)
+	if h.Published != producers*perProducer {
+		t.Fatalf("Published %d, want %d", h.Published, producers*perProducer)
+	}
+	var acc uint64
+	for _, n := range accepted {
+		acc += n
+	}
+	if acc != h.Counted+h.AggregateDropped+h.Ineligible { // false means dropped (full, stopped, disabled)
+		t.Fatalf("Publish returned true %d times, counted %d + dropped %d + ineligible %d", acc, h.Counted, h.AggregateDropped, h.Ineligible)
+	}
+	_, hits := testagent.Sum(ag.Requests())
+	if hits != h.SpansSent {
+		t.Fatalf("agent accepted %d hits, Health.SpansSent %d", hits, h.SpansSent)
+	}
+	// The faults really happened (else this test proves little).
+	if h.PayloadsSent == 0 || h.PayloadsRetried == 0 || h.PayloadsSplit == 0 || h.AgentOffTimes == 0 ||
+		h.PayloadsDropped == 0 || h.Cleared == 0 || h.Ineligible == 0 {
+		t.Fatalf("a fault path was never taken: %+v", h)
+	}
+	t.Logf("published %d: counted %d (sent %d, unsent %d, cleared %d), ineligible %d, inbox full %d, disabled %d; "+
+		"payloads sent %d retried %d split %d dropped %d; disabled %d times",
+		h.Published, h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.Ineligible, h.InboxFull, h.AgentOffSpans,
+		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.AgentOffTimes)
 }

@@ -1,0 +1,68 @@
+package stats
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/testagent"
+)
+
+type recordingStatsd struct {
+	mu     sync.Mutex
+	counts map[string]int64
+	gauges map[string]float64
+}
+
+func (r *recordingStatsd) Count(name string, v int64, tags []string, _ float64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[name+fmt.Sprint(tags)] += v
+	return nil
+}
+
+func (r *recordingStatsd) Gauge(name string, v float64, _ []string, _ float64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gauges[name] = v
+	return nil
+}
+
+// TestMetricsNoDoublePrefix: health counts reach the tracer's DogStatsD
+// client once, under datadog.tracer.stats.*, without the client's namespace
+// repeated.
+func TestMetricsNoDoublePrefix(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	for _, tc := range []struct{ namespace, name string }{
+		{"", "datadog.tracer.stats.spans.counted[]"},
+		{"datadog.tracer.", "stats.spans.counted[]"},
+	} {
+		rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
+		a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec, MetricsNamespace: tc.namespace,
+			CardinalityLimits: aggregate.Limits{Resource: 1}})
+		publishN(a, 3, "r1")
+		publishN(a, 2, "r2") // over the resource budget of 1
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		stop(t, a)
+		rec.mu.Lock()
+		if rec.counts[tc.name] != 5 {
+			t.Errorf("namespace %q: %s = %d, want 5; got %v", tc.namespace, tc.name, rec.counts[tc.name], rec.counts)
+		}
+		col := strings.TrimSuffix(tc.name, "spans.counted[]") + "collapsed[field:resource]"
+		if rec.counts[col] != 2 {
+			t.Errorf("namespace %q: %s = %d, want 2", tc.namespace, col, rec.counts[col])
+		}
+		for k := range rec.counts {
+			if strings.Contains(k, "datadog.tracer.datadog.tracer") || (tc.namespace != "" && strings.HasPrefix(k, tc.namespace)) {
+				t.Errorf("metric %q carries the prefix twice", k)
+			}
+		}
+		rec.mu.Unlock()
+	}
+}

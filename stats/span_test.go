@@ -1,0 +1,52 @@
+package stats
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+func TestEligibility(t *testing.T) {
+	for _, tc := range []struct {
+		s    Span
+		want bool
+	}{
+		{Span{Duration: 1, TopLevel: true}, true},
+		{Span{Duration: 1, Measured: true}, true},
+		{Span{Duration: 1, SpanKind: "Server"}, true},
+		{Span{Duration: 1, SpanKind: "PRODUCER"}, true},
+		{Span{Duration: 1, SpanKind: "internal"}, false},
+		{Span{Duration: 1}, false},
+		{Span{Duration: 0, TopLevel: true}, false},
+		{Span{Duration: -5, SpanKind: "client"}, false},
+	} {
+		if got := tc.s.Eligible(); got != tc.want {
+			t.Errorf("%+v: Eligible = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestPeerTagsOnlyForClientKinds(t *testing.T) {
+	var r aggregate.Record
+	(&Span{SpanKind: "server", PeerTags: []string{"a:b"}}).snapshot(&r)
+	if r.NumPeerTags != 0 {
+		t.Fatal("server span kept peer tags")
+	}
+	(&Span{SpanKind: "Client", PeerTags: []string{"a:b", "c:d"}}).snapshot(&r)
+	if r.NumPeerTags != 2 || r.PeerTags[1] != "c:d" || r.ExtraPeerTags != nil {
+		t.Fatalf("client span peer tags = %v + %v", r.PeerTags[:r.NumPeerTags], r.ExtraPeerTags)
+	}
+	// More tags than fit inline: the rest are copied, not aliased.
+	tags := make([]string, aggregate.MaxInlinePeerTags+2)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("k%d:v", i)
+	}
+	r = aggregate.Record{} // a claimed slot is zeroed
+	(&Span{SpanKind: "producer", PeerTags: tags}).snapshot(&r)
+	extra := tags[aggregate.MaxInlinePeerTags:]
+	if int(r.NumPeerTags) != aggregate.MaxInlinePeerTags || len(r.ExtraPeerTags) != 2 ||
+		r.ExtraPeerTags[0] != extra[0] || r.ExtraPeerTags[1] != extra[1] || &r.ExtraPeerTags[0] == &extra[0] {
+		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
+	}
+}
