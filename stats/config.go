@@ -22,16 +22,13 @@ const (
 	DefaultAgentURL = "http://localhost:8126"
 	// DefaultBucketInterval is the agent's stats bucket length.
 	DefaultBucketInterval = 10 * time.Second
-	// DefaultInboxSize bounds the spans waiting for the consumer. At ~330
-	// bytes a slot it costs 1.3 MiB and absorbs a 400 µs burst at 10 M
-	// spans/s; with the yield on a full inbox a deeper one buys little.
+	// DefaultInboxSize bounds the spans waiting for the consumer: with the
+	// yield on a full inbox a deeper one buys little (BenchmarkShedYield).
 	DefaultInboxSize = 4096
-	// DefaultShedYieldEvery is how often a Publish that finds the inbox
-	// full yields: about one in 8 such calls. One yield from each
-	// publishing goroutine now and then is all the scheduler needs to put
-	// the consumer back on a processor; yielding on every one made the
-	// publishing calls of a saturated run 1.5–2× slower for no more spans
-	// counted (BenchmarkShedYield in bench/RESULTS.md).
+	// DefaultShedYieldEvery: one yield now and then from each publishing
+	// goroutine is all the scheduler needs to put the consumer back on a
+	// processor; yielding on every call slows publishers for no more spans
+	// counted (BenchmarkShedYield).
 	DefaultShedYieldEvery = 8
 	// DefaultMaxAggregates is the table cap (dd-trace-java's default).
 	DefaultMaxAggregates = aggregate.DefaultMaxEntries
@@ -122,9 +119,8 @@ type Config struct {
 	// yields its processor (runtime.Gosched) before returning: about one
 	// in ShedYieldEvery such calls (default DefaultShedYieldEvery; 1 yields
 	// on every one). Under overload the yields are what give the consumer
-	// CPU — without them 8 busy producers on 2 cores leave it a fraction
-	// of one and shed ~98 % of the spans — while each costs the caller a
-	// scheduling round. Only calls that find the inbox full ever yield.
+	// CPU; each costs the caller a scheduling round. Only calls that find
+	// the inbox full ever yield.
 	ShedYieldEvery int
 	// ShedWithoutYield makes every Publish that finds the inbox full return
 	// at once, never yielding (ShedYieldEvery is then ignored).

@@ -10,14 +10,12 @@
 //
 // Design: Publish checks eligibility and writes the span's fields straight
 // into a claimed slot of a bounded lock-free inbox (package inbox). One
-// consumer goroutine aggregates the inbox in place, in batches, into an
-// aggregate.Table it alone owns (under a cardinality attack, prefetching
-// slots and strings ahead so that the misses on never-seen strings
-// overlap) — clears, flushes and stop reach it as signals, so the table has
-// no lock. At each
-// interval boundary (aligned to BucketInterval), or on Flush or Stop, the
-// consumer encodes the touched entries with package writer into one or more
-// complete payloads and hands them to a sender goroutine, which POSTs them;
-// the consumer never waits for the network. Every span ends up counted in an
-// entry or in a named counter of Health.
+// consumer goroutine (consumer.go) aggregates the inbox in place, in
+// batches, into an aggregate.Table it alone owns; clears, flushes and stop
+// reach it as signals, so the table has no lock. At each interval boundary
+// (aligned to BucketInterval), or on Flush or Stop, the consumer encodes the
+// touched entries with package writer into complete payloads and hands them
+// to the sender goroutine (sender.go), which delivers them through the
+// shared agent client; the consumer never waits for the network. Every span
+// ends up counted in an entry or in a named counter of Health.
 package stats
