@@ -112,6 +112,12 @@ type Config struct {
 	// BucketInterval is the reporting interval (default 10 s). Buckets start
 	// on multiples of it.
 	BucketInterval time.Duration
+	// SendJitter is the most an interval's report waits past its boundary
+	// before it is sent, drawn at random per report, so that a host's
+	// processes do not all send in the same millisecond (buckets stay
+	// aligned; only the send moves). Default min(BucketInterval/5, 2 s);
+	// negative sends at the boundary. Flush and Stop never wait for it.
+	SendJitter time.Duration
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
 	// of two; default DefaultInboxSize). A full inbox drops and counts.
 	InboxSize int
@@ -235,6 +241,12 @@ func (c Config) withDefaults() (Config, error) {
 			*d.v = d.def
 		}
 	}
+	switch {
+	case c.SendJitter == 0:
+		c.SendJitter = min(c.BucketInterval/5, maxSendJitter)
+	case c.SendJitter < 0:
+		c.SendJitter = 0
+	}
 	if c.Logger == nil {
 		c.Logger = log.Printf
 	}
@@ -244,6 +256,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// maxSendJitter caps the default SendJitter: a bucket must still reach the
+// agent well before it re-times buckets older than ~18 s.
+const maxSendJitter = 2 * time.Second
 
 // minPayloadBytes leaves room for the header and one large group.
 const minPayloadBytes = 64 << 10

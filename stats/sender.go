@@ -5,6 +5,7 @@ package stats
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,16 @@ type sender struct {
 	health        func() Health
 	metrics       *emitter
 	done          chan struct{}
+
+	jitter  time.Duration // Config.SendJitter
+	rng     *rand.Rand
+	delayed []delayedReport // interval reports waiting for their send time
+}
+
+// delayedReport is an interval's report held until its jittered send time.
+type delayedReport struct {
+	r   *report
+	due time.Time
 }
 
 func newSender(ctx context.Context, a *Aggregator, cfg *Config, ep agentclient.Endpoint, in <-chan *report, bufs bufPool) *sender {
@@ -68,6 +79,8 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, ep agentclient.E
 		health:        a.Health,
 		metrics:       &emitter{client: cfg.Metrics, namespace: cfg.MetricsNamespace},
 		done:          make(chan struct{}),
+		jitter:        cfg.SendJitter,
+		rng:           rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	s.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         ep,
@@ -96,25 +109,62 @@ func (s *sender) run() {
 	defer timer.Stop()
 	for {
 		var wake <-chan time.Time
-		if d, ok := s.client.NextDue(); ok {
+		if d, ok := s.nextDue(); ok {
 			timer.Reset(max(time.Until(d), 0))
 			wake = timer.C
 		}
 		select {
 		case r, ok := <-s.in:
 			if !ok {
+				for _, d := range s.delayed {
+					s.send(d.r)
+				}
 				s.client.Final()
 				return
 			}
-			w := agentclient.NewWaiter(r.done, len(r.parts))
-			for _, p := range r.parts {
-				s.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: &s.headers, Waiter: w})
+			if r.done != nil || s.jitter <= 0 {
+				s.send(r) // someone waits for it
+				continue
 			}
-			s.metrics.emit(s.health())
+			d := time.Duration(s.rng.Int64N(int64(s.jitter) + 1))
+			s.delayed = append(s.delayed, delayedReport{r: r, due: time.Now().Add(d)})
 		case <-wake:
-			s.client.RunDue(time.Now())
+			t := time.Now()
+			var due []*report
+			s.delayed = slices.DeleteFunc(s.delayed, func(d delayedReport) bool {
+				if t.Before(d.due) {
+					return false
+				}
+				due = append(due, d.r)
+				return true
+			})
+			for _, r := range due {
+				s.send(r)
+			}
+			s.client.RunDue(t)
 		}
 	}
+}
+
+// nextDue is the earliest of the delayed reports' send times and the
+// client's work.
+func (s *sender) nextDue() (time.Time, bool) {
+	d, ok := s.client.NextDue()
+	for _, r := range s.delayed {
+		if !ok || r.due.Before(d) {
+			d, ok = r.due, true
+		}
+	}
+	return d, ok
+}
+
+// send hands a report's payloads to the client.
+func (s *sender) send(r *report) {
+	w := agentclient.NewWaiter(r.done, len(r.parts))
+	for _, p := range r.parts {
+		s.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: &s.headers, Waiter: w})
+	}
+	s.metrics.emit(s.health())
 }
 
 // Sent counts a payload the agent accepted.

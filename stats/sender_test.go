@@ -589,3 +589,50 @@ func TestChaosConservation(t *testing.T) {
 		h.Published, h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.Ineligible, h.InboxFull, h.AgentOffSpans,
 		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.AgentOffTimes)
 }
+
+// TestSendJitter: an interval's report is sent after its boundary, by a
+// random offset of at most SendJitter, while its bucket stays aligned on
+// the boundary; different intervals draw different offsets.
+func TestSendJitter(t *testing.T) {
+	const interval, jitter = 100 * time.Millisecond, 40 * time.Millisecond
+	ag := testagent.New()
+	defer ag.Close()
+	var mu sync.Mutex
+	var offsets []time.Duration
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		arrived := time.Now()
+		mu.Lock()
+		offsets = append(offsets, arrived.Sub(arrived.Truncate(interval)))
+		mu.Unlock()
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: interval, SendJitter: jitter})
+	waitFor(t, "8 interval reports", func() bool {
+		publishN(a, 1, "r")
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(offsets) >= 8
+	})
+	stop(t, a)
+	mu.Lock()
+	defer mu.Unlock()
+	distinct := map[time.Duration]bool{}
+	for i, o := range offsets[:8] {
+		// The slack covers the request's own latency on a loaded machine.
+		if o > jitter+20*time.Millisecond {
+			t.Errorf("report %d arrived %s after its boundary, over the %s jitter", i, o, jitter)
+		}
+		distinct[o.Round(2*time.Millisecond)] = true
+	}
+	if len(distinct) < 3 {
+		t.Errorf("8 reports arrived at %d distinct offsets after their boundaries: %v", len(distinct), offsets[:8])
+	}
+	for _, r := range ag.Requests() {
+		for _, b := range r.Payload.Buckets {
+			if time.Duration(b.Start)%interval != 0 {
+				t.Errorf("bucket start %d is not aligned on %s", b.Start, interval)
+			}
+		}
+	}
+}
