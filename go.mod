@@ -1,6 +1,6 @@
 module github.com/spanstats/spanstats
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/DataDog/sketches-go v1.4.8 // indirect
@@ -9,6 +9,7 @@ require (
 	github.com/tinylib/msgp v1.6.5 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/mod v0.18.0 // indirect
+	golang.org/x/sys v0.50.0
 	golang.org/x/tools v0.22.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )

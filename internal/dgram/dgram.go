@@ -1,0 +1,265 @@
+package dgram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"syscall"
+)
+
+// DefaultBatchSize is the number of datagrams NewBatch(0, …) holds; chosen by
+// BenchmarkBatchSize.
+const DefaultBatchSize = 16
+
+var (
+	// ErrWouldBlock: the datagram was not sent because the socket's send
+	// buffer or the relay's receive queue is full (EAGAIN, ENOBUFS).
+	ErrWouldBlock = errors.New("dgram: send queue full")
+	// ErrNoRelay: nothing listens at the relay's address (ENOENT,
+	// ECONNREFUSED).
+	ErrNoRelay = errors.New("dgram: no relay listening")
+)
+
+// sendError is a Sender's answer to a condition the caller acts on; the
+// values are built once (sendErrors) so a full queue costs no allocation.
+type sendError struct {
+	kind  error
+	errno syscall.Errno
+}
+
+func (e *sendError) Error() string        { return e.kind.Error() + ": " + e.errno.Error() }
+func (e *sendError) Is(target error) bool { return target == e.kind }
+func (e *sendError) Unwrap() error        { return e.errno }
+
+var sendErrors = [...]sendError{
+	{ErrWouldBlock, syscall.EAGAIN},
+	{ErrWouldBlock, syscall.ENOBUFS},
+	{ErrNoRelay, syscall.ECONNREFUSED},
+	{ErrNoRelay, syscall.ENOENT},
+}
+
+// writeError maps the errno of one send to what Write returns.
+func writeError(errno syscall.Errno) error {
+	if errno == 0 {
+		return nil
+	}
+	for i := range sendErrors {
+		if sendErrors[i].errno == errno {
+			return &sendErrors[i]
+		}
+	}
+	return os.NewSyscallError("sendto", errno)
+}
+
+// Datagram is one received datagram, as it sits in a Batch.
+type Datagram struct {
+	// Data is the datagram, in the Batch's buffer: valid until the next
+	// ReadBatch into that Batch. When Truncated it holds the first
+	// MaxDatagram()+1 bytes, or fewer if the kernel cut it there.
+	Data []byte
+	// Truncated: the datagram was longer than the Batch's MaxDatagram.
+	Truncated bool
+	// PID is the sender's process id from its credentials (Unix socket on
+	// Linux, in the relay's pid namespace); 0 when unknown.
+	PID int32
+}
+
+// Batch is a reusable set of datagram buffers that ReadBatch fills.
+type Batch struct {
+	max    int
+	bufs   []byte // len(dgrams) slots of max+1 bytes
+	dgrams []Datagram
+	n      int
+	sys    batchSys
+}
+
+// NewBatch returns a Batch of n slots (DefaultBatchSize if n <= 0), each
+// receiving datagrams of up to maxDatagram bytes.
+func NewBatch(n, maxDatagram int) *Batch {
+	if n <= 0 {
+		n = DefaultBatchSize
+	}
+	if maxDatagram <= 0 {
+		panic(fmt.Sprintf("dgram: NewBatch: maxDatagram %d is not positive", maxDatagram))
+	}
+	b := &Batch{max: maxDatagram, bufs: make([]byte, n*(maxDatagram+1)), dgrams: make([]Datagram, n)}
+	b.sys.init(b)
+	return b
+}
+
+// Datagrams returns the datagrams of the last ReadBatch, in arrival order.
+func (b *Batch) Datagrams() []Datagram { return b.dgrams[:b.n] }
+
+// Cap returns the number of slots.
+func (b *Batch) Cap() int { return len(b.dgrams) }
+
+// MaxDatagram returns the largest datagram a slot holds without Truncated.
+func (b *Batch) MaxDatagram() int { return b.max }
+
+// slot returns slot i's buffer, capped so an append cannot reach slot i+1.
+func (b *Batch) slot(i int) []byte {
+	off := i * (b.max + 1)
+	return b.bufs[off : off+b.max+1 : off+b.max+1]
+}
+
+// Conn is a receiving datagram socket: a Unix datagram socket
+// (ListenUnixgram) or a UDP socket (ListenUDP).
+type Conn struct {
+	pc     net.PacketConn
+	rc     syscall.RawConn // kept: SyscallConn allocates on every call
+	path   string          // the socket file ListenUnixgram bound; "" for UDP
+	bound  os.FileInfo     // that file, so Close removes it and not a successor's
+	rcvbuf int
+	sys    connSys
+}
+
+// ListenUnixgram binds a Unix datagram socket at path with permissions mode.
+// An existing socket file at path (a relay that did not stop cleanly) is
+// replaced; any other kind of file there is an error and is left alone.
+// Close removes the socket file.
+func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{Control: controlUnixgram}
+	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
+	if err != nil {
+		return nil, err
+	}
+	// After bind: the socket file exists only once bound, and bind applies the umask.
+	bound, err := os.Lstat(path)
+	if err == nil {
+		err = os.Chmod(path, mode)
+	}
+	if err != nil {
+		pc.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("dgram: %w", err)
+	}
+	return newConn(pc, path, bound, 0)
+}
+
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("dgram: %w", err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("dgram: %s exists and is not a socket (mode %v); not replacing it", path, fi.Mode())
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("dgram: replacing stale socket: %w", err)
+	}
+	return nil
+}
+
+// ListenUDP binds a UDP socket at addr ("host:port") with a receive buffer of
+// rcvbuf bytes (the system default if rcvbuf <= 0); see ReadBuffer for the
+// size the kernel granted.
+func ListenUDP(addr string, rcvbuf int) (*Conn, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
+		return controlUDP(raw, rcvbuf)
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(pc, "", nil, rcvbuf)
+}
+
+func newConn(pc net.PacketConn, path string, bound os.FileInfo, rcvbuf int) (*Conn, error) {
+	rc, err := pc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	c := &Conn{pc: pc, rc: rc, path: path, bound: bound, rcvbuf: rcvbuf}
+	if err := c.sys.init(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// LocalAddr returns the address the socket is bound to.
+func (c *Conn) LocalAddr() net.Addr { return c.pc.LocalAddr() }
+
+// ReadBuffer returns the socket's receive buffer size as the kernel reports
+// it (Linux reports twice the request: the other half is its bookkeeping);
+// where the platform cannot tell, the size requested (0: the default).
+func (c *Conn) ReadBuffer() int { return c.rcvbuf }
+
+// Close closes the socket, which wakes a blocked ReadBatch with an error
+// matching net.ErrClosed, and removes the Unix socket file if it is still the
+// one this Conn bound.
+func (c *Conn) Close() error {
+	err := c.pc.Close()
+	if err == nil && c.path != "" {
+		if fi, e := os.Lstat(c.path); e == nil && os.SameFile(fi, c.bound) {
+			os.Remove(c.path)
+		}
+	}
+	return err
+}
+
+// Sender is the SDK's socket to the relay. Write never waits.
+type Sender struct {
+	conn net.Conn
+	rc   syscall.RawConn
+	sys  senderSys
+}
+
+// DialUnixgram returns a Sender to the relay's Unix datagram socket at path,
+// with a send buffer of sndbuf bytes (the default if sndbuf <= 0; a datagram
+// larger than the send buffer cannot be sent). The error matches ErrNoRelay
+// when nothing listens at path.
+func DialUnixgram(path string, sndbuf int) (*Sender, error) {
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return nil, dialError(err)
+	}
+	if sndbuf > 0 {
+		if err := conn.SetWriteBuffer(sndbuf); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return newSender(conn, path)
+}
+
+// DialUDP returns a Sender to the relay's UDP socket at addr ("host:port").
+// UDP cannot tell at dial time whether a relay listens: a later Write matches
+// ErrNoRelay once the kernel has seen the port unreachable.
+func DialUDP(addr string) (*Sender, error) {
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		return nil, dialError(err)
+	}
+	return newSender(conn, "")
+}
+
+func dialError(err error) error {
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%w: %w", ErrNoRelay, err)
+	}
+	return err
+}
+
+func newSender(conn net.Conn, path string) (*Sender, error) {
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s := &Sender{conn: conn, rc: rc}
+	s.sys.init(path)
+	return s, nil
+}
+
+// Close closes the socket.
+func (s *Sender) Close() error { return s.conn.Close() }

@@ -1,0 +1,244 @@
+package dgram
+
+import (
+	"encoding/binary"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Control bytes offered per datagram. A Unix socket is offered exactly the
+// credentials' space: a sender's SCM_RIGHTS then finds no room, and the
+// kernel closes those descriptors instead of installing them in the relay.
+var (
+	ctrlUnixgram = unix.CmsgSpace(unix.SizeofUcred)
+	ctrlUDP      = unix.CmsgSpace(4) // SO_RXQ_OVFL: a uint32
+	ctrlSlot     = max(ctrlUnixgram, ctrlUDP)
+)
+
+func controlUnixgram(_, _ string, raw syscall.RawConn) error {
+	return setsockopt(raw, unix.SO_PASSCRED, 1)
+}
+
+func controlUDP(raw syscall.RawConn, rcvbuf int) error {
+	if err := setsockopt(raw, unix.SO_RXQ_OVFL, 1); err != nil {
+		return err
+	}
+	if rcvbuf <= 0 {
+		return nil
+	}
+	// SO_RCVBUFFORCE passes net.core.rmem_max but needs CAP_NET_ADMIN.
+	if setsockopt(raw, unix.SO_RCVBUFFORCE, rcvbuf) == nil {
+		return nil
+	}
+	return setsockopt(raw, unix.SO_RCVBUF, rcvbuf)
+}
+
+func setsockopt(raw syscall.RawConn, opt, value int) error {
+	var err error
+	if cerr := raw.Control(func(fd uintptr) {
+		err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, value)
+	}); cerr != nil {
+		return cerr
+	}
+	return os.NewSyscallError("setsockopt", err)
+}
+
+type connSys struct {
+	ctrlLen int
+	// lastOvfl is the last SO_RXQ_OVFL value seen; touched only inside
+	// rc.Read, whose read lock orders all readers.
+	lastOvfl uint32
+	drops    atomic.Uint64
+}
+
+func (s *connSys) init(c *Conn) error {
+	if c.path != "" {
+		s.ctrlLen = ctrlUnixgram
+		return nil
+	}
+	s.ctrlLen = ctrlUDP
+	var n int
+	var err error
+	if cerr := c.rc.Control(func(fd uintptr) {
+		n, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	}); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return os.NewSyscallError("getsockopt", err)
+	}
+	c.rcvbuf = n
+	return nil
+}
+
+// KernelDrops returns how many datagrams the kernel dropped on this UDP
+// socket because its receive buffer was full, as far as the datagrams read
+// so far tell: the kernel stamps its drop counter on each datagram it queues,
+// so drops after the last datagram read show with the next one.
+func (c *Conn) KernelDrops() uint64 { return c.sys.drops.Load() }
+
+// countDrops turns the kernel's cumulative uint32 counter into the total.
+func (s *connSys) countDrops(v uint32) {
+	d := v - s.lastOvfl // modular: the counter wraps at 2^32
+	if int32(d) <= 0 {
+		return // the same value again (or one older): nothing new
+	}
+	s.lastOvfl = v
+	s.drops.Add(uint64(d))
+}
+
+type batchSys struct {
+	iovs []unix.Iovec
+	msgs []unix.Mmsghdr
+	ctrl []byte
+	// Set for one ReadBatch.
+	c     *Conn
+	errno syscall.Errno
+	// recv is b.recvmmsg, bound once: a closure made per ReadBatch would
+	// escape into the RawConn interface and allocate.
+	recv func(fd uintptr) bool
+}
+
+func (s *batchSys) init(b *Batch) {
+	n := len(b.dgrams)
+	s.iovs = make([]unix.Iovec, n)
+	s.msgs = make([]unix.Mmsghdr, n)
+	s.ctrl = make([]byte, n*ctrlSlot)
+	for i := range n {
+		buf := b.slot(i)
+		s.iovs[i].Base = &buf[0]
+		s.iovs[i].SetLen(len(buf))
+		h := &s.msgs[i].Hdr
+		h.Iov = &s.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &s.ctrl[i*ctrlSlot]
+	}
+	s.recv = b.recvmmsg
+}
+
+// ReadBatch waits for at least one datagram, then fills b with as many as
+// are queued, up to b.Cap(), in one recvmmsg. It returns the number read
+// (b.Datagrams()); after Close the error matches net.ErrClosed.
+func (c *Conn) ReadBatch(b *Batch) (int, error) {
+	b.n = 0
+	s := &b.sys
+	for i := range s.msgs {
+		s.msgs[i].Hdr.SetControllen(c.sys.ctrlLen) // the kernel overwrote them with the lengths used
+		s.msgs[i].Hdr.Flags = 0
+	}
+	s.c, s.errno = c, 0
+	err := c.rc.Read(s.recv)
+	s.c = nil
+	if err != nil {
+		return 0, err
+	}
+	if s.errno != 0 {
+		return 0, os.NewSyscallError("recvmmsg", s.errno)
+	}
+	return b.n, nil
+}
+
+// recvmmsg runs inside RawConn.Read: returning false on EAGAIN parks the
+// goroutine in the netpoller until the socket is readable (or closed).
+func (b *Batch) recvmmsg(fd uintptr) bool {
+	s := &b.sys
+	for {
+		// The fd is non-blocking, so after the first datagram the call takes
+		// only what is queued; MSG_WAITFORONE says so even if it were not.
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd,
+			uintptr(unsafe.Pointer(&s.msgs[0])), uintptr(len(s.msgs)),
+			unix.MSG_WAITFORONE|unix.MSG_CMSG_CLOEXEC, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		case 0:
+			b.fill(int(r))
+		}
+		s.errno = e
+		return true
+	}
+}
+
+// fill records the first n slots after a recvmmsg; it runs under the fd's
+// read lock, so the drop counter sees the datagrams in queue order.
+func (b *Batch) fill(n int) {
+	s := &b.sys
+	for i := range n {
+		m := &s.msgs[i]
+		ln := int(m.Len)
+		d := &b.dgrams[i]
+		d.Data = b.slot(i)[:ln]
+		d.Truncated = ln > b.max || m.Hdr.Flags&unix.MSG_TRUNC != 0
+		d.PID = 0
+		ctrl := s.ctrl[i*ctrlSlot : i*ctrlSlot+int(m.Hdr.Controllen)]
+		for len(ctrl) >= unix.CmsgLen(0) {
+			h, data, rest, err := unix.ParseOneSocketControlMessage(ctrl)
+			if err != nil {
+				break
+			}
+			switch {
+			case h.Level != unix.SOL_SOCKET:
+			case h.Type == unix.SCM_CREDENTIALS && len(data) >= unix.SizeofUcred:
+				d.PID = int32(binary.NativeEndian.Uint32(data)) // Ucred.Pid is its first field
+			case h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+				s.c.sys.countDrops(binary.NativeEndian.Uint32(data))
+			}
+			ctrl = rest
+		}
+	}
+	b.n = n
+}
+
+type senderSys struct {
+	mu sync.Mutex // p and errno belong to one Write at a time
+	// to is the relay's socket path for a Unix Sender: addressing each
+	// datagram finds a relay that restarted since the dial. nil for UDP,
+	// which sends on the connected socket.
+	to    unix.Sockaddr
+	p     []byte
+	errno syscall.Errno
+	send  func(fd uintptr) bool // s.sendto, bound once (see batchSys.recv)
+}
+
+func (s *senderSys) init(path string) {
+	if path != "" {
+		s.to = &unix.SockaddrUnix{Name: path}
+	}
+	s.send = s.sendto
+}
+
+// sendto runs inside RawConn.Write and always returns true: Write never waits
+// for the socket to become writable.
+func (s *senderSys) sendto(fd uintptr) bool {
+	for {
+		err := unix.Sendto(int(fd), s.p, unix.MSG_DONTWAIT, s.to)
+		if err == unix.EINTR {
+			continue
+		}
+		s.errno, _ = err.(syscall.Errno)
+		return true
+	}
+}
+
+// Write sends b as one datagram without waiting. The error matches
+// ErrWouldBlock when the send buffer or the relay's queue is full, ErrNoRelay
+// when nothing listens at the relay's address, and net.ErrClosed after Close.
+func (s *Sender) Write(b []byte) error {
+	s.sys.mu.Lock()
+	s.sys.p, s.sys.errno = b, 0
+	err := s.rc.Write(s.sys.send)
+	errno := s.sys.errno
+	s.sys.p = nil
+	s.sys.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return writeError(errno)
+}

@@ -1,0 +1,200 @@
+package dgram
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestReadBatchReadsQueuedDatagramsAtOnce(t *testing.T) {
+	r := listenUnixgram(t)
+	const n = 8 // under net.unix.max_dgram_qlen's default of 10
+	for i := range n {
+		if err := r.send.Write(payload(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := NewBatch(16, 1024)
+	got, err := r.conn.ReadBatch(b)
+	if err != nil || got != n {
+		t.Fatalf("ReadBatch = %d, %v; want all %d queued datagrams in one call", got, err, n)
+	}
+}
+
+func TestReadBatchPID(t *testing.T) {
+	r := listenUnixgram(t)
+	if err := r.send.Write([]byte("who")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, r.conn, NewBatch(2, 64), 1)[0]; d.PID != int32(os.Getpid()) {
+		t.Errorf("PID %d, want os.Getpid() = %d", d.PID, os.Getpid())
+	}
+	u := listenUDP(t, 0)
+	if err := u.send.Write([]byte("who")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, u.conn, NewBatch(2, 64), 1)[0]; d.PID != 0 {
+		t.Errorf("UDP datagram has PID %d, want 0 (unknown)", d.PID)
+	}
+}
+
+// A sender's SCM_RIGHTS must not install descriptors in the relay.
+func TestPassedDescriptorsAreNotInstalled(t *testing.T) {
+	r := listenUnixgram(t)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	before := openFDs(t)
+	rights := unix.UnixRights(0, 1, 2)
+	if err := unix.Sendmsg(fd, []byte("fds"), rights, &unix.SockaddrUnix{Name: r.path}, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := readAll(t, r.conn, NewBatch(2, 64), 1)[0]
+	if string(d.Data) != "fds" || d.PID != int32(os.Getpid()) {
+		t.Errorf("read %q from pid %d", d.Data, d.PID)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("open descriptors %d before the read, %d after", before, after)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// KernelDrops must equal exactly what the kernel dropped: flood a small
+// receive buffer without reading, drain it, then read one more datagram,
+// which carries the drop counter as it stood when it was queued.
+func TestKernelDropsExact(t *testing.T) {
+	r := listenUDP(t, 4096)
+	const flood = 300 // under net.core.netdev_max_backlog, so no drop happens before the socket
+	for i := range flood {
+		if err := r.send.Write(payload(i, 1024)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := NewBatch(8, 2048)
+	received := 0
+	for {
+		n, err := r.conn.ReadBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		received += n
+		if queued(t, r.conn) == 0 {
+			break
+		}
+	}
+	if err := r.send.Write([]byte("marker")); err != nil {
+		t.Fatal(err)
+	}
+	sent := flood + 1
+	for last := ""; last != "marker"; {
+		got := readAll(t, r.conn, b, 1)
+		received += len(got)
+		last = string(got[len(got)-1].Data)
+	}
+	drops := r.conn.KernelDrops()
+	t.Logf("rcvbuf %d: sent %d, received %d, kernel drops %d", r.conn.ReadBuffer(), sent, received, drops)
+	if drops == 0 || drops != uint64(sent-received) {
+		t.Errorf("KernelDrops %d, want sent %d - received %d = %d (and > 0)", drops, sent, received, sent-received)
+	}
+}
+
+// queued returns the length of the next queued UDP datagram, 0 if none.
+func queued(t *testing.T, c *Conn) int {
+	t.Helper()
+	var n int
+	var err error
+	c.rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestCountDropsWraps(t *testing.T) {
+	var s connSys
+	for _, v := range []uint32{5, 5, 3, 1 << 31, 1<<32 - 2, 4} {
+		s.countDrops(v)
+	}
+	// 5, +0 (the same), ignored (older), +(2^31-5), +(2^31-2), +6 across the wrap
+	if got, want := s.drops.Load(), uint64(1<<32+4); got != want {
+		t.Errorf("drops %d, want %d", got, want)
+	}
+}
+
+func TestSenderWouldBlockWhenRelayQueueFull(t *testing.T) {
+	r := listenUnixgram(t)
+	qlen := maxDgramQlen(t)
+	sent := 0
+	var err error
+	for ; sent < 1000; sent++ {
+		if err = r.send.Write(payload(sent, 512)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrWouldBlock) || !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("after %d writes: %v, want ErrWouldBlock (EAGAIN)", sent, err)
+	}
+	// The kernel refuses once the queue holds more than max_dgram_qlen.
+	if sent != qlen+1 {
+		t.Errorf("queue took %d datagrams, want max_dgram_qlen+1 = %d", sent, qlen+1)
+	}
+	got := readAll(t, r.conn, NewBatch(64, 1024), sent)
+	if len(got) != sent {
+		t.Fatalf("read %d, want %d", len(got), sent)
+	}
+	if err := r.send.Write([]byte("room again")); err != nil {
+		t.Errorf("write after the relay read its queue: %v", err)
+	}
+}
+
+func maxDgramQlen(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/unix/max_dgram_qlen")
+	if err != nil {
+		t.Skip(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestReadBatchAndWriteDoNotAllocate(t *testing.T) {
+	for _, r := range []relay{listenUnixgram(t), listenUDP(t, 0)} {
+		b := NewBatch(8, 1024)
+		p := payload(1, 512)
+		allocs := testing.AllocsPerRun(200, func() {
+			for range 4 {
+				if err := r.send.Write(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for got := 0; got < 4; {
+				n, err := r.conn.ReadBatch(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per 4 writes and their reads, want 0", r.name, allocs)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package dgram
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// relay is a receiving socket and a Sender to it, closed at the test's end.
+type relay struct {
+	name string
+	conn *Conn
+	path string // "" for UDP
+	send *Sender
+}
+
+func listenUnixgram(t testing.TB) relay {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := DialUnixgram(path, 1<<17)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return relay{"unixgram", c, path, s}
+}
+
+func listenUDP(t testing.TB, rcvbuf int) relay {
+	t.Helper()
+	c, err := ListenUDP("127.0.0.1:0", rcvbuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := DialUDP(c.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return relay{"udp", c, "", s}
+}
+
+// payload returns n bytes that differ per datagram i and per offset.
+func payload(i, n int) []byte {
+	p := make([]byte, n)
+	for j := range p {
+		p[j] = byte(i*7 + j)
+	}
+	return p
+}
+
+// readAll reads until want datagrams arrived (5 s at most) and returns copies.
+func readAll(t *testing.T, c *Conn, b *Batch, want int) []Datagram {
+	t.Helper()
+	var got []Datagram
+	deadline := time.Now().Add(5 * time.Second)
+	c.pc.SetReadDeadline(deadline)
+	defer c.pc.SetReadDeadline(time.Time{})
+	for len(got) < want {
+		if _, err := c.ReadBatch(b); err != nil {
+			t.Fatalf("after %d of %d datagrams: %v", len(got), want, err)
+		}
+		for _, d := range b.Datagrams() {
+			d.Data = bytes.Clone(d.Data)
+			got = append(got, d)
+		}
+	}
+	return got
+}
+
+func TestReadBatchBytes(t *testing.T) {
+	for _, r := range []relay{listenUnixgram(t), listenUDP(t, 0)} {
+		t.Run(r.name, func(t *testing.T) {
+			const n = 8
+			for i := range n {
+				if err := r.send.Write(payload(i, 1+i*100)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := readAll(t, r.conn, NewBatch(16, 1024), n)
+			if len(got) != n {
+				t.Fatalf("got %d datagrams, want %d", len(got), n)
+			}
+			for i, d := range got {
+				if want := payload(i, 1+i*100); !bytes.Equal(d.Data, want) || d.Truncated {
+					t.Errorf("datagram %d: %d bytes (truncated %v), want %d bytes % x…", i, len(d.Data), d.Truncated, len(want), want[:min(4, len(want))])
+				}
+			}
+		})
+	}
+}
+
+func TestOversizedDatagramIsTruncated(t *testing.T) {
+	const max = 1024
+	for _, r := range []relay{listenUnixgram(t), listenUDP(t, 1<<20)} {
+		largest := 65536 // with DialUnixgram's send buffer of 128 KiB
+		if r.path == "" {
+			largest = 65507 // the largest UDP payload over IPv4
+		}
+		for _, tc := range []struct {
+			size      int
+			truncated bool
+		}{{max, false}, {max + 1, true}, {largest, true}, {1, false}} {
+			if err := r.send.Write(payload(tc.size, tc.size)); err != nil {
+				t.Fatalf("%s: write %d bytes: %v", r.name, tc.size, err)
+			}
+			d := readAll(t, r.conn, NewBatch(4, max), 1)[0]
+			want := payload(tc.size, tc.size)[:min(tc.size, max+1)]
+			if d.Truncated != tc.truncated || !bytes.Equal(d.Data, want) {
+				t.Errorf("%s: %d-byte datagram: truncated %v with %d bytes, want %v with %d", r.name, tc.size, d.Truncated, len(d.Data), tc.truncated, len(want))
+			}
+		}
+	}
+}
+
+func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // a UnixConn leaves its socket file behind: a relay that died
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		t.Fatalf("stale socket file: %v, %v", fi, err)
+	}
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, c, NewBatch(1, 64), 1)[0]; string(d.Data) != "hello" {
+		t.Fatalf("read %q", d.Data)
+	}
+}
+
+func TestListenUnixgramRefusesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{file, sub} {
+		if c, err := ListenUnixgram(path, 0o600); err == nil {
+			c.Close()
+			t.Errorf("ListenUnixgram(%s) succeeded over a non-socket", path)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
+		t.Errorf("regular file after ListenUnixgram: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
+		t.Errorf("directory after ListenUnixgram: %v, %v", fi, err)
+	}
+}
+
+func TestListenUnixgramMode(t *testing.T) {
+	for _, mode := range []os.FileMode{0o600, 0o620, 0o666} {
+		path := filepath.Join(t.TempDir(), "relay.sock")
+		c, err := ListenUnixgram(path, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(path)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != mode {
+			t.Errorf("mode %v: socket file has %v", mode, fi.Mode())
+		}
+	}
+}
+
+func TestCloseRemovesOnlyItsSocketFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	first, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ListenUnixgram(path, 0o600) // replaces first's file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("closing the replaced Conn removed its successor's socket: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("socket file after Close: %v", err)
+	}
+	if err := second.Close(); err == nil {
+		t.Error("second Close returned nil")
+	}
+}
+
+func TestCloseUnblocksReadBatch(t *testing.T) {
+	for _, r := range []relay{listenUnixgram(t), listenUDP(t, 0)} {
+		done := make(chan error)
+		go func() {
+			_, err := r.conn.ReadBatch(NewBatch(4, 64))
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let it park in the netpoller
+		r.conn.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("%s: ReadBatch after Close: %v, want net.ErrClosed", r.name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: ReadBatch still blocked 5 s after Close", r.name)
+		}
+	}
+}
+
+func TestSenderNoRelay(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.sock")
+	if _, err := DialUnixgram(missing, 0); !errors.Is(err, ErrNoRelay) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("dial a missing path: %v, want ErrNoRelay and ENOENT", err)
+	}
+
+	stale := filepath.Join(dir, "stale.sock")
+	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: stale, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	if _, err := DialUnixgram(stale, 0); !errors.Is(err, ErrNoRelay) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial a stale socket: %v, want ErrNoRelay and ECONNREFUSED", err)
+	}
+
+	// The relay stops after the dial, then a new one starts at the same path.
+	r := listenUnixgram(t)
+	r.conn.Close()
+	if err := r.send.Write([]byte("x")); !errors.Is(err, ErrNoRelay) {
+		t.Errorf("write after the relay stopped: %v, want ErrNoRelay", err)
+	}
+	c, err := ListenUnixgram(r.path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := r.send.Write([]byte("again")); err != nil {
+		t.Fatalf("write to the restarted relay: %v", err)
+	}
+	if d := readAll(t, c, NewBatch(1, 64), 1)[0]; string(d.Data) != "again" {
+		t.Fatalf("restarted relay read %q", d.Data)
+	}
+
+	// UDP: the port unreachable comes back on a later write.
+	u := listenUDP(t, 0)
+	u.conn.Close()
+	err = nil
+	for i := 0; i < 50 && !errors.Is(err, ErrNoRelay); i++ {
+		err = u.send.Write([]byte("x"))
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(err, ErrNoRelay) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("udp write to a closed port: %v, want ErrNoRelay and ECONNREFUSED", err)
+	}
+}
+
+func TestSenderClosed(t *testing.T) {
+	r := listenUnixgram(t)
+	r.send.Close()
+	if err := r.send.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("write after Close: %v, want net.ErrClosed", err)
+	}
+}
