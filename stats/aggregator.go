@@ -55,7 +55,7 @@ func New(cfg Config) (*Aggregator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep, err := parseAgentURL(cfg.AgentURL)
+	to, err := parseAgentURL(cfg.AgentURL)
 	if err != nil {
 		return nil, err
 	}
@@ -73,8 +73,8 @@ func New(cfg Config) (*Aggregator, error) {
 	a.abort = cancel
 	reports := make(chan *report, cfg.SendQueue)
 	bufs := newBufPool()
-	a.snd = newSender(ctx, a, &cfg, ep, reports, bufs)
-	a.cons = newConsumer(a, &cfg, reports, bufs, ctx.Done())
+	a.snd = newSender(ctx, a, &cfg, to, reports, bufs)
+	a.cons = newConsumer(a, &cfg, to, reports, bufs, ctx.Done())
 	return a, nil
 }
 

@@ -1,11 +1,13 @@
 package stats
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/writer"
 )
 
 // Defaults for the zero values of Config.
@@ -35,6 +38,11 @@ const (
 	// DefaultMaxPayloadBytes keeps every body under the agent's 25 MiB
 	// request limit, with room for the HTTP framing.
 	DefaultMaxPayloadBytes = 25<<20 - 64<<10
+	// DefaultMaxDatagramBytes is the datagram size limit toward a relay over
+	// a Unix socket; over UDP the default is MaxUDPDatagramBytes.
+	DefaultMaxDatagramBytes = 64 << 10
+	// MaxUDPDatagramBytes is the largest UDP payload over IPv4.
+	MaxUDPDatagramBytes = 65507
 	// DefaultHTTPTimeout bounds one POST, as dd-trace-go does.
 	DefaultHTTPTimeout = 10 * time.Second
 	// DefaultSendQueue is how many reports may wait for the sender; beyond
@@ -91,8 +99,10 @@ func limitsFromEnv(l aggregate.Limits, getenv func(string) string, logf func(str
 // Config configures an Aggregator. The zero value of every field selects its
 // documented default.
 type Config struct {
-	// AgentURL is where payloads go: "http://host:port" or
-	// "unix:///path/to/apm.socket". Default DefaultAgentURL.
+	// AgentURL is where payloads go: the agent at "http://host:port" or
+	// "unix:///path/to/apm.socket", or a relay (cmd/statsrelay) at
+	// "unixgram:///path/to/relay.sock" or "udp://host:port". Default
+	// DefaultAgentURL.
 	AgentURL string
 
 	// Payload-level identity, written into every ClientStatsPayload.
@@ -138,6 +148,11 @@ type Config struct {
 	// MaxPayloadBytes splits a report into several complete payloads so that
 	// none exceeds it (default DefaultMaxPayloadBytes).
 	MaxPayloadBytes int
+	// MaxDatagramBytes bounds each datagram sent to a relay (AgentURL
+	// unixgram:// or udp://), envelope included: a report is split into
+	// complete payloads that fit (default DefaultMaxDatagramBytes, at most
+	// MaxUDPDatagramBytes over UDP).
+	MaxDatagramBytes int
 	// HTTPTimeout bounds each request to the agent (default 10 s).
 	HTTPTimeout time.Duration
 	// SendQueue is the number of reports that may wait for the sender
@@ -251,6 +266,18 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = log.Printf
 	}
 	c.CardinalityLimits = limitsFromEnv(c.CardinalityLimits, os.Getenv, c.Logger)
+	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
+		return c, fmt.Errorf("%w: MaxDatagramBytes must be >= %d, got %d", ErrBadConfig, minDatagramBytes, c.MaxDatagramBytes)
+	}
+	if c.MaxDatagramBytes == 0 {
+		c.MaxDatagramBytes = DefaultMaxDatagramBytes
+		if strings.HasPrefix(c.AgentURL, "udp:") {
+			c.MaxDatagramBytes = MaxUDPDatagramBytes
+		}
+	}
+	if strings.HasPrefix(c.AgentURL, "udp:") && c.MaxDatagramBytes > MaxUDPDatagramBytes {
+		return c, fmt.Errorf("%w: MaxDatagramBytes %d is over UDP's %d", ErrBadConfig, c.MaxDatagramBytes, MaxUDPDatagramBytes)
+	}
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
@@ -261,15 +288,58 @@ func (c Config) withDefaults() (Config, error) {
 // agent well before it re-times buckets older than ~18 s.
 const maxSendJitter = 2 * time.Second
 
+// minDatagramBytes leaves room for the envelope, the header and one group
+// with both sketches at their 2048-bin cap (8 bytes a bin) and its labels.
+const minDatagramBytes = 40 << 10
+
 // minPayloadBytes leaves room for the header and one large group.
 const minPayloadBytes = 64 << 10
 
-func parseAgentURL(raw string) (agentclient.Endpoint, error) {
+// target is where reports go: the agent over HTTP, or a relay's datagram
+// socket (network "unixgram" or "udp").
+type target struct {
+	http             agentclient.Endpoint
+	network, address string
+}
+
+func parseAgentURL(raw string) (target, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		switch u.Scheme {
+		case "unixgram":
+			p := cmp.Or(u.Path, u.Opaque)
+			if p == "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
+			}
+			return target{network: "unixgram", address: p}, nil
+		case "udp":
+			if u.Host == "" || u.Port() == "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port", ErrBadConfig, raw)
+			}
+			return target{network: "udp", address: u.Host}, nil
+		}
+	}
 	ep, err := agentclient.ParseURL(raw)
 	if err != nil {
-		return ep, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
+		return target{}, fmt.Errorf("%w: AgentURL: %v (use http, https, unix, unixgram or udp)", ErrBadConfig, err)
 	}
-	return ep, nil
+	return target{http: ep}, nil
+}
+
+// reserve is the room left before each payload for the datagram envelope.
+func (t target) reserve() int {
+	if t.network == "" {
+		return 0
+	}
+	return writer.EnvelopeSize
+}
+
+// maxPayload is the largest payload body a report may be split into.
+func (t target) maxPayload(cfg *Config) int {
+	if t.network == "" {
+		return cfg.MaxPayloadBytes
+	}
+	return cfg.MaxDatagramBytes - writer.EnvelopeSize
 }
 
 func newRuntimeID() string {

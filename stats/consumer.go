@@ -49,7 +49,8 @@ type consumer struct {
 	abort    <-chan struct{} // Stop gave up waiting
 	bufs     bufPool
 	header   writer.Header
-	maxBody  int // Config.MaxPayloadBytes
+	maxBody  int // Config.MaxPayloadBytes, or the datagram room for a payload
+	reserve  int // bytes left free before each payload (the datagram envelope)
 	done     chan struct{}
 
 	table     *aggregate.Table
@@ -66,7 +67,7 @@ type consumer struct {
 	stopping  bool                // Stop's final report: wait for the sender
 }
 
-func newConsumer(a *Aggregator, cfg *Config, out chan<- *report, bufs bufPool, abort <-chan struct{}) *consumer {
+func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs bufPool, abort <-chan struct{}) *consumer {
 	c := &consumer{
 		in:        a.inbox,
 		ctr:       &a.c,
@@ -79,7 +80,8 @@ func newConsumer(a *Aggregator, cfg *Config, out chan<- *report, bufs bufPool, a
 		abort:     abort,
 		bufs:      bufs,
 		header:    headerOf(cfg),
-		maxBody:   cfg.MaxPayloadBytes,
+		maxBody:   to.maxPayload(cfg),
+		reserve:   to.reserve(),
 		done:      make(chan struct{}),
 		table:     aggregate.NewTable(cfg.MaxAggregates),
 		batch:     make([]aggregate.Record, drainBatch),
@@ -328,7 +330,7 @@ func (c *consumer) report(end time.Time, done chan error) {
 		c.buckets[0].Groups = entries[i:j]
 		// HeaderSize plus the groups' sizes bounds the body: one
 		// allocation at most, never a growth by copying.
-		body := writer.AppendPayload(c.bufs.get(writer.HeaderSize(&h)+size), &h, c.buckets[:])
+		body := writer.AppendPayload(c.bufs.get(c.reserve+writer.HeaderSize(&h)+size)[:c.reserve], &h, c.buckets[:])
 		r.parts = append(r.parts, part{body: body, hits: hits})
 		i = j
 	}

@@ -40,10 +40,9 @@ type part struct {
 // sender is the state of the goroutine that talks to the agent. It reaches
 // the table only through signals (Clear).
 type sender struct {
-	in      <-chan *report
-	client  *agentclient.Client
-	headers agentclient.Headers
-	ctr     *counters
+	in  <-chan *report
+	out transport
+	ctr *counters
 	bufs    bufPool
 	// peerTags is the agent's peer_tags list for the consumer, unless the
 	// config fixed the keys (fixedPeerTags).
@@ -65,13 +64,9 @@ type delayedReport struct {
 	due time.Time
 }
 
-func newSender(ctx context.Context, a *Aggregator, cfg *Config, ep agentclient.Endpoint, in <-chan *report, bufs bufPool) *sender {
+func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-chan *report, bufs bufPool) *sender {
 	s := &sender{
-		in: in,
-		headers: agentclient.Headers{
-			Lang: cfg.Lang, LangVersion: cfg.LangVersion, TracerVersion: cfg.TracerVersion,
-			ContainerID: cfg.ContainerID, EntityID: cfg.EntityID,
-		},
+		in:            in,
 		ctr:           &a.c,
 		bufs:          bufs,
 		fixedPeerTags: len(cfg.PeerTagKeys) > 0,
@@ -82,29 +77,74 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, ep agentclient.E
 		jitter:        cfg.SendJitter,
 		rng:           rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
-	s.client = agentclient.New(ctx, agentclient.Config{
-		Endpoint:         ep,
-		Timeout:          cfg.HTTPTimeout,
-		MaxRetries:       cfg.MaxRetries,
-		RetryBackoff:     cfg.RetryBackoff,
-		MaxRetryBackoff:  cfg.MaxRetryBackoff,
-		MaxRetryPayloads: cfg.MaxRetryPayloads,
-		MaxRetryBytes:    cfg.MaxRetryBytes,
-		InfoRefresh:      cfg.InfoRefresh,
-		Off:              &a.off,
-		GetBuf:           bufs.get,
-		PutBuf:           bufs.put,
-	}, s)
+	if to.network != "" {
+		s.out = newDatagramOut(ctx, to, &a.c, bufs)
+		return s
+	}
+	s.out = &httpOut{
+		headers: agentclient.Headers{
+			Lang: cfg.Lang, LangVersion: cfg.LangVersion, TracerVersion: cfg.TracerVersion,
+			ContainerID: cfg.ContainerID, EntityID: cfg.EntityID,
+		},
+		client: agentclient.New(ctx, agentclient.Config{
+			Endpoint:         to.http,
+			Timeout:          cfg.HTTPTimeout,
+			MaxRetries:       cfg.MaxRetries,
+			RetryBackoff:     cfg.RetryBackoff,
+			MaxRetryBackoff:  cfg.MaxRetryBackoff,
+			MaxRetryPayloads: cfg.MaxRetryPayloads,
+			MaxRetryBytes:    cfg.MaxRetryBytes,
+			InfoRefresh:      cfg.InfoRefresh,
+			Off:              &a.off,
+			GetBuf:           bufs.get,
+			PutBuf:           bufs.put,
+		}, s),
+	}
 	return s
+}
+
+// transport delivers reports: to the agent over HTTP (httpOut), or as
+// datagrams to a relay (datagramOut). Its methods run on the sender.
+type transport interface {
+	start()
+	// send delivers r; last marks the sender's last report.
+	send(r *report, last bool)
+	// nextDue and runDue schedule work of its own (retries, /info polls).
+	nextDue() (time.Time, bool)
+	runDue(now time.Time)
+	// stop gives pending work a last chance and releases the transport.
+	stop()
+}
+
+// httpOut posts payloads through the agent client.
+type httpOut struct {
+	client  *agentclient.Client
+	headers agentclient.Headers
+}
+
+func (h *httpOut) start() { h.client.ReadInfo() }
+
+func (h *httpOut) send(r *report, _ bool) {
+	w := agentclient.NewWaiter(r.done, len(r.parts))
+	for _, p := range r.parts {
+		h.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: &h.headers, Waiter: w})
+	}
+}
+
+func (h *httpOut) nextDue() (time.Time, bool) { return h.client.NextDue() }
+func (h *httpOut) runDue(now time.Time)       { h.client.RunDue(now) }
+
+func (h *httpOut) stop() {
+	h.client.Final()
+	h.client.Close()
 }
 
 // run is the sender goroutine: it sends each report's payloads, runs the
 // client's retries when due, and answers the waiting Flush or Stop.
 func (s *sender) run() {
 	defer close(s.done)
-	defer s.client.Close()
 	defer func() { s.metrics.emit(s.health()) }()
-	s.client.ReadInfo()
+	s.out.start()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -116,14 +156,14 @@ func (s *sender) run() {
 		select {
 		case r, ok := <-s.in:
 			if !ok {
-				for _, d := range s.delayed {
-					s.send(d.r)
+				for i, d := range s.delayed {
+					s.send(d.r, i == len(s.delayed)-1)
 				}
-				s.client.Final()
+				s.out.stop()
 				return
 			}
 			if r.done != nil || s.jitter <= 0 {
-				s.send(r) // someone waits for it
+				s.send(r, false) // someone waits for it
 				continue
 			}
 			d := time.Duration(s.rng.Int64N(int64(s.jitter) + 1))
@@ -139,9 +179,9 @@ func (s *sender) run() {
 				return true
 			})
 			for _, r := range due {
-				s.send(r)
+				s.send(r, false)
 			}
-			s.client.RunDue(t)
+			s.out.runDue(t)
 		}
 	}
 }
@@ -149,7 +189,7 @@ func (s *sender) run() {
 // nextDue is the earliest of the delayed reports' send times and the
 // client's work.
 func (s *sender) nextDue() (time.Time, bool) {
-	d, ok := s.client.NextDue()
+	d, ok := s.out.nextDue()
 	for _, r := range s.delayed {
 		if !ok || r.due.Before(d) {
 			d, ok = r.due, true
@@ -158,14 +198,13 @@ func (s *sender) nextDue() (time.Time, bool) {
 	return d, ok
 }
 
-// send hands a report's payloads to the client.
-func (s *sender) send(r *report) {
-	w := agentclient.NewWaiter(r.done, len(r.parts))
-	for _, p := range r.parts {
-		s.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: &s.headers, Waiter: w})
-	}
+// send hands a report to the transport.
+func (s *sender) send(r *report, last bool) {
+	s.out.send(r, last)
 	s.metrics.emit(s.health())
 }
+
+// The sender is the agent client's Observer: it counts every outcome.
 
 // Sent counts a payload the agent accepted.
 func (s *sender) Sent(p *agentclient.Payload) {

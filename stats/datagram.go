@@ -1,0 +1,135 @@
+// This file holds the datagram transport: each payload of a report goes to
+// a relay (cmd/statsrelay) as one datagram, in the envelope of DESIGN §8.
+
+package stats
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// Bounds of the wait for a full socket or a missing relay: the sender
+// retries a report's datagrams for at most datagramPatience, then drops
+// what is left (counted, and announced in the next datagram's envelope).
+const (
+	datagramPatience   = 100 * time.Millisecond
+	datagramFirstPause = 500 * time.Microsecond
+	datagramMaxPause   = 10 * time.Millisecond
+)
+
+// datagramOut writes reports to a relay. It runs on the sender goroutine.
+type datagramOut struct {
+	to    target
+	ctx   context.Context // ends when Stop gives up
+	ctr   *counters
+	bufs  bufPool
+	conn  *dgram.Sender
+	seq   uint64 // of the last datagram written
+	sleep func(time.Duration)
+
+	// What was dropped since the last datagram written, for its envelope.
+	droppedPayloads, droppedSpans uint64
+}
+
+func newDatagramOut(ctx context.Context, to target, ctr *counters, bufs bufPool) *datagramOut {
+	return &datagramOut{to: to, ctx: ctx, ctr: ctr, bufs: bufs, sleep: time.Sleep}
+}
+
+func (d *datagramOut) start()                     {}
+func (d *datagramOut) nextDue() (time.Time, bool) { return time.Time{}, false }
+func (d *datagramOut) runDue(time.Time)           {}
+
+func (d *datagramOut) stop() {
+	if d.conn != nil {
+		d.conn.Close()
+	}
+}
+
+// dial connects to the relay; the socket buffer of a Unix socket is raised
+// so that a whole datagram fits in it.
+func (d *datagramOut) dial() error {
+	var err error
+	if d.to.network == "unixgram" {
+		d.conn, err = dgram.DialUnixgram(d.to.address, 2*DefaultMaxDatagramBytes)
+	} else {
+		d.conn, err = dgram.DialUDP(d.to.address)
+	}
+	return err
+}
+
+// send writes each part as one datagram. A full socket or a missing relay
+// is retried with growing pauses until the report's patience runs out;
+// what is left is then dropped and counted.
+func (d *datagramOut) send(r *report, last bool) {
+	deadline := time.Now().Add(datagramPatience)
+	pause := datagramFirstPause
+	var first error
+	for i, p := range r.parts {
+		flags := uint8(0)
+		if last && i == len(r.parts)-1 {
+			flags = writer.FlagFinal
+		}
+		err := d.write(p, flags)
+		for err != nil && (errors.Is(err, dgram.ErrWouldBlock) || errors.Is(err, dgram.ErrNoRelay)) &&
+			time.Now().Add(pause).Before(deadline) && d.ctx.Err() == nil {
+			d.ctr.payloadsFailed.Add(1)
+			d.sleep(pause)
+			pause = min(2*pause, datagramMaxPause)
+			err = d.write(p, flags)
+		}
+		if err != nil {
+			d.ctr.payloadsFailed.Add(1)
+			d.ctr.payloadsDropped.Add(1)
+			d.ctr.spansUnsent.Add(p.hits)
+			d.droppedPayloads++
+			d.droppedSpans += p.hits
+			if first == nil {
+				first = err
+			}
+		}
+		d.bufs.put(p.body)
+	}
+	if r.done != nil {
+		r.done <- first
+	}
+}
+
+// write sends one part, dialing first if needed. The envelope goes into the
+// room the consumer left before the payload; the sequence advances only
+// when the datagram is written, so the relay's gaps count what the network
+// lost and the envelope what this sender dropped, never both.
+func (d *datagramOut) write(p part, flags uint8) error {
+	if d.conn == nil {
+		if err := d.dial(); err != nil {
+			return err
+		}
+	}
+	writer.AppendEnvelope(p.body[:0], writer.Envelope{
+		Flags:           flags,
+		Sequence:        d.seq + 1,
+		DroppedPayloads: sat32(d.droppedPayloads),
+		DroppedSpans:    sat32(d.droppedSpans),
+	})
+	err := d.conn.Write(p.body)
+	if errors.Is(err, dgram.ErrNoRelay) {
+		// The relay went away (or restarted on a new socket): dial again
+		// on the next attempt.
+		d.conn.Close()
+		d.conn = nil
+	}
+	if err != nil {
+		return err
+	}
+	d.seq++
+	d.droppedPayloads, d.droppedSpans = 0, 0
+	d.ctr.payloadsSent.Add(1)
+	d.ctr.bytesSent.Add(uint64(len(p.body)))
+	d.ctr.spansSent.Add(p.hits)
+	return nil
+}
+
+func sat32(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }

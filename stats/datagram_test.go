@@ -1,0 +1,195 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// relaySocket is a stand-in relay: a datagram socket the test reads itself.
+type relaySocket struct {
+	conn  *dgram.Conn
+	batch *dgram.Batch
+	url   string
+}
+
+func listenRelay(t *testing.T, network string) *relaySocket {
+	t.Helper()
+	var (
+		c   *dgram.Conn
+		err error
+		url string
+	)
+	if network == "unixgram" {
+		path := filepath.Join(t.TempDir(), "relay.sock")
+		c, err = dgram.ListenUnixgram(path, 0o600)
+		url = "unixgram://" + path
+	} else {
+		c, err = dgram.ListenUDP("127.0.0.1:0", 4<<20)
+		if c != nil {
+			url = "udp://" + c.LocalAddr().String()
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes), url: url}
+}
+
+// received is what one datagram carried.
+type received struct {
+	env  writer.Envelope
+	hits uint64
+	size int
+}
+
+// read returns the datagrams waiting, decoding each; it waits up to 2 s for
+// at least one.
+func (r *relaySocket) read(t *testing.T) []received {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			r.conn.Close() // unblocks ReadBatch with an error
+		}
+	}()
+	n, err := r.conn.ReadBatch(r.batch)
+	close(done)
+	if err != nil {
+		t.Fatalf("reading the relay socket: %v", err)
+	}
+	var out []received
+	for _, d := range r.batch.Datagrams()[:n] {
+		if d.Truncated {
+			t.Fatalf("a datagram of more than %d bytes", r.batch.MaxDatagram())
+		}
+		env, body, sequenced, err := writer.ParseDatagram(d.Data)
+		if err != nil || !sequenced {
+			t.Fatalf("datagram: sequenced %v, %v", sequenced, err)
+		}
+		p, err := writer.DecodePayload(body)
+		if err != nil {
+			t.Fatalf("payload: %v", err)
+		}
+		rc := received{env: env, size: len(d.Data)}
+		for _, b := range p.Buckets {
+			for _, g := range b.Groups {
+				rc.hits += g.Hits
+			}
+		}
+		out = append(out, rc)
+	}
+	return out
+}
+
+// TestDatagramsToRelay: over a Unix socket and UDP, a report too large for
+// one datagram arrives as several complete payloads, each within
+// MaxDatagramBytes, sequenced 1, 2, 3 …, carrying every span.
+func TestDatagramsToRelay(t *testing.T) {
+	for _, network := range []string{"unixgram", "udp"} {
+		t.Run(network, func(t *testing.T) {
+			r := listenRelay(t, network)
+			const limit = 40 << 10
+			a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, SendQueue: 8})
+			const keys, per = 600, 3 // ~600 groups: several datagrams
+			for k := range keys {
+				publishN(a, per, "GET /r/"+string(rune('a'+k%26))+string(rune('a'+k/26)))
+			}
+			flushed := make(chan error, 1)
+			go func() { flushed <- a.Flush(context.Background()) }()
+			var got []received
+			var hits uint64
+			for hits < keys*per {
+				for _, rc := range r.read(t) {
+					got = append(got, rc)
+					hits += rc.hits
+				}
+			}
+			if err := <-flushed; err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			stop(t, a)
+			if len(got) < 2 {
+				t.Fatalf("%d datagrams, want the report split into several", len(got))
+			}
+			for i, rc := range got {
+				if rc.env.Sequence != uint64(i+1) || rc.size > limit || rc.env.DroppedPayloads != 0 {
+					t.Fatalf("datagram %d: sequence %d, %d bytes, dropped %d; want sequence %d, <= %d bytes, 0",
+						i, rc.env.Sequence, rc.size, rc.env.DroppedPayloads, i+1, limit)
+				}
+			}
+			h := a.Health()
+			if hits != keys*per || h.SpansSent != hits || h.PayloadsSent != uint64(len(got)) {
+				t.Fatalf("relay got %d hits in %d datagrams; Health: sent %d spans in %d payloads", hits, len(got), h.SpansSent, h.PayloadsSent)
+			}
+			checkConservation(t, h)
+		})
+	}
+}
+
+// TestDatagramFullSocketDropsAndTells: a relay that does not read fills its
+// socket's queue; the sender retries for at most datagramPatience, drops
+// and counts the rest, and the next datagram it writes says how many
+// payloads and spans were dropped.
+func TestDatagramFullSocketDropsAndTells(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, SendQueue: 64})
+	const reports = 40 // > net.unix.max_dgram_qlen (10): the queue fills
+	for i := range reports {
+		publishN(a, 2, "r")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
+		_ = a.Flush(ctx) // some fail with the full socket: that is the point
+		cancel()
+		if d := time.Since(start); d > datagramPatience+500*time.Millisecond {
+			t.Fatalf("flush %d took %s: the sender waited past its patience", i, d)
+		}
+	}
+	h := a.Health()
+	if h.PayloadsDropped == 0 || h.SpansUnsent != 2*h.PayloadsDropped {
+		t.Fatalf("dropped %d payloads, %d spans unsent; want some, 2 spans each", h.PayloadsDropped, h.SpansUnsent)
+	}
+	// Drain the queue, then one more report: its envelope tells the drops.
+	var queued []received
+	for len(queued) < int(h.PayloadsSent) {
+		queued = append(queued, r.read(t)...)
+	}
+	publishN(a, 1, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush after draining: %v", err)
+	}
+	last := r.read(t)
+	if len(last) != 1 || last[0].env.DroppedPayloads != uint32(h.PayloadsDropped) || last[0].env.DroppedSpans != uint32(h.SpansUnsent) ||
+		last[0].env.Sequence != h.PayloadsSent+1 {
+		t.Fatalf("after the drops: %+v; want one datagram telling %d payloads / %d spans dropped, sequence %d",
+			last, h.PayloadsDropped, h.SpansUnsent, h.PayloadsSent+1)
+	}
+	stop(t, a)
+	checkConservation(t, a.Health())
+}
+
+// TestDatagramNoRelay: with nothing listening, a report is retried for at
+// most datagramPatience, then dropped and counted; Flush says why.
+func TestDatagramNoRelay(t *testing.T) {
+	a := newStarted(t, Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock")})
+	publishN(a, 3, "r")
+	start := time.Now()
+	err := a.Flush(context.Background())
+	if d := time.Since(start); !errors.Is(err, dgram.ErrNoRelay) || d > datagramPatience+500*time.Millisecond {
+		t.Fatalf("Flush = %v after %s; want ErrNoRelay within ~%s", err, d, datagramPatience)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 0 {
+		t.Fatalf("dropped %d, unsent %d, sent %d; want 1 3 0", h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
