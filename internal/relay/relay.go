@@ -87,6 +87,7 @@ type Relay struct {
 	now         func() time.Time
 	seed        uint64
 	ov          overflowHashes
+	hashers     sync.Pool // *hasher: its buffer is reused
 
 	datagrams, bytes [NumTransports]atomic.Uint64
 	rejected         [NumReasons]atomic.Uint64
@@ -124,6 +125,7 @@ func New(c Config) *Relay {
 	}
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup)
+	r.hashers.New = func() any { return &hasher{seed: r.seed} }
 	return r
 }
 
@@ -188,7 +190,8 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 
 // prepare makes p's tag lists sets and hashes its identity and groups.
 func (r *Relay) prepare(p *writer.Payload) prepared {
-	h := hasher{seed: r.seed}
+	h := r.hashers.Get().(*hasher)
+	defer r.hashers.Put(h)
 	p.Tags = asSet(p.Tags)
 	pp := prepared{p: p, idHash: h.identity(&p.Header)}
 	pp.full = make([][]uint64, len(p.Buckets))
