@@ -81,8 +81,8 @@ type state struct {
 type prepared struct {
 	p        *writer.Payload
 	idHash   uint64
-	full     [][]uint64 // per bucket, per group
-	typeless [][]uint64
+	full     []uint64 // per group with hits, in payload order
+	typeless []uint64
 	hits     uint64
 }
 
@@ -113,6 +113,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (dropped uint64) {
 		s.ids = make(map[uint64]*identity)
 	}
 	id := s.identity(pp, false)
+	next := 0 // index in pp.full of the next group with hits
 	for bi := range pp.p.Buckets {
 		b := &pp.p.Buckets[bi]
 		ws := b.Start - b.Start%s.interval
@@ -125,12 +126,14 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (dropped uint64) {
 			if g.Hits == 0 {
 				continue // nothing to count; holding it would only cost memory
 			}
+			gh, gth := pp.full[next], pp.typeless[next]
+			next++
 			i := int32(-1)
 			if w != nil {
-				i = w.find(pp.full[bi][gi], g)
+				i = w.find(gh, g)
 			}
 			if i < 0 {
-				h, th, key := pp.full[bi][gi], pp.typeless[bi][gi], g
+				h, th, key := gh, gth, g
 				limit := s.maxGroups - overflowReserve(s.maxGroups)
 				if s.groups >= limit {
 					s.folded += g.Hits

@@ -188,32 +188,38 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	return nil
 }
 
-// prepare makes p's tag lists sets and hashes its identity and groups.
+// prepare makes p's tag lists sets and hashes its identity and the groups
+// that have hits (the only ones merged): hostile groups of no hits cost no
+// hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
 func (r *Relay) prepare(p *writer.Payload) prepared {
 	h := r.hashers.Get().(*hasher)
 	defer r.hashers.Put(h)
 	p.Tags = asSet(p.Tags)
 	pp := prepared{p: p, idHash: h.identity(&p.Header)}
-	pp.full = make([][]uint64, len(p.Buckets))
-	pp.typeless = make([][]uint64, len(p.Buckets))
 	n := 0
 	for i := range p.Buckets {
-		n += len(p.Buckets[i].Groups)
+		for j := range p.Buckets[i].Groups {
+			if p.Buckets[i].Groups[j].Hits > 0 {
+				n++
+			}
+		}
 	}
 	hashes := make([]uint64, 2*n) // one allocation for every group's two hashes
+	pp.full, pp.typeless = hashes[:0:n], hashes[n:n:2*n]
 	for bi := range p.Buckets {
 		gs := p.Buckets[bi].Groups
-		full, typeless := hashes[:len(gs):len(gs)], hashes[len(gs):2*len(gs):2*len(gs)]
-		hashes = hashes[2*len(gs):]
 		for gi := range gs {
 			g := &gs[gi]
+			if g.Hits == 0 {
+				continue
+			}
 			g.PeerTags = asSet(g.PeerTags)
 			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)
 			g.AdditionalMetricTags = asSet(g.AdditionalMetricTags)
-			full[gi], typeless[gi] = h.group(g)
+			full, typeless := h.group(g)
+			pp.full, pp.typeless = append(pp.full, full), append(pp.typeless, typeless)
 			pp.hits += g.Hits
 		}
-		pp.full[bi], pp.typeless[bi] = full, typeless
 	}
 	return pp
 }
