@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"slices"
+
+	"github.com/spanstats/spanstats/writer"
+)
+
+// Batch is what Harvest hands the forwarder for one identity: a payload
+// ready to encode (the identity's header, ContainerID included; RuntimeID
+// and Sequence are the forwarder's to set) and the hits in it, which the
+// forwarder reports back with Forwarded or Dropped.
+type Batch struct {
+	writer.Payload
+	Hits uint64
+}
+
+// HasContainer reports whether the batch has a container id. Without one it
+// must not be forwarded over the agent's Unix socket, which would file it
+// under the relay's own container.
+func (b *Batch) HasContainer() bool { return b.ContainerID != "" }
+
+// harvest removes and returns the windows that end at or before boundary
+// (unix ns), one Batch per identity, windows in start order.
+func (s *state) harvest(boundary uint64, dst []Batch) []Batch {
+	for h, id := range s.ids {
+		var prev *identity
+		for cur := id; cur != nil; cur = cur.next {
+			if b, ok := s.harvestIdentity(cur, boundary); ok {
+				dst = append(dst, b)
+			}
+			if len(cur.windows) == 0 { // unlink
+				if prev == nil {
+					s.ids[h] = cur.next
+				} else {
+					prev.next = cur.next
+				}
+				continue
+			}
+			prev = cur
+		}
+		if s.ids[h] == nil {
+			delete(s.ids, h)
+		}
+	}
+	return dst
+}
+
+func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
+	var starts []uint64
+	for ws := range id.windows {
+		if ws+s.interval <= boundary {
+			starts = append(starts, ws)
+		}
+	}
+	if len(starts) == 0 {
+		return Batch{}, false
+	}
+	slices.Sort(starts)
+	b := Batch{Payload: writer.Payload{Header: id.hdr}}
+	for _, ws := range starts {
+		w := id.windows[ws]
+		delete(id.windows, ws)
+		b.Buckets = splitByType(b.Buckets, w)
+		b.Hits += w.hits
+		s.hits -= w.hits
+		s.groups -= len(w.groups)
+	}
+	return b, true
+}
+
+// splitByType appends w as buckets of w's start and length. The agent
+// (v0.85.4) merges the groups of a bucket by a key that leaves out Type, so
+// groups that differ only in Type go to separate buckets of the same start:
+// the n-th group of a typeless key goes to the n-th bucket.
+func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
+	seen := make(map[uint64]int, len(w.groups)) // typeless hash → groups of that key so far
+	twins := false
+	for _, t := range w.typeless {
+		n := seen[t]
+		seen[t] = n + 1
+		twins = twins || n > 0
+	}
+	if !twins { // the usual case: one bucket, the window's groups as they are
+		return append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start, Groups: w.groups})
+	}
+	clear(seen)
+	first := len(dst)
+	for i, t := range w.typeless {
+		n := seen[t]
+		seen[t] = n + 1
+		for first+n >= len(dst) {
+			dst = append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start})
+		}
+		dst[first+n].Groups = append(dst[first+n].Groups, w.groups[i])
+	}
+	return dst
+}

@@ -1,0 +1,226 @@
+package relay
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/writer"
+)
+
+func TestMergeTwoSenders(t *testing.T) {
+	r := newTestRelay(Config{})
+	a := []float64{1, 2, 3, 4, 5, 6}
+	b := []float64{10, 20, 30, 40}
+	ea := entry(key("GET /"), 7, 1, a...) // one error without a sketch value
+	eb := entry(key("GET /"), 4, 0, b...)
+	mustAccept(t, r, dgram(1, header("rt-a"), bucket(w0, 10*sec, ea)), 0, Unix)
+	mustAccept(t, r, dgram(1, header("rt-b"), bucket(w0, 10*sec, eb)), 0, UDP)
+	if s := checkAccounting(t, r); s.SpansReceived != 11 || s.SpansPending != 11 || s.Groups != 1 || s.Senders != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	out := r.Harvest(t0)
+	if len(out) != 1 || len(out[0].Buckets) != 1 || len(out[0].Buckets[0].Groups) != 1 {
+		t.Fatalf("harvest = %+v, want one batch of one bucket of one group", out)
+	}
+	bt := out[0]
+	if bt.Hits != 11 || bt.RuntimeID != "" || bt.Env != "prod" || bt.HasContainer() {
+		t.Fatalf("batch hits %d runtime %q env %q container %v", bt.Hits, bt.RuntimeID, bt.Env, bt.HasContainer())
+	}
+	g := bt.Buckets[0].Groups[0]
+	if g.Hits != 11 || g.Errors != 1 || g.TopLevelHits != 11 || g.Duration != ea.Duration+eb.Duration {
+		t.Fatalf("group values %+v", g.Entry)
+	}
+	union := slices.Concat(a, b)
+	sort.Float64s(union)
+	if g.Ok.Count() != uint64(len(union)) {
+		t.Fatalf("merged sketch count %d, want %d", g.Ok.Count(), len(union))
+	}
+	for _, q := range []float64{0, 0.25, 0.5, 0.75, 0.9, 1} {
+		want := union[int(q*float64(len(union)-1))] * 1e6
+		if got := g.Ok.Quantile(q); math.Abs(got-want) > 0.01*want {
+			t.Errorf("p%v = %v, want %v ±1 %%", q*100, got, want)
+		}
+	}
+	if s := checkAccounting(t, r); s.SpansPending != 11 || s.Groups != 0 {
+		t.Fatalf("after harvest: pending %d groups %d", s.SpansPending, s.Groups)
+	}
+	r.Forwarded(6)
+	r.Dropped(5, "retries_exhausted")
+	if s := checkAccounting(t, r); s.SpansPending != 0 || s.SpansForwarded != 6 || s.SpansDropped["retries_exhausted"] != 5 {
+		t.Fatalf("after outcome: %+v", s)
+	}
+}
+
+func TestIdentitiesStayApart(t *testing.T) {
+	r := newTestRelay(Config{})
+	h2 := header("rt-b")
+	h2.Env = "staging"
+	h3 := header("rt-c")
+	h3.Tags = []string{"a:1", "b:2", "a:1"} // the same set as header's
+	mustAccept(t, r, dgram(1, header("rt-a"), bucket(w0, 10*sec, entry(key("GET /"), 1, 0))), 0, UDP)
+	mustAccept(t, r, dgram(1, h2, bucket(w0, 10*sec, entry(key("GET /"), 2, 0))), 0, UDP)
+	mustAccept(t, r, dgram(1, h3, bucket(w0, 10*sec, entry(key("GET /"), 4, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	got := map[string]uint64{}
+	for _, b := range out {
+		got[b.Env] += b.Hits
+		if len(b.Buckets) != 1 || len(b.Buckets[0].Groups) != 1 {
+			t.Fatalf("batch %s: %d buckets", b.Env, len(b.Buckets))
+		}
+	}
+	if len(out) != 2 || got["prod"] != 5 || got["staging"] != 2 {
+		t.Fatalf("batches %d, hits by env %v; want 2, prod 5 staging 2", len(out), got)
+	}
+}
+
+func TestWindowMergesSplitBuckets(t *testing.T) {
+	r := newTestRelay(Config{})
+	// A Flush at +4 s splits one sender's bucket; another sender's runs 1–9 s;
+	// a third bucket starts in the next window.
+	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 4*sec, entry(key("GET /"), 1, 0)),
+		bucket(w0+4*sec, 6*sec, entry(key("GET /"), 2, 0))), 0, UDP)
+	mustAccept(t, r, dgram(1, header("b"), bucket(w0+1*sec, 8*sec, entry(key("GET /"), 4, 0)),
+		bucket(w0+10*sec, 3*sec, entry(key("GET /"), 8, 0))), 0, UDP)
+	out := r.Harvest(t0) // w0+10 s: the first window only
+	if len(out) != 1 || len(out[0].Buckets) != 1 {
+		t.Fatalf("harvest = %+v", out)
+	}
+	bk := out[0].Buckets[0]
+	if bk.Start != w0 || bk.Duration != 10*sec || len(bk.Groups) != 1 || bk.Groups[0].Hits != 7 {
+		t.Fatalf("bucket start %d dur %d groups %d, want %d, 10 s, one of 7 hits", bk.Start, bk.Duration, len(bk.Groups), w0)
+	}
+	r.Forwarded(out[0].Hits)
+	if s := checkAccounting(t, r); s.SpansPending != 8 {
+		t.Fatalf("pending %d, want 8 (the next window)", s.SpansPending)
+	}
+	if out := r.Harvest(t0.Add(9 * time.Second)); len(out) != 0 {
+		t.Fatalf("window not ended yet, harvested %d", len(out))
+	}
+	out = harvestAll(t, r)
+	if bk := out[0].Buckets[0]; bk.Start != w0+10*sec || bk.Duration != 3*sec || bk.Groups[0].Hits != 8 {
+		t.Fatalf("second window bucket %+v", bk)
+	}
+}
+
+func TestPeerTagsAreASet(t *testing.T) {
+	r := newTestRelay(Config{})
+	k1, k2 := key("GET /"), key("GET /")
+	k1.PeerTags = []string{"peer.service:db", "db.instance:a"}
+	k2.PeerTags = []string{"db.instance:a", "peer.service:db", "db.instance:a"}
+	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, entry(k1, 1, 0), entry(k2, 2, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	gs := out[0].Buckets[0].Groups
+	if len(gs) != 1 || gs[0].Hits != 3 || !slices.Equal(gs[0].PeerTags, []string{"db.instance:a", "peer.service:db"}) {
+		t.Fatalf("groups %+v", gs)
+	}
+}
+
+// The agent (v0.85.4) merges a bucket's duplicate groups by a key without
+// Type: groups differing only in Type must reach it in separate buckets.
+func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
+	r := newTestRelay(Config{})
+	web, http, sql := key("GET /"), key("GET /"), key("GET /")
+	web.Type, http.Type, sql.Type = "web", "http", "sql"
+	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec,
+		entry(web, 1, 0), entry(http, 2, 0), entry(key("other"), 4, 0), entry(sql, 8, 0))), 0, UDP)
+	mustAccept(t, r, dgram(1, header("b"), bucket(w0, 10*sec, entry(http, 16, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	bks := out[0].Buckets
+	if len(bks) != 3 {
+		t.Fatalf("%d buckets, want 3", len(bks))
+	}
+	var got []string
+	for i, bk := range bks {
+		if bk.Start != w0 || bk.Duration != 10*sec {
+			t.Fatalf("bucket %d+%d, want all at %d+10 s", bk.Start, bk.Duration, w0)
+		}
+		for _, g := range bk.Groups {
+			got = append(got, fmt.Sprintf("%d:%s/%s=%d", i, g.Resource, g.Type, g.Hits))
+		}
+	}
+	want := []string{"0:GET //web=1", "0:other/=4", "1:GET //http=18", "2:GET //sql=8"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("buckets %v, want %v", got, want)
+	}
+	if out[0].Hits != 31 {
+		t.Fatalf("hits %d, want 31", out[0].Hits)
+	}
+}
+
+func TestMaxGroupsFoldsIntoOverflow(t *testing.T) {
+	// MaxGroups 4: 3 label groups, 1 kept for an overflow group.
+	r := newTestRelay(Config{MaxGroups: 4})
+	var es []*aggregate.Entry
+	for i := range 5 {
+		es = append(es, entry(key(string(rune('a'+i))), uint64(i+1), 0, float64(i+1)))
+	}
+	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, es...)), 0, UDP)
+	s := checkAccounting(t, r)
+	if s.Groups != 4 || s.FoldedSpans != 9 || s.OverflowGroups != 1 || s.SpansPending != 15 {
+		t.Fatalf("groups %d folded %d overflow %d pending %d; want 4, 9, 1, 15", s.Groups, s.FoldedSpans, s.OverflowGroups, s.SpansPending)
+	}
+	// A known group still merges; a new identity at the bound has no room
+	// even for an overflow group: dropped, counted.
+	mustAccept(t, r, dgram(2, header("a"), bucket(w0, 10*sec, entry(key("a"), 10, 0))), 0, UDP)
+	other := header("b")
+	other.Service = "api"
+	mustAccept(t, r, dgram(1, other, bucket(w0, 10*sec, entry(key("x"), 100, 0))), 0, UDP)
+	s = checkAccounting(t, r)
+	if s.Groups != 4 || s.SpansDropped[DropMaxGroups] != 100 || s.SpansPending != 25 {
+		t.Fatalf("groups %d dropped %v pending %d", s.Groups, s.SpansDropped, s.SpansPending)
+	}
+	out := harvestAll(t, r)
+	if len(out) != 1 {
+		t.Fatalf("%d batches", len(out))
+	}
+	gs := out[0].Buckets[0].Groups
+	ov := gs[len(gs)-1]
+	if len(gs) != 4 || ov.Resource != aggregate.BlockedValue || ov.Service != aggregate.BlockedValue ||
+		ov.Hits != 9 || ov.Ok.Count() != 2 || gs[0].Hits != 11 {
+		t.Fatalf("groups %+v", gs)
+	}
+}
+
+func TestZeroHitGroupsAreNotHeld(t *testing.T) {
+	r := newTestRelay(Config{})
+	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, entry(key("x"), 0, 0))), 0, UDP)
+	if s := checkAccounting(t, r); s.Groups != 0 || s.SpansReceived != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if out := r.Harvest(t0.Add(time.Hour)); len(out) != 0 {
+		t.Fatalf("harvested %d batches of nothing", len(out))
+	}
+}
+
+// Every Header field but RuntimeID and Sequence separates identities, and
+// every label field separates groups: a field added to writer's types and
+// not to the keys fails here.
+func TestKeysCoverEveryField(t *testing.T) {
+	h := hasher{seed: 1}
+	base := header("rt")
+	base.Tags = asSet(base.Tags)
+	forEachField(t, &base, func(name string, mod *writer.Header) {
+		same := sameIdentity(&base, mod) && h.identity(&base) == h.identity(mod)
+		if want := name == "RuntimeID" || name == "Sequence"; same != want {
+			t.Errorf("Header.%s: same identity = %v, want %v", name, same, want)
+		}
+	})
+	g := writer.Group{Entry: *entry(key("r"), 1, 0)}
+	forEachField(t, &g, func(name string, mod *writer.Group) {
+		f1, t1 := h.group(&g)
+		f2, t2 := h.group(mod)
+		values := name == "Hits" || name == "Errors" || name == "TopLevelHits" || name == "Duration" || name == "Ok" || name == "Err"
+		if same := sameGroup(&g, mod) && f1 == f2; same != values {
+			t.Errorf("Group.%s: same group = %v, want %v", name, same, values)
+		}
+		if typeless := t1 == t2; typeless != (values || name == "Type") {
+			t.Errorf("Group.%s: same typeless hash = %v", name, typeless)
+		}
+	})
+}

@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Bounds of the origin cache.
+const (
+	// OriginTTL is how long a pid's container id is trusted: pids are reused,
+	// and the agent's own cache of them keeps them about as long.
+	OriginTTL = time.Minute
+	// MaxOrigins bounds the cache; beyond it expired entries are swept, then
+	// an arbitrary one is evicted.
+	MaxOrigins = 1 << 14
+	// maxCgroupFile bounds what is read of a cgroup file: real ones are a few
+	// hundred bytes even on cgroup v1 with every controller.
+	maxCgroupFile = 64 << 10
+)
+
+// containerIDExp matches a container id at the end of a cgroup path, after
+// a non-hex character, with an optional ".scope": 64 hex digits (Docker,
+// containerd, CRI-O), 32 hex digits, '-' and digits (ECS Fargate), or the
+// UUID-like 8-4-4-4-4 hex groups (Garden, ECS task ids). A pod's UUID
+// (8-4-4-4-12) is deliberately not a container id.
+var containerIDExp = regexp.MustCompile(
+	`(?:^|[^0-9a-f])([0-9a-f]{64}|[0-9a-f]{32}-[0-9]+|[0-9a-f]{8}(?:-[0-9a-f]{4}){4})(?:\.scope)?$`)
+
+// ContainerIDFromCgroup returns the container id in a /proc/<pid>/cgroup
+// file ("hierarchy:controllers:path" lines; the first path that ends in a
+// container id wins), or "" for a process outside any container.
+func ContainerIDFromCgroup(r io.Reader) string {
+	sc := bufio.NewScanner(io.LimitReader(r, maxCgroupFile))
+	sc.Buffer(nil, maxCgroupFile)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.IndexByte(line, ':')
+		if i <= 0 {
+			continue
+		}
+		if _, err := strconv.ParseUint(line[:i], 10, 32); err != nil {
+			continue
+		}
+		j := strings.IndexByte(line[i+1:], ':')
+		if j < 0 {
+			continue
+		}
+		if m := containerIDExp.FindStringSubmatch(line[i+1+j+1:]); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// Origins maps sender pids to container ids by reading
+// <procRoot>/<pid>/cgroup, caching each answer (misses too) for OriginTTL.
+type Origins struct {
+	root string
+	now  func() time.Time
+
+	mu sync.Mutex
+	m  map[int32]origin
+}
+
+type origin struct {
+	id      string
+	known   bool
+	expires int64 // unix ns
+}
+
+// NewOrigins returns a cache reading under procRoot ("/proc" on a host);
+// now is its clock (nil: time.Now).
+func NewOrigins(procRoot string, now func() time.Time) *Origins {
+	if now == nil {
+		now = time.Now
+	}
+	return &Origins{root: procRoot, now: now, m: make(map[int32]origin)}
+}
+
+// ContainerID returns the container id of pid; known is false when its
+// cgroup file cannot be read (the process is gone, or not in this pid
+// namespace), and then id is "". A known "" is a process outside any
+// container.
+func (o *Origins) ContainerID(pid int32) (id string, known bool) {
+	now := o.now().UnixNano()
+	o.mu.Lock()
+	e, ok := o.m[pid]
+	o.mu.Unlock()
+	if ok && now < e.expires {
+		return e.id, e.known
+	}
+	// Read outside the lock: two workers may both read a new pid, which is
+	// cheaper than making every lookup wait for a file read.
+	e = origin{expires: now + int64(OriginTTL)}
+	if f, err := os.Open(filepath.Join(o.root, strconv.Itoa(int(pid)), "cgroup")); err == nil {
+		e.id, e.known = ContainerIDFromCgroup(f), true
+		f.Close()
+	}
+	o.mu.Lock()
+	if len(o.m) >= MaxOrigins {
+		o.evict(now)
+	}
+	o.m[pid] = e
+	o.mu.Unlock()
+	return e.id, e.known
+}
+
+// Len is the number of cached pids.
+func (o *Origins) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.m)
+}
+
+// evict makes room for one entry: the expired ones go, or else an arbitrary
+// one (map order).
+func (o *Origins) evict(now int64) {
+	for pid, e := range o.m {
+		if now >= e.expires {
+			delete(o.m, pid)
+		}
+	}
+	for pid := range o.m {
+		if len(o.m) < MaxOrigins {
+			return
+		}
+		delete(o.m, pid)
+	}
+}

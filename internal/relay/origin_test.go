@@ -1,0 +1,128 @@
+package relay
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	dockerID  = "3726184226f5d3147c25fdeab5b60097e378e8a720503a5e19ecfdf29f869860"
+	fargateID = "34dc0b5e626f2c5c4c5170e34b10e765-1234567890"
+	gardenID  = "a4b8c3d2-e1f0-4a5b-9c8d-7e6f"
+)
+
+var cgroups = map[string]string{
+	"docker": "12:memory:/docker/" + dockerID + "\n" +
+		"11:cpu,cpuacct:/docker/" + dockerID + "\n",
+	"systemd": "0::/system.slice/docker-" + dockerID + ".scope\n",
+	"k8s": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod2c3a7a68_2f2c_4c1e_9b1e_6a4f2f0f1a2b.slice/cri-containerd-" +
+		dockerID + ".scope\n",
+	"fargate": "9:perf_event:/ecs/34dc0b5e626f2c5c4c5170e34b10e765/" + fargateID + "\n",
+	"garden":  "1:name=systemd:/system.slice/garden.service/garden/" + gardenID + "\n",
+	"host":    "0::/user.slice/user-1000.slice/session-2.scope\n",
+	"pod uid": "0::/kubepods/besteffort/pod2c3a7a68-2f2c-4c1e-9b1e-6a4f2f0f1a2b\n",
+	"garbage": "not a cgroup line\n:::\n12:memory\n",
+}
+
+func TestContainerIDFromCgroup(t *testing.T) {
+	for name, want := range map[string]string{
+		"docker": dockerID, "systemd": dockerID, "k8s": dockerID, "fargate": fargateID,
+		"garden": gardenID, "host": "", "pod uid": "", "garbage": "",
+	} {
+		if got := ContainerIDFromCgroup(strings.NewReader(cgroups[name])); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+}
+
+// fakeProc writes <root>/<pid>/cgroup for each pid.
+func fakeProc(t *testing.T, files map[int32]string) string {
+	root := t.TempDir()
+	for pid, c := range files {
+		writeCgroup(t, root, pid, c)
+	}
+	return root
+}
+
+func writeCgroup(t *testing.T, root string, pid int32, c string) {
+	dir := filepath.Join(root, strconv.Itoa(int(pid)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(c), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOriginsCache(t *testing.T) {
+	root := fakeProc(t, map[int32]string{101: cgroups["docker"], 102: cgroups["fargate"], 103: cgroups["garden"], 104: cgroups["host"]})
+	now := t0
+	o := NewOrigins(root, func() time.Time { return now })
+	for pid, want := range map[int32]string{101: dockerID, 102: fargateID, 103: gardenID, 104: ""} {
+		if id, known := o.ContainerID(pid); id != want || !known {
+			t.Errorf("pid %d: %q %v, want %q known", pid, id, known, want)
+		}
+	}
+	if id, known := o.ContainerID(105); id != "" || known {
+		t.Errorf("missing pid: %q %v", id, known)
+	}
+	// Answers, misses included, hold for OriginTTL.
+	writeCgroup(t, root, 101, cgroups["host"])
+	writeCgroup(t, root, 105, cgroups["garden"])
+	now = t0.Add(OriginTTL - 1)
+	if id, _ := o.ContainerID(101); id != dockerID {
+		t.Errorf("pid 101 re-read before the TTL: %q", id)
+	}
+	if _, known := o.ContainerID(105); known {
+		t.Error("a cached miss was re-read before the TTL")
+	}
+	now = t0.Add(OriginTTL)
+	if id, known := o.ContainerID(101); id != "" || !known {
+		t.Errorf("pid 101 after the TTL: %q %v", id, known)
+	}
+	if id, _ := o.ContainerID(105); id != gardenID {
+		t.Errorf("pid 105 after the TTL: %q", id)
+	}
+	if o.Len() != 5 {
+		t.Errorf("Len %d, want 5", o.Len())
+	}
+}
+
+func TestOriginsBounded(t *testing.T) {
+	o := NewOrigins(t.TempDir(), func() time.Time { return t0 })
+	for pid := range int32(MaxOrigins + 10) {
+		o.ContainerID(pid + 1)
+	}
+	if o.Len() > MaxOrigins {
+		t.Fatalf("Len %d > MaxOrigins %d", o.Len(), MaxOrigins)
+	}
+}
+
+func TestContainerFromCredentials(t *testing.T) {
+	root := fakeProc(t, map[int32]string{101: cgroups["docker"], 104: cgroups["host"]})
+	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
+	claims := header("a")
+	claims.ContainerID = "f00d"
+	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 1, 0))), 101, Unix) // corrected
+	mustAccept(t, r, dgram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 2, 0))), 101, Unix)
+	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 4, 0))), 101, UDP)   // no origin: kept
+	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 8, 0))), 999, Unix)  // pid unknown: kept
+	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 16, 0))), 104, Unix) // host: corrected to none
+	if s := r.Stats(); s.ContainerMismatches != 2 {
+		t.Fatalf("mismatches %d, want 2", s.ContainerMismatches)
+	}
+	got := map[string]uint64{}
+	for _, b := range harvestAll(t, r) {
+		got[b.ContainerID] += b.Hits
+		if b.HasContainer() != (b.ContainerID != "") {
+			t.Fatalf("HasContainer %v for %q", b.HasContainer(), b.ContainerID)
+		}
+	}
+	if len(got) != 3 || got[dockerID] != 3 || got["f00d"] != 12 || got[""] != 16 {
+		t.Fatalf("hits by container %v", got)
+	}
+}

@@ -1,0 +1,289 @@
+package relay
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spanstats/spanstats/writer"
+)
+
+// Transport is the socket a datagram came from.
+type Transport uint8
+
+// Transports, as the metrics label them.
+const (
+	Unix Transport = iota
+	UDP
+	NumTransports
+)
+
+func (t Transport) String() string {
+	switch t {
+	case Unix:
+		return "unix"
+	case UDP:
+		return "udp"
+	}
+	return fmt.Sprintf("Transport(%d)", t)
+}
+
+// Defaults of Config.
+const (
+	DefaultInterval    = 10 * time.Second
+	DefaultMaxGroups   = 200000
+	DefaultMaxDatagram = 65536
+)
+
+// Config configures a Relay; the zero value is usable.
+type Config struct {
+	// Interval is the window length buckets are merged by (zero: 10 s).
+	Interval time.Duration
+	// MaxGroups bounds the groups held over all identities (zero: 200 000).
+	MaxGroups int
+	// MaxDatagram is the longest datagram accepted, envelope included
+	// (zero: 65 536); a longer one is Truncated.
+	MaxDatagram int
+	// Origins maps a Unix sender's pid to its container id; nil disables
+	// origin detection.
+	Origins *Origins
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Stats is a snapshot of a Relay's counters. SpansReceived = SpansForwarded +
+// the sum of SpansDropped + SpansPending, always.
+type Stats struct {
+	Datagrams [NumTransports]uint64 // read, rejected ones included
+	Bytes     [NumTransports]uint64
+	Rejected  [NumReasons]uint64
+	// Unsequenced counts accepted datagrams without an envelope (a bare
+	// body) or without a RuntimeID to track.
+	Unsequenced uint64
+
+	SpansReceived, SpansForwarded, SpansPending uint64
+	SpansDropped                                map[string]uint64 // by reason
+
+	Groups, Senders int
+	SeqGaps         uint64 // datagrams missing between two of one sender
+	SeqRestarts     uint64 // a sequence lower than (or equal to) the last
+	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
+	// in their envelopes.
+	SenderDroppedPayloads, SenderDroppedSpans uint64
+	// FoldedSpans went to an overflow group at MaxGroups; OverflowGroups is
+	// how many such groups were created.
+	FoldedSpans, OverflowGroups uint64
+	// ContainerMismatches counts payloads whose ContainerID differed from
+	// their sender's credentials (corrected: credentials win).
+	ContainerMismatches uint64
+}
+
+// Relay decodes, checks and merges datagrams; see the package doc.
+type Relay struct {
+	maxDatagram int
+	origins     *Origins
+	now         func() time.Time
+	seed        uint64
+	ov          overflowHashes
+	hashers     sync.Pool // *hasher: its buffer is reused
+
+	datagrams, bytes [NumTransports]atomic.Uint64
+	rejected         [NumReasons]atomic.Uint64
+
+	// One mutex over the merge: decode, check and hashing, the costly part,
+	// run outside it on each worker.
+	mu          sync.Mutex
+	st          state
+	senders     senders
+	received    uint64
+	forwarded   uint64
+	outstanding uint64 // harvested, not yet Forwarded or Dropped
+	dropped     map[string]uint64
+	mismatches  uint64
+}
+
+// New returns a Relay.
+func New(c Config) *Relay {
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxGroups <= 0 {
+		c.MaxGroups = DefaultMaxGroups
+	}
+	if c.MaxDatagram <= 0 {
+		c.MaxDatagram = DefaultMaxDatagram
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	r := &Relay{
+		maxDatagram: c.MaxDatagram, origins: c.Origins, now: c.Now, seed: rand.Uint64(),
+		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups},
+		dropped: make(map[string]uint64),
+	}
+	h := hasher{seed: r.seed}
+	r.ov.full, r.ov.typeless = h.group(&overflowGroup)
+	r.hashers.New = func() any { return &hasher{seed: r.seed} }
+	return r
+}
+
+func (r *Relay) reject(reason Reason, err error) error {
+	r.rejected[reason].Add(1)
+	return &RejectError{Reason: reason, Err: err}
+}
+
+// Accept takes one whole datagram read from transport t, sent by pid (from
+// the Unix socket's credentials; 0 when unknown, and for UDP). It returns
+// nil if the datagram was merged, or a *RejectError. It does not retain d.
+func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
+	if t >= NumTransports {
+		panic("BUG: relay: unknown transport")
+	}
+	r.datagrams[t].Add(1)
+	r.bytes[t].Add(uint64(len(d)))
+	if len(d) > r.maxDatagram {
+		return r.reject(Truncated, errTooLong)
+	}
+	env, body, sequenced, err := writer.ParseDatagram(d)
+	if err != nil {
+		return r.reject(Malformed, err)
+	}
+	p, err := writer.DecodePayload(body)
+	if err != nil {
+		return r.reject(decodeReason(err), err)
+	}
+	now := r.now()
+	if err := check(p, uint64(max(now.UnixNano(), 0))); err != nil {
+		return r.reject(Invalid, err)
+	}
+	claimed := p.ContainerID
+	mismatch := false
+	if t == Unix && r.origins != nil && pid > 0 {
+		if id, known := r.origins.ContainerID(pid); known {
+			mismatch = claimed != "" && claimed != id
+			p.ContainerID = id
+		}
+	}
+	pp := r.prepare(p)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if mismatch {
+		r.mismatches++
+	}
+	s := &r.senders
+	if sequenced && p.RuntimeID != "" {
+		s.observe(p.RuntimeID, env.Sequence, env.Final(), now.UnixNano())
+	} else {
+		s.unsequenced++
+	}
+	s.droppedPayloads += uint64(env.DroppedPayloads)
+	s.droppedSpans += uint64(env.DroppedSpans)
+	r.received += pp.hits
+	if lost := r.st.merge(&pp, r.ov); lost > 0 {
+		r.dropped[DropMaxGroups] += lost
+	}
+	return nil
+}
+
+// prepare makes p's tag lists sets and hashes its identity and the groups
+// that have hits (the only ones merged): hostile groups of no hits cost no
+// hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
+func (r *Relay) prepare(p *writer.Payload) prepared {
+	h := r.hashers.Get().(*hasher)
+	defer r.hashers.Put(h)
+	p.Tags = asSet(p.Tags)
+	pp := prepared{p: p, idHash: h.identity(&p.Header)}
+	n := 0
+	for i := range p.Buckets {
+		for j := range p.Buckets[i].Groups {
+			if p.Buckets[i].Groups[j].Hits > 0 {
+				n++
+			}
+		}
+	}
+	hashes := make([]uint64, 2*n) // one allocation for every group's two hashes
+	pp.full, pp.typeless = hashes[:0:n], hashes[n:n:2*n]
+	for bi := range p.Buckets {
+		gs := p.Buckets[bi].Groups
+		for gi := range gs {
+			g := &gs[gi]
+			if g.Hits == 0 {
+				continue
+			}
+			g.PeerTags = asSet(g.PeerTags)
+			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)
+			g.AdditionalMetricTags = asSet(g.AdditionalMetricTags)
+			full, typeless := h.group(g)
+			pp.full, pp.typeless = append(pp.full, full), append(pp.typeless, typeless)
+			pp.hits += g.Hits
+		}
+	}
+	return pp
+}
+
+// Harvest removes the merged windows that ended at or before boundary and
+// returns them, one Batch per identity; the spans in them stay pending until
+// the forwarder reports them with Forwarded or Dropped. It also forgets the
+// senders idle for SenderIdle.
+func (r *Relay) Harvest(boundary time.Time) []Batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	before := r.st.hits
+	out := r.st.harvest(uint64(max(boundary.UnixNano(), 0)), nil)
+	r.outstanding += before - r.st.hits
+	r.senders.sweep(r.now().UnixNano())
+	return out
+}
+
+// Forwarded records that the agent took hits spans of harvested batches.
+func (r *Relay) Forwarded(hits uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settle(hits)
+	r.forwarded += hits
+}
+
+// Dropped records that hits spans of harvested batches were given up, for
+// reason (a metrics label, e.g. the forwarder's "retries_exhausted").
+func (r *Relay) Dropped(hits uint64, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settle(hits)
+	r.dropped[reason] += hits
+}
+
+func (r *Relay) settle(hits uint64) {
+	if hits > r.outstanding {
+		panic("BUG: relay: more spans reported forwarded or dropped than harvested")
+	}
+	r.outstanding -= hits
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Relay) Stats() Stats {
+	var s Stats
+	for t := range NumTransports {
+		s.Datagrams[t], s.Bytes[t] = r.datagrams[t].Load(), r.bytes[t].Load()
+	}
+	for i := range NumReasons {
+		s.Rejected[i] = r.rejected[i].Load()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.Unsequenced = r.senders.unsequenced
+	s.SpansReceived, s.SpansForwarded = r.received, r.forwarded
+	s.SpansPending = r.st.hits + r.outstanding
+	s.SpansDropped = make(map[string]uint64, len(r.dropped))
+	for k, v := range r.dropped {
+		s.SpansDropped[k] = v
+	}
+	s.Groups, s.Senders = r.st.groups, len(r.senders.m)
+	s.SeqGaps, s.SeqRestarts = r.senders.gaps, r.senders.restarts
+	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
+	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed
+	s.ContainerMismatches = r.mismatches
+	return s
+}

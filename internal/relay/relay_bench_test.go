@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// benchDatagram is an enveloped payload of at most size bytes holding as
+// many groups as fit (each with a few latencies), and its hits.
+func benchDatagram(size int) ([]byte, uint64, int) {
+	var es []*aggregate.Entry
+	var d, prev []byte
+	for {
+		k := key(fmt.Sprintf("GET /api/v1/items/%d", len(es)))
+		k.PeerTags = []string{"peer.service:db"}
+		es = append(es, entry(k, 10, 1, 4, 4.1, 4.3, 5))
+		prev, d = d, dgram(1, header("rt"), bucket(w0, 10*sec, es...))
+		if len(d) > size {
+			es = es[:len(es)-1]
+			return prev, uint64(10 * len(es)), len(es)
+		}
+	}
+}
+
+func BenchmarkAccept(b *testing.B) {
+	for _, size := range []int{1 << 10, 16 << 10} {
+		d, hits, groups := benchDatagram(size)
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			r := newTestRelay(Config{})
+			b.ReportAllocs()
+			b.SetBytes(int64(len(d)))
+			for b.Loop() {
+				if err := r.Accept(d, 0, UDP); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(groups), "groups/datagram")
+			b.ReportMetric(float64(hits)*float64(b.N)/b.Elapsed().Seconds(), "spans/s")
+			b.ReportMetric(float64(groups)*float64(b.N)/b.Elapsed().Seconds(), "groups-merged/s")
+		})
+		b.Run(fmt.Sprintf("%dKiB/parallel", size>>10), func(b *testing.B) {
+			r := newTestRelay(Config{})
+			b.ReportAllocs()
+			b.SetBytes(int64(len(d)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := r.Accept(d, 0, UDP); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(groups)*float64(b.N)/b.Elapsed().Seconds(), "groups-merged/s")
+		})
+	}
+}
+
+var sinkBatches []Batch
+
+// BenchmarkAcceptHarvest: one interval of 100 16 KiB datagrams of
+// one identity, accepted then harvested; the cost per merged group includes
+// creating it and handing it out.
+func BenchmarkAcceptHarvest(b *testing.B) {
+	d, _, groups := benchDatagram(16 << 10)
+	r := newTestRelay(Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 100 {
+			if err := r.Accept(d, 0, UDP); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sinkBatches = r.Harvest(t0)
+		for _, bt := range sinkBatches {
+			r.Forwarded(bt.Hits)
+		}
+	}
+	b.ReportMetric(float64(100*groups)*float64(b.N)/b.Elapsed().Seconds(), "groups-merged/s")
+}
