@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // DefaultBatchSize is the number of datagrams NewBatch(0, …) holds; chosen by
@@ -21,6 +23,8 @@ var (
 	// ErrNoRelay: nothing listens at the relay's address (ENOENT,
 	// ECONNREFUSED).
 	ErrNoRelay = errors.New("dgram: no relay listening")
+	// ErrDrained: after Drain, the socket holds no more datagrams.
+	ErrDrained = errors.New("dgram: socket drained")
 )
 
 // sendError is a Sender's answer to a condition the caller acts on; the
@@ -114,6 +118,8 @@ type Conn struct {
 	bound  os.FileInfo     // that file, so Close removes it and not a successor's
 	rcvbuf int
 	sys    connSys
+	// draining: ReadBatch takes only what is queued (Drain).
+	draining atomic.Bool
 }
 
 // ListenUnixgram binds a Unix datagram socket at path with permissions mode.
@@ -193,6 +199,20 @@ func (c *Conn) LocalAddr() net.Addr { return c.pc.LocalAddr() }
 // it (Linux reports twice the request: the other half is its bookkeeping);
 // where the platform cannot tell, the size requested (0: the default).
 func (c *Conn) ReadBuffer() int { return c.rcvbuf }
+
+// Drain makes ReadBatch stop waiting: it returns what the socket already
+// holds, then ErrDrained. A stopping reader takes the datagrams the kernel
+// queued before the socket closes. It is safe to call while a ReadBatch
+// waits (that call then drains too).
+func (c *Conn) Drain() error {
+	c.draining.Store(true)
+	return c.pc.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting ReadBatch
+}
+
+// drained maps the wake-up Drain causes to ErrDrained.
+func (c *Conn) drained(err error) bool {
+	return c.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded)
+}
 
 // Close closes the socket, which wakes a blocked ReadBatch with an error
 // matching net.ErrClosed, and removes the Unix socket file if it is still the

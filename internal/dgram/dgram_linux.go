@@ -132,7 +132,17 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 		s.msgs[i].Hdr.Flags = 0
 	}
 	s.c, s.errno = c, 0
-	err := c.rc.Read(s.recv)
+	var err error
+	if !c.draining.Load() {
+		err = c.rc.Read(s.recv)
+	}
+	if c.draining.Load() && (err == nil && b.n == 0 && s.errno == 0 || c.drained(err)) {
+		// Control skips the deadline Drain set: one non-blocking try.
+		got := false
+		if err = c.rc.Control(func(fd uintptr) { got = s.recv(fd) }); err == nil && !got {
+			err = ErrDrained
+		}
+	}
 	s.c = nil
 	if err != nil {
 		return 0, err

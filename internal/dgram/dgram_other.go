@@ -36,6 +36,9 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	b.n = 0
 	buf := b.slot(0)
 	n, _, err := c.pc.ReadFrom(buf)
+	if c.drained(err) {
+		return 0, ErrDrained // here Drain loses what is queued: no non-blocking read
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -13,11 +13,11 @@ import (
 )
 
 func TestRejectReasons(t *testing.T) {
-	ok := dgram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 0, 5)))
+	ok := datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 0, 5)))
 	payload := ok[writer.EnvelopeSize:]
 	withSketch := func(hits uint64, durs ...float64) []byte {
 		e := entry(key("r"), hits, 0, durs...)
-		return dgram(1, header("a"), bucket(w0, 10*sec, e))
+		return datagram(1, header("a"), bucket(w0, 10*sec, e))
 	}
 	otherGamma := func() []byte { // the agent's gamma replaced by 1.05 in the sketch's mapping
 		d := withSketch(1, 5)
@@ -32,7 +32,7 @@ func TestRejectReasons(t *testing.T) {
 	grp := func(mod func(e *aggregate.Entry)) []byte {
 		e := entry(key("r"), 2, 0)
 		mod(e)
-		return dgram(1, header("a"), bucket(w0, 10*sec, e))
+		return datagram(1, header("a"), bucket(w0, 10*sec, e))
 	}
 	future := uint64(t0.Add(MaxClockSkew).UnixNano()) + 1
 	for _, tc := range []struct {
@@ -53,9 +53,9 @@ func TestRejectReasons(t *testing.T) {
 		{"sketch > hits", withSketch(2, 5, 5, 5), Invalid, errSketchGtHits},
 		{"hits over the payload bound", grp(func(e *aggregate.Entry) { e.Hits = maxPayloadHits + 1 }), Invalid, errTooManyHits},
 		{"other mapping", otherGamma(), Invalid, writer.ErrMapping},
-		{"zero duration", dgram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
-		{"absurd duration", dgram(1, header("a"), bucket(w0, uint64(MaxBucketDuration)+1, entry(key("r"), 1, 0))), Invalid, errLongBucket},
-		{"future", dgram(1, header("a"), bucket(future, 10*sec, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
+		{"zero duration", datagram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
+		{"absurd duration", datagram(1, header("a"), bucket(w0, uint64(MaxBucketDuration)+1, entry(key("r"), 1, 0))), Invalid, errLongBucket},
+		{"future", datagram(1, header("a"), bucket(future, 10*sec, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTestRelay(Config{MaxDatagram: len(ok) + 64})
@@ -77,7 +77,7 @@ func TestRejectReasons(t *testing.T) {
 		mustAccept(t, r, payload, 0, UDP) // a bare body: unsequenced
 		// Unaligned, ending in the future within a bucket's length, starting
 		// within the skew: all valid.
-		mustAccept(t, r, dgram(2, header("a"), bucket(uint64(t0.UnixNano())+7, 10*sec, entry(key("r"), 1, 0))), 0, UDP)
+		mustAccept(t, r, datagram(2, header("a"), bucket(uint64(t0.UnixNano())+7, 10*sec, entry(key("r"), 1, 0))), 0, UDP)
 		s := checkAccounting(t, r)
 		if s.Rejected != [NumReasons]uint64{} || s.SpansReceived != 5 || s.Unsequenced != 1 {
 			t.Fatalf("stats %+v", s)

@@ -3,8 +3,8 @@ package relay
 import "testing"
 
 func FuzzAccept(f *testing.F) {
-	f.Add(dgram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 1, 5), entry(key("s"), 3, 0, 1, 2))))
-	f.Add(dgram(7, header(""), bucket(w0+3, 4*sec, entry(key("r"), 1, 0))))
+	f.Add(datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 1, 5), entry(key("s"), 3, 0, 1, 2))))
+	f.Add(datagram(7, header(""), bucket(w0+3, 4*sec, entry(key("r"), 1, 0))))
 	f.Add([]byte{0x80})
 	f.Add([]byte("SSR1"))
 	f.Fuzz(func(t *testing.T, d []byte) {

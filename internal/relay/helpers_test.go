@@ -49,8 +49,8 @@ func bucket(start, dur uint64, groups ...*aggregate.Entry) writer.Bucket {
 	return writer.Bucket{Start: start, Duration: dur, Groups: groups}
 }
 
-// dgram is an enveloped datagram of sequence seq.
-func dgram(seq uint64, h writer.Header, buckets ...writer.Bucket) []byte {
+// datagram is an enveloped datagram of sequence seq.
+func datagram(seq uint64, h writer.Header, buckets ...writer.Bucket) []byte {
 	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq})
 	return writer.AppendPayload(b, &h, buckets)
 }

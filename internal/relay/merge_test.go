@@ -18,8 +18,8 @@ func TestMergeTwoSenders(t *testing.T) {
 	b := []float64{10, 20, 30, 40}
 	ea := entry(key("GET /"), 7, 1, a...) // one error without a sketch value
 	eb := entry(key("GET /"), 4, 0, b...)
-	mustAccept(t, r, dgram(1, header("rt-a"), bucket(w0, 10*sec, ea)), 0, Unix)
-	mustAccept(t, r, dgram(1, header("rt-b"), bucket(w0, 10*sec, eb)), 0, UDP)
+	mustAccept(t, r, datagram(1, header("rt-a"), bucket(w0, 10*sec, ea)), 0, Unix)
+	mustAccept(t, r, datagram(1, header("rt-b"), bucket(w0, 10*sec, eb)), 0, UDP)
 	if s := checkAccounting(t, r); s.SpansReceived != 11 || s.SpansPending != 11 || s.Groups != 1 || s.Senders != 2 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -63,9 +63,9 @@ func TestIdentitiesStayApart(t *testing.T) {
 	h2.Env = "staging"
 	h3 := header("rt-c")
 	h3.Tags = []string{"a:1", "b:2", "a:1"} // the same set as header's
-	mustAccept(t, r, dgram(1, header("rt-a"), bucket(w0, 10*sec, entry(key("GET /"), 1, 0))), 0, UDP)
-	mustAccept(t, r, dgram(1, h2, bucket(w0, 10*sec, entry(key("GET /"), 2, 0))), 0, UDP)
-	mustAccept(t, r, dgram(1, h3, bucket(w0, 10*sec, entry(key("GET /"), 4, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("rt-a"), bucket(w0, 10*sec, entry(key("GET /"), 1, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, h2, bucket(w0, 10*sec, entry(key("GET /"), 2, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, h3, bucket(w0, 10*sec, entry(key("GET /"), 4, 0))), 0, UDP)
 	out := harvestAll(t, r)
 	got := map[string]uint64{}
 	for _, b := range out {
@@ -83,9 +83,9 @@ func TestWindowMergesSplitBuckets(t *testing.T) {
 	r := newTestRelay(Config{})
 	// A Flush at +4 s splits one sender's bucket; another sender's runs 1–9 s;
 	// a third bucket starts in the next window.
-	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 4*sec, entry(key("GET /"), 1, 0)),
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 4*sec, entry(key("GET /"), 1, 0)),
 		bucket(w0+4*sec, 6*sec, entry(key("GET /"), 2, 0))), 0, UDP)
-	mustAccept(t, r, dgram(1, header("b"), bucket(w0+1*sec, 8*sec, entry(key("GET /"), 4, 0)),
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0+1*sec, 8*sec, entry(key("GET /"), 4, 0)),
 		bucket(w0+10*sec, 3*sec, entry(key("GET /"), 8, 0))), 0, UDP)
 	out := r.Harvest(t0) // w0+10 s: the first window only
 	if len(out) != 1 || len(out[0].Buckets) != 1 {
@@ -113,7 +113,7 @@ func TestPeerTagsAreASet(t *testing.T) {
 	k1, k2 := key("GET /"), key("GET /")
 	k1.PeerTags = []string{"peer.service:db", "db.instance:a"}
 	k2.PeerTags = []string{"db.instance:a", "peer.service:db", "db.instance:a"}
-	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, entry(k1, 1, 0), entry(k2, 2, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(k1, 1, 0), entry(k2, 2, 0))), 0, UDP)
 	out := harvestAll(t, r)
 	gs := out[0].Buckets[0].Groups
 	if len(gs) != 1 || gs[0].Hits != 3 || !slices.Equal(gs[0].PeerTags, []string{"db.instance:a", "peer.service:db"}) {
@@ -127,9 +127,9 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	r := newTestRelay(Config{})
 	web, http, sql := key("GET /"), key("GET /"), key("GET /")
 	web.Type, http.Type, sql.Type = "web", "http", "sql"
-	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec,
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec,
 		entry(web, 1, 0), entry(http, 2, 0), entry(key("other"), 4, 0), entry(sql, 8, 0))), 0, UDP)
-	mustAccept(t, r, dgram(1, header("b"), bucket(w0, 10*sec, entry(http, 16, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(http, 16, 0))), 0, UDP)
 	out := harvestAll(t, r)
 	bks := out[0].Buckets
 	if len(bks) != 3 {
@@ -160,17 +160,17 @@ func TestMaxGroupsFoldsIntoOverflow(t *testing.T) {
 	for i := range 5 {
 		es = append(es, entry(key(string(rune('a'+i))), uint64(i+1), 0, float64(i+1)))
 	}
-	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, es...)), 0, UDP)
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, es...)), 0, UDP)
 	s := checkAccounting(t, r)
 	if s.Groups != 4 || s.FoldedSpans != 9 || s.OverflowGroups != 1 || s.SpansPending != 15 {
 		t.Fatalf("groups %d folded %d overflow %d pending %d; want 4, 9, 1, 15", s.Groups, s.FoldedSpans, s.OverflowGroups, s.SpansPending)
 	}
 	// A known group still merges; a new identity at the bound has no room
 	// even for an overflow group: dropped, counted.
-	mustAccept(t, r, dgram(2, header("a"), bucket(w0, 10*sec, entry(key("a"), 10, 0))), 0, UDP)
+	mustAccept(t, r, datagram(2, header("a"), bucket(w0, 10*sec, entry(key("a"), 10, 0))), 0, UDP)
 	other := header("b")
 	other.Service = "api"
-	mustAccept(t, r, dgram(1, other, bucket(w0, 10*sec, entry(key("x"), 100, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, other, bucket(w0, 10*sec, entry(key("x"), 100, 0))), 0, UDP)
 	s = checkAccounting(t, r)
 	if s.Groups != 4 || s.SpansDropped[DropMaxGroups] != 100 || s.SpansPending != 25 {
 		t.Fatalf("groups %d dropped %v pending %d", s.Groups, s.SpansDropped, s.SpansPending)
@@ -189,7 +189,7 @@ func TestMaxGroupsFoldsIntoOverflow(t *testing.T) {
 
 func TestZeroHitGroupsAreNotHeld(t *testing.T) {
 	r := newTestRelay(Config{})
-	mustAccept(t, r, dgram(1, header("a"), bucket(w0, 10*sec, entry(key("x"), 0, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("x"), 0, 0))), 0, UDP)
 	if s := checkAccounting(t, r); s.Groups != 0 || s.SpansReceived != 0 {
 		t.Fatalf("stats %+v", s)
 	}

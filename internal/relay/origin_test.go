@@ -107,11 +107,11 @@ func TestContainerFromCredentials(t *testing.T) {
 	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
 	claims := header("a")
 	claims.ContainerID = "f00d"
-	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 1, 0))), 101, Unix) // corrected
-	mustAccept(t, r, dgram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 2, 0))), 101, Unix)
-	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 4, 0))), 101, UDP)   // no origin: kept
-	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 8, 0))), 999, Unix)  // pid unknown: kept
-	mustAccept(t, r, dgram(1, claims, bucket(w0, 10*sec, entry(key("r"), 16, 0))), 104, Unix) // host: corrected to none
+	mustAccept(t, r, datagram(1, claims, bucket(w0, 10*sec, entry(key("r"), 1, 0))), 101, Unix) // corrected
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 2, 0))), 101, Unix)
+	mustAccept(t, r, datagram(1, claims, bucket(w0, 10*sec, entry(key("r"), 4, 0))), 101, UDP)   // no origin: kept
+	mustAccept(t, r, datagram(1, claims, bucket(w0, 10*sec, entry(key("r"), 8, 0))), 999, Unix)  // pid unknown: kept
+	mustAccept(t, r, datagram(1, claims, bucket(w0, 10*sec, entry(key("r"), 16, 0))), 104, Unix) // host: corrected to none
 	if s := r.Stats(); s.ContainerMismatches != 2 {
 		t.Fatalf("mismatches %d, want 2", s.ContainerMismatches)
 	}

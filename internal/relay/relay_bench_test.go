@@ -16,7 +16,7 @@ func benchDatagram(size int) ([]byte, uint64, int) {
 		k := key(fmt.Sprintf("GET /api/v1/items/%d", len(es)))
 		k.PeerTags = []string{"peer.service:db"}
 		es = append(es, entry(k, 10, 1, 4, 4.1, 4.3, 5))
-		prev, d = d, dgram(1, header("rt"), bucket(w0, 10*sec, es...))
+		prev, d = d, datagram(1, header("rt"), bucket(w0, 10*sec, es...))
 		if len(d) > size {
 			es = es[:len(es)-1]
 			return prev, uint64(10 * len(es)), len(es)

@@ -1,0 +1,185 @@
+// This file holds the forwarder: at each interval boundary plus the grace,
+// it harvests the merged payloads and sends them through the agent client,
+// reporting every outcome back to the Relay's accounting.
+
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// Retry budget of the forwarder's agent client: the SDK's defaults, with
+// room for the payloads of many identities.
+const (
+	forwardTimeout       = 10 * time.Second
+	forwardRetries       = 4
+	forwardBackoff       = 200 * time.Millisecond
+	forwardMaxBackoff    = 5 * time.Second
+	forwardRetryPayloads = 256
+	forwardRetryBytes    = 128 << 20
+	forwardInfoRefresh   = 30 * time.Second
+)
+
+type forwarder struct {
+	s         *Server
+	client    *agentclient.Client
+	final     chan struct{} // closed by Run once every datagram read is merged
+	runtimeID string
+	seq       uint64
+}
+
+func newForwarder(ctx context.Context, s *Server) *forwarder {
+	f := &forwarder{s: s, final: make(chan struct{}), runtimeID: newRuntimeID()}
+	f.client = agentclient.New(ctx, agentclient.Config{
+		Endpoint:         s.ep,
+		Timeout:          forwardTimeout,
+		MaxRetries:       forwardRetries,
+		RetryBackoff:     forwardBackoff,
+		MaxRetryBackoff:  forwardMaxBackoff,
+		MaxRetryPayloads: forwardRetryPayloads,
+		MaxRetryBytes:    forwardRetryBytes,
+		InfoRefresh:      forwardInfoRefresh,
+	}, f)
+	return f
+}
+
+// run forwards at every boundary plus the grace until stop ends; then, once
+// Run closes final, it forwards everything held and gives pending retries a
+// last attempt.
+func (f *forwarder) run(stop context.Context) {
+	defer f.client.Close()
+	f.client.ReadInfo()
+	cfg := &f.s.cfg
+	boundary := cfg.Now().Truncate(cfg.Interval).Add(cfg.Interval)
+	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
+	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		var retryC <-chan time.Time
+		if d, ok := f.client.NextDue(); ok {
+			retry.Reset(max(time.Until(d), 0))
+			retryC = retry.C
+		}
+		select {
+		case <-tick.C:
+			f.forward(boundary)
+			now := cfg.Now()
+			boundary = boundary.Add(cfg.Interval)
+			if now.Sub(boundary) >= cfg.Interval { // the process was paused: realign
+				boundary = now.Truncate(cfg.Interval).Add(cfg.Interval)
+			}
+			tick.Reset(boundary.Add(cfg.Grace).Sub(now))
+		case <-retryC:
+			f.client.RunDue(time.Now())
+		case <-stop.Done():
+			<-f.final
+			f.forward(time.Unix(0, 1<<62)) // every window, ended or not
+			f.client.Final()
+			return
+		}
+	}
+}
+
+// forward sends every identity's windows that ended at or before boundary:
+// one request per identity (more if it exceeds MaxPayloadBytes).
+func (f *forwarder) forward(boundary time.Time) {
+	for _, b := range f.s.relay.Harvest(boundary) {
+		if f.s.selfContained && !b.HasContainer() {
+			f.s.relay.Dropped(b.Hits, DropUnattributable)
+			continue
+		}
+		h := &agentclient.Headers{Lang: b.Lang, TracerVersion: b.TracerVersion, ContainerID: b.ContainerID}
+		if b.ContainerID != "" {
+			h.EntityID = "ci-" + b.ContainerID
+		}
+		b.RuntimeID = f.runtimeID
+		parts, err := encodeParts(&b.Payload, f.s.cfg.MaxPayloadBytes, func() uint64 { f.seq++; return f.seq })
+		if err != nil { // cannot happen with decoded input; counted, never silent
+			f.s.relay.Dropped(b.Hits, DropRefused)
+			f.s.log.Error("statsrelay: encoding a merged payload", "err", err)
+			continue
+		}
+		for _, p := range parts {
+			f.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: h})
+		}
+	}
+}
+
+// The forwarder is the agent client's Observer: every outcome settles the
+// Relay's accounting and the request counter.
+
+// Sent settles p's spans as forwarded.
+func (f *forwarder) Sent(p *agentclient.Payload) {
+	f.s.countRequest("2xx")
+	f.s.relay.Forwarded(p.Hits)
+}
+
+// Failed counts the failed request by status ("error" without one).
+func (f *forwarder) Failed(_ *agentclient.Payload, err error) {
+	var ae *agentclient.AgentError
+	if errors.As(err, &ae) {
+		f.s.countRequest(strconv.Itoa(ae.StatusCode))
+	} else {
+		f.s.countRequest("error")
+	}
+}
+
+// Retried needs nothing: the spans stay pending.
+func (f *forwarder) Retried(*agentclient.Payload) {}
+
+// Split needs nothing: the halves carry the spans.
+func (f *forwarder) Split(*agentclient.Payload) {}
+
+// Dropped settles p's spans as dropped, by reason.
+func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
+	reason := DropRefused
+	switch {
+	case errors.Is(err, agentclient.ErrRetryBudget):
+		reason = DropRetryBudget
+	case errors.Is(err, agentclient.ErrAgentOff):
+		reason = DropAgentOff
+	case errors.Is(err, context.Canceled):
+		reason = DropStopped
+	}
+	f.s.relay.Dropped(p.Hits, reason)
+}
+
+// Off logs the agent's refusal; payloads are dropped (agent_off) until
+// /info lists the stats endpoint again.
+func (f *forwarder) Off(switched bool) {
+	if switched {
+		f.s.log.Warn("statsrelay: the agent does not accept client stats; dropping until /info lists /v0.6/stats")
+	}
+}
+
+// Info needs nothing: the relay forwards every peer tag it was sent.
+func (f *forwarder) Info(*agentclient.Info) {}
+
+func (s *Server) countRequest(code string) {
+	c, _ := s.requests.LoadOrStore(code, new(atomic.Uint64))
+	c.(*atomic.Uint64).Add(1)
+}
+
+func newRuntimeID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// part is one encoded body and the hits in it.
+type part struct {
+	body []byte
+	hits uint64
+}
+
+var _ = writer.EnvelopeSize

@@ -1,0 +1,76 @@
+// This file holds the relay's own metrics, exposed at /metrics in the
+// Prometheus text format, and the HTTP handler beside them (/healthz,
+// /debug/pprof/).
+
+package relay
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Handler serves /metrics, /healthz and /debug/pprof/.
+func (s *Server) Handler() http.Handler {
+	set := metrics.NewSet()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		s.snapshot(set)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		set.WritePrometheus(w)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// snapshot copies the counters into set, read once per scrape: the Relay
+// keeps its own counters (its accounting identity needs them under one
+// lock), so the metrics are a view of them, not a second count.
+func (s *Server) snapshot(set *metrics.Set) {
+	st := s.relay.Stats()
+	counter := func(name string, v uint64) { set.GetOrCreateCounter(name).Set(v) }
+	gauge := func(name string, v float64) { set.GetOrCreateGauge(name, nil).Set(v) }
+	for t := range NumTransports {
+		if s.conns[t] == nil {
+			continue
+		}
+		l := fmt.Sprintf(`{transport=%q}`, t.String())
+		counter("statsrelay_datagrams_received_total"+l, st.Datagrams[t])
+		counter("statsrelay_bytes_received_total"+l, st.Bytes[t])
+		counter("statsrelay_kernel_drops_total"+l, s.conns[t].KernelDrops())
+		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(time.Duration(s.wait[t].Load()).Seconds())
+	}
+	for r := range NumReasons {
+		counter(fmt.Sprintf(`statsrelay_datagrams_rejected_total{reason=%q}`, r.String()), st.Rejected[r])
+	}
+	counter("statsrelay_datagrams_unsequenced_total", st.Unsequenced)
+	counter("statsrelay_sender_seq_gaps_total", st.SeqGaps)
+	counter("statsrelay_sender_restarts_total", st.SeqRestarts)
+	counter("statsrelay_sender_dropped_payloads_total", st.SenderDroppedPayloads)
+	counter("statsrelay_sender_dropped_spans_total", st.SenderDroppedSpans)
+	counter("statsrelay_spans_received_total", st.SpansReceived)
+	counter("statsrelay_spans_forwarded_total", st.SpansForwarded)
+	for _, reason := range []string{DropMaxGroups, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable} {
+		counter(fmt.Sprintf(`statsrelay_spans_dropped_total{reason=%q}`, reason), st.SpansDropped[reason])
+	}
+	gauge("statsrelay_spans_pending", float64(st.SpansPending))
+	counter("statsrelay_spans_folded_total", st.FoldedSpans)
+	counter("statsrelay_container_mismatches_total", st.ContainerMismatches)
+	s.requests.Range(func(code, n any) bool {
+		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
+		return true
+	})
+	gauge("statsrelay_groups", float64(st.Groups))
+	gauge("statsrelay_senders", float64(st.Senders))
+}

@@ -1,0 +1,276 @@
+// This file holds the Server: the relay's sockets, goroutines and agent
+// client around a Relay, from start to a graceful stop.
+
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/internal/dgram"
+)
+
+// Defaults of ServerConfig.
+const (
+	DefaultUnixPath   = "/tmp/spanstats-relay.sock"
+	DefaultSocketMode = 0o660
+	DefaultUDPAddr    = "127.0.0.1:8127"
+	DefaultUDPRcvBuf  = 4 << 20
+	DefaultAgentURL   = "http://127.0.0.1:8126"
+	DefaultGrace      = 3 * time.Second
+	// DefaultQueue is how many read batches may wait for a decode worker
+	// before the readers wait (and the kernel queues).
+	DefaultQueue = 64
+	// DefaultMaxPayloadBytes keeps each forwarded body under the agent's
+	// 25 MiB request limit.
+	DefaultMaxPayloadBytes = 25<<20 - 64<<10
+)
+
+// Reasons the forwarder drops spans (the reason label of
+// statsrelay_spans_dropped_total), beside DropMaxGroups.
+const (
+	DropRetryBudget    = "retry_budget"   // the agent failed past the retry budget
+	DropAgentOff       = "agent_off"      // the agent does not accept stats (404)
+	DropRefused        = "refused"        // the agent answered 400 or another 4xx/3xx
+	DropStopped        = "stopped"        // the stop's deadline ended the retries
+	DropUnattributable = "unattributable" // no container id, agent on a Unix socket, relay in a container
+)
+
+// ServerConfig configures a Server; zero fields take the defaults above
+// (UnixPath and UDPAddr: "-" disables the socket, as the empty flag does).
+type ServerConfig struct {
+	UnixPath    string
+	SocketMode  os.FileMode
+	UDPAddr     string
+	UDPRcvBuf   int
+	MaxDatagram int
+	AgentURL    string
+	Interval    time.Duration
+	Grace       time.Duration
+	// Origin reads each Unix sender's container id from
+	// <ProcRoot>/<pid>/cgroup.
+	Origin    bool
+	ProcRoot  string
+	MaxGroups int
+	// Workers decode datagrams (zero: GOMAXPROCS); Queue bounds the read
+	// batches waiting for them; BatchSize is the datagrams per recvmmsg.
+	Workers, Queue, BatchSize int
+	// MaxPayloadBytes bounds each forwarded body (zero: the default).
+	MaxPayloadBytes int
+	Logger          *slog.Logger
+	// Now is the clock (nil: time.Now); tests move it.
+	Now func() time.Time
+}
+
+func (c *ServerConfig) withDefaults() {
+	or := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.SocketMode == 0 {
+		c.SocketMode = DefaultSocketMode
+	}
+	or(&c.UDPRcvBuf, DefaultUDPRcvBuf)
+	or(&c.MaxDatagram, DefaultMaxDatagram)
+	or(&c.MaxGroups, DefaultMaxGroups)
+	or(&c.Workers, runtime.GOMAXPROCS(0))
+	or(&c.Queue, DefaultQueue)
+	or(&c.BatchSize, dgram.DefaultBatchSize)
+	or(&c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	if c.AgentURL == "" {
+		c.AgentURL = DefaultAgentURL
+	}
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Grace < 0 {
+		c.Grace = 0
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Server receives stats datagrams on its sockets, merges them in a Relay
+// and forwards the merged payloads to the agent every interval.
+type Server struct {
+	cfg     ServerConfig
+	relay   *Relay
+	origins *Origins
+	ep      agentclient.Endpoint
+	conns   [NumTransports]*dgram.Conn
+	log     *slog.Logger
+
+	queue chan job // read batches for the decode workers
+	free  chan *dgram.Batch
+	wait  [NumTransports]atomic.Int64 // ns readers waited for a free batch
+
+	// selfContained: the relay runs in a container, so a request without
+	// a container header over the agent's Unix socket would be filed
+	// under the relay's container.
+	selfContained bool
+
+	fw       *forwarder
+	requests sync.Map // status code (int) → *atomic.Uint64, forward requests
+}
+
+// job is one read batch and the socket it came from.
+type job struct {
+	b *dgram.Batch
+	t Transport
+}
+
+// NewServer opens the sockets (so that a bad path or address fails at
+// start) and returns a Server that Run starts.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg.withDefaults()
+	ep, err := agentclient.ParseURL(cfg.AgentURL)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger}
+	if cfg.Origin {
+		s.origins = NewOrigins(cfg.ProcRoot, cfg.Now)
+		if ep.UnixSocket != "" {
+			id, _ := s.origins.ContainerID(int32(os.Getpid()))
+			s.selfContained = id != ""
+		}
+	}
+	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxDatagram: cfg.MaxDatagram,
+		Origins: s.origins, Now: cfg.Now})
+	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
+		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
+			return nil, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)
+		}
+	}
+	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
+		if s.conns[UDP], err = dgram.ListenUDP(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
+			s.closeConns()
+			return nil, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)
+		}
+	}
+	if s.conns[Unix] == nil && s.conns[UDP] == nil {
+		return nil, errors.New("relay: no socket to listen on (both the Unix path and the UDP address are empty)")
+	}
+	n := cfg.Queue + cfg.Workers + int(NumTransports)
+	s.queue = make(chan job, cfg.Queue)
+	s.free = make(chan *dgram.Batch, n)
+	for range n {
+		s.free <- dgram.NewBatch(cfg.BatchSize, cfg.MaxDatagram)
+	}
+	if s.selfContained {
+		s.log.Warn("statsrelay runs in a container and forwards to the agent's Unix socket: " +
+			"payloads without a container id (UDP senders, host processes) would be filed under the relay's container, " +
+			"so they are dropped (reason unattributable); forward over http:// to keep them")
+	}
+	return s, nil
+}
+
+// Relay is the merge state (for tests and the demo).
+func (s *Server) Relay() *Relay { return s.relay }
+
+// Addr returns the address of the socket of transport t, or nil.
+func (s *Server) Addr(t Transport) string {
+	if c := s.conns[t]; c != nil {
+		return c.LocalAddr().String()
+	}
+	return ""
+}
+
+func (s *Server) closeConns() {
+	for _, c := range s.conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// Run serves until ctx ends, then stops the readers, decodes what they
+// read, forwards everything held (within stopTimeout) and returns.
+func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
+	fwCtx, cancelFw := context.WithCancel(context.Background())
+	defer cancelFw()
+	s.fw = newForwarder(fwCtx, s)
+	var readers, workers sync.WaitGroup
+	for t, c := range s.conns {
+		if c != nil {
+			readers.Go(func() { s.read(c, Transport(t)) })
+		}
+	}
+	for range s.cfg.Workers {
+		workers.Go(s.decode)
+	}
+	fwDone := make(chan struct{})
+	go func() {
+		defer close(fwDone)
+		s.fw.run(ctx)
+	}()
+	<-ctx.Done()
+	for _, c := range s.conns {
+		if c != nil {
+			c.Drain() // the readers take what the kernel queued, then end
+		}
+	}
+	readers.Wait()
+	s.closeConns()
+	close(s.queue)
+	workers.Wait()
+	// The forwarder saw ctx end: it forwards everything held, then gives
+	// its retries until stopTimeout.
+	timer := time.AfterFunc(stopTimeout, cancelFw)
+	defer timer.Stop()
+	close(s.fw.final)
+	<-fwDone
+	return nil
+}
+
+// read is one socket's reader: recvmmsg batches handed whole to the decode
+// workers. When every batch is in use it waits (the kernel's queue takes
+// the pressure), and the wait is counted.
+func (s *Server) read(c *dgram.Conn, t Transport) {
+	for {
+		var b *dgram.Batch
+		select {
+		case b = <-s.free:
+		default:
+			start := time.Now()
+			b = <-s.free
+			s.wait[t].Add(int64(time.Since(start)))
+		}
+		if _, err := c.ReadBatch(b); err != nil {
+			s.free <- b
+			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
+				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
+			}
+			return
+		}
+		s.queue <- job{b: b, t: t}
+	}
+}
+
+// decode is a decode worker: every datagram of a batch goes to the Relay,
+// which counts it accepted or rejected by reason.
+func (s *Server) decode() {
+	for j := range s.queue {
+		for _, d := range j.b.Datagrams() {
+			_ = s.relay.Accept(d.Data, d.PID, j.t)
+		}
+		s.free <- j.b
+	}
+}

@@ -1,0 +1,172 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// startServer runs a Server on a temporary Unix socket and a loopback UDP
+// port, forwarding to agentURL; stop ends it and waits.
+func startServer(t *testing.T, cfg relay.ServerConfig) (s *relay.Server, stop func()) {
+	t.Helper()
+	if cfg.UnixPath == "" {
+		cfg.UnixPath = filepath.Join(t.TempDir(), "relay.sock")
+	}
+	if cfg.UDPAddr == "" {
+		cfg.UDPAddr = "127.0.0.1:0"
+	}
+	s, err := relay.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, 5*time.Second)
+	}()
+	return s, func() {
+		cancel()
+		<-done
+	}
+}
+
+func checkIdentity(t *testing.T, st relay.Stats) {
+	t.Helper()
+	var dropped uint64
+	for _, v := range st.SpansDropped {
+		dropped += v
+	}
+	if st.SpansReceived != st.SpansForwarded+dropped+st.SpansPending {
+		t.Fatalf("received %d != forwarded %d + dropped %d + pending %d", st.SpansReceived, st.SpansForwarded, dropped, st.SpansPending)
+	}
+}
+
+// TestEndToEndThroughRelay: 4 aggregators (2 over the Unix socket, 2 over
+// UDP) publish the same keys; the relay merges them and the agent receives,
+// per key, exactly the hits, errors, top-level hits and durations published,
+// with sketches whose counts equal the hits and whose quantiles are within
+// 1 % of those of the union of the durations.
+func TestEndToEndThroughRelay(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	ag := testagent.New()
+	defer ag.Close()
+	srv, stopRelay := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: interval, Grace: 100 * time.Millisecond})
+	urls := []string{
+		"unixgram://" + srv.Addr(relay.Unix), "unixgram://" + srv.Addr(relay.Unix),
+		"udp://" + srv.Addr(relay.UDP), "udp://" + srv.Addr(relay.UDP),
+	}
+	type tally struct {
+		hits, errs, top, dur uint64
+		union                aggregate.Sketch
+	}
+	want := map[testagent.GroupKey]*tally{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		a, err := stats.New(stats.Config{AgentURL: u, Env: "test", Service: "web", Hostname: "h", TracerVersion: "t/1",
+			BucketInterval: interval, SendJitter: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		wg.Go(func() {
+			defer func() {
+				a.Stop(context.Background())
+				if h := a.Health(); h.SpansSent != 3000 {
+					t.Errorf("aggregator %d (%s): %+v", i, u, h)
+				}
+			}()
+			for n := range 3000 {
+				res := fmt.Sprintf("GET /r/%d", n%20)
+				d := int64(1000 + (n*7919+i*104729)%5_000_000)
+				sp := &stats.Span{Service: "web", Name: "http.request", Resource: res, SpanKind: "server",
+					HTTPStatusCode: 200, Duration: d, TopLevel: n%3 == 0, Error: n%11 == 0}
+				if !a.Publish(sp) {
+					for !a.Publish(sp) { // inbox full: this test wants every span
+						time.Sleep(50 * time.Microsecond)
+					}
+				}
+				mu.Lock()
+				k := testagent.GroupKey{Service: "web", Name: "http.request", Resource: res, SpanKind: "server", HTTPStatusCode: 200}
+				w := want[k]
+				if w == nil {
+					w = &tally{}
+					want[k] = w
+				}
+				w.hits++
+				w.dur += uint64(d)
+				if sp.Error {
+					w.errs++
+				}
+				if sp.TopLevel {
+					w.top++
+				}
+				w.union.Add(float64(d))
+				mu.Unlock()
+				if n%500 == 0 {
+					time.Sleep(100 * time.Millisecond) // spread over several intervals
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stopRelay()
+	got, total := testagent.Sum(ag.Requests())
+	if total != 4*3000 {
+		t.Fatalf("agent received %d hits, want %d; relay %+v", total, 4*3000, srv.Relay().Stats())
+	}
+	for k, w := range want {
+		g := got[k]
+		if g == nil || g.Hits != w.hits || g.Errors != w.errs || g.TopLevelHits != w.top || g.Duration != w.dur ||
+			g.OkCount+g.ErrCount != w.hits {
+			t.Fatalf("%s: agent has %+v, published hits %d errors %d top %d duration %d", k.Resource, g, w.hits, w.errs, w.top, w.dur)
+		}
+	}
+	// Sketches: merge each key's groups from every request and compare.
+	merged := map[string]*aggregate.Sketch{}
+	for _, r := range testagent.Accepted(ag.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for i := range b.Groups {
+				g := &b.Groups[i]
+				m := merged[g.Resource]
+				if m == nil {
+					m = &aggregate.Sketch{}
+					merged[g.Resource] = m
+				}
+				for _, s := range []*aggregate.Sketch{g.Ok, g.Err} {
+					if s != nil {
+						m.Merge(s)
+					}
+				}
+			}
+		}
+	}
+	for k, w := range want {
+		m := merged[k.Resource]
+		for _, q := range []float64{0.5, 0.9, 0.99} {
+			a, b := m.Quantile(q), w.union.Quantile(q)
+			if math.Abs(a-b) > 0.01*b {
+				t.Fatalf("%s p%v: merged %v, union %v", k.Resource, q*100, a, b)
+			}
+		}
+	}
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if st.SpansReceived != 4*3000 || st.SpansForwarded != 4*3000 || st.SpansPending != 0 || st.Rejected != [relay.NumReasons]uint64{} {
+		t.Fatalf("relay stats %+v", st)
+	}
+	if reqs := len(ag.Requests()); reqs >= int(st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP]) {
+		t.Fatalf("%d requests for %d datagrams: nothing was merged", reqs, st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
+	}
+}
