@@ -198,3 +198,15 @@ func TestReadBatchAndWriteDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestListenUDPReadBuffer(t *testing.T) {
+	const want = 8 << 20 // beyond the default net.core.rmem_max of 208 KiB
+	r := listenUDP(t, want)
+	got := r.conn.ReadBuffer()
+	if os.Geteuid() == 0 && got != 2*want {
+		t.Errorf("ReadBuffer %d as root, want the kernel's doubled %d (SO_RCVBUFFORCE)", got, 2*want)
+	}
+	if got <= 0 {
+		t.Errorf("ReadBuffer %d", got)
+	}
+}

@@ -1,0 +1,78 @@
+package dgram_test
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spanstats/spanstats/internal/dgram"
+)
+
+func Example() {
+	dir, _ := os.MkdirTemp("", "dgram")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "statsrelay.sock")
+
+	// Relay side.
+	conn, err := dgram.ListenUnixgram(path, 0o660)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+
+	// SDK side: 64 KiB datagrams need the larger send buffer.
+	s, err := dgram.DialUnixgram(path, 128<<10)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, dgram.ErrNoRelay): no relay (yet)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("SSR1 payload")); errors.Is(err, dgram.ErrWouldBlock) {
+		fmt.Println("relay queue full: retry briefly, then count the drop")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+
+	b := dgram.NewBatch(0, 1024)
+	if _, err := conn.ReadBatch(b); err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range b.Datagrams() {
+		fmt.Printf("%q truncated=%v from this process=%v\n", d.Data, d.Truncated, d.PID == int32(os.Getpid()) || d.PID == 0)
+	}
+	// Output: "SSR1 payload" truncated=false from this process=true
+}
+
+// The relay's reader: one goroutine per socket, batches recycled through a
+// free list, handed to decoders through a bounded queue.
+func ExampleConn_ReadBatch() {
+	conn, err := dgram.ListenUDP("127.0.0.1:0", 8<<20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	free, work := make(chan *dgram.Batch, 8), make(chan *dgram.Batch, 8)
+	for range cap(free) {
+		free <- dgram.NewBatch(0, 64<<10)
+	}
+	go func() { // reader; conn.Close elsewhere ends it
+		defer close(work)
+		for b := range free {
+			if _, err := conn.ReadBatch(b); errors.Is(err, net.ErrClosed) {
+				return
+			} else if err != nil {
+				log.Print(err)
+				free <- b
+				continue
+			}
+			work <- b // waits when the decoders are behind: pressure goes back to the kernel
+		}
+	}()
+	// Decoders range over work, handle b.Datagrams(), and send b back to free;
+	// conn.KernelDrops() is the UDP loss the kernel reported.
+	conn.Close()
+	for b := range work {
+		free <- b
+	}
+}
