@@ -330,7 +330,7 @@ func (c *consumer) report(end time.Time, done chan error) {
 		c.buckets[0].Groups = entries[i:j]
 		// HeaderSize plus the groups' sizes bounds the body: one
 		// allocation at most, never a growth by copying.
-		body := writer.AppendPayload(c.bufs.get(c.reserve+writer.HeaderSize(&h)+size)[:c.reserve], &h, c.buckets[:])
+		body := writer.AppendPayload(c.bufs.get(c.reserve + writer.HeaderSize(&h) + size)[:c.reserve], &h, c.buckets[:])
 		r.parts = append(r.parts, part{body: body, hits: hits})
 		i = j
 	}

@@ -40,10 +40,10 @@ type part struct {
 // sender is the state of the goroutine that talks to the agent. It reaches
 // the table only through signals (Clear).
 type sender struct {
-	in  <-chan *report
-	out transport
-	ctr *counters
-	bufs    bufPool
+	in   <-chan *report
+	out  transport
+	ctr  *counters
+	bufs bufPool
 	// peerTags is the agent's peer_tags list for the consumer, unless the
 	// config fixed the keys (fixedPeerTags).
 	peerTags      atomic.Pointer[[]string]

@@ -10,15 +10,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"sort"
 	"sync"
-	"text/tabwriter"
 	"time"
 
-	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
-	"github.com/spanstats/spanstats/writer"
 )
 
 type options struct {
@@ -117,7 +113,7 @@ func run(o options, out io.Writer) error {
 		}
 		reqs := fake.Requests()
 		for ; printed < len(reqs); printed++ {
-			printPayload(out, reqs[printed], o.top)
+			testagent.WriteTop(out, reqs[printed], o.top)
 		}
 	}
 	var notify <-chan struct{}
@@ -224,58 +220,4 @@ func produce(ctx context.Context, agg *stats.Aggregator, o options, p int) {
 			time.Sleep(d)
 		}
 	}
-}
-
-type row struct {
-	g      *writer.Group
-	merged aggregate.Sketch
-}
-
-// printPayload prints the top groups of one received payload by hits.
-func printPayload(out io.Writer, r testagent.Request, top int) {
-	if r.Err != nil {
-		fmt.Fprintf(out, "agent could not decode a payload: %v\n", r.Err)
-		return
-	}
-	p := r.Payload
-	for _, b := range p.Buckets {
-		rows := make([]*row, 0, len(b.Groups))
-		var hits, errs uint64
-		for i := range b.Groups {
-			g := &b.Groups[i]
-			rw := &row{g: g}
-			rw.merged.Merge(g.Ok)
-			rw.merged.Merge(g.Err)
-			rows = append(rows, rw)
-			hits += g.Hits
-			errs += g.Errors
-		}
-		sort.Slice(rows, func(i, j int) bool { return rows[i].g.Hits > rows[j].g.Hits })
-		start := time.Unix(0, int64(b.Start)).UTC().Format("15:04:05.000")
-		fmt.Fprintf(out, "\nbucket %s +%s  payload #%d  %d groups  %d hits  %d errors  %d bytes\n",
-			start, time.Duration(b.Duration), p.Sequence, len(b.Groups), hits, errs, len(r.Body))
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "service\tresource\tkind\thits\terrors\tp50\tp99\t")
-		for _, rw := range rows[:min(top, len(rows))] {
-			g := rw.g
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", g.Service, trim(g.Resource, 32), g.SpanKind, g.Hits, g.Errors,
-				quantile(&rw.merged, 0.5), quantile(&rw.merged, 0.99))
-		}
-		_ = tw.Flush()
-	}
-}
-
-func quantile(s *aggregate.Sketch, q float64) string {
-	v := s.Quantile(q)
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return time.Duration(v).Round(time.Microsecond).String()
-}
-
-func trim(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }

@@ -1,0 +1,143 @@
+// This file is -demo: a fake agent, the relay and four SDK aggregators (two
+// on the Unix socket, two on UDP) publishing synthetic spans for a few
+// intervals, printing what the agent receives and the relay's counters.
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats"
+)
+
+const (
+	demoInterval  = time.Second
+	demoIntervals = 5
+	demoRate      = 20_000 // spans per second per aggregator
+)
+
+func runDemo(ctx context.Context, out io.Writer) error {
+	ag := testagent.New()
+	defer ag.Close()
+	dir, err := os.MkdirTemp("", "statsrelay-demo")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := relay.NewServer(relay.ServerConfig{
+		UnixPath: filepath.Join(dir, "relay.sock"), UDPAddr: "127.0.0.1:0",
+		AgentURL: ag.URL(), Interval: demoInterval, Grace: 200 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	defer stopRelay()
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- srv.Run(relayCtx, 5*time.Second) }()
+	fmt.Fprintf(out, "fake agent %s; relay on unixgram://%s and udp://%s; %d aggregators × %d spans/s for %d intervals of %s\n",
+		ag.URL(), srv.Addr(relay.Unix), srv.Addr(relay.UDP), 4, demoRate, demoIntervals, demoInterval)
+
+	urls := []string{"unixgram://" + srv.Addr(relay.Unix), "unixgram://" + srv.Addr(relay.Unix),
+		"udp://" + srv.Addr(relay.UDP), "udp://" + srv.Addr(relay.UDP)}
+	pubCtx, stopPub := context.WithTimeout(ctx, demoIntervals*demoInterval)
+	defer stopPub()
+	var wg sync.WaitGroup
+	var published [4]uint64
+	aggs := make([]*stats.Aggregator, len(urls))
+	for i, u := range urls {
+		a, err := stats.New(stats.Config{AgentURL: u, Env: "demo", Service: "web-store", Version: "1.0",
+			TracerVersion: "statsrelay-demo", BucketInterval: demoInterval})
+		if err != nil {
+			return err
+		}
+		a.Start()
+		aggs[i] = a
+		wg.Go(func() { published[i] = publishDemo(pubCtx, a, i) })
+	}
+
+	printed := 0
+	tick := time.NewTicker(demoInterval / 4)
+	defer tick.Stop()
+	show := func() {
+		reqs := ag.Requests()
+		for ; printed < len(reqs); printed++ {
+			testagent.WriteTop(out, reqs[printed], 6)
+			printCounters(out, srv.Relay().Stats())
+		}
+	}
+	for pubCtx.Err() == nil {
+		select {
+		case <-pubCtx.Done():
+		case <-tick.C:
+			show()
+		}
+	}
+	wg.Wait()
+	var total uint64
+	for i, a := range aggs {
+		if err := a.Stop(context.Background()); err != nil {
+			fmt.Fprintf(out, "aggregator %d: stop: %v\n", i, err)
+		}
+		total += published[i]
+	}
+	stopRelay()
+	if err := <-relayDone; err != nil {
+		return err
+	}
+	show()
+	st := srv.Relay().Stats()
+	_, hits := testagent.Sum(ag.Requests())
+	var dropped uint64
+	for _, v := range st.SpansDropped {
+		dropped += v
+	}
+	fmt.Fprintf(out, "\npublished %d spans from 4 processes; relay received %d = forwarded %d + dropped %d + pending %d; agent decoded %d hits in %d requests (from %d datagrams)\n",
+		total, st.SpansReceived, st.SpansForwarded, dropped, st.SpansPending, hits, len(ag.Requests()),
+		st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
+	return nil
+}
+
+// publishDemo publishes about demoRate spans a second over a few routes
+// until ctx ends, and returns how many were accepted.
+func publishDemo(ctx context.Context, a *stats.Aggregator, seed int) uint64 {
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	routes := []string{"GET /", "GET /cart", "POST /cart", "GET /product/:id", "POST /checkout", "GET /search"}
+	const burst = demoRate / 1000
+	var n uint64
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-t.C:
+		}
+		for range burst {
+			r := routes[rng.IntN(len(routes))]
+			method, _, _ := strings.Cut(r, " ")
+			d := int64(float64(200*time.Microsecond) * (1 + rng.ExpFloat64()*5))
+			sp := &stats.Span{Service: "web-store", Name: "http.request", Resource: r, SpanKind: "server",
+				HTTPMethod: method, HTTPStatusCode: 200, Duration: d, TopLevel: true, Error: rng.IntN(50) == 0}
+			if a.Publish(sp) {
+				n++
+			}
+		}
+	}
+}
+
+func printCounters(out io.Writer, st relay.Stats) {
+	fmt.Fprintf(out, "relay: datagrams unix %d udp %d, rejected %v, spans received %d forwarded %d pending %d dropped %v, groups %d, senders %d\n",
+		st.Datagrams[relay.Unix], st.Datagrams[relay.UDP], st.Rejected, st.SpansReceived, st.SpansForwarded,
+		st.SpansPending, st.SpansDropped, st.Groups, st.Senders)
+}

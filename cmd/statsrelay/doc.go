@@ -1,0 +1,17 @@
+// Command statsrelay is the sidecar that many traced processes send their
+// client-side span stats to, as datagrams over a Unix socket or UDP
+// (stats.Config.AgentURL "unixgram:///tmp/spanstats-relay.sock" or
+// "udp://127.0.0.1:8127"). It merges what they send and forwards one
+// request per payload identity per interval to the Datadog agent.
+//
+//	statsrelay [flags]
+//	statsrelay -demo    # an embedded fake agent, the relay and four SDKs; ends by itself
+//
+// Every flag can also be given as an environment variable STATSRELAY_<NAME>
+// (upper case, "-" → "_", e.g. STATSRELAY_MAX_GROUPS); the flag wins.
+// SIGINT and SIGTERM stop the readers, forward everything held and exit 0.
+// /metrics (Prometheus text), /healthz and /debug/pprof/ are served on -http.
+//
+// This command holds flags, signals and wiring only; the relay itself is
+// internal/relay.
+package main

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/spanstats/spanstats/internal/relay"
+)
+
+// stopTimeout bounds the final forward after a signal: the agent's retries
+// must not keep a stopping relay alive for long.
+const stopTimeout = 10 * time.Second
+
+type options struct {
+	cfg      relay.ServerConfig
+	mode     string
+	httpAddr string
+	demo     bool
+}
+
+func main() {
+	o, err := parseFlags(flag.CommandLine, os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "statsrelay:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if o.demo {
+		err = runDemo(ctx, os.Stdout)
+	} else {
+		err = serve(ctx, o, slog.Default())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "statsrelay:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the flags, then STATSRELAY_<NAME> for each flag not on
+// the command line.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (options, error) {
+	var o options
+	c := &o.cfg
+	agent := getenv("DD_TRACE_AGENT_URL")
+	if agent == "" {
+		agent = relay.DefaultAgentURL
+	}
+	fs.StringVar(&c.UnixPath, "unix", relay.DefaultUnixPath, "Unix datagram socket to listen on; empty disables")
+	fs.StringVar(&o.mode, "socket-mode", "0660", "file mode of the Unix socket (octal)")
+	fs.StringVar(&c.UDPAddr, "udp", relay.DefaultUDPAddr, "UDP address to listen on; empty disables")
+	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted)")
+	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
+	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else "+relay.DefaultAgentURL+")")
+	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
+	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")
+	fs.BoolVar(&c.Origin, "origin", true, "read each Unix sender's container id from <proc-root>/<pid>/cgroup")
+	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "where <pid>/cgroup is read")
+	fs.IntVar(&c.MaxGroups, "max-groups", relay.DefaultMaxGroups, "groups held across all senders; beyond, spans fold into an overflow group")
+	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(getenv, env); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return o, err
+	}
+	mode, err := strconv.ParseUint(o.mode, 8, 32)
+	if err != nil || mode > 0o777 || mode == 0 {
+		return o, fmt.Errorf("-socket-mode %q: want an octal file mode such as 0660", o.mode)
+	}
+	c.SocketMode = os.FileMode(mode)
+	if c.UnixPath == "" {
+		c.UnixPath = "-"
+	}
+	if c.UDPAddr == "" {
+		c.UDPAddr = "-"
+	}
+	switch {
+	case c.MaxDatagram < 1024 || c.MaxDatagram > 1<<20:
+		return o, fmt.Errorf("-max-datagram %d: want 1024..1048576", c.MaxDatagram)
+	case c.Interval < time.Second || c.Interval > time.Hour:
+		return o, fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
+	case c.Grace < 0 || c.Grace >= c.Interval:
+		return o, fmt.Errorf("-grace %s: want 0 <= grace < interval", c.Grace)
+	case c.MaxGroups < 1:
+		return o, fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
+	case c.UDPRcvBuf < 0:
+		return o, fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
+	}
+	return o, nil
+}
+
+// lookup reads an environment variable; an empty value counts as unset.
+func lookup(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// serve runs the relay and its HTTP endpoint until ctx ends.
+func serve(ctx context.Context, o options, log *slog.Logger) error {
+	o.cfg.Logger = log
+	srv, err := relay.NewServer(o.cfg)
+	if err != nil {
+		return err
+	}
+	if o.httpAddr != "" {
+		metrics.ExposeMetadata(true)
+		ln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			return fmt.Errorf("-http %s: %w", o.httpAddr, err)
+		}
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+	}
+	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
+		"agent", o.cfg.AgentURL, "interval", o.cfg.Interval, "http", o.httpAddr)
+	err = srv.Run(ctx, stopTimeout)
+	st := srv.Relay().Stats()
+	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,
+		"spans_dropped", st.SpansDropped, "spans_pending", st.SpansPending)
+	return err
+}
