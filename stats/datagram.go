@@ -6,6 +6,7 @@ package stats
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -61,9 +62,9 @@ func (d *datagramOut) dial() error {
 	return err
 }
 
-// send writes each part as one datagram. A full socket or a missing relay
-// is retried with growing pauses until the report's patience runs out;
-// what is left is then dropped and counted.
+// send writes each part as one datagram. A full socket is waited for, a
+// missing relay retried with growing pauses, until the report's patience
+// runs out; what is left is then dropped and counted.
 func (d *datagramOut) send(r *report, last bool) {
 	deadline := time.Now().Add(datagramPatience)
 	pause := datagramFirstPause
@@ -73,13 +74,14 @@ func (d *datagramOut) send(r *report, last bool) {
 		if last && i == len(r.parts)-1 {
 			flags = writer.FlagFinal
 		}
-		err := d.write(p, flags)
-		for err != nil && (errors.Is(err, dgram.ErrWouldBlock) || errors.Is(err, dgram.ErrNoRelay)) &&
-			time.Now().Add(pause).Before(deadline) && d.ctx.Err() == nil {
+		err := d.write(p, flags, deadline)
+		for errors.Is(err, dgram.ErrNoRelay) && time.Now().Add(pause).Before(deadline) && d.ctx.Err() == nil {
 			d.ctr.payloadsFailed.Add(1)
-			d.sleep(pause)
+			// Jittered: a host's senders that lost the relay together must
+			// not retry together.
+			d.sleep(pause/2 + rand.N(pause/2+1))
 			pause = min(2*pause, datagramMaxPause)
-			err = d.write(p, flags)
+			err = d.write(p, flags, deadline)
 		}
 		if err != nil {
 			d.ctr.payloadsFailed.Add(1)
@@ -102,7 +104,7 @@ func (d *datagramOut) send(r *report, last bool) {
 // room the consumer left before the payload; the sequence advances only
 // when the datagram is written, so the relay's gaps count what the network
 // lost and the envelope what this sender dropped, never both.
-func (d *datagramOut) write(p part, flags uint8) error {
+func (d *datagramOut) write(p part, flags uint8, deadline time.Time) error {
 	if d.conn == nil {
 		if err := d.dial(); err != nil {
 			return err
@@ -115,6 +117,14 @@ func (d *datagramOut) write(p part, flags uint8) error {
 		DroppedSpans:    sat32(d.droppedSpans),
 	})
 	err := d.conn.Write(p.body)
+	if errors.Is(err, dgram.ErrWouldBlock) {
+		// A full socket is waited for in the netpoller: the kernel wakes
+		// the sender when the relay reads. It wakes every waiting sender at
+		// each read, so first step aside for a random part of the patience:
+		// a burst of senders then waits in a trickle, not a herd.
+		d.sleep(rand.N(datagramPatience / 2))
+		err = d.conn.WriteWait(p.body, deadline)
+	}
 	if errors.Is(err, dgram.ErrNoRelay) {
 		// The relay went away (or restarted on a new socket): dial again
 		// on the next attempt.

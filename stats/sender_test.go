@@ -590,49 +590,63 @@ func TestChaosConservation(t *testing.T) {
 		h.PayloadsSent, h.PayloadsRetried, h.PayloadsSplit, h.PayloadsDropped, h.AgentOffTimes)
 }
 
-// TestSendJitter: an interval's report is sent after its boundary, by a
-// random offset of at most SendJitter, while its bucket stays aligned on
-// the boundary; different intervals draw different offsets.
+// recordingOut is a transport that records when each report was sent.
+type recordingOut struct {
+	mu   sync.Mutex
+	sent []time.Time
+}
+
+func (r *recordingOut) start() {}
+func (r *recordingOut) send(*report, bool) {
+	r.mu.Lock()
+	r.sent = append(r.sent, time.Now())
+	r.mu.Unlock()
+}
+func (r *recordingOut) nextDue() (time.Time, bool) { return time.Time{}, false }
+func (r *recordingOut) runDue(time.Time)           {}
+func (r *recordingOut) stop()                      {}
+
+// TestSendJitter: an interval's report (nobody waits for it) is sent after
+// a random delay of at most SendJitter; the delays differ; a report that
+// Flush waits for is sent at once.
 func TestSendJitter(t *testing.T) {
-	const interval, jitter = 100 * time.Millisecond, 40 * time.Millisecond
-	ag := testagent.New()
-	defer ag.Close()
-	var mu sync.Mutex
-	var offsets []time.Duration
-	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
-		arrived := time.Now()
-		mu.Lock()
-		offsets = append(offsets, arrived.Sub(arrived.Truncate(interval)))
-		mu.Unlock()
-		return false
-	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: interval, SendJitter: jitter})
-	waitFor(t, "8 interval reports", func() bool {
-		publishN(a, 1, "r")
-		time.Sleep(5 * time.Millisecond)
-		mu.Lock()
-		defer mu.Unlock()
-		return len(offsets) >= 8
-	})
-	stop(t, a)
-	mu.Lock()
-	defer mu.Unlock()
-	distinct := map[time.Duration]bool{}
-	for i, o := range offsets[:8] {
-		// The slack covers the request's own latency on a loaded machine.
-		if o > jitter+20*time.Millisecond {
-			t.Errorf("report %d arrived %s after its boundary, over the %s jitter", i, o, jitter)
-		}
-		distinct[o.Round(2*time.Millisecond)] = true
+	const jitter = 50 * time.Millisecond
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: jitter})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(distinct) < 3 {
-		t.Errorf("8 reports arrived at %d distinct offsets after their boundaries: %v", len(distinct), offsets[:8])
+	out := &recordingOut{}
+	in := make(chan *report, 32)
+	s := a.snd
+	s.out, s.in = out, in
+	go s.run()
+	start := time.Now()
+	for range 20 {
+		in <- &report{}
 	}
-	for _, r := range ag.Requests() {
-		for _, b := range r.Payload.Buckets {
-			if time.Duration(b.Start)%interval != 0 {
-				t.Errorf("bucket start %d is not aligned on %s", b.Start, interval)
-			}
-		}
+	waited := make(chan error, 1)
+	in <- &report{done: waited} // a Flush: not delayed
+	flushed := time.Now()
+	waitFor(t, "21 reports sent", func() bool {
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		return len(out.sent) == 21
+	})
+	close(in)
+	<-s.done
+	if d := out.sent[0].Sub(flushed); d > jitter/2 {
+		t.Errorf("the report Flush waits for was sent %s after it was queued", d)
+	}
+	lo, hi := time.Hour, time.Duration(0)
+	for _, at := range out.sent[1:] {
+		d := at.Sub(start)
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	// The slack covers a loaded machine's timer latency.
+	if hi > jitter+100*time.Millisecond {
+		t.Errorf("an interval report waited %s, over the %s jitter", hi, jitter)
+	}
+	if hi-lo < jitter/4 {
+		t.Errorf("20 interval reports were sent within %s of each other: no jitter", hi-lo)
 	}
 }

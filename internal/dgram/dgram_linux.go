@@ -2,10 +2,12 @@ package dgram
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -215,6 +217,7 @@ type senderSys struct {
 	p     []byte
 	errno syscall.Errno
 	send  func(fd uintptr) bool // s.sendto, bound once (see batchSys.recv)
+	wait  func(fd uintptr) bool // s.sendtoOrWait, likewise
 }
 
 func (s *senderSys) init(path string) {
@@ -222,6 +225,15 @@ func (s *senderSys) init(path string) {
 		s.to = &unix.SockaddrUnix{Name: path}
 	}
 	s.send = s.sendto
+	s.wait = s.sendtoOrWait
+}
+
+// sendtoOrWait runs inside RawConn.Write and returns false on EAGAIN, so the
+// goroutine parks in the netpoller until the socket is writable: for a
+// connected Unix datagram socket, until the relay's queue has room.
+func (s *senderSys) sendtoOrWait(fd uintptr) bool {
+	s.sendto(fd)
+	return s.errno != unix.EAGAIN
 }
 
 // sendto runs inside RawConn.Write and always returns true: Write never waits
@@ -235,6 +247,30 @@ func (s *senderSys) sendto(fd uintptr) bool {
 		s.errno, _ = err.(syscall.Errno)
 		return true
 	}
+}
+
+// WriteWait sends b as one datagram, waiting until deadline while the
+// relay's queue or the send buffer is full (parked in the netpoller, woken
+// when the relay reads: no polling). Past the deadline the error matches
+// ErrWouldBlock; otherwise errors are Write's.
+func (s *Sender) WriteWait(b []byte, deadline time.Time) error {
+	if err := s.conn.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	defer s.conn.SetWriteDeadline(time.Time{}) // Write never waits, never times out
+	s.sys.mu.Lock()
+	s.sys.p, s.sys.errno = b, 0
+	err := s.rc.Write(s.sys.wait)
+	errno := s.sys.errno
+	s.sys.p = nil
+	s.sys.mu.Unlock()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &sendErrors[0] // still full at the deadline
+	}
+	if err != nil {
+		return err
+	}
+	return writeError(errno)
 }
 
 // Write sends b as one datagram without waiting. The error matches

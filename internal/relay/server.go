@@ -66,9 +66,9 @@ type ServerConfig struct {
 	Workers, Queue, BatchSize int
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
-	Logger          *slog.Logger
+	Logger          *slog.Logger `json:"-"`
 	// Now is the clock (nil: time.Now); tests move it.
-	Now func() time.Time
+	Now func() time.Time `json:"-"`
 }
 
 func (c *ServerConfig) withDefaults() {

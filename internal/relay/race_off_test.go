@@ -1,0 +1,6 @@
+//go:build !race
+
+package relay_test
+
+// raceEnabled lets heavy tests shrink under -race, which slows them ~10×.
+const raceEnabled = false

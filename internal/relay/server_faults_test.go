@@ -1,0 +1,330 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/writer"
+)
+
+const testContainer = "3726184226f5d3147c25fdeab5b60097e378e8a720503a5e19ecfdf29f869860"
+
+// procRoot is a fake /proc in which this process runs in testContainer.
+func procRoot(t *testing.T) string {
+	root := t.TempDir()
+	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := "0::/system.slice/docker-" + testContainer + ".scope\n"
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestOriginReachesAgent: the container id read from <proc-root>/<pid>/cgroup
+// of the sending process reaches the agent's headers and the payload, though
+// the SDK itself set none.
+func TestOriginReachesAgent(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: procRoot(t), UDPAddr: "-"})
+	a, err := stats.New(stats.Config{AgentURL: "unixgram://" + srv.Addr(relay.Unix), Service: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	a.Publish(&stats.Span{Service: "web", Name: "op", SpanKind: "server", Duration: 5})
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	reqs := ag.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	h := reqs[0].Header
+	if h.Get("Datadog-Container-ID") != testContainer || h.Get("Datadog-Entity-ID") != "ci-"+testContainer ||
+		reqs[0].Payload.ContainerID != testContainer {
+		t.Fatalf("container header %q, entity %q, payload %q; want %s", h.Get("Datadog-Container-ID"),
+			h.Get("Datadog-Entity-ID"), reqs[0].Payload.ContainerID, testContainer)
+	}
+}
+
+// TestUnixAgentNeverMisfiles: a relay in a container forwarding to the
+// agent's Unix socket sends a Unix sender's stats with its container id,
+// and drops (counted) a UDP sender's, which the agent would otherwise file
+// under the relay's own container.
+func TestUnixAgentNeverMisfiles(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "apm.socket")
+	ag, err := testagent.NewUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: procRoot(t)})
+	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
+		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		for range 3 {
+			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	reqs := ag.Requests()
+	if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != testContainer {
+		t.Fatalf("%d requests (want 1, with the Unix sender's container id)", len(reqs))
+	}
+	st := srv.Relay().Stats()
+	if st.SpansForwarded != 3 || st.SpansDropped[relay.DropUnattributable] != 3 {
+		t.Fatalf("forwarded %d, unattributable %d; want 3 and 3", st.SpansForwarded, st.SpansDropped[relay.DropUnattributable])
+	}
+	checkIdentity(t, st)
+}
+
+// TestBurstOfThousandSenders: 1000 senders' reports reach the Unix socket
+// in the same instant; the kernel queues 10, the senders wait within their
+// bound, and nothing is lost. The relay runs in its own process, as it does
+// beside real senders.
+func TestBurstOfThousandSenders(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector slows the senders past their 100 ms patience; .ci/test runs this without it")
+	}
+	const senders = 1000
+	ag := testagent.New()
+	defer ag.Close()
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	proc := startRelayProcess(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: sock, UDPAddr: "-"})
+	aggs := make([]*stats.Aggregator, senders)
+	for i := range aggs {
+		a, err := stats.New(stats.Config{AgentURL: "unixgram://" + sock, Service: "web",
+			InboxSize: 16, SendJitter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		a.Publish(&stats.Span{Service: "web", Name: "op", Resource: strconv.Itoa(i % 7), SpanKind: "server", Duration: 5})
+		aggs[i] = a
+	}
+	// Let every consumer take its span, then flush all at once.
+	waitFor(t, "every span counted", func() bool {
+		for _, a := range aggs {
+			if a.Health().Counted != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, a := range aggs {
+		wg.Go(func() {
+			<-start
+			if err := a.Flush(context.Background()); err != nil {
+				t.Errorf("Flush: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var sent, dropped, failed uint64
+	for _, a := range aggs {
+		a.Stop(context.Background())
+		h := a.Health()
+		sent += h.SpansSent
+		dropped += h.PayloadsDropped
+		failed += h.PayloadsFailed
+	}
+	st := proc.stop(t)
+	t.Logf("%d senders: %d failed attempts, %d datagrams", senders, failed, st.Datagrams[relay.Unix])
+	if sent != senders || dropped != 0 || st.SpansReceived != senders || st.SpansForwarded != senders ||
+		st.SenderDroppedPayloads != 0 || st.SeqGaps != 0 {
+		t.Fatalf("sent %d, dropped %d; relay received %d forwarded %d, senders dropped %d, gaps %d; want %d everywhere, 0 lost",
+			sent, dropped, st.SpansReceived, st.SpansForwarded, st.SenderDroppedPayloads, st.SeqGaps, senders)
+	}
+	if _, hits := testagent.Sum(ag.Requests()); hits != senders {
+		t.Fatalf("agent received %d hits, want %d", hits, senders)
+	}
+	checkIdentity(t, st)
+}
+
+// validDatagram is an enveloped payload of one group of hits spans.
+func validDatagram(seq uint64, hits uint64) []byte {
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "ok"}, Hits: hits, Duration: 10 * hits}
+	h := writer.Header{Service: "web", RuntimeID: "hostile-test", Lang: "go"}
+	now := uint64(time.Now().Truncate(time.Second).UnixNano())
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq})
+	return writer.AppendPayload(b, &h, []writer.Bucket{{Start: now, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+}
+
+// TestHostileInput: random bytes, cut payloads, oversized datagrams, huge
+// declared lengths and wrong types, then a valid datagram: the relay keeps
+// serving, counts every reject by reason, forwards the valid one exactly,
+// and its heap stays within 64 MiB of where it started.
+func TestHostileInput(t *testing.T) {
+	const maxDatagram = 16 << 10
+	ag := testagent.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", MaxDatagram: maxDatagram})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	valid := validDatagram(1, 1)
+	huge := func(prefix ...byte) []byte { // a map32/array32/str32 claiming 4 G entries
+		return append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), prefix...)
+	}
+	var malformed, truncated, invalid int
+	send := func(b []byte) {
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3000 {
+		switch i % 6 {
+		case 0: // random bytes, sometimes starting like a map
+			b := make([]byte, 1+rng.IntN(2000))
+			for j := range b {
+				b[j] = byte(rng.Uint32())
+			}
+			if b[0]&0xf0 == 0x80 || b[0] == 0xde || b[0] == 0xdf || (len(b) >= 4 && string(b[:4]) == "SSR1") {
+				b[0] = 0xc1 // never a valid first byte
+			}
+			send(b)
+			malformed++
+		case 1: // a valid payload cut short
+			send(valid[:writer.EnvelopeSize+1+rng.IntN(len(valid)-writer.EnvelopeSize-2)])
+			malformed++
+		case 2: // over the limit
+			send(append(valid, make([]byte, maxDatagram)...))
+			truncated++
+		case 3: // huge declared lengths
+			send(huge(0xdf, 0xff, 0xff, 0xff, 0xff, 0xa5, 'S', 't', 'a', 't', 's', 0xdd, 0xff, 0xff, 0xff, 0xff))
+			malformed++
+		case 4: // wrong type: Stats is a string
+			send(huge(0x81, 0xa5, 'S', 't', 'a', 't', 's', 0xa3, 'b', 'a', 'd'))
+			malformed++
+		case 5: // decodes, but more errors than hits
+			b := validDatagram(1, 1)
+			e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op"}, Hits: 1, Errors: 5, Duration: 1}
+			h := writer.Header{Service: "web"}
+			b = writer.AppendPayload(b[:writer.EnvelopeSize], &h, []writer.Bucket{{Start: 1e18, Duration: 1e9, Groups: []*aggregate.Entry{e}}})
+			send(b)
+			invalid++
+		}
+		if i%200 == 0 {
+			time.Sleep(time.Millisecond) // stay under the socket buffer: this test counts, not floods
+		}
+	}
+	send(validDatagram(2, 7))
+	waitFor(t, "every datagram read", func() bool { return srv.Relay().Stats().Datagrams[relay.UDP] == 3001 })
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	stop()
+	st := srv.Relay().Stats()
+	if got := st.Rejected; got[relay.Malformed] != uint64(malformed) || got[relay.Truncated] != uint64(truncated) || got[relay.Invalid] != uint64(invalid) {
+		t.Fatalf("rejected %v (truncated, malformed, invalid), want [%d %d %d]", got, truncated, malformed, invalid)
+	}
+	if st.SpansReceived != 7 || st.SpansForwarded != 7 {
+		t.Fatalf("received %d forwarded %d, want the valid datagram's 7", st.SpansReceived, st.SpansForwarded)
+	}
+	if _, hits := testagent.Sum(ag.Requests()); hits != 7 {
+		t.Fatalf("agent got %d hits, want 7", hits)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Fatalf("heap grew by %d MiB under hostile input, bound 64 MiB", grew>>20)
+	}
+	checkIdentity(t, st)
+}
+
+// TestMetricsExposition: /metrics serves every metric the operators'
+// dashboards use, by its exact name, in the Prometheus text format.
+func TestMetricsExposition(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL()})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write(validDatagram(1, 4))
+	conn.Write([]byte{0xc1})
+	conn.Close()
+	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().Datagrams[relay.UDP] == 2 })
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, line := range []string{
+		`statsrelay_datagrams_received_total{transport="udp"} 2`,
+		`statsrelay_datagrams_received_total{transport="unix"} 0`,
+		`statsrelay_bytes_received_total{transport="udp"} `,
+		`statsrelay_datagrams_rejected_total{reason="malformed"} 1`,
+		`statsrelay_datagrams_rejected_total{reason="truncated"} 0`,
+		`statsrelay_kernel_drops_total{transport="udp"} 0`,
+		`statsrelay_sender_seq_gaps_total 0`,
+		`statsrelay_sender_dropped_payloads_total 0`,
+		`statsrelay_spans_received_total 4`,
+		`statsrelay_spans_forwarded_total 0`,
+		`statsrelay_spans_dropped_total{reason="retry_budget"} 0`,
+		`statsrelay_spans_pending 4`,
+		`statsrelay_groups 1`,
+		`statsrelay_senders 1`,
+		`statsrelay_reader_wait_seconds_total{transport="unix"} `,
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+	_ = binary.LittleEndian
+}
