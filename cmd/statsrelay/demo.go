@@ -20,13 +20,11 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-const (
-	demoInterval  = time.Second
-	demoIntervals = 5
-	demoRate      = 20_000 // spans per second per aggregator
-)
+// demoRate is the spans per second each demo aggregator publishes.
+const demoRate = 20_000
 
-func runDemo(ctx context.Context, out io.Writer) error {
+// runDemo runs the demo for the given number of intervals.
+func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, demoIntervals int) error {
 	ag := testagent.New()
 	defer ag.Close()
 	dir, err := os.MkdirTemp("", "statsrelay-demo")
@@ -36,7 +34,7 @@ func runDemo(ctx context.Context, out io.Writer) error {
 	defer os.RemoveAll(dir)
 	srv, err := relay.NewServer(relay.ServerConfig{
 		UnixPath: filepath.Join(dir, "relay.sock"), UDPAddr: "127.0.0.1:0",
-		AgentURL: ag.URL(), Interval: demoInterval, Grace: 200 * time.Millisecond,
+		AgentURL: ag.URL(), Interval: demoInterval, Grace: demoInterval / 5,
 	})
 	if err != nil {
 		return err
@@ -50,7 +48,7 @@ func runDemo(ctx context.Context, out io.Writer) error {
 
 	urls := []string{"unixgram://" + srv.Addr(relay.Unix), "unixgram://" + srv.Addr(relay.Unix),
 		"udp://" + srv.Addr(relay.UDP), "udp://" + srv.Addr(relay.UDP)}
-	pubCtx, stopPub := context.WithTimeout(ctx, demoIntervals*demoInterval)
+	pubCtx, stopPub := context.WithTimeout(ctx, time.Duration(demoIntervals)*demoInterval)
 	defer stopPub()
 	var wg sync.WaitGroup
 	var published [4]uint64

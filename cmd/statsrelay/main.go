@@ -32,7 +32,7 @@ type options struct {
 }
 
 func main() {
-	o, err := parseFlags(flag.CommandLine, os.Args[1:], os.Getenv)
+	o, err := parseFlags(flag.CommandLine, os.Args[1:], os.LookupEnv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "statsrelay:", err)
 		os.Exit(2)
@@ -40,7 +40,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if o.demo {
-		err = runDemo(ctx, os.Stdout)
+		err = runDemo(ctx, os.Stdout, time.Second, 5)
 	} else {
 		err = serve(ctx, o, slog.Default())
 	}
@@ -51,11 +51,12 @@ func main() {
 }
 
 // parseFlags reads the flags, then STATSRELAY_<NAME> for each flag not on
-// the command line.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (options, error) {
+// the command line (set to the empty string, it is empty: -unix and -udp
+// are then disabled).
+func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (options, error) {
 	var o options
 	c := &o.cfg
-	agent := getenv("DD_TRACE_AGENT_URL")
+	agent, _ := lookupEnv("DD_TRACE_AGENT_URL")
 	if agent == "" {
 		agent = relay.DefaultAgentURL
 	}
@@ -83,7 +84,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (op
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := lookup(getenv, env); ok && !set[f.Name] {
+		if v, ok := lookupEnv(env); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
 			}
@@ -116,12 +117,6 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (op
 		return o, fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
 	}
 	return o, nil
-}
-
-// lookup reads an environment variable; an empty value counts as unset.
-func lookup(getenv func(string) string, name string) (string, bool) {
-	v := getenv(name)
-	return v, v != ""
 }
 
 // serve runs the relay and its HTTP endpoint until ctx ends.

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func parse(args []string, env map[string]string) (options, error) {
+	return parseFlags(flag.NewFlagSet("statsrelay", flag.ContinueOnError), args, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+}
+
+// TestFlagsAndEnvironment: defaults, STATSRELAY_<NAME> for a flag not
+// given (empty disables a socket), the flag winning over the variable,
+// DD_TRACE_AGENT_URL as the agent's default, and clear errors naming the
+// bad input.
+func TestFlagsAndEnvironment(t *testing.T) {
+	o, err := parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	if c.UnixPath != "/tmp/spanstats-relay.sock" || c.UDPAddr != "127.0.0.1:8127" || c.SocketMode != 0o660 ||
+		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
+		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" {
+		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
+	}
+	o, err = parse([]string{"-max-groups", "7"}, map[string]string{
+		"STATSRELAY_MAX_GROUPS": "9", "STATSRELAY_UDP": "", "STATSRELAY_SOCKET_MODE": "0600",
+		"STATSRELAY_PROC_ROOT": "/host/proc", "DD_TRACE_AGENT_URL": "unix:///var/run/datadog/apm.socket",
+		"STATSRELAY_ORIGIN": "false",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = o.cfg
+	if c.MaxGroups != 7 || c.SocketMode != 0o600 || c.ProcRoot != "/host/proc" || c.Origin ||
+		c.AgentURL != "unix:///var/run/datadog/apm.socket" || c.UDPAddr != "-" {
+		t.Fatalf("flag over env, env over default: %+v", c)
+	}
+	o, err = parse([]string{"-udp", "", "-unix", ""}, nil)
+	if err != nil || o.cfg.UDPAddr != "-" || o.cfg.UnixPath != "-" {
+		t.Fatalf("empty -udp/-unix disable: %+v, %v", o.cfg, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"STATSRELAY_MAX_GROUPS": "many"}, "STATSRELAY_MAX_GROUPS"},
+		{[]string{"-socket-mode", "rw"}, nil, "-socket-mode"},
+		{[]string{"-grace", "20s"}, nil, "-grace"},
+		{[]string{"-interval", "10ms"}, nil, "-interval"},
+		{[]string{"-max-datagram", "10"}, nil, "-max-datagram"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+	} {
+		if _, err := parse(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: error %v, want one naming %s", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestDemo: the demo ends by itself and its last line shows every span
+// published reaching the agent through the relay.
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := runDemo(context.Background(), &out, 500*time.Millisecond, 2); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`published (\d+) spans from 4 processes; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).
+		FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no summary line:\n%s", out.String())
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 || m[2] != m[1] || m[3] != m[1] || m[4] != m[1] {
+		t.Fatalf("summary %q: want published = received = forwarded = decoded > 0", m[0])
+	}
+}
