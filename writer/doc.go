@@ -32,11 +32,15 @@
 // and every key is always written, in the agent's order, as the agent's own
 // MarshalMsg does. A sketch is written in place right after its bin header:
 // its exact size is known up front (mapping, contiguous bins from the lowest
-// non-empty index, zero count), and the bins are stored directly into the
-// buffer as little-endian doubles, without intermediate slices. A nil or
-// empty sketch is a precomputed empty DDSketch that still carries the
-// mapping, so decoders calling sketches-go's FromProto never fail. The
-// protobuf is written by hand; the package imports no protobuf runtime.
+// non-empty index, zero count), and the bins are appended straight from the
+// aggregate.Sketch, without intermediate slices. A nil or empty sketch is a
+// precomputed empty DDSketch that still carries the mapping, so decoders
+// calling sketches-go's FromProto never fail.
+//
+// It imports msgp for the msgpack primitives and only protowire, the wire
+// helpers of google.golang.org/protobuf, for the DDSketch message: no
+// generated sketchpb types and no reflection-based proto runtime (see
+// DecodeSketch for why).
 //
 // Decoding never trusts its input: it reads with msgp's bounds-checked
 // Read*Bytes functions, checks declared array lengths against limits and

@@ -13,6 +13,7 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
 	"github.com/DataDog/sketches-go/ddsketch/pb/sketchpb"
 	"github.com/DataDog/sketches-go/ddsketch/store"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -314,17 +315,18 @@ func TestDecodeSketchEmptyInput(t *testing.T) {
 }
 
 // Protobuf building blocks for hand-made sketches.
-func pbTag(num, wt int) []byte { return appendVarint(nil, uint64(num<<3|wt)) }
+func pbTag(num protowire.Number, wt protowire.Type) []byte { return protowire.AppendTag(nil, num, wt) }
 
-func pbDouble(num int, f float64) []byte {
-	return binary.LittleEndian.AppendUint64(pbTag(num, wireFixed64), math.Float64bits(f))
+func pbDouble(num protowire.Number, f float64) []byte {
+	return protowire.AppendFixed64(pbTag(num, protowire.Fixed64Type), math.Float64bits(f))
 }
 
-func pbVarint(num int, v uint64) []byte { return appendVarint(pbTag(num, wireVarint), v) }
+func pbVarint(num protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(pbTag(num, protowire.VarintType), v)
+}
 
-func pbBytes(num int, parts ...[]byte) []byte {
-	body := bytes.Join(parts, nil)
-	return append(appendVarint(pbTag(num, wireBytes), uint64(len(body))), body...)
+func pbBytes(num protowire.Number, parts ...[]byte) []byte {
+	return protowire.AppendBytes(pbTag(num, protowire.BytesType), bytes.Join(parts, nil))
 }
 
 func pbMapping(g, off float64, interp uint64) []byte {
@@ -351,7 +353,7 @@ func TestDecodeSketchAccepts(t *testing.T) {
 	}{
 		{"unknown fields of every wire type skipped", bytes.Join([][]byte{
 			pbVarint(9, 1), pbDouble(10, 1), pbBytes(11, []byte("x")),
-			binary.LittleEndian.AppendUint32(pbTag(12, wireFixed32), 7),
+			protowire.AppendFixed32(pbTag(12, protowire.Fixed32Type), 7),
 			okMapping,
 			pbBytes(2, packed(1, 2), pbVarint(3, zigzag32(10)), pbVarint(15, 3)),
 		}, nil), 3, 0, map[int]uint32{10: 1, 11: 2}},
@@ -442,7 +444,7 @@ func TestDecodeSketchRejects(t *testing.T) {
 		{"group wire type", join(okMapping, []byte{0x0b, 0x0c}), ErrMalformedSketch},
 		{"wire type 7", join(okMapping, []byte{0x0f}), ErrMalformedSketch},
 		{"field number 0", join(okMapping, []byte{0x01, 0, 0, 0, 0, 0, 0, 0, 0}), ErrMalformedSketch},
-		{"field number 2^29", join(okMapping, appendVarint(nil, 1<<29<<3), []byte{0}), ErrMalformedSketch},
+		{"field number 2^29", join(okMapping, protowire.AppendVarint(nil, 1<<29<<3), []byte{0}), ErrMalformedSketch},
 		{"mapping as varint", join([]byte{0x08, 0x01}, bins), ErrMalformedSketch},
 		{"gamma as varint", join(pbBytes(1, pbVarint(1, 2)), bins), ErrMalformedSketch},
 		{"offset as double", join(okMapping, pbBytes(2, packed(1), pbDouble(3, 2))), ErrMalformedSketch},
