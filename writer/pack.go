@@ -47,8 +47,10 @@ func (p *Packer) PackPayload(pl *Payload, emit func(body []byte, hits uint64)) {
 }
 
 // Split answers a 413: the payload body is decoded and re-encoded as two or
-// three complete payloads of at most about half its size, each emitted as
-// by Pack, with buffers from alloc (nil: make) and the header's Sequence.
+// more complete payloads (usually two, three when no cut falls near the
+// middle) of at most about half its size, except a group larger than that,
+// alone in its own; each is emitted as by Pack, with a buffer from alloc
+// (nil: make) and the header's Sequence.
 // It returns ErrUnsplittable, having emitted nothing, if the payload has
 // fewer than two groups, and DecodePayload's error if it does not decode.
 func Split(body []byte, alloc func(n int) []byte, emit func(body []byte, hits uint64)) error {
@@ -68,7 +70,7 @@ func Split(body []byte, alloc func(n int) []byte, emit func(body []byte, hits ui
 		return ErrUnsplittable
 	}
 	// Half the groups' bytes each, plus a bucket header for a bucket the cut
-	// goes through: at least two payloads, at most three.
+	// goes through: less than the whole, so at least two payloads.
 	fixed := HeaderSize(&pl.Header) - bucketHeaderSize
 	p := Packer{Limit: fixed + (content+1)/2 + bucketHeaderSize, Alloc: alloc}
 	p.PackPayload(pl, emit)
