@@ -74,8 +74,17 @@ func DecodeSketch(b []byte, into *aggregate.Sketch) error {
 	if into == nil {
 		return nil
 	}
-	r = sketchReader{into: into}
-	_ = r.message(b) // validated above: cannot fail
+	if st := &r.positive; r.positives == 1 && st.mapBins == 0 {
+		// What AppendSketch and sketches-go write: one positive store of
+		// contiguous counts, scanned already.
+		if st.first >= 0 {
+			st.into = into
+			st.placeContiguous(r.positiveBytes)
+		}
+	} else {
+		a := sketchReader{into: into}
+		_ = a.message(b) // validated above: cannot fail
+	}
 	if r.zeros > 0 {
 		into.AddZeros(r.zeros)
 	}
@@ -93,6 +102,10 @@ type sketchReader struct {
 	gamma         float64
 	indexOffset   float64
 	interpolation uint64
+
+	positives     int       // positive stores
+	positive      storeScan // the last one, validated
+	positiveBytes []byte
 }
 
 // field is one field of a protobuf message: the value of a varint or fixed
@@ -194,8 +207,12 @@ func (r *sketchReader) store(b []byte, negative bool) error {
 	if r.bins += s.bins; r.bins > MaxDecodedBins {
 		return ErrTooManyBins
 	}
-	if r.into != nil && s.first >= 0 {
+	switch {
+	case r.into != nil && s.first >= 0:
 		s.placeContiguous(b)
+	case r.into == nil && !negative:
+		r.positives++
+		r.positive, r.positiveBytes = s, b
 	}
 	return nil
 }
@@ -206,6 +223,7 @@ type storeScan struct {
 	into     *aggregate.Sketch // nil: validate only
 
 	bins        int    // bin entries: contiguous counts and map entries
+	mapBins     int    // map entries with a count
 	offset      int    // contiguousBinIndexOffset: the last one written wins
 	pos         int    // position of the next contiguous count
 	first, last int    // positions of the first and last non-zero contiguous counts, -1 if none
@@ -247,19 +265,24 @@ func (s *storeScan) field(f field) error {
 		case e.index < minBinIndex || e.index > maxBinIndex:
 			return ErrMalformedSketch
 		}
+		s.mapBins++
 		if s.into != nil {
 			s.into.AddIndex(e.index, c)
 		}
 	case f.num == fieldContiguous && len(f.data)%8 == 0 &&
 		(f.typ == protowire.BytesType || f.typ == protowire.Fixed64Type):
 		// Packed, or one unpacked double (whose 8 bytes are f.data too).
+		// The loop works on locals: through s, every field would be
+		// stored at every bin (BenchmarkDecodeSketch).
 		s.bins += len(f.data) / 8
-		for i := 0; i < len(f.data); i, s.pos = i+8, s.pos+1 {
+		pos, first, last, lastBits := s.pos, s.first, s.last, s.lastBits
+		validate := s.into == nil // adding, the counts are known good
+		for i := 0; i < len(f.data); i, pos = i+8, pos+1 {
 			bits := binary.LittleEndian.Uint64(f.data[i:])
 			if bits == 0 {
 				continue
 			}
-			if s.into == nil { // validating (adding, the counts are known good)
+			if validate {
 				c, err := countSlow(bits)
 				if err != nil {
 					return err
@@ -268,11 +291,12 @@ func (s *storeScan) field(f field) error {
 					continue // -0, or a fraction below 0.5
 				}
 			}
-			if s.first < 0 {
-				s.first, s.firstBits = s.pos, bits
+			if first < 0 {
+				first, s.firstBits = pos, bits
 			}
-			s.last, s.lastBits = s.pos, bits
+			last, lastBits = pos, bits
 		}
+		s.pos, s.first, s.last, s.lastBits = pos, first, last, lastBits
 	case f.num == fieldOffset && f.typ == protowire.VarintType:
 		s.offset = sint32(f.val)
 	case f.num <= fieldOffset:
@@ -293,16 +317,18 @@ func (s *storeScan) placeContiguous(b []byte) {
 		s.into.AddIndex(s.offset+s.first, c)
 	}
 	pos := 0
+	offset, first, last, into := s.offset, s.first, s.last, s.into
 	_ = walk(b, func(f field) error {
 		if f.num != fieldContiguous {
 			return nil
 		}
-		for i := 0; i < len(f.data); i, pos = i+8, pos+1 {
-			if pos > s.first && pos < s.last {
+		for i := 0; i < len(f.data); i += 8 {
+			if q := pos + i/8; q > first && q < last {
 				c, _ := count(binary.LittleEndian.Uint64(f.data[i:]))
-				s.into.AddIndex(s.offset+pos, c)
+				into.AddIndex(offset+q, c)
 			}
 		}
+		pos += len(f.data) / 8
 		return nil
 	})
 }
