@@ -60,11 +60,12 @@ type Payload struct {
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
 func DecodePayload(b []byte) (*Payload, error) {
-	d := decoder{}
+	d := decoder{groups: MaxGroups}
+	d.path = d.pathBuf[:0]
 	p := new(Payload)
 	rest, err := d.payload(b, p)
-	if err != nil {
-		return nil, err
+	if w, ok := err.(wrapped); ok {
+		return nil, w.error
 	}
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTrailingBytes, len(rest))
@@ -72,94 +73,40 @@ func DecodePayload(b []byte) (*Payload, error) {
 	return p, nil
 }
 
-// decoder tracks where it is, for error paths, and how many groups it has
-// decoded, for MaxGroups.
+// decoder tracks the path to the value it reads, for errors, and how many
+// groups the payload may still carry, for MaxGroups.
 type decoder struct {
-	level  int // 0 payload, 1 bucket, 2 group
-	bucket int
-	group  int
-	groups int
+	groups  int
+	path    []step
+	pathBuf [6]step // payload key, bucket, bucket key, group, group key, string
 }
 
-// wrap adds the path of the current position and then ctx to err.
-func (d *decoder) wrap(err error, ctx ...any) error {
-	var path []any
-	switch d.level {
-	case 1:
-		path = []any{"Stats", d.bucket}
-	case 2:
-		path = []any{"Stats", d.bucket, "Stats", d.group}
-	}
-	return msgp.WrapError(err, append(path, ctx...)...)
+// step is one step of a path: an array index, or a map key when index < 0.
+type step struct {
+	key   string
+	index int
 }
 
-// capFor is the capacity to preallocate for n elements of at least minSize
-// bytes each with rest left to read: hostile headers cannot make it allocate
-// more than the input could fill.
-func capFor(n uint32, rest []byte, minSize int) int {
-	return int(min(uint64(n), uint64(len(rest)/minSize)))
-}
+// wrapped is an error that carries its full path already: the levels it
+// passes on its way out leave it alone. (msgp cannot add to the path of
+// every error it wraps: the context of a wrapped foreign error, or of
+// UintBelowZero, is set once, so the whole path is added at the innermost
+// level.)
+type wrapped struct{ error }
 
-func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
-	n, b, err := msgp.ReadMapHeaderBytes(b)
-	if err != nil {
-		return b, d.wrap(err)
+// wrap adds the path of the value being read to err, once.
+func (d *decoder) wrap(err error) error {
+	if _, ok := err.(wrapped); ok {
+		return err
 	}
-	h := &p.Header
-	for ; n > 0; n-- {
-		var key []byte
-		key, b, err = readMapKey(b)
-		if err != nil {
-			return b, d.wrap(err)
-		}
-		k := msgp.UnsafeString(key)
-		switch k {
-		case "Hostname":
-			h.Hostname, b, err = readString(b)
-		case "Env":
-			h.Env, b, err = readString(b)
-		case "Version":
-			h.Version, b, err = readString(b)
-		case "Stats":
-			p.Buckets, b, err = d.buckets(b)
-			if err != nil {
-				return b, err // already wrapped
-			}
-		case "Lang":
-			h.Lang, b, err = readString(b)
-		case "TracerVersion":
-			h.TracerVersion, b, err = readString(b)
-		case "RuntimeID":
-			h.RuntimeID, b, err = readString(b)
-		case "Sequence":
-			h.Sequence, b, err = msgp.ReadUint64Bytes(b)
-		case "AgentAggregation":
-			h.AgentAggregation, b, err = readString(b)
-		case "Service":
-			h.Service, b, err = readString(b)
-		case "ContainerID":
-			h.ContainerID, b, err = readString(b)
-		case "Tags":
-			h.Tags, b, err = d.strings(b, "Tags")
-			if err != nil {
-				return b, err
-			}
-		case "GitCommitSha":
-			h.GitCommitSha, b, err = readString(b)
-		case "ImageTag":
-			h.ImageTag, b, err = readString(b)
-		case "ProcessTagsHash":
-			h.ProcessTagsHash, b, err = msgp.ReadUint64Bytes(b)
-		case "ProcessTags":
-			h.ProcessTags, b, err = readString(b)
-		default:
-			b, err = skip(b)
-		}
-		if err != nil {
-			return b, d.wrap(err, fieldName(k))
+	ctx := make([]any, len(d.path))
+	for i, s := range d.path {
+		ctx[i] = s.index
+		if s.index < 0 {
+			ctx[i] = fieldName(s.key)
 		}
 	}
-	return b, nil
+	return wrapped{msgp.WrapError(err, ctx...)}
 }
 
 // fieldName is the context for an error in the value of key k: the key, or
@@ -177,70 +124,69 @@ func fieldName(k string) any {
 	return k
 }
 
-func (d *decoder) buckets(b []byte) ([]DecodedBucket, []byte, error) {
-	if msgp.IsNil(b) {
-		return nil, b[1:], nil
-	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil {
-		return nil, b, d.wrap(err, "Stats")
-	}
-	if n > MaxBuckets {
-		return nil, b, d.wrap(msgp.ErrLimitExceeded, "Stats")
-	}
-	if n == 0 {
-		return nil, b, nil
-	}
-	out := make([]DecodedBucket, 0, capFor(n, b, 1))
-	for i := 0; i < int(n); i++ {
-		if msgp.IsNil(b) {
-			b = b[1:]
-			continue
-		}
-		d.level, d.bucket = 1, i
-		var bk DecodedBucket
-		b, err = d.decodeBucket(b, &bk)
-		if err != nil {
-			return nil, b, err
-		}
-		d.level = 0
-		out = append(out, bk)
-	}
-	return out, b, nil
-}
+// Each level of a payload is a decodeMap given the level's keys; its arrays
+// are read by decodeArray.
 
-func (d *decoder) decodeBucket(b []byte, bk *DecodedBucket) ([]byte, error) {
+// decodeMap reads a msgpack map: value is given each key and b at its
+// value, reads the value (or skips it, for an unknown key) and returns the
+// rest of b.
+func (d *decoder) decodeMap(b []byte, value func(key string, b []byte) ([]byte, error)) ([]byte, error) {
 	n, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return b, d.wrap(err)
 	}
 	for ; n > 0; n-- {
 		var key []byte
-		key, b, err = readMapKey(b)
-		if err != nil {
+		if key, b, err = readMapKey(b); err != nil {
 			return b, d.wrap(err)
 		}
 		k := msgp.UnsafeString(key)
-		switch k {
-		case "Start":
-			bk.Start, b, err = msgp.ReadUint64Bytes(b)
-		case "Duration":
-			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
-		case "Stats":
-			bk.Groups, b, err = d.groupList(b)
-			if err != nil {
-				return b, err
-			}
-		case "AgentTimeShift":
-			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
-		default:
-			b, err = skip(b)
+		d.path = append(d.path, step{key: k, index: -1})
+		if b, err = value(k, b); err != nil {
+			return b, d.wrap(err)
 		}
-		if err != nil {
-			return b, d.wrap(err, fieldName(k))
-		}
+		d.path = d.path[:len(d.path)-1]
 	}
 	return b, nil
+}
+
+// decodeArray reads a msgpack array (nil: empty) of at most *budget
+// elements, which it takes from *budget, with elem reading each element;
+// with skipNil a nil element is skipped, as msgp does for the bucket and
+// group arrays. It preallocates for no more elements than the rest of b
+// could hold at minSize bytes each: a hostile header cannot make it
+// allocate beyond a small multiple of the input's size.
+func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil bool,
+	elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, b, d.wrap(err)
+	}
+	if uint64(n) > uint64(*budget) {
+		return nil, b, d.wrap(msgp.ErrLimitExceeded)
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	*budget -= int(n)
+	out := make([]T, 0, min(uint64(n), uint64(len(b)/minSize)))
+	d.path = append(d.path, step{})
+	for i := 0; i < int(n); i++ {
+		if skipNil && msgp.IsNil(b) {
+			b = b[1:]
+			continue
+		}
+		d.path[len(d.path)-1].index = i
+		out = append(out, *new(T))
+		if b, err = elem(b, &out[len(out)-1]); err != nil {
+			return nil, b, d.wrap(err)
+		}
+	}
+	d.path = d.path[:len(d.path)-1]
+	return out, b, nil
 }
 
 // minGroupPrealloc is the wire size per group assumed when preallocating a
@@ -250,51 +196,71 @@ func (d *decoder) decodeBucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 // there; smaller groups, if any, grow the slice as they are read.
 const minGroupPrealloc = 128
 
-func (d *decoder) groupList(b []byte) ([]Group, []byte, error) {
-	if msgp.IsNil(b) {
-		return nil, b[1:], nil
-	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil {
-		return nil, b, d.wrap(err, "Stats")
-	}
-	if uint64(n) > uint64(MaxGroups-d.groups) {
-		return nil, b, d.wrap(msgp.ErrLimitExceeded, "Stats")
-	}
-	if n == 0 {
-		return nil, b, nil
-	}
-	d.groups += int(n)
-	out := make([]Group, 0, capFor(n, b, minGroupPrealloc))
-	for i := 0; i < int(n); i++ {
-		if msgp.IsNil(b) {
-			b = b[1:]
-			continue
+func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
+	h := &p.Header
+	return d.decodeMap(b, func(k string, b []byte) (_ []byte, err error) {
+		switch k {
+		case "Hostname":
+			h.Hostname, b, err = readString(b)
+		case "Env":
+			h.Env, b, err = readString(b)
+		case "Version":
+			h.Version, b, err = readString(b)
+		case "Stats":
+			buckets := MaxBuckets
+			p.Buckets, b, err = decodeArray(d, b, &buckets, 1, true, d.bucket)
+		case "Lang":
+			h.Lang, b, err = readString(b)
+		case "TracerVersion":
+			h.TracerVersion, b, err = readString(b)
+		case "RuntimeID":
+			h.RuntimeID, b, err = readString(b)
+		case "Sequence":
+			h.Sequence, b, err = msgp.ReadUint64Bytes(b)
+		case "AgentAggregation":
+			h.AgentAggregation, b, err = readString(b)
+		case "Service":
+			h.Service, b, err = readString(b)
+		case "ContainerID":
+			h.ContainerID, b, err = readString(b)
+		case "Tags":
+			h.Tags, b, err = d.strings(b)
+		case "GitCommitSha":
+			h.GitCommitSha, b, err = readString(b)
+		case "ImageTag":
+			h.ImageTag, b, err = readString(b)
+		case "ProcessTagsHash":
+			h.ProcessTagsHash, b, err = msgp.ReadUint64Bytes(b)
+		case "ProcessTags":
+			h.ProcessTags, b, err = readString(b)
+		default:
+			b, err = skip(b)
 		}
-		d.level, d.group = 2, i
-		out = append(out, Group{})
-		b, err = d.decodeGroup(b, &out[len(out)-1])
-		if err != nil {
-			return nil, b, err
-		}
-		d.level = 1
-	}
-	return out, b, nil
+		return b, err
+	})
 }
 
-func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
-	n, b, err := msgp.ReadMapHeaderBytes(b)
-	if err != nil {
-		return b, d.wrap(err)
-	}
-	k := &g.Key
-	for ; n > 0; n-- {
-		var key []byte
-		key, b, err = readMapKey(b)
-		if err != nil {
-			return b, d.wrap(err)
+func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
+	return d.decodeMap(b, func(k string, b []byte) (_ []byte, err error) {
+		switch k {
+		case "Start":
+			bk.Start, b, err = msgp.ReadUint64Bytes(b)
+		case "Duration":
+			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
+		case "Stats":
+			bk.Groups, b, err = decodeArray(d, b, &d.groups, minGroupPrealloc, true, d.group)
+		case "AgentTimeShift":
+			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
+		default:
+			b, err = skip(b)
 		}
-		name := msgp.UnsafeString(key)
+		return b, err
+	})
+}
+
+func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
+	k := &g.Key
+	return d.decodeMap(b, func(name string, b []byte) (_ []byte, err error) {
 		switch name {
 		case "Service":
 			k.Service, b, err = readString(b)
@@ -325,10 +291,7 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 		case "SpanKind":
 			k.SpanKind, b, err = readString(b)
 		case "PeerTags":
-			k.PeerTags, b, err = d.strings(b, "PeerTags")
-			if err != nil {
-				return b, err
-			}
+			k.PeerTags, b, err = d.strings(b)
 		case "IsTraceRoot":
 			var v int32
 			v, b, err = msgp.ReadInt32Bytes(b)
@@ -342,23 +305,14 @@ func (d *decoder) decodeGroup(b []byte, g *Group) ([]byte, error) {
 		case "srv_src":
 			k.ServiceSource, b, err = readString(b)
 		case "SpanDerivedPrimaryTags":
-			g.SpanDerivedPrimaryTags, b, err = d.strings(b, "SpanDerivedPrimaryTags")
-			if err != nil {
-				return b, err
-			}
+			g.SpanDerivedPrimaryTags, b, err = d.strings(b)
 		case "AdditionalMetricTags":
-			g.AdditionalMetricTags, b, err = d.strings(b, "AdditionalMetricTags")
-			if err != nil {
-				return b, err
-			}
+			g.AdditionalMetricTags, b, err = d.strings(b)
 		default:
 			b, err = skip(b)
 		}
-		if err != nil {
-			return b, d.wrap(err, fieldName(name))
-		}
-	}
-	return b, nil
+		return b, err
+	})
 }
 
 // readSummary reads a bin (or nil) summary and decodes its sketch; an empty
@@ -381,32 +335,14 @@ func readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	return s, b, nil
 }
 
-// strings reads an array (or nil) of strings; an empty array is nil.
-func (d *decoder) strings(b []byte, name string) ([]string, []byte, error) {
-	if msgp.IsNil(b) {
-		return nil, b[1:], nil
-	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil {
-		return nil, b, d.wrap(err, name)
-	}
-	if n > MaxStrings {
-		return nil, b, d.wrap(msgp.ErrLimitExceeded, name)
-	}
-	if n == 0 {
-		return nil, b, nil
-	}
-	if uint64(n) > uint64(len(b)) {
-		return nil, b, msgp.ErrShortBytes // each string takes at least one byte
-	}
-	out := make([]string, n)
-	for i := range out {
-		out[i], b, err = readString(b)
-		if err != nil {
-			return nil, b, d.wrap(err, name, i)
-		}
-	}
-	return out, b, nil
+// strings reads an array (or nil) of at most MaxStrings strings; an
+// empty array is nil.
+func (d *decoder) strings(b []byte) ([]string, []byte, error) {
+	budget := MaxStrings
+	return decodeArray(d, b, &budget, 1, false, func(b []byte, s *string) (_ []byte, err error) {
+		*s, b, err = readString(b)
+		return b, err
+	})
 }
 
 // fits returns msgp.ErrShortBytes if the str32, bin32 or ext32 at the start

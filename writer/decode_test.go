@@ -3,7 +3,9 @@ package writer
 import (
 	"bytes"
 	"errors"
+	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -275,33 +277,26 @@ func FuzzDecodePayload(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// What decodes re-encodes, and decodes again to the same values.
-		buckets := make([]Bucket, len(p.Buckets))
-		for i, bk := range p.Buckets {
-			buckets[i] = Bucket{Start: bk.Start, Duration: bk.Duration, AgentTimeShift: bk.AgentTimeShift}
-			for j := range bk.Groups {
-				buckets[i].Groups = append(buckets[i].Groups, &bk.Groups[j].Entry)
-			}
-		}
-		again, err := DecodePayload(AppendPayload(nil, &p.Header, buckets))
+		// What decodes re-encodes, every field, and decodes again to the
+		// same groups; split, it gives the same groups again.
+		again, err := DecodePayload(p.Append(nil))
 		if err != nil {
 			t.Fatalf("re-encoded payload does not decode: %v", err)
 		}
-		if !equalHeader(again.Header, p.Header) || len(again.Buckets) != len(p.Buckets) {
+		if len(again.Buckets) != len(p.Buckets) || !equalHeader(again.Header, p.Header) ||
+			!slices.Equal(located(again.Buckets), located(p.Buckets)) {
 			t.Fatal("re-encoded payload differs")
 		}
-		for i, bk := range again.Buckets {
-			if len(bk.Groups) != len(p.Buckets[i].Groups) {
-				t.Fatal("re-encoded bucket differs")
+		var parts []part
+		switch err := Split(b, nil, collect(t, &parts)); {
+		case errors.Is(err, ErrUnsplittable):
+			if len(parts) != 0 || len(located(p.Buckets)) > 1 {
+				t.Fatalf("ErrUnsplittable for %d groups, after %d payloads", len(located(p.Buckets)), len(parts))
 			}
-			for j := range bk.Groups {
-				g, w := &bk.Groups[j], &p.Buckets[i].Groups[j]
-				if g.Hits != w.Hits || g.Errors != w.Errors || g.Duration != w.Duration ||
-					g.TopLevelHits != w.TopLevelHits || g.Resource != w.Resource ||
-					g.IsTraceRoot != w.IsTraceRoot || !sameWire(g.Ok, w.Ok) || !sameWire(g.Err, w.Err) {
-					t.Fatalf("re-encoded group %d/%d differs", i, j)
-				}
-			}
+		case err != nil:
+			t.Fatalf("Split of a payload that decodes: %v", err)
+		default:
+			checkParts(t, parts, p.Buckets, &p.Header, math.MaxInt)
 		}
 	})
 }

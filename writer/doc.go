@@ -10,14 +10,18 @@
 // the ServiceSource field under the key "srv_src"), and the protobuf
 // encoding of the latency sketches carried in OkSummary and ErrorSummary
 // (sketches-go's DDSketch message). It owns the size bounds (HeaderSize,
-// GroupSize, SketchSize) callers use to split a report into payloads under a
-// byte limit. It does not own the entries it encodes — it reads them and
-// never keeps a reference — nor the buffers it appends to.
+// GroupSize, SketchSize) and the one splitter built on them: Packer packs
+// the SDK's report, or decoded and merged groups for the relay, into
+// complete payloads under a byte limit, and Split answers the agent's 413
+// by re-encoding a payload as smaller ones. It does not own the entries it
+// encodes — it reads them and never keeps a reference — nor the buffers it
+// appends to.
 //
 // # Concurrency rule
 //
 // Every function is pure: it reads its arguments and writes only the buffer
-// it returns (or the sketch it is given to decode into). The package has no
+// it returns (or the sketch it is given to decode into, or the buffers a
+// Packer gets from its Alloc and hands to emit). The package has no
 // mutable state after initialisation, so every function is safe for
 // concurrent use, as long as the caller does not mutate an entry, sketch or
 // buffer while another goroutine encodes or decodes it. In the SDK only the
@@ -32,11 +36,17 @@
 // and every key is always written, in the agent's order, as the agent's own
 // MarshalMsg does. A sketch is written in place right after its bin header:
 // its exact size is known up front (mapping, contiguous bins from the lowest
-// non-empty index, zero count), and the bins are stored directly into the
-// buffer as little-endian doubles, without intermediate slices. A nil or
-// empty sketch is a precomputed empty DDSketch that still carries the
-// mapping, so decoders calling sketches-go's FromProto never fail. The
-// protobuf is written by hand; the package imports no protobuf runtime.
+// non-empty index, zero count), and the bins are appended straight from the
+// aggregate.Sketch, without intermediate slices. A nil or empty sketch is a
+// precomputed empty DDSketch that still carries the mapping, so decoders
+// calling sketches-go's FromProto never fail.
+//
+// It imports msgp for the msgpack primitives, protowire (the wire helpers
+// of google.golang.org/protobuf) for the DDSketch message, and aggregate.
+// It does not use proto.Marshal/Unmarshal or the generated sketchpb types:
+// the message is small and fixed, and DecodeSketch says why it reads it
+// field by field. (The protobuf runtime is linked anyway: sketches-go's
+// mapping package, under aggregate, imports sketchpb.)
 //
 // Decoding never trusts its input: it reads with msgp's bounds-checked
 // Read*Bytes functions, checks declared array lengths against limits and

@@ -136,13 +136,18 @@ func GroupSize(e *aggregate.Entry) int {
 		return 0
 	}
 	k := &e.Key
-	n := groupFixedSize +
+	return groupFixedSize +
 		len(k.Service) + len(k.Name) + len(k.Resource) + len(k.Type) +
 		len(k.SpanKind) + len(k.GRPCStatusCode) + len(k.HTTPMethod) +
 		len(k.HTTPEndpoint) + len(k.ServiceSource) +
-		SketchSize(e.Ok) + SketchSize(e.Err)
-	for _, t := range k.PeerTags {
-		n += msgp.StringPrefixSize + len(t)
+		SketchSize(e.Ok) + SketchSize(e.Err) + stringsSize(k.PeerTags)
+}
+
+// stringsSize bounds the strings of an array, not its header.
+func stringsSize(ss []string) int {
+	n := len(ss) * msgp.StringPrefixSize
+	for _, s := range ss {
+		n += len(s)
 	}
 	return n
 }
@@ -169,14 +174,51 @@ func AppendPayload(b []byte, h *Header, buckets []Bucket) []byte {
 		h = &emptyHeader
 	}
 	b = grow(b, payloadSize(h, buckets))
+	src := entryBuckets(buckets)
+	return appendPayload(b, h, src, cut{}, cut{len(buckets), 0}, true)
+}
+
+// cut is a position in the groups of a payload: group j of bucket i.
+type cut struct{ i, j int }
+
+// appendPayload appends a payload of the header h and the groups of src
+// from cut from up to (not including) cut to. With empty set it writes
+// every bucket of the range, also those without groups; without, only
+// those with groups in it.
+func appendPayload[S groupSource](b []byte, h *Header, src S, from, to cut, empty bool) []byte {
+	buckets := 0
+	for i := from.i; i <= min(to.i, src.buckets()-1); i++ {
+		if empty || present(src, i, from, to) > 0 {
+			buckets++
+		}
+	}
 	b = msgp.AppendMapHeader(b, payloadFields)
 	b = appendStr(b, kHostname, h.Hostname)
 	b = appendStr(b, kEnv, h.Env)
 	b = appendStr(b, kVersion, h.Version)
 	b = append(b, kStats...)
-	b = msgp.AppendArrayHeader(b, uint32(len(buckets)))
-	for i := range buckets {
-		b = appendBucket(b, &buckets[i])
+	b = msgp.AppendArrayHeader(b, uint32(buckets))
+	for i := from.i; i <= min(to.i, src.buckets()-1); i++ {
+		n := present(src, i, from, to)
+		if n == 0 && !empty {
+			continue
+		}
+		start, duration, shift := src.head(i)
+		b = msgp.AppendMapHeader(b, bucketFields)
+		b = append(b, kStart...)
+		b = msgp.AppendUint64(b, start)
+		b = append(b, kDuration...)
+		b = msgp.AppendUint64(b, duration)
+		b = append(b, kStats...)
+		b = msgp.AppendArrayHeader(b, uint32(n))
+		j0, j1 := groupRange(src, i, from, to)
+		for j := j0; j < j1; j++ {
+			if e, g := src.group(i, j); e != nil {
+				b = appendGroup(b, e, g)
+			}
+		}
+		b = append(b, kAgentTimeShift...)
+		b = msgp.AppendInt64(b, shift)
 	}
 	b = appendStr(b, kLang, h.Lang)
 	b = appendStr(b, kTracerVersion, h.TracerVersion)
@@ -195,36 +237,21 @@ func AppendPayload(b []byte, h *Header, buckets []Bucket) []byte {
 	return b
 }
 
-func appendBucket(b []byte, bk *Bucket) []byte {
-	groups := 0
-	for _, e := range bk.Groups {
-		if e != nil {
-			groups++
-		}
-	}
-	b = msgp.AppendMapHeader(b, bucketFields)
-	b = append(b, kStart...)
-	b = msgp.AppendUint64(b, bk.Start)
-	b = append(b, kDuration...)
-	b = msgp.AppendUint64(b, bk.Duration)
-	b = append(b, kStats...)
-	b = msgp.AppendArrayHeader(b, uint32(groups))
-	for _, e := range bk.Groups {
-		if e != nil {
-			b = AppendGroup(b, e)
-		}
-	}
-	b = append(b, kAgentTimeShift...)
-	b = msgp.AppendInt64(b, bk.AgentTimeShift)
-	return b
-}
-
 // AppendGroup appends e as one msgpack ClientGroupedStats map with all 22
 // keys: DBType is empty, SpanDerivedPrimaryTags and AdditionalMetricTags are
 // empty arrays (the SDK never sets them), a nil PeerTags is an empty array,
 // and the summaries are bin fields holding AppendSketch's bytes (an empty
 // DDSketch for a nil sketch).
-func AppendGroup(b []byte, e *aggregate.Entry) []byte {
+func AppendGroup(b []byte, e *aggregate.Entry) []byte { return appendGroup(b, e, nil) }
+
+// appendGroup appends e, with the fields the SDK never sets from g if not
+// nil.
+func appendGroup(b []byte, e *aggregate.Entry, g *Group) []byte {
+	var dbType string
+	var derived, additional []string
+	if g != nil {
+		dbType, derived, additional = g.DBType, g.SpanDerivedPrimaryTags, g.AdditionalMetricTags
+	}
 	k := &e.Key
 	b = msgp.AppendMapHeader(b, groupFields)
 	b = appendStr(b, kService, k.Service)
@@ -233,7 +260,7 @@ func AppendGroup(b []byte, e *aggregate.Entry) []byte {
 	b = append(b, kHTTPStatusCode...)
 	b = msgp.AppendUint32(b, k.HTTPStatusCode)
 	b = appendStr(b, kType, k.Type)
-	b = appendStr(b, kDBType, "")
+	b = appendStr(b, kDBType, dbType)
 	b = append(b, kHits...)
 	b = msgp.AppendUint64(b, e.Hits)
 	b = append(b, kErrors...)
@@ -256,8 +283,8 @@ func AppendGroup(b []byte, e *aggregate.Entry) []byte {
 	b = appendStr(b, kHTTPMethod, k.HTTPMethod)
 	b = appendStr(b, kHTTPEndpoint, k.HTTPEndpoint)
 	b = appendStr(b, kServiceSource, k.ServiceSource)
-	b = appendStrs(b, kSpanDerivedPrimaryTags, nil)
-	b = appendStrs(b, kAdditionalMetricTags, nil)
+	b = appendStrs(b, kSpanDerivedPrimaryTags, derived)
+	b = appendStrs(b, kAdditionalMetricTags, additional)
 	return b
 }
 

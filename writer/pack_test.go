@@ -1,0 +1,292 @@
+package writer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// part is one payload a Packer emitted, decoded.
+type part struct {
+	body []byte
+	hits uint64
+	p    *Payload
+}
+
+// collect returns an emit function that decodes and keeps what it is given.
+func collect(t *testing.T, parts *[]part) func([]byte, uint64) {
+	return func(body []byte, hits uint64) {
+		t.Helper()
+		p, err := DecodePayload(body)
+		if err != nil {
+			t.Fatalf("part %d does not decode: %v", len(*parts), err)
+		}
+		*parts = append(*parts, part{body, hits, p})
+	}
+}
+
+// wire is a group as the agent reads it: its encoding, and the fields the
+// SDK never sets once more, in case Append lost them.
+func wire(g *Group) string {
+	return fmt.Sprintf("%x %q %q %q", g.Append(nil), g.DBType, g.SpanDerivedPrimaryTags, g.AdditionalMetricTags)
+}
+
+// located lists the groups of buckets, each with its bucket's fields.
+func located(buckets []DecodedBucket) []string {
+	var out []string
+	for _, bk := range buckets {
+		for j := range bk.Groups {
+			out = append(out, fmt.Sprintf("%d/%d/%d %s", bk.Start, bk.Duration, bk.AgentTimeShift, wire(&bk.Groups[j])))
+		}
+	}
+	return out
+}
+
+// checkParts checks that parts hold exactly the groups of want, in order,
+// bucket by bucket, each under limit unless alone, with the right hits and
+// header.
+func checkParts(t *testing.T, parts []part, want []DecodedBucket, h *Header, limit int) {
+	t.Helper()
+	var got []string
+	for n, pt := range parts {
+		var hits uint64
+		groups := 0
+		for _, bk := range pt.p.Buckets {
+			if len(bk.Groups) == 0 {
+				t.Errorf("part %d: a bucket without groups", n)
+			}
+			for j := range bk.Groups {
+				hits += bk.Groups[j].Hits
+				groups++
+			}
+		}
+		got = append(got, located(pt.p.Buckets)...)
+		if hits != pt.hits {
+			t.Errorf("part %d: emitted with %d hits, holds %d", n, pt.hits, hits)
+		}
+		if len(pt.body) > limit && groups != 1 {
+			t.Errorf("part %d: %d bytes over the limit %d with %d groups", n, len(pt.body), limit, groups)
+		}
+		header := pt.p.Header
+		header.Sequence = h.Sequence
+		if !equalHeader(header, *h) {
+			t.Errorf("part %d: header %+v, want %+v", n, pt.p.Header, *h)
+		}
+	}
+	if w := located(want); !slices.Equal(got, w) {
+		t.Fatalf("the parts hold %d groups, want %d, or other ones", len(got), len(w))
+	}
+}
+
+// asDecoded is what buckets of entries decode to.
+func asDecoded(buckets []Bucket) []DecodedBucket {
+	out := make([]DecodedBucket, len(buckets))
+	for i, bk := range buckets {
+		out[i] = DecodedBucket{Start: bk.Start, Duration: bk.Duration, AgentTimeShift: bk.AgentTimeShift}
+		for _, e := range bk.Groups {
+			if e != nil {
+				out[i].Groups = append(out[i].Groups, Group{Entry: *e})
+			}
+		}
+	}
+	return out
+}
+
+// extraGroups is a payload of decoded groups that carry the fields the SDK
+// never sets, over three buckets.
+func extraGroups(t *testing.T) *Payload {
+	entries := tableEntries(t)
+	pl := &Payload{Header: testHeader, Buckets: asDecoded([]Bucket{
+		{Start: 10, Duration: 10, AgentTimeShift: -5, Groups: entries[:4]},
+		{Start: 20, Duration: 10, Groups: entries[4:5]},
+		{Start: 30, Duration: 10, AgentTimeShift: 1 << 40, Groups: entries[5:]},
+	})}
+	for i := range pl.Buckets {
+		for j := range pl.Buckets[i].Groups {
+			g := &pl.Buckets[i].Groups[j]
+			g.DBType = fmt.Sprintf("db-%d-%d", i, j)
+			g.SpanDerivedPrimaryTags = []string{"region:eu", fmt.Sprintf("k:%d", j)}
+			if j%2 == 0 {
+				g.AdditionalMetricTags = []string{"team:a"}
+			}
+		}
+	}
+	return pl
+}
+
+func TestPackEntries(t *testing.T) {
+	entries := tableEntries(t)
+	buckets := []Bucket{
+		{Start: 10, Duration: 10, AgentTimeShift: 3, Groups: []*aggregate.Entry{entries[0], nil, entries[1], entries[2]}},
+		{Start: 20, Duration: 10}, // no groups: left out
+		{Start: 30, Duration: 10, Groups: entries[3:]},
+	}
+	whole := len(AppendPayload(nil, &testHeader, buckets))
+	bound := payloadSize(&testHeader, buckets)
+	for _, limit := range []int{1, HeaderSize(&testHeader) + 600, whole / 3, whole / 2, whole, bound} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			var parts []part
+			seq := uint64(100)
+			p := Packer{Limit: limit, Sequence: func() uint64 { seq++; return seq }}
+			p.Pack(&testHeader, buckets, collect(t, &parts))
+			checkParts(t, parts, asDecoded(buckets), &testHeader, limit)
+			for i, pt := range parts {
+				if pt.p.Sequence != 101+uint64(i) {
+					t.Errorf("part %d: sequence %d, want %d", i, pt.p.Sequence, 101+i)
+				}
+			}
+			if limit == bound && len(parts) != 1 {
+				t.Errorf("%d parts under a limit the whole payload's bound fits", len(parts))
+			}
+			if limit == 1 && len(parts) != len(entries) {
+				t.Errorf("%d parts, want one per group (%d)", len(parts), len(entries))
+			}
+		})
+	}
+}
+
+// The SDK's consumer cuts where HeaderSize plus the groups' GroupSize would
+// pass the limit; Pack cuts at the same places, so a report's payloads do
+// not change.
+func TestPackCutsAsTheConsumerDid(t *testing.T) {
+	entries := benchEntries(t, 300, 20)
+	limit := 64 << 10
+	var want []int // groups per payload, by the consumer's loop
+	for i := 0; i < len(entries); {
+		j, size := i, 0
+		for j < len(entries) {
+			gs := GroupSize(entries[j])
+			if j > i && size+gs > limit-HeaderSize(&testHeader) {
+				break
+			}
+			size += gs
+			j++
+		}
+		want = append(want, j-i)
+		i = j
+	}
+	var got []int
+	p := Packer{Limit: limit}
+	p.Pack(&testHeader, []Bucket{{Start: 1, Duration: 2, Groups: entries}}, func(body []byte, _ uint64) {
+		pl, err := DecodePayload(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, len(pl.Buckets[0].Groups))
+	})
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("groups per payload %v, the consumer's %v", got, want)
+	}
+}
+
+func TestPackPayloadKeepsEveryField(t *testing.T) {
+	pl := extraGroups(t)
+	whole := len(pl.Append(nil))
+	for _, limit := range []int{1, whole / 4, whole / 2, whole} {
+		var parts []part
+		p := Packer{Limit: limit}
+		p.PackPayload(pl, collect(t, &parts))
+		checkParts(t, parts, pl.Buckets, &pl.Header, limit)
+	}
+	// And Payload.Append writes what decodes back to the same groups.
+	again, err := DecodePayload(pl.Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(located(again.Buckets), located(pl.Buckets)) || !equalHeader(again.Header, pl.Header) {
+		t.Error("Payload.Append: the payload decodes to other groups")
+	}
+}
+
+// Each payload is written into the one buffer Alloc gave, without growing
+// it, and nothing else is allocated.
+func TestPackAllocatesOnlyBuffers(t *testing.T) {
+	entries := benchEntries(t, 2048, 20)
+	buckets := []Bucket{{Start: 1, Duration: 2, Groups: entries}}
+	arena := make([]byte, 0, 4*payloadSize(&testHeader, buckets))
+	var given []byte
+	p := Packer{Limit: 64 << 10, Alloc: func(n int) []byte {
+		given = arena[len(arena) : len(arena) : len(arena)+n]
+		arena = arena[:len(arena)+n]
+		return given
+	}}
+	parts := 0
+	emit := func(body []byte, _ uint64) {
+		if &body[:1][0] != &given[:1][0] || cap(body) != cap(given) {
+			t.Fatal("the payload is not in the buffer Alloc returned")
+		}
+		parts++
+	}
+	if n := testing.AllocsPerRun(3, func() { arena = arena[:0]; p.Pack(&testHeader, buckets, emit) }); n != 0 {
+		t.Errorf("Pack allocated %v times beside its buffers", n)
+	}
+	if parts < 3*4 {
+		t.Fatalf("%d payloads: the test wants several", parts)
+	}
+}
+
+func TestSplit(t *testing.T) {
+	pl := extraGroups(t)
+	body := pl.Append(nil)
+	var parts []part
+	allocs := 0
+	alloc := func(n int) []byte { allocs++; return make([]byte, 0, n) }
+	if err := Split(body, alloc, collect(t, &parts)); err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 2 || len(parts) > 3 || allocs != len(parts) {
+		t.Fatalf("%d parts from %d buffers, want 2 or 3 from as many", len(parts), allocs)
+	}
+	half := len(body)/2 + HeaderSize(&pl.Header) + bucketHeaderSize
+	checkParts(t, parts, pl.Buckets, &pl.Header, half)
+	for i, pt := range parts {
+		if pt.p.Sequence != pl.Sequence {
+			t.Errorf("part %d: sequence %d, want the payload's %d", i, pt.p.Sequence, pl.Sequence)
+		}
+	}
+}
+
+func TestSplitRejects(t *testing.T) {
+	one := AppendPayload(nil, &testHeader, []Bucket{{Groups: []*aggregate.Entry{&goldenEntry}}})
+	for name, tc := range map[string]struct {
+		body []byte
+		want error
+	}{
+		"one group":   {one, ErrUnsplittable},
+		"no groups":   {AppendPayload(nil, &testHeader, []Bucket{{Start: 1}}), ErrUnsplittable},
+		"not msgpack": {[]byte{0xc1}, nil},
+		"trailing":    {append(bytes.Clone(one), 0), ErrTrailingBytes},
+	} {
+		emitted := 0
+		err := Split(tc.body, nil, func([]byte, uint64) { emitted++ })
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
+		}
+		if emitted != 0 {
+			t.Errorf("%s: %d payloads emitted", name, emitted)
+		}
+	}
+}
+
+func TestGroupAppendKeepsEveryField(t *testing.T) {
+	for _, bk := range extraGroups(t).Buckets {
+		for j := range bk.Groups {
+			g := &bk.Groups[j]
+			b := g.Append(mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(1))
+			if n := len(b) - len(mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(1)); n > g.Size() {
+				t.Errorf("Append wrote %d bytes, Size is %d", n, g.Size())
+			}
+			p, err := DecodePayload(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := &p.Buckets[0].Groups[0]; wire(got) != wire(g) {
+				t.Errorf("group decodes as\n%s\nwant\n%s", wire(got), wire(g))
+			}
+		}
+	}
+}

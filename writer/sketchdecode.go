@@ -1,0 +1,381 @@
+package writer
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// MaxDecodedBins is the most bin entries (contiguous counts plus map entries,
+// over both stores) DecodeSketch accepts in one sketch: four times what a
+// store of aggregate.MaxBins bins ever writes.
+const MaxDecodedBins = 4 * aggregate.MaxBins
+
+// maxCount is the largest count DecodeSketch accepts: above 2^53 a float64
+// no longer holds every whole number, so such a count cannot be a span count.
+const maxCount = 1 << 53
+
+// Errors of DecodeSketch (and of DecodePayload, wrapped with the field path).
+var (
+	// ErrMapping: the sketch's index mapping is missing or is not the agent's
+	// (gamma differs from aggregate.Mapping's by more than 1e-9 relatively,
+	// index offset not 0, or interpolation not NONE). Its bins would land on
+	// the wrong values.
+	ErrMapping = errors.New("writer: sketch index mapping is not the agent's logarithmic 1% mapping")
+	// ErrNegativeValues: the sketch's negative store holds values; latencies
+	// are never negative.
+	ErrNegativeValues = errors.New("writer: sketch has negative values")
+	// ErrBadCount: a bin or zero count is NaN, infinite, negative or above 2^53.
+	ErrBadCount = errors.New("writer: sketch count is not a finite non-negative number")
+	// ErrTooManyBins: more than MaxDecodedBins bin entries.
+	ErrTooManyBins = errors.New("writer: sketch has too many bins")
+	// ErrMalformedSketch: the bytes are not a well-formed DDSketch message
+	// (bad varint, length past the end, packed doubles not a multiple of 8
+	// bytes, a group or unknown wire type, a known field with the wrong wire
+	// type, or a bin index outside the mapping's indexable range).
+	ErrMalformedSketch = errors.New("writer: malformed DDSketch protobuf")
+)
+
+// DecodeSketch decodes a protobuf DDSketch message and adds its values to
+// into (it does not reset into first; a nil into only validates b). It reads
+// what AppendSketch and sketches-go write: positive bins as contiguous counts
+// (packed or not) and/or as the binCounts map, in any field order, with
+// unknown fields skipped. Empty input is an empty sketch. Fractional counts
+// are rounded to the nearest whole number.
+//
+// It rejects a mapping other than the agent's (ErrMapping, also when the
+// mapping is missing), a negative store with values (ErrNegativeValues),
+// NaN, infinite, negative or huge counts (ErrBadCount), more than
+// MaxDecodedBins bins (ErrTooManyBins) and malformed bytes
+// (ErrMalformedSketch). On error into is left unchanged: b is validated
+// completely before anything is added. It allocates nothing itself; into
+// grows as AddIndex makes it.
+//
+// It reads the bytes with protowire rather than proto.Unmarshal into
+// sketchpb.DDSketch: the latter, measured on BenchmarkDecodeSketch's sketch,
+// allocated more than the input's size per sketch, and it takes a known
+// field with the wrong wire type for an unknown one, which this decoder
+// rejects.
+func DecodeSketch(b []byte, into *aggregate.Sketch) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var r sketchReader
+	if err := r.message(b); err != nil {
+		return err
+	}
+	if !r.hasMapping || r.interpolation != 0 || r.indexOffset != 0 ||
+		!(math.Abs(r.gamma-gamma) <= 1e-9*gamma) {
+		return ErrMapping
+	}
+	if into == nil {
+		return nil
+	}
+	if st := &r.positive; r.positives == 1 && st.mapBins == 0 {
+		// What AppendSketch and sketches-go write: one positive store of
+		// contiguous counts, scanned already.
+		if st.first >= 0 {
+			st.into = into
+			st.placeContiguous(r.positiveBytes)
+		}
+	} else {
+		a := sketchReader{into: into}
+		_ = a.message(b) // validated above: cannot fail
+	}
+	if r.zeros > 0 {
+		into.AddZeros(r.zeros)
+	}
+	return nil
+}
+
+// sketchReader walks a DDSketch message. The first walk (into == nil)
+// validates everything; the second adds the values to into.
+type sketchReader struct {
+	into *aggregate.Sketch
+
+	bins          int // bin entries seen so far, over every store
+	zeros         uint64
+	hasMapping    bool
+	gamma         float64
+	indexOffset   float64
+	interpolation uint64
+
+	positives     int       // positive stores
+	positive      storeScan // the last one, validated
+	positiveBytes []byte
+}
+
+// field is one field of a protobuf message: the value of a varint or fixed
+// field, the bytes of a length-delimited or 64-bit one.
+type field struct {
+	num  protowire.Number
+	typ  protowire.Type
+	val  uint64
+	data []byte
+}
+
+// nextField reads the field at the start of b and returns the rest of b.
+func nextField(b []byte) (f field, rest []byte, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num > protowire.MaxValidNumber {
+		return f, nil, ErrMalformedSketch
+	}
+	b = b[n:]
+	f.num, f.typ = num, typ
+	switch typ {
+	case protowire.VarintType:
+		f.val, n = protowire.ConsumeVarint(b)
+	case protowire.Fixed64Type:
+		if f.val, n = protowire.ConsumeFixed64(b); n > 0 {
+			f.data = b[:8]
+		}
+	case protowire.Fixed32Type:
+		var v uint32
+		v, n = protowire.ConsumeFixed32(b)
+		f.val = uint64(v)
+	case protowire.BytesType:
+		f.data, n = protowire.ConsumeBytes(b)
+	default: // groups are not used by ddsketch.proto
+		n = -1
+	}
+	if n < 0 {
+		return f, nil, ErrMalformedSketch
+	}
+	return f, b[n:], nil
+}
+
+// walk calls each for every field of the message b, in order, until each
+// returns an error.
+func walk(b []byte, each func(f field) error) error {
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		if err := each(f); err != nil {
+			return err
+		}
+		b = rest
+	}
+	return nil
+}
+
+// In the walks below, a field whose number is known but whose wire type is
+// not the schema's falls to "case f.num <= …": it is rejected, where
+// protobuf would keep it as an unknown field.
+
+func (r *sketchReader) message(b []byte) error {
+	return walk(b, func(f field) (err error) {
+		switch {
+		case f.num == fieldMapping && f.typ == protowire.BytesType:
+			r.hasMapping = true
+			err = walk(f.data, r.mapping) // occurrences merge field by field, as in protobuf
+		case (f.num == fieldPositive || f.num == fieldNegative) && f.typ == protowire.BytesType:
+			err = r.store(f.data, f.num == fieldNegative)
+		case f.num == fieldZeroCount && f.typ == protowire.Fixed64Type:
+			r.zeros, err = count(f.val) // proto3 scalar: the last occurrence wins
+		case f.num <= fieldZeroCount:
+			err = ErrMalformedSketch
+		}
+		return err
+	})
+}
+
+// mapping reads one field of an IndexMapping.
+func (r *sketchReader) mapping(f field) error {
+	switch {
+	case f.num == fieldGamma && f.typ == protowire.Fixed64Type:
+		r.gamma = math.Float64frombits(f.val)
+	case f.num == fieldIndexOffset && f.typ == protowire.Fixed64Type:
+		r.indexOffset = math.Float64frombits(f.val)
+	case f.num == fieldInterpolation && f.typ == protowire.VarintType:
+		r.interpolation = f.val
+	case f.num <= fieldInterpolation:
+		return ErrMalformedSketch
+	}
+	return nil
+}
+
+func (r *sketchReader) store(b []byte, negative bool) error {
+	s := storeScan{negative: negative, into: r.into, first: -1, last: -1}
+	if err := s.scan(b); err != nil {
+		return err
+	}
+	if r.bins += s.bins; r.bins > MaxDecodedBins {
+		return ErrTooManyBins
+	}
+	switch {
+	case r.into != nil && s.first >= 0:
+		s.placeContiguous(b)
+	case r.into == nil && !negative:
+		r.positives++
+		r.positive, r.positiveBytes = s, b
+	}
+	return nil
+}
+
+// storeScan walks a Store message.
+type storeScan struct {
+	negative bool              // the negative store: no value may be in it
+	into     *aggregate.Sketch // nil: validate only
+
+	bins        int    // bin entries: contiguous counts and map entries
+	mapBins     int    // map entries with a count
+	offset      int    // contiguousBinIndexOffset: the last one written wins
+	pos         int    // position of the next contiguous count
+	first, last int    // positions of the first and last non-zero contiguous counts, -1 if none
+	firstBits   uint64 // their counts as on the wire
+	lastBits    uint64
+}
+
+// scan validates a Store message and finds its non-zero contiguous counts.
+// Given into (b then is validated) it adds the map-form bins to it.
+func (s *storeScan) scan(b []byte) error {
+	if err := walk(b, s.field); err != nil {
+		return err
+	}
+	switch {
+	case s.first < 0:
+		return nil
+	case s.negative:
+		return ErrNegativeValues
+	case s.offset+s.first < minBinIndex || s.offset+s.last > maxBinIndex:
+		return ErrMalformedSketch
+	}
+	return nil
+}
+
+func (s *storeScan) field(f field) error {
+	switch {
+	case f.num == fieldBinCounts && f.typ == protowire.BytesType:
+		s.bins++
+		var e mapEntry
+		if err := walk(f.data, e.field); err != nil {
+			return err
+		}
+		c, err := count(e.bits)
+		switch {
+		case err != nil || c == 0:
+			return err
+		case s.negative:
+			return ErrNegativeValues
+		case e.index < minBinIndex || e.index > maxBinIndex:
+			return ErrMalformedSketch
+		}
+		s.mapBins++
+		if s.into != nil {
+			s.into.AddIndex(e.index, c)
+		}
+	case f.num == fieldContiguous && len(f.data)%8 == 0 &&
+		(f.typ == protowire.BytesType || f.typ == protowire.Fixed64Type):
+		// Packed, or one unpacked double (whose 8 bytes are f.data too).
+		// The loop works on locals: through s, every field would be
+		// stored at every bin (BenchmarkDecodeSketch).
+		s.bins += len(f.data) / 8
+		pos, first, last, lastBits := s.pos, s.first, s.last, s.lastBits
+		validate := s.into == nil // adding, the counts are known good
+		for i := 0; i < len(f.data); i, pos = i+8, pos+1 {
+			bits := binary.LittleEndian.Uint64(f.data[i:])
+			if bits == 0 {
+				continue
+			}
+			if validate {
+				c, err := countSlow(bits)
+				if err != nil {
+					return err
+				}
+				if c == 0 {
+					continue // -0, or a fraction below 0.5
+				}
+			}
+			if first < 0 {
+				first, s.firstBits = pos, bits
+			}
+			last, lastBits = pos, bits
+		}
+		s.pos, s.first, s.last, s.lastBits = pos, first, last, lastBits
+	case f.num == fieldOffset && f.typ == protowire.VarintType:
+		s.offset = sint32(f.val)
+	case f.num <= fieldOffset:
+		return ErrMalformedSketch
+	}
+	return nil
+}
+
+// placeContiguous adds the contiguous counts of a scanned Store from
+// s.offset, which may come after them (hence the scan first). The highest
+// and the lowest bins go first: the sketch then sizes its store once for
+// the whole range instead of growing bin by bin.
+func (s *storeScan) placeContiguous(b []byte) {
+	c, _ := count(s.lastBits)
+	s.into.AddIndex(s.offset+s.last, c)
+	if s.first != s.last {
+		c, _ := count(s.firstBits)
+		s.into.AddIndex(s.offset+s.first, c)
+	}
+	pos := 0
+	offset, first, last, into := s.offset, s.first, s.last, s.into
+	_ = walk(b, func(f field) error {
+		if f.num != fieldContiguous {
+			return nil
+		}
+		for i := 0; i < len(f.data); i += 8 {
+			if q := pos + i/8; q > first && q < last {
+				c, _ := count(binary.LittleEndian.Uint64(f.data[i:]))
+				into.AddIndex(offset+q, c)
+			}
+		}
+		pos += len(f.data) / 8
+		return nil
+	})
+}
+
+// mapEntry is one binCounts map entry {sint32 key = 1; double value = 2};
+// a missing key or value is 0, as in protobuf.
+type mapEntry struct {
+	index int
+	bits  uint64
+}
+
+func (e *mapEntry) field(f field) error {
+	switch {
+	case f.num == fieldMapKey && f.typ == protowire.VarintType:
+		e.index = sint32(f.val)
+	case f.num == fieldMapValue && f.typ == protowire.Fixed64Type:
+		e.bits = f.val
+	case f.num <= fieldMapValue:
+		return ErrMalformedSketch
+	}
+	return nil
+}
+
+// sint32 decodes a zigzag varint as protobuf does for sint32: the low 32 bits.
+func sint32(v uint64) int {
+	return int(int32(protowire.DecodeZigZag(v & math.MaxUint32)))
+}
+
+// count converts a wire count to a whole number of values. Zero, the most
+// common count in contiguous bins, takes an inlined fast path.
+func count(bits uint64) (uint64, error) {
+	if bits == 0 {
+		return 0, nil
+	}
+	return countSlow(bits)
+}
+
+func countSlow(bits uint64) (uint64, error) {
+	f := math.Float64frombits(bits)
+	if !(f >= 0 && f <= maxCount) { // also false for NaN
+		return 0, ErrBadCount
+	}
+	// f <= 2^53 fits an int64, whose conversion is one instruction on amd64
+	// (uint64's is not).
+	if u := int64(f); float64(u) == f {
+		return uint64(u), nil // a whole number: every count sketches-go or we write
+	}
+	return uint64(int64(math.Round(f))), nil
+}

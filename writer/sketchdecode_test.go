@@ -1,0 +1,316 @@
+package writer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+	"github.com/DataDog/sketches-go/ddsketch/store"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+func binsOf(s store.Store) map[int]float64 {
+	m := map[int]float64{}
+	s.ForEach(func(i int, c float64) bool {
+		if c != 0 {
+			m[i] = c
+		}
+		return false
+	})
+	return m
+}
+
+func sameBins(a, b store.Store) bool {
+	ma, mb := binsOf(a), binsOf(b)
+	if len(ma) != len(mb) {
+		return false
+	}
+	for i, c := range ma {
+		if mb[i] != c {
+			return false
+		}
+	}
+	return true
+}
+
+// refSketch builds a sketches-go sketch and the aggregate sketch of the
+// same values.
+func refSketch(t *testing.T, st func() store.Store, values ...float64) (*ddsketch.DDSketch, *aggregate.Sketch) {
+	t.Helper()
+	m, err := mapping.NewLogarithmicMapping(0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ddsketch.NewDDSketch(m, st(), st())
+	for _, v := range values {
+		if err := ref.Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ref, sketchOf(values...)
+}
+
+func TestDecodeSketchFromSketchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	values := []float64{0, 0}
+	for range 300 {
+		values = append(values, logUniform(r, 50e3, 2e9))
+	}
+	values = append(values, 0.3, 0.7) // below 1 ns: negative indices
+	stores := map[string]func() store.Store{
+		"dense":  func() store.Store { return store.NewDenseStore() },
+		"sparse": func() store.Store { return store.NewSparseStore() }, // binCounts map form
+		"collapsing": func() store.Store {
+			return store.NewCollapsingLowestDenseStore(2048)
+		},
+	}
+	for name, st := range stores {
+		ref, want := refSketch(t, st, values...)
+		// ToProto + proto.Marshal: packed contiguous counts, or the map.
+		b, err := proto.Marshal(ref.ToProto())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := new(aggregate.Sketch)
+		if err := DecodeSketch(b, got); err != nil {
+			t.Fatalf("%s ToProto: DecodeSketch: %v", name, err)
+		}
+		if !sameSketch(got, want) {
+			t.Errorf("%s ToProto: decoded sketch differs", name)
+		}
+		// EncodeProto: sketches-go's streaming builder writes unpacked doubles,
+		// the offset after the counts and zeroCount before the stores.
+		var buf bytes.Buffer
+		ref.EncodeProto(&buf)
+		got = new(aggregate.Sketch)
+		if err := DecodeSketch(buf.Bytes(), got); err != nil {
+			t.Fatalf("%s EncodeProto: DecodeSketch: %v", name, err)
+		}
+		if !sameSketch(got, want) {
+			t.Errorf("%s EncodeProto: decoded sketch differs", name)
+		}
+	}
+}
+
+func TestDecodeSketchRoundTrip(t *testing.T) {
+	for name, s := range testSketches() {
+		got := new(aggregate.Sketch)
+		if err := DecodeSketch(AppendSketch(nil, s), got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !sameSketch(got, s) {
+			t.Errorf("%s: round trip differs", name)
+		}
+	}
+}
+
+func TestDecodeSketchMergesIntoExisting(t *testing.T) {
+	into := sketchOf(100, 200, 0)
+	if err := DecodeSketch(AppendSketch(nil, sketchOf(100, 5e6, 0)), into); err != nil {
+		t.Fatal(err)
+	}
+	if want := sketchOf(100, 200, 0, 100, 5e6, 0); !sameSketch(into, want) {
+		t.Error("DecodeSketch did not add to the existing values")
+	}
+}
+
+func TestDecodeSketchEmptyInput(t *testing.T) {
+	s := new(aggregate.Sketch)
+	if err := DecodeSketch(nil, s); err != nil || s.Count() != 0 {
+		t.Errorf("DecodeSketch(nil) = %v, count %d; want nil, 0", err, s.Count())
+	}
+	if err := DecodeSketch(AppendSketch(nil, sketchOf(5)), nil); err != nil {
+		t.Errorf("DecodeSketch(valid, nil into) = %v, want nil", err)
+	}
+}
+
+// Protobuf building blocks for hand-made sketches.
+func pbTag(num protowire.Number, wt protowire.Type) []byte { return protowire.AppendTag(nil, num, wt) }
+
+func pbDouble(num protowire.Number, f float64) []byte {
+	return protowire.AppendFixed64(pbTag(num, protowire.Fixed64Type), math.Float64bits(f))
+}
+
+func pbVarint(num protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(pbTag(num, protowire.VarintType), v)
+}
+
+func pbBytes(num protowire.Number, parts ...[]byte) []byte {
+	return protowire.AppendBytes(pbTag(num, protowire.BytesType), bytes.Join(parts, nil))
+}
+
+func pbMapping(g, off float64, interp uint64) []byte {
+	return pbBytes(1, pbDouble(1, g), pbDouble(2, off), pbVarint(3, interp))
+}
+
+func packed(counts ...float64) []byte {
+	var b []byte
+	for _, c := range counts {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c))
+	}
+	return pbBytes(2, b)
+}
+
+func TestDecodeSketchAccepts(t *testing.T) {
+	g := gamma
+	okMapping := pbMapping(g, 0, 0)
+	cases := []struct {
+		name  string
+		in    []byte
+		count uint64
+		zeros uint64
+		bins  map[int]uint32
+	}{
+		{"unknown fields of every wire type skipped", bytes.Join([][]byte{
+			pbVarint(9, 1), pbDouble(10, 1), pbBytes(11, []byte("x")),
+			protowire.AppendFixed32(pbTag(12, protowire.Fixed32Type), 7),
+			okMapping,
+			pbBytes(2, packed(1, 2), pbVarint(3, zigzag32(10)), pbVarint(15, 3)),
+		}, nil), 3, 0, map[int]uint32{10: 1, 11: 2}},
+		{"empty negative store", bytes.Join([][]byte{okMapping, pbBytes(3), pbBytes(2, packed(4))}, nil),
+			4, 0, map[int]uint32{0: 4}},
+		{"negative store with zero counts", bytes.Join([][]byte{okMapping, pbBytes(3, packed(0, 0))}, nil),
+			0, 0, nil},
+		{"gamma within 1e-9 relatively", bytes.Join([][]byte{pbMapping(g*(1+1e-12), 0, 0), pbBytes(2, packed(1))}, nil),
+			1, 0, map[int]uint32{0: 1}},
+		{"offset before counts, mixed packed and unpacked", bytes.Join([][]byte{okMapping,
+			pbBytes(2, pbVarint(3, zigzag32(-5)), pbDouble(2, 1), packed(0, 2), pbDouble(2, 3))}, nil),
+			6, 0, map[int]uint32{-5: 1, -3: 2, -2: 3}},
+		{"last offset wins", bytes.Join([][]byte{okMapping,
+			pbBytes(2, pbVarint(3, zigzag32(1)), packed(1), pbVarint(3, zigzag32(7)))}, nil),
+			1, 0, map[int]uint32{7: 1}},
+		{"map form, missing key is index 0", bytes.Join([][]byte{okMapping,
+			pbBytes(2, pbBytes(1, pbVarint(1, zigzag32(-3)), pbDouble(2, 2)), pbBytes(1, pbDouble(2, 5)))}, nil),
+			7, 0, map[int]uint32{-3: 2, 0: 5}},
+		{"zero count only, fractional rounded", bytes.Join([][]byte{pbDouble(4, 2.6), okMapping}, nil),
+			3, 3, nil},
+		{"mapping fields merge over two occurrences", bytes.Join([][]byte{
+			pbBytes(1, pbDouble(1, 3)), pbBytes(1, pbDouble(1, g)), pbBytes(2, packed(1))}, nil),
+			1, 0, map[int]uint32{0: 1}},
+		{"sint32 offset from a 64-bit zigzag", bytes.Join([][]byte{okMapping,
+			pbBytes(2, packed(1), pbVarint(3, uint64(1<<32|zigzag32(-2))))}, nil),
+			1, 0, map[int]uint32{-2: 1}},
+	}
+	for _, tc := range cases {
+		s := new(aggregate.Sketch)
+		if err := DecodeSketch(tc.in, s); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		got := map[int]uint32{}
+		lo, counts := s.Bins()
+		for i, c := range counts {
+			if c != 0 {
+				got[lo+i] = c
+			}
+		}
+		if s.Count() != tc.count || s.ZeroCount() != tc.zeros || len(got) != len(tc.bins) {
+			t.Errorf("%s: count %d zeros %d bins %v; want %d %d %v", tc.name, s.Count(), s.ZeroCount(), got, tc.count, tc.zeros, tc.bins)
+			continue
+		}
+		for i, c := range tc.bins {
+			if got[i] != c {
+				t.Errorf("%s: bins %v, want %v", tc.name, got, tc.bins)
+				break
+			}
+		}
+	}
+}
+
+func TestDecodeSketchRejects(t *testing.T) {
+	g := gamma
+	okMapping := pbMapping(g, 0, 0)
+	bins := pbBytes(2, packed(1, 2))
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	cases := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"other gamma", join(pbMapping(1.05, 0, 0), bins), ErrMapping},
+		{"gamma off by 1e-8", join(pbMapping(g*(1+1e-8), 0, 0), bins), ErrMapping},
+		{"index offset", join(pbMapping(g, 1, 0), bins), ErrMapping},
+		{"linear interpolation", join(pbMapping(g, 0, 1), bins), ErrMapping},
+		{"no mapping", bins, ErrMapping},
+		{"NaN gamma", join(pbMapping(math.NaN(), 0, 0), bins), ErrMapping},
+		{"negative values", join(okMapping, bins, pbBytes(3, packed(0, 1))), ErrNegativeValues},
+		{"negative values in map form", join(okMapping, pbBytes(3, pbBytes(1, pbVarint(1, 2), pbDouble(2, 1)))), ErrNegativeValues},
+		{"NaN count", join(okMapping, pbBytes(2, packed(math.NaN()))), ErrBadCount},
+		{"infinite count", join(okMapping, pbBytes(2, packed(math.Inf(1)))), ErrBadCount},
+		{"negative count", join(okMapping, pbBytes(2, packed(-1))), ErrBadCount},
+		{"huge count", join(okMapping, pbBytes(2, packed(1e300))), ErrBadCount},
+		{"negative zero count", join(okMapping, pbDouble(4, -2)), ErrBadCount},
+		{"NaN count in map", join(okMapping, pbBytes(2, pbBytes(1, pbDouble(2, math.NaN())))), ErrBadCount},
+		{"too many bins", join(okMapping, pbBytes(2, packed(make([]float64, MaxDecodedBins+1)...))), ErrTooManyBins},
+		{"too many bins over two stores", join(okMapping, pbBytes(2, packed(make([]float64, MaxDecodedBins)...)),
+			pbBytes(3, packed(0))), ErrTooManyBins},
+		{"bin index beyond the mapping", join(okMapping, pbBytes(2, packed(1), pbVarint(3, zigzag32(1<<30)))), ErrMalformedSketch},
+		{"map bin index beyond the mapping", join(okMapping, pbBytes(2, pbBytes(1, pbVarint(1, zigzag32(-1<<30)), pbDouble(2, 1)))), ErrMalformedSketch},
+		{"truncated varint", join(okMapping, []byte{0x18, 0x80}), ErrMalformedSketch},
+		{"11-byte varint", join(okMapping, []byte{0x18}, bytes.Repeat([]byte{0xff}, 10), []byte{1}), ErrMalformedSketch},
+		{"length past the end", join(okMapping, []byte{0x12, 0x10, 0x11}), ErrMalformedSketch},
+		{"packed length not a multiple of 8", join(okMapping, pbBytes(2, pbBytes(2, make([]byte, 12)))), ErrMalformedSketch},
+		{"truncated double", join(okMapping, []byte{0x21, 0, 0}), ErrMalformedSketch},
+		{"group wire type", join(okMapping, []byte{0x0b, 0x0c}), ErrMalformedSketch},
+		{"wire type 7", join(okMapping, []byte{0x0f}), ErrMalformedSketch},
+		{"field number 0", join(okMapping, []byte{0x01, 0, 0, 0, 0, 0, 0, 0, 0}), ErrMalformedSketch},
+		{"field number 2^29", join(okMapping, protowire.AppendVarint(nil, 1<<29<<3), []byte{0}), ErrMalformedSketch},
+		{"mapping as varint", join([]byte{0x08, 0x01}, bins), ErrMalformedSketch},
+		{"gamma as varint", join(pbBytes(1, pbVarint(1, 2)), bins), ErrMalformedSketch},
+		{"offset as double", join(okMapping, pbBytes(2, packed(1), pbDouble(3, 2))), ErrMalformedSketch},
+		{"zero count as varint", join(okMapping, pbVarint(4, 1)), ErrMalformedSketch},
+		{"store as double", join(okMapping, pbDouble(2, 1)), ErrMalformedSketch},
+	}
+	for _, tc := range cases {
+		into := sketchOf(42, 43)
+		before := sketchOf(42, 43)
+		err := DecodeSketch(tc.in, into)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: DecodeSketch = %v, want %v", tc.name, err, tc.want)
+		}
+		if !sameSketch(into, before) {
+			t.Errorf("%s: the sketch was modified by a rejected input", tc.name)
+		}
+	}
+}
+
+// Every prefix of a valid sketch either decodes or fails; none panics.
+func TestDecodeSketchPrefixes(t *testing.T) {
+	b := AppendSketch(nil, testSketches()["with zeros"])
+	for n := range len(b) {
+		_ = DecodeSketch(b[:n], new(aggregate.Sketch))
+	}
+}
+
+func FuzzDecodeSketch(f *testing.F) {
+	for _, s := range testSketches() {
+		f.Add(AppendSketch(nil, s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := new(aggregate.Sketch)
+		if err := DecodeSketch(b, s); err != nil {
+			if s.Count() != 0 {
+				t.Fatal("rejected input modified the sketch")
+			}
+			return
+		}
+		// What decodes re-encodes to bytes that decode to the same bins. (Not
+		// always the same Count: aggregate.Sketch saturates a bin at 2^32-1
+		// but counts every value, and the wire carries only the bins.)
+		again := new(aggregate.Sketch)
+		if err := DecodeSketch(AppendSketch(nil, s), again); err != nil {
+			t.Fatal(err)
+		}
+		if !sameWire(s, again) {
+			t.Fatal("re-encoded sketch differs")
+		}
+	})
+}
