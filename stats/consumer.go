@@ -49,9 +49,10 @@ type consumer struct {
 	abort    <-chan struct{} // Stop gave up waiting
 	bufs     bufPool
 	header   writer.Header
-	maxBody  int // Config.MaxPayloadBytes, or the datagram room for a payload
-	reserve  int // bytes left free before each payload (the datagram envelope)
-	done     chan struct{}
+	// packer cuts a report into payloads of at most Config.MaxPayloadBytes,
+	// or datagrams with room for the envelope before each payload.
+	packer writer.Packer
+	done   chan struct{}
 
 	table     *aggregate.Table
 	batch     []aggregate.Record
@@ -80,19 +81,24 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 		abort:     abort,
 		bufs:      bufs,
 		header:    headerOf(cfg),
-		maxBody:   to.maxPayload(cfg),
-		reserve:   to.reserve(),
 		done:      make(chan struct{}),
 		table:     aggregate.NewTable(cfg.MaxAggregates),
 		batch:     make([]aggregate.Record, drainBatch),
 		batchPtrs: make([]*aggregate.Record, drainBatch),
 		interval:  cfg.BucketInterval,
 	}
+	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq}
 	c.table.SetLimits(cfg.CardinalityLimits)
 	if len(cfg.PeerTagKeys) > 0 {
 		c.table.SetPeerTagKeys(cfg.PeerTagKeys)
 	}
 	return c
+}
+
+// nextSeq numbers the payloads.
+func (c *consumer) nextSeq() uint64 {
+	c.seq++
+	return c.seq
 }
 
 // headerOf is the payload identity cfg describes.
@@ -276,7 +282,7 @@ func (c *consumer) finish() {
 }
 
 // report encodes the interval [c.start, end) into payloads no larger than
-// MaxPayloadBytes, resets the table for the next interval and queues the
+// the packer's limit, resets the table for the next interval and queues the
 // payloads for the sender. It never waits for the sender, but for Stop's
 // final report: the consumer has nothing else left to do, and a send queue
 // full for a moment (the sender finishing a request) must not lose the
@@ -312,28 +318,10 @@ func (c *consumer) report(end time.Time, done chan error) {
 		Start:    uint64(start.UnixNano()),
 		Duration: uint64(length),
 	}
-	limit := c.maxBody - writer.HeaderSize(&c.header)
-	for i := 0; i < len(entries); {
-		j, size, hits := i, 0, uint64(0)
-		for j < len(entries) {
-			gs := writer.GroupSize(entries[j])
-			if j > i && size+gs > limit {
-				break
-			}
-			size += gs
-			hits += entries[j].Hits
-			j++
-		}
-		c.seq++
-		h := c.header
-		h.Sequence = c.seq
-		c.buckets[0].Groups = entries[i:j]
-		// HeaderSize plus the groups' sizes bounds the body: one
-		// allocation at most, never a growth by copying.
-		body := writer.AppendPayload(c.bufs.get(c.reserve + writer.HeaderSize(&h) + size)[:c.reserve], &h, c.buckets[:])
+	c.buckets[0].Groups = entries
+	c.packer.Pack(&c.header, c.buckets[:], func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
-		i = j
-	}
+	})
 	c.buckets[0].Groups = nil
 	clear(c.touched) // do not pin entries the table may discard
 	c.table.Rotate()

@@ -30,6 +30,10 @@ type Packer struct {
 	// Sequence, if not nil, numbers the payloads: each is written with
 	// Sequence() as its header's Sequence. Nil keeps the header's.
 	Sequence func() uint64
+	// Reserve bytes are left before each payload, in its buffer, for the
+	// caller to fill (the datagram envelope); the emitted body starts with
+	// them. Limit does not count them.
+	Reserve int
 }
 
 // Pack packs the SDK's entries: the buckets' groups under the header h.
@@ -127,9 +131,9 @@ func emitPart[S groupSource](p *Packer, h *Header, src S, from, to cut, size int
 	}
 	var b []byte
 	if p.Alloc != nil {
-		b = p.Alloc(size)
+		b = p.Alloc(p.Reserve + size)
 	}
-	b = grow(b[:0], size)
+	b = grow(b[:0], p.Reserve+size)[:p.Reserve]
 	emit(appendPayload(b, h, src, from, to, false), hits)
 }
 

@@ -290,3 +290,31 @@ func TestGroupAppendKeepsEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestPackReserve: Reserve bytes stand before each payload in its buffer,
+// outside Limit, and the payload after them decodes whole.
+func TestPackReserve(t *testing.T) {
+	const reserve = 24
+	e1 := &aggregate.Entry{Key: aggregate.Key{Service: "s", Name: "a"}, Hits: 3}
+	e2 := &aggregate.Entry{Key: aggregate.Key{Service: "s", Name: "b"}, Hits: 4}
+	h := Header{Service: "s"}
+	one := len(AppendPayload(nil, &h, []Bucket{{Start: 1, Duration: 2, Groups: []*aggregate.Entry{e1}}}))
+	p := Packer{Limit: one + 1, Reserve: reserve} // room for one group a payload
+	var bodies [][]byte
+	var hits []uint64
+	p.Pack(&h, []Bucket{{Start: 1, Duration: 2, Groups: []*aggregate.Entry{e1, e2}}}, func(b []byte, n uint64) {
+		bodies, hits = append(bodies, b), append(hits, n)
+	})
+	if len(bodies) != 2 || hits[0] != 3 || hits[1] != 4 {
+		t.Fatalf("%d payloads with hits %v, want 2 with 3 and 4", len(bodies), hits)
+	}
+	for i, b := range bodies {
+		if len(b)-reserve > p.Limit {
+			t.Fatalf("payload %d: %d bytes after the reserve, over the limit %d", i, len(b)-reserve, p.Limit)
+		}
+		pl, err := DecodePayload(b[reserve:])
+		if err != nil || pl.Buckets[0].Groups[0].Hits != hits[i] {
+			t.Fatalf("payload %d after the reserve: %v", i, err)
+		}
+	}
+}

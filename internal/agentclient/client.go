@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/spanstats/spanstats/writer"
 )
 
 var (
@@ -279,8 +281,11 @@ func (c *Client) getBuf(n int) []byte {
 // split answers a 413: the payload is re-encoded as complete payloads of
 // about half its size. One that cannot be split (a single group) is dropped.
 func (c *Client) split(p *Payload, cause error) {
-	parts, err := splitEncoded(p.Body, c.getBuf)
-	if err != nil {
+	var parts []*Payload
+	err := writer.Split(p.Body, c.getBuf, func(body []byte, hits uint64) {
+		parts = append(parts, &Payload{Body: body, Hits: hits, Headers: p.Headers, Waiter: p.Waiter, attempts: p.attempts})
+	})
+	if err != nil { // writer.ErrUnsplittable: one group
 		c.drop(p, fmt.Errorf("%w (%w)", cause, err))
 		return
 	}
@@ -288,10 +293,10 @@ func (c *Client) split(p *Payload, cause error) {
 	if p.Waiter != nil {
 		p.Waiter.left += len(parts) - 1 // one payload becomes several
 	}
-	for _, part := range parts {
-		c.attempt(&Payload{Body: part.Body, Hits: part.Hits, Headers: p.Headers, Waiter: p.Waiter, attempts: p.attempts})
-	}
 	c.putBuf(p.Body)
+	for _, q := range parts {
+		c.attempt(q)
+	}
 }
 
 // ReadInfo polls the agent's /info: whether it accepts client stats, and

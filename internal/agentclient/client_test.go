@@ -3,13 +3,17 @@ package agentclient
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/writer"
 	"go.uber.org/goleak"
 )
 
@@ -129,5 +133,57 @@ func TestParseURL(t *testing.T) {
 		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {
 			t.Errorf("ParseURL(%q) = %+v, %v", tc.raw, ep, err)
 		}
+	}
+}
+
+// TestSplitKeepsEveryField: a payload the agent refuses as too large is
+// re-sent as complete halves that keep the fields the SDK never sets
+// (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags), every hit once.
+func TestSplitKeepsEveryField(t *testing.T) {
+	var groups []writer.Group
+	for i := range 6 {
+		g := writer.Group{DBType: "postgres", SpanDerivedPrimaryTags: []string{"region:eu"},
+			AdditionalMetricTags: []string{"team:core"}}
+		g.Service, g.Name, g.Resource, g.Hits = "db", "query", strconv.Itoa(i), uint64(i+1)
+		groups = append(groups, g)
+	}
+	pl := &writer.Payload{Header: writer.Header{Service: "db"},
+		Buckets: []writer.DecodedBucket{{Start: 10, Duration: 10, Groups: groups}}}
+	body := pl.Append(nil)
+	var mu sync.Mutex
+	var got []writer.Group
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if len(b) > len(body)*2/3 {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			return
+		}
+		p, err := writer.DecodePayload(b)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got = append(got, p.Buckets[0].Groups...)
+		mu.Unlock()
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: body, Hits: 21, Waiter: NewWaiter(done, 1)})
+	if err := <-done; err != nil || obs.split != 1 || obs.sent < 2 || obs.dropped != 0 {
+		t.Fatalf("outcome %v; split %d sent %d dropped %d", err, obs.split, obs.sent, obs.dropped)
+	}
+	var hits uint64
+	for _, g := range got {
+		hits += g.Hits
+		if g.DBType != "postgres" || len(g.SpanDerivedPrimaryTags) != 1 || len(g.AdditionalMetricTags) != 1 {
+			t.Fatalf("group %s lost a field in the split: %+v", g.Resource, g)
+		}
+	}
+	if len(got) != 6 || hits != 21 {
+		t.Fatalf("agent got %d groups, %d hits; want 6 and 21", len(got), hits)
 	}
 }

@@ -35,10 +35,12 @@ type forwarder struct {
 	final     chan struct{} // closed by Run once every datagram read is merged
 	runtimeID string
 	seq       uint64
+	packer    writer.Packer // one request per identity, more beyond MaxPayloadBytes
 }
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
 	f := &forwarder{s: s, final: make(chan struct{}), runtimeID: newRuntimeID()}
+	f.packer = writer.Packer{Limit: s.cfg.MaxPayloadBytes, Sequence: f.nextSeq}
 	f.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         s.ep,
 		Timeout:          forwardTimeout,
@@ -103,15 +105,9 @@ func (f *forwarder) forward(boundary time.Time) {
 			h.EntityID = "ci-" + b.ContainerID
 		}
 		b.RuntimeID = f.runtimeID
-		parts, err := encodeParts(&b.Payload, f.s.cfg.MaxPayloadBytes, func() uint64 { f.seq++; return f.seq })
-		if err != nil { // cannot happen with decoded input; counted, never silent
-			f.s.relay.Dropped(b.Hits, DropRefused)
-			f.s.log.Error("statsrelay: encoding a merged payload", "err", err)
-			continue
-		}
-		for _, p := range parts {
-			f.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: h})
-		}
+		f.packer.PackPayload(&b.Payload, func(body []byte, hits uint64) {
+			f.client.Send(&agentclient.Payload{Body: body, Hits: hits, Headers: h})
+		})
 	}
 }
 
@@ -176,10 +172,7 @@ func newRuntimeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// part is one encoded body and the hits in it.
-type part struct {
-	body []byte
-	hits uint64
+func (f *forwarder) nextSeq() uint64 {
+	f.seq++
+	return f.seq
 }
-
-var _ = writer.EnvelopeSize

@@ -328,3 +328,38 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	_ = binary.LittleEndian
 }
+
+// TestForwardKeepsFieldsTheSDKNeverSets: a tracer's groups with DBType,
+// SpanDerivedPrimaryTags and AdditionalMetricTags reach the agent intact,
+// merged by them (tag lists as sets).
+func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i, tags := range [][]string{{"a:1", "b:2"}, {"b:2", "a:1"}} {
+		g := writer.Group{DBType: "postgres", SpanDerivedPrimaryTags: tags, AdditionalMetricTags: []string{"team:core"}}
+		g.Service, g.Name, g.Hits, g.Duration = "db", "query", 5, 50
+		pl := writer.Payload{Header: writer.Header{Service: "db", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
+	stop()
+	reqs := testagent.Accepted(ag.Requests())
+	if len(reqs) != 1 || len(reqs[0].Payload.Buckets) != 1 || len(reqs[0].Payload.Buckets[0].Groups) != 1 {
+		t.Fatalf("want one request of one merged group, got %d requests", len(reqs))
+	}
+	g := reqs[0].Payload.Buckets[0].Groups[0]
+	if g.Hits != 10 || g.DBType != "postgres" || strings.Join(g.SpanDerivedPrimaryTags, ",") != "a:1,b:2" ||
+		strings.Join(g.AdditionalMetricTags, ",") != "team:core" {
+		t.Fatalf("merged group %+v", g)
+	}
+}
