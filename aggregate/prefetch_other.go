@@ -8,6 +8,6 @@ import "unsafe"
 // loads (touchFields and touch).
 const havePrefetch = false
 
-func prefetchRecord(*Record)    {}
+func prefetchRecord(*Record)  {}
 func prefetchStrings(*Record) {}
 func prefetch(unsafe.Pointer) {}
