@@ -31,7 +31,7 @@ func (t *Table) AddBatch(spans []*Record) {
 }
 
 // recordLag is how many spans behind its lookup addHits records a span: the
-// time its sketch bin has to arrive.
+// time its sketch bin has to arrive (see BenchmarkConsumer/SteadyState).
 const recordLag = 8
 
 // pendingHit is a span whose entry addHits found, waiting to be recorded.
@@ -126,7 +126,7 @@ func (t *Table) addTouching(spans []*Record) {
 }
 
 // prefetchAhead is how many spans ahead AddBatch asks for a span's strings
-// (and twice that for the span itself).
+// (and twice that for the span itself; see BenchmarkConsumer/Adversarial).
 const prefetchAhead = 8
 
 // touchFields loads the addresses of the span's most variable strings and

@@ -34,8 +34,7 @@ type valueSet struct {
 	// every value inserted since the slots were last cleared, at bloomBits
 	// bits a slot: a full set turns away most values it never held (an
 	// attack's) on this bit, without hashing the whole value or reading the
-	// slots, in a sixteenth of their memory (2 KiB against 32 KiB for the
-	// resource budget of 1024).
+	// slots, in a sixteenth of their memory.
 	filter     []uint64
 	filterMask uint64
 	sampleSeed uint64
@@ -67,10 +66,10 @@ func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
 	// stream of fresh values from growing the set: at most remember + limit
 	// slots are ever occupied.
 	s.remember = limit + 64
-	// Load factor <= 3/4 (about 0.52 for the large budgets): an attack's
-	// new values probe ~2.7 slots, mostly on one cache line, and the sets of
-	// a table stay small enough to share the L2 cache with everything else
-	// the consumer touches (32 KiB for the resource budget of 1024).
+	// Load factor <= 3/4: an attack's new values probe a few slots, mostly
+	// on one cache line, and the sets of a table stay small enough to share
+	// the L2 cache with everything else the consumer touches (see
+	// BenchmarkConsumer/Adversarial).
 	n := 16
 	for 3*n < 4*(s.remember+limit+1) {
 		n <<= 1

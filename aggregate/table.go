@@ -57,7 +57,7 @@ type Table struct {
 	runLen         uint64
 	collapsedSpans uint64
 
-	// The recent-span cache (~250 KiB), after the small fields.
+	// The recent-span cache, the bulk of a Table, after the small fields.
 	recent     [recentSpans]recentSlot
 	recentTags [recentSpans]uint32 // 0: empty slot
 	recentLRU  [recentSets]uint8   // per set: the way to replace next
