@@ -14,7 +14,6 @@ const (
 
 // Key is the label set of a group: every field the agent groups by.
 type Key struct {
-	// The label fields, first and in Field order (see labels).
 	Resource, Service, Name, Type, SpanKind  string
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
 	ServiceSource                            string

@@ -11,7 +11,7 @@ const MaxInlinePeerTags = 8
 // copy; peer tags live inline up to MaxInlinePeerTags, the rest in
 // ExtraPeerTags.
 type Record struct {
-	// The label fields, first and in Field order (see labels).
+	// The label fields, first and in Field order, as in Key (see Field).
 	Resource, Service, Name, Type, SpanKind  string
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
 	ServiceSource                            string
