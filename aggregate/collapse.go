@@ -114,10 +114,14 @@ func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool 
 		k.flags != s.flags() {
 		return false
 	}
+	// A field in rejected is BlockedValue in the memo's key, as in s's
+	// collapsed key: only the others need comparing.
+	r := rejected
 	for f, v := range s.labels() {
-		if !sameOr(k.fields[f], v, rejected&(1<<f)) {
+		if r&1 == 0 && !same(k.fields[f], v) {
 			return false
 		}
+		r >>= 1
 	}
 	for i, p := range kept { // len(kept) == numPeers <= recentPeers
 		if !same(k.peers[i], p) {
@@ -125,14 +129,6 @@ func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool 
 		}
 	}
 	return true
-}
-
-// sameOr is same(k, v), or same(k, BlockedValue) when v was collapsed.
-func sameOr(k, v string, collapsed uint16) bool {
-	if collapsed != 0 {
-		v = BlockedValue
-	}
-	return same(k, v)
 }
 
 // Collapsed is the number of values of field f replaced by BlockedValue.

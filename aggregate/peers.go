@@ -74,7 +74,7 @@ func (t *Table) keepPeer(i int, tag string) bool {
 // peerKey is the key of a "key:value" peer tag (all of tag without a colon).
 func peerKey(tag string) string {
 	if i := strings.IndexByte(tag, ':'); i >= 0 {
-		return tag[:i]
+		tag = tag[:i]
 	}
 	return tag
 }
