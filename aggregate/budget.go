@@ -1,3 +1,6 @@
+// This file owns the cardinality budgets: a set of admitted values per
+// field and per peer-tag key, decided afresh each interval.
+
 package aggregate
 
 import (
@@ -6,85 +9,6 @@ import (
 	"strings"
 	"unsafe"
 )
-
-// Field names a label field with a cardinality budget.
-type Field int
-
-// The fields with a budget, in Limits order.
-const (
-	FieldResource Field = iota
-	FieldService
-	FieldOperation
-	FieldType
-	FieldSpanKind
-	FieldHTTPMethod
-	FieldHTTPEndpoint
-	FieldGRPCStatusCode
-	FieldServiceSource
-	FieldPeerTags // one budget per peer-tag key
-	NumFields
-)
-
-var fieldNames = [NumFields]string{"resource", "service", "operation", "type", "span_kind",
-	"http_method", "http_endpoint", "grpc_status_code", "service_source", "peer_tags"}
-
-// String is the field's name ("resource", "peer_tags", ...), or "unknown"
-// for a value that is not a Field.
-func (f Field) String() string {
-	if f < 0 || f >= NumFields {
-		return "unknown"
-	}
-	return fieldNames[f]
-}
-
-// Limits are the per-interval cardinality budgets: how many distinct values
-// of each field an interval keeps before further values become
-// BlockedValue. Zero selects the default; a negative value means unlimited.
-type Limits struct {
-	Resource, Service, Operation, Type, SpanKind int
-	HTTPMethod, HTTPEndpoint, GRPCStatusCode     int
-	ServiceSource                                int
-	// PeerTag is the budget of each peer-tag key (peer.hostname, db.instance,
-	// ...), counted separately per key.
-	PeerTag int
-}
-
-// DefaultLimits are dd-trace-java's budgets: large enough for a healthy
-// service, small enough that a value with a UUID in it cannot grow the
-// table or the payload without bound.
-func DefaultLimits() Limits {
-	return Limits{
-		Resource: 1024, Service: 32, Operation: 64, Type: 16, SpanKind: 8,
-		HTTPMethod: 16, HTTPEndpoint: 512, GRPCStatusCode: 24, ServiceSource: 16,
-		PeerTag: 512,
-	}
-}
-
-func (l Limits) get(f Field) int {
-	return [NumFields]int{l.Resource, l.Service, l.Operation, l.Type, l.SpanKind,
-		l.HTTPMethod, l.HTTPEndpoint, l.GRPCStatusCode, l.ServiceSource, l.PeerTag}[f]
-}
-
-// withDefaults resolves zeros to DefaultLimits.
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits()
-	fix := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	fix(&l.Resource, d.Resource)
-	fix(&l.Service, d.Service)
-	fix(&l.Operation, d.Operation)
-	fix(&l.Type, d.Type)
-	fix(&l.SpanKind, d.SpanKind)
-	fix(&l.HTTPMethod, d.HTTPMethod)
-	fix(&l.HTTPEndpoint, d.HTTPEndpoint)
-	fix(&l.GRPCStatusCode, d.GRPCStatusCode)
-	fix(&l.ServiceSource, d.ServiceSource)
-	fix(&l.PeerTag, d.PeerTag)
-	return l
-}
 
 // maxPeerTagKeys bounds the peer-tag keys tracked when the agent gave no
 // list: each key has its own budget, so the keys need one too.
@@ -110,8 +34,7 @@ type valueSet struct {
 	// every value inserted since the slots were last cleared, at bloomBits
 	// bits a slot: a full set turns away most values it never held (an
 	// attack's) on this bit, without hashing the whole value or reading the
-	// slots, in a sixteenth of their memory (2 KiB against 32 KiB for the
-	// resource budget of 1024).
+	// slots, in a sixteenth of their memory.
 	filter     []uint64
 	filterMask uint64
 	sampleSeed uint64
@@ -143,10 +66,10 @@ func newValueSet(limit int, blocked string, seed maphash.Seed) *valueSet {
 	// stream of fresh values from growing the set: at most remember + limit
 	// slots are ever occupied.
 	s.remember = limit + 64
-	// Load factor <= 3/4 (about 0.52 for the large budgets): an attack's
-	// new values probe ~2.7 slots, mostly on one cache line, and the sets of
-	// a table stay small enough to share the L2 cache with everything else
-	// the consumer touches (32 KiB for the resource budget of 1024).
+	// Load factor <= 3/4: an attack's new values probe a few slots, mostly
+	// on one cache line, and the sets of a table stay small enough to share
+	// the L2 cache with everything else the consumer touches (see
+	// BenchmarkConsumer/Adversarial).
 	n := 16
 	for 3*n < 4*(s.remember+limit+1) {
 		n <<= 1
@@ -336,23 +259,19 @@ func (b *budgets) peerSetCached(i int, tag string) *valueSet {
 		return b.peerSet(tag)
 	}
 	r := &b.recent[i]
-	if r.set != nil && (same(tag, r.tag) || len(tag) > len(r.key) && tag[len(r.key)] == ':' && tag[:len(r.key)] == r.key) {
+	if r.set != nil && (same(tag, r.tag) || hasPeerKey(tag, r.key)) {
 		r.tag = tag
 		return r.set
 	}
 	set := b.peerSet(tag)
-	k := tag
-	if j := strings.IndexByte(tag, ':'); j >= 0 {
-		k = tag[:j]
-	}
-	r.key, r.tag, r.set = k, tag, set
+	r.key, r.tag, r.set = peerKey(tag), tag, set
 	return set
 }
 
 func newBudgets(l Limits) *budgets {
 	b := &budgets{limits: l, peer: map[string]*valueSet{}, seed: maphash.MakeSeed()}
 	for f := range FieldPeerTags {
-		b.fields[f] = newValueSet(l.get(f), BlockedValue, b.seed)
+		b.fields[f] = newValueSet(l.Get(f), BlockedValue, b.seed)
 	}
 	b.blocked = newValueSet(0, BlockedValue, b.seed)
 	return b
@@ -361,10 +280,7 @@ func newBudgets(l Limits) *budgets {
 // peerSet returns the budget of a peer tag's key, creating it while there
 // are fewer than maxPeerTagKeys.
 func (b *budgets) peerSet(tag string) *valueSet {
-	k := tag
-	if i := strings.IndexByte(tag, ':'); i >= 0 {
-		k = tag[:i]
-	}
+	k := peerKey(tag)
 	if s, ok := b.peer[k]; ok {
 		return s
 	}
@@ -376,150 +292,3 @@ func (b *budgets) peerSet(tag string) *valueSet {
 	b.peer[k] = s
 	return s
 }
-
-// admit checks every budgeted field of s, and its kept peer tags (kept, in
-// the tracer's order), in the current interval. It returns the fields over
-// budget, a bit per Field (FieldPeerTags for any tag), after counting each
-// collapse and replacing the over-budget tags in kept; 0 when all are
-// within budget.
-func (t *Table) admit(s *Record, kept []string) uint16 {
-	b := t.budgets
-	ep := t.epoch
-	f := &b.fields
-	var rejected uint16 // bit per Field
-	if !f[FieldResource].ok(s.Resource, ep) {
-		rejected |= 1 << FieldResource
-	}
-	if !f[FieldService].ok(s.Service, ep) {
-		rejected |= 1 << FieldService
-	}
-	if !f[FieldOperation].ok(s.Name, ep) {
-		rejected |= 1 << FieldOperation
-	}
-	if !f[FieldType].ok(s.Type, ep) {
-		rejected |= 1 << FieldType
-	}
-	if !f[FieldSpanKind].ok(s.SpanKind, ep) {
-		rejected |= 1 << FieldSpanKind
-	}
-	if !f[FieldHTTPMethod].ok(s.HTTPMethod, ep) {
-		rejected |= 1 << FieldHTTPMethod
-	}
-	if !f[FieldHTTPEndpoint].ok(s.HTTPEndpoint, ep) {
-		rejected |= 1 << FieldHTTPEndpoint
-	}
-	if !f[FieldGRPCStatusCode].ok(s.GRPCStatusCode, ep) {
-		rejected |= 1 << FieldGRPCStatusCode
-	}
-	if !f[FieldServiceSource].ok(s.ServiceSource, ep) {
-		rejected |= 1 << FieldServiceSource
-	}
-	for i, p := range kept {
-		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
-			t.collapsed[FieldPeerTags]++
-			kept[i] = vs.blocked
-			rejected |= 1 << FieldPeerTags
-		}
-	}
-	if rejected != 0 {
-		if m := rejected &^ (1 << FieldPeerTags); m != t.runMask {
-			t.endRun()
-			t.runMask = m
-		}
-		t.runLen++
-		t.collapsedSpans++
-	}
-	return rejected
-}
-
-// collapse returns s's key with the fields in rejected replaced by
-// BlockedValue and the peer tags kept (admit's), in t.collapsedSpan.
-func (t *Table) collapse(s *Record, rejected uint16, kept []string) *Record {
-	// Only the key fields: the caller records s's measurements.
-	c := &t.collapsedSpan
-	c.Service, c.Name, c.Resource, c.Type, c.SpanKind = s.Service, s.Name, s.Resource, s.Type, s.SpanKind
-	c.HTTPMethod, c.HTTPEndpoint, c.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
-	c.ServiceSource, c.HTTPStatusCode, c.TraceRoot, c.Synthetics = s.ServiceSource, s.HTTPStatusCode, s.TraceRoot, s.Synthetics
-	clear(c.PeerTags[:c.NumPeerTags]) // do not pin the last span's tags
-	n := copy(c.PeerTags[:], kept)
-	c.NumPeerTags, c.ExtraPeerTags = uint8(n), nil
-	if len(kept) > n {
-		c.ExtraPeerTags = kept[n:] // scratch: never cached
-	}
-	for fl := range FieldPeerTags {
-		if rejected&(1<<fl) != 0 {
-			*fieldOf(c, fl) = BlockedValue
-		}
-	}
-	return c
-}
-
-func fieldOf(s *Record, f Field) *string {
-	switch f {
-	case FieldResource:
-		return &s.Resource
-	case FieldService:
-		return &s.Service
-	case FieldOperation:
-		return &s.Name
-	case FieldType:
-		return &s.Type
-	case FieldSpanKind:
-		return &s.SpanKind
-	case FieldHTTPMethod:
-		return &s.HTTPMethod
-	case FieldHTTPEndpoint:
-		return &s.HTTPEndpoint
-	case FieldGRPCStatusCode:
-		return &s.GRPCStatusCode
-	case FieldServiceSource:
-		return &s.ServiceSource
-	}
-	panic("BUG: aggregate: fieldOf " + f.String())
-}
-
-// SetLimits turns on per-interval cardinality budgets (zero fields take
-// DefaultLimits). A Table without SetLimits keeps every value.
-func (t *Table) SetLimits(l Limits) {
-	t.budgets = newBudgets(l.withDefaults())
-}
-
-// SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
-// peer_tags list, or the tracer's own). A nil keys keeps every key.
-func (t *Table) SetPeerTagKeys(keys []string) {
-	clear(t.recent[:]) // cached spans were keyed under the old filter
-	clear(t.recentTags[:])
-	t.lastCollapsed = collapsedMemo{}
-	clear(t.keepMemo[:])
-	if keys == nil {
-		t.peerKeys = nil
-		return
-	}
-	t.peerKeys = make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		t.peerKeys[k] = struct{}{}
-	}
-}
-
-// Collapsed is the number of values of field f replaced by BlockedValue.
-func (t *Table) Collapsed(f Field) uint64 {
-	n := t.collapsed[f]
-	if f != FieldPeerTags && t.runMask&(1<<f) != 0 {
-		n += t.runLen
-	}
-	return n
-}
-
-// endRun adds the current run of spans collapsed in the same fields to the
-// per-field counts.
-func (t *Table) endRun() {
-	for f := range FieldPeerTags {
-		if t.runMask&(1<<f) != 0 {
-			t.collapsed[f] += t.runLen
-		}
-	}
-	t.runLen = 0
-}
-
-// CollapsedSpans is the number of spans with at least one collapsed field.
-func (t *Table) CollapsedSpans() uint64 { return t.collapsedSpans }

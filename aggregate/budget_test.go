@@ -11,41 +11,6 @@ import (
 	"testing"
 )
 
-func touchedByResource(t *Table) map[string]*Entry {
-	m := map[string]*Entry{}
-	for _, e := range t.Touched(nil) {
-		m[e.Service+"|"+e.Resource+"|"+fmt.Sprint(e.PeerTags)] = e
-	}
-	return m
-}
-
-func TestBudgetCollapsesOnlyTheOverBudgetField(t *testing.T) {
-	tb := NewTable(0)
-	tb.SetLimits(Limits{Resource: 3})
-	for i := range 5 {
-		for range 2 {
-			tb.Add(&Record{Service: "svc", Name: "op", Resource: fmt.Sprint("r", i), Duration: 10})
-		}
-	}
-	got := touchedByResource(tb)
-	for _, k := range []string{"svc|r0|[]", "svc|r1|[]", "svc|r2|[]"} {
-		if e := got[k]; e == nil || e.Hits != 2 {
-			t.Fatalf("%s: %+v, want 2 hits", k, e)
-		}
-	}
-	blocked := got["svc|"+BlockedValue+"|[]"]
-	if blocked == nil || blocked.Hits != 4 || blocked.Name != "op" || blocked.Duration != 40 {
-		t.Fatalf("collapsed group = %+v, want 4 hits with service and name kept", blocked)
-	}
-	if len(got) != 4 {
-		t.Fatalf("%d groups, want 4", len(got))
-	}
-	if tb.Collapsed(FieldResource) != 4 || tb.CollapsedSpans() != 4 || tb.Collapsed(FieldService) != 0 {
-		t.Fatalf("collapsed resource %d spans %d service %d, want 4 4 0",
-			tb.Collapsed(FieldResource), tb.CollapsedSpans(), tb.Collapsed(FieldService))
-	}
-}
-
 func TestBudgetResetsEachInterval(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: 2})
@@ -61,15 +26,6 @@ func TestBudgetResetsEachInterval(t *testing.T) {
 	if got["s|c|[]"] == nil || got["s|d|[]"] == nil || got["s|"+BlockedValue+"|[]"].Hits != 1 {
 		t.Fatalf("second interval groups: %v", keys(got))
 	}
-}
-
-func keys(m map[string]*Entry) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // TestBudgetReadmitAllocs: values seen in the previous interval are admitted
@@ -151,23 +107,6 @@ func TestBudgetMemoryBounded(t *testing.T) {
 	}
 }
 
-func TestSetPeerTagKeysFilters(t *testing.T) {
-	tb := NewTable(0)
-	tb.SetPeerTagKeys([]string{"peer.service", "db.instance"})
-	s := Record{Resource: "r", SpanKind: "client", Duration: 1}
-	s.SetPeerTags([]string{"db.instance:i1", "noise:x", "peer.service:users", "nocolon"})
-	tb.Add(&s)
-	e := tb.Touched(nil)[0]
-	if !slices.Equal(e.PeerTags, []string{"db.instance:i1", "peer.service:users"}) {
-		t.Fatalf("kept peer tags %v", e.PeerTags)
-	}
-	tb.SetPeerTagKeys(nil)
-	tb.Add(&s)
-	if n := len(tb.Touched(nil)); n != 2 {
-		t.Fatalf("%d groups after un-filtering, want 2", n)
-	}
-}
-
 // TestBudgetMatchesModel drives random spans (small value domains, small
 // budgets, peer tags, random interval ends, bursts of attack) through a
 // table and through a plain model of the budget rule — a value is kept if it
@@ -246,109 +185,6 @@ func TestBudgetMatchesModel(t *testing.T) {
 				want = map[modelKey]uint64{}
 			}
 		}
-	}
-}
-
-func TestAttackedFollowsTheLastSpan(t *testing.T) {
-	tb := NewTable(0)
-	tb.SetLimits(Limits{Resource: 1})
-	add := func(res string) {
-		s := Record{Service: "svc", Name: "op", Resource: res, SpanKind: "server", Duration: 1}
-		tb.Add(&s)
-	}
-	if tb.Attacked() {
-		t.Fatal("a new table reports an attack")
-	}
-	add("r0") // admitted: the budget's one value
-	if tb.Attacked() {
-		t.Fatal("attacked after a span within budget")
-	}
-	add("r1") // over budget
-	if !tb.Attacked() {
-		t.Fatal("not attacked after a collapsed span")
-	}
-	add("r2")
-	if !tb.Attacked() {
-		t.Fatal("not attacked after a second collapsed span")
-	}
-	add("r0") // within budget (and in the recent-span cache): the attack state ends
-	if tb.Attacked() {
-		t.Fatal("still attacked after a span within budget")
-	}
-	add("r3")
-	add(strings.Clone("r0")) // equal bytes elsewhere: decided by the budgets
-	if tb.Attacked() {
-		t.Fatal("still attacked after a span within budget")
-	}
-	if tb.CollapsedSpans() != 3 || tb.Collapsed(FieldResource) != 3 {
-		t.Fatalf("collapsed spans %d, resources %d, want 3 and 3", tb.CollapsedSpans(), tb.Collapsed(FieldResource))
-	}
-}
-
-func TestTouch(t *testing.T) {
-	var zero Record
-	if got := touch(&zero); got != 0 {
-		t.Fatalf("touch(empty span) = %d, want 0", got)
-	}
-	_ = touchFields(&zero) // empty strings and no peer tags: must not fault
-	s := Record{Resource: "ab", Service: "c", Name: "", HTTPEndpoint: "xyz"}
-	s.SetPeerTags([]string{"k:v", "q"})
-	want := ('a' ^ 'b') ^ ('c' ^ 'c') ^ ('x' ^ 'z') ^ ('k' ^ 'v') ^ ('q' ^ 'q')
-	if got := touch(&s); got != byte(want) {
-		t.Fatalf("touch = %#x, want %#x", got, want)
-	}
-}
-
-// Collapses are counted per field whatever the order in which the sets of
-// over-budget fields follow each other (admit counts runs of one set).
-func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
-	tb := NewTable(0)
-	tb.SetLimits(Limits{Resource: 1, Service: 1, Operation: 1, PeerTag: 1})
-	first := Record{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
-	first.SetPeerTags([]string{"peer.hostname:h"})
-	tb.Add(&first) // fills every budget
-	want := map[Field]uint64{}
-	r := rand.New(rand.NewPCG(3, 3))
-	var spans uint64
-	for i := range 2000 {
-		s := Record{Service: "s", Name: "o", Resource: "r", SpanKind: "client", Duration: 1}
-		over := r.IntN(8) // which of resource, service, operation go over
-		if r.IntN(4) == 0 {
-			over = 7 // runs of one set, as under attack
-		}
-		for bit, f := range []Field{FieldResource, FieldService, FieldOperation} {
-			if over&(1<<bit) != 0 {
-				want[f]++
-			}
-		}
-		if over&1 != 0 {
-			s.Resource = fmt.Sprint("r", i)
-		}
-		if over&2 != 0 {
-			s.Service = fmt.Sprint("s", i)
-		}
-		if over&4 != 0 {
-			s.Name = fmt.Sprint("o", i)
-		}
-		if i%5 == 0 {
-			s.SetPeerTags([]string{fmt.Sprint("peer.hostname:h", i)})
-			want[FieldPeerTags]++
-		}
-		if over != 0 || i%5 == 0 {
-			spans++
-		}
-		tb.Add(&s)
-		if i%97 == 0 { // reading mid-run must not change the counts
-			tb.Collapsed(FieldResource)
-		}
-	}
-	for _, f := range []Field{FieldResource, FieldService, FieldOperation, FieldType, FieldPeerTags} {
-		if got := tb.Collapsed(f); got != want[f] {
-			t.Errorf("Collapsed(%v) = %d, want %d", f, got, want[f])
-		}
-	}
-	if tb.CollapsedSpans() != spans {
-		t.Errorf("CollapsedSpans = %d, want %d", tb.CollapsedSpans(), spans)
 	}
 }
 
@@ -455,4 +291,21 @@ func bitsSet(words []uint64) (n int) {
 		n += bits.OnesCount64(w)
 	}
 	return n
+}
+
+func touchedByResource(t *Table) map[string]*Entry {
+	m := map[string]*Entry{}
+	for _, e := range t.Touched(nil) {
+		m[e.Service+"|"+e.Resource+"|"+fmt.Sprint(e.PeerTags)] = e
+	}
+	return m
+}
+
+func keys(m map[string]*Entry) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }

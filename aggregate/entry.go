@@ -1,14 +1,6 @@
+// This file owns Entry, one group's key and values, and Key, its label set.
+
 package aggregate
-
-import "unsafe"
-
-// BlockedValue replaces a label that cannot be kept: over its cardinality
-// budget, or folded into the overflow entry at the table cap. It is the
-// sentinel the Datadog agent and tracers already use.
-const BlockedValue = "tracer_blocked_value"
-
-// MaxInlinePeerTags is how many peer tags a Record carries without allocating.
-const MaxInlinePeerTags = 8
 
 // Trilean is the agent's three-valued boolean (IsTraceRoot on the wire).
 type Trilean int32
@@ -20,57 +12,16 @@ const (
 	False  Trilean = 2
 )
 
-// Record is the raw input of one finished, eligible span: the label fields as
-// the tracer gave them and the measurements. It is a plain value so that it can
-// travel through the inbox by copy; peer tags live inline up to
-// MaxInlinePeerTags, the rest in ExtraPeerTags.
-type Record struct {
-	Service, Name, Resource, Type, SpanKind  string
-	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
-	ServiceSource                            string
-	HTTPStatusCode                           uint32
-	Duration                                 int64
-	Error, TopLevel, TraceRoot, Synthetics   bool
-	NumPeerTags                              uint8 // used entries of PeerTags
-	PeerTags                                 [MaxInlinePeerTags]string
-	ExtraPeerTags                            []string
-}
-
-// SetPeerTags stores tags in the span, inline when they fit.
-func (s *Record) SetPeerTags(tags []string) {
-	n := copy(s.PeerTags[:], tags)
-	s.NumPeerTags = uint8(n)
-	s.ExtraPeerTags = nil
-	if len(tags) > n {
-		// Copied: the caller may reuse its slice once Publish returns.
-		s.ExtraPeerTags = append([]string(nil), tags[n:]...)
-	}
-}
-
-// Reset makes s the zero Record, writing only the fields that a span filled by
-// assigning its fields and SetPeerTags can have set: the peer tags beyond
-// NumPeerTags are zero already. The inbox clears its slots with it (see
-// inbox.Ring.SetClear).
-func (s *Record) Reset() {
-	clear(s.PeerTags[:s.NumPeerTags])
-	s.Service, s.Name, s.Resource, s.Type, s.SpanKind = "", "", "", "", ""
-	s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode, s.ServiceSource = "", "", "", ""
-	s.HTTPStatusCode, s.Duration, s.NumPeerTags = 0, 0, 0
-	s.Error, s.TopLevel, s.TraceRoot, s.Synthetics = false, false, false, false
-	if s.ExtraPeerTags != nil {
-		s.ExtraPeerTags = nil
-	}
-}
-
 // Key is the label set of a group: every field the agent groups by.
 type Key struct {
-	Service, Name, Resource, Type, SpanKind  string
+	Resource, Service, Name, Type, SpanKind  string
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode string
 	ServiceSource                            string
-	HTTPStatusCode                           uint32
-	Synthetics                               bool
-	IsTraceRoot                              Trilean
-	PeerTags                                 []string // sorted, without duplicates
+
+	HTTPStatusCode uint32
+	Synthetics     bool
+	IsTraceRoot    Trilean
+	PeerTags       []string // sorted, without duplicates
 }
 
 // Entry is one group's values for the current interval.
@@ -155,31 +106,4 @@ func (e *Entry) reset() {
 	if e.Err != nil {
 		e.Err.Reset()
 	}
-}
-
-// touchFields loads the addresses of the span's most variable strings and
-// folds them together; touch loads their bytes. See Table.AddBatch.
-func touchFields(s *Record) uintptr {
-	return uintptr(unsafe.Pointer(unsafe.StringData(s.Resource))) ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.Service))) ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.Name))) ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.PeerTags[0]))) ^
-		uintptr(unsafe.Pointer(unsafe.StringData(s.PeerTags[2])))
-}
-
-// touch: see touchFields.
-func touch(s *Record) byte {
-	x := edge(s.Resource) ^ edge(s.Service) ^ edge(s.Name) ^ edge(s.HTTPEndpoint)
-	for i := range min(int(s.NumPeerTags), len(s.PeerTags)) {
-		x ^= edge(s.PeerTags[i])
-	}
-	return x
-}
-
-// edge is the first and last byte of v folded together (0 if empty).
-func edge(v string) byte {
-	if n := len(v); n > 0 {
-		return v[0] ^ v[n-1]
-	}
-	return 0
 }

@@ -1,3 +1,6 @@
+// This file declares the prefetch instructions AddBatch uses on amd64
+// (prefetch_amd64.s).
+
 package aggregate
 
 import "unsafe"

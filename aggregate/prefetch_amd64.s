@@ -4,7 +4,8 @@
 // func prefetchRecord(s *Record)
 // Asks for the cache lines of *s (Record__size bytes, at most six lines
 // wherever it starts) without waiting for them. PREFETCHT0, not PREFETCHW:
-// every amd64 CPU has it, and the write hint measured no better here.
+// every amd64 CPU has it, and the write hint did no better (see
+// BenchmarkConsumer/Adversarial).
 TEXT ·prefetchRecord(SB), NOSPLIT, $0-8
 	MOVQ s+0(FP), AX
 	PREFETCHT0 0(AX)

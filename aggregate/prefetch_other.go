@@ -1,5 +1,7 @@
 //go:build !amd64
 
+// This file stands in for the prefetch instructions where there are none.
+
 package aggregate
 
 import "unsafe"

@@ -1,3 +1,5 @@
+// This file owns Sketch, the latency histogram laid out like the agent's.
+
 package aggregate
 
 import (

@@ -1,0 +1,94 @@
+package aggregate
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestTableValues(t *testing.T) {
+	tb := NewTable(0)
+	var hits, errs, top, dur uint64
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := range 1000 {
+		s := baseSpan()
+		s.Duration = 1 + r.Int64N(5e9)
+		s.Error = i%7 == 0
+		s.TopLevel = i%3 == 0
+		tb.Add(&s)
+		hits++
+		dur += uint64(s.Duration)
+		if s.Error {
+			errs++
+		}
+		if s.TopLevel {
+			top++
+		}
+	}
+	got := tb.Touched(nil)
+	if len(got) != 1 {
+		t.Fatalf("%d entries, want 1", len(got))
+	}
+	e := got[0]
+	if e.Hits != hits || e.Errors != errs || e.TopLevelHits != top || e.Duration != dur {
+		t.Fatalf("hits %d errors %d top %d duration %d, want %d %d %d %d",
+			e.Hits, e.Errors, e.TopLevelHits, e.Duration, hits, errs, top, dur)
+	}
+	if e.Ok.Count() != hits-errs || e.Err.Count() != errs {
+		t.Fatalf("ok sketch %d err sketch %d, want %d %d", e.Ok.Count(), e.Err.Count(), hits-errs, errs)
+	}
+}
+
+func TestTableErrSketchLazy(t *testing.T) {
+	tb := NewTable(0)
+	s := baseSpan()
+	for range 5 {
+		tb.Add(&s)
+	}
+	e := tb.Touched(nil)[0]
+	if e.Err != nil {
+		t.Fatal("Err sketch allocated before the first error")
+	}
+	if e.Ok == nil || e.Ok.Count() != 5 {
+		t.Fatalf("Ok sketch %v, want 5 values", e.Ok)
+	}
+	s.Error = true
+	s.Duration = 7e6
+	tb.Add(&s)
+	if e.Err == nil || e.Err.Count() != 1 || e.Ok.Count() != 5 || e.Errors != 1 {
+		t.Fatalf("after one error: Err %v Ok %d Errors %d", e.Err, e.Ok.Count(), e.Errors)
+	}
+	// Only errors: Ok stays nil too.
+	only := baseSpan()
+	only.Resource, only.Error = "only-errors", true
+	tb.Add(&only)
+	if e2 := find(tb, &only); e2.Ok != nil || e2.Err.Count() != 1 {
+		t.Fatalf("error-only entry: Ok %v Err %d", e2.Ok, e2.Err.Count())
+	}
+}
+
+// count is a sketch's count, 0 for a sketch not allocated yet.
+func count(s *Sketch) uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.Count()
+}
+
+func TestEntryMerge(t *testing.T) {
+	var a, b Entry
+	a.record(100, false, true)
+	b.record(200, true, false)
+	b.record(300, false, true)
+	a.Merge(&b)
+	if a.Hits != 3 || a.Errors != 1 || a.TopLevelHits != 2 || a.Duration != 600 {
+		t.Fatalf("merged %d/%d/%d/%d, want 3/1/2/600", a.Hits, a.Errors, a.TopLevelHits, a.Duration)
+	}
+	if a.Ok.Count() != 2 || a.Err.Count() != 1 {
+		t.Fatalf("merged sketches ok %d err %d, want 2 1", a.Ok.Count(), a.Err.Count())
+	}
+	var c Entry
+	c.Merge(&Entry{Hits: 1, Ok: &Sketch{}, Err: &Sketch{}})
+	if c.Ok != nil || c.Err != nil || c.Hits != 1 {
+		t.Fatal("merging empty sketches allocated sketches")
+	}
+}

@@ -1,0 +1,123 @@
+package aggregate
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestTableKeyFields checks that every key field distinguishes entries, and
+// that the new entry's Key holds exactly the span's fields.
+func TestTableKeyFields(t *testing.T) {
+	fields := []struct {
+		name   string
+		mutate func(*Record)
+	}{
+		{"Service", func(s *Record) { s.Service = "web-store2" }},
+		{"Name", func(s *Record) { s.Name = "http.request2" }},
+		{"Resource", func(s *Record) { s.Resource = "GET /api/v2/users/:id" }},
+		{"Type", func(s *Record) { s.Type = "http" }},
+		{"SpanKind", func(s *Record) { s.SpanKind = "client" }},
+		{"HTTPMethod", func(s *Record) { s.HTTPMethod = "POST" }},
+		{"HTTPEndpoint", func(s *Record) { s.HTTPEndpoint = "/api/v1/users" }},
+		{"GRPCStatusCode", func(s *Record) { s.GRPCStatusCode = "14" }},
+		{"ServiceSource", func(s *Record) { s.ServiceSource = "opt.peer_service" }},
+		{"HTTPStatusCode", func(s *Record) { s.HTTPStatusCode = 404 }},
+		{"HTTPStatusCode high byte", func(s *Record) { s.HTTPStatusCode = 200 | 1<<24 }},
+		{"Synthetics", func(s *Record) { s.Synthetics = true }},
+		{"TraceRoot", func(s *Record) { s.TraceRoot = true }},
+		{"PeerTags added", func(s *Record) { s.SetPeerTags([]string{"peer.service:db"}) }},
+		{"PeerTags value", func(s *Record) { s.SetPeerTags([]string{"peer.service:cache"}) }},
+		{"PeerTags extra", func(s *Record) {
+			s.SetPeerTags(strings.Split("a:1 b:1 c:1 d:1 e:1 f:1 g:1 h:1 i:1 j:1", " "))
+		}},
+	}
+	base := baseSpan()
+	base.SetPeerTags([]string{"peer.service:db", "a:0"}) // so that every mutation changes the set
+	for _, f := range fields {
+		t.Run(f.name, func(t *testing.T) {
+			tb := NewTable(0)
+			a, b := base, base
+			f.mutate(&b)
+			tb.Add(&a)
+			tb.Add(&b)
+			tb.Add(&b)
+			if tb.Len() != 2 {
+				t.Fatalf("%d entries, want 2: %s does not distinguish keys", tb.Len(), f.name)
+			}
+			got := tb.Touched(nil)
+			if len(got) != 2 || got[0].Hits != 1 || got[1].Hits != 2 {
+				t.Fatalf("touched %d entries, hits %d/%d, want 2 entries 1/2", len(got), got[0].Hits, got[1].Hits)
+			}
+			if !keyEqual(got[0].Key, wantKey(a)) || !keyEqual(got[1].Key, wantKey(b)) {
+				t.Fatalf("keys\n%+v\n%+v\nwant\n%+v\n%+v", got[0].Key, got[1].Key, wantKey(a), wantKey(b))
+			}
+			if find(tb, &a) != got[0] || find(tb, &b) != got[1] {
+				t.Fatal("lookup does not find each key's own entry")
+			}
+		})
+	}
+}
+
+// TestTableKeyEncodingIsInjective checks keys whose concatenated bytes
+// would be equal under a separator encoding.
+func TestTableKeyEncodingIsInjective(t *testing.T) {
+	pairs := [][2]func(*Record){
+		{func(s *Record) { s.Service, s.Name = "ab", "c" }, func(s *Record) { s.Service, s.Name = "a", "bc" }},
+		{func(s *Record) { s.Service, s.Name = "a\xff", "b" }, func(s *Record) { s.Service, s.Name = "a", "\xffb" }},
+		{func(s *Record) { s.Service, s.Name = "\x01a", "" }, func(s *Record) { s.Service, s.Name = "", "a" }},
+		{func(s *Record) { s.ServiceSource = "x"; s.HTTPStatusCode = 0 }, func(s *Record) { s.ServiceSource = ""; s.HTTPStatusCode = 0x0178 }},
+		{func(s *Record) { s.SetPeerTags([]string{"a", "b"}) }, func(s *Record) { s.SetPeerTags([]string{"a\x01b"}) }},
+		{func(s *Record) { s.SetPeerTags([]string{""}) }, func(s *Record) { s.SetPeerTags(nil) }},
+		{func(s *Record) { s.Resource = strings.Repeat("r", 200) }, func(s *Record) { s.Resource = strings.Repeat("r", 199) }},
+	}
+	for i, p := range pairs {
+		tb := NewTable(0)
+		a, b := baseSpan(), baseSpan()
+		p[0](&a)
+		p[1](&b)
+		tb.Add(&a)
+		tb.Add(&b)
+		if tb.Len() != 2 {
+			t.Fatalf("pair %d: %d entries, want 2", i, tb.Len())
+		}
+		got := tb.Touched(nil)
+		if !keyEqual(got[0].Key, wantKey(a)) || !keyEqual(got[1].Key, wantKey(b)) {
+			t.Fatalf("pair %d: keys %+v %+v", i, got[0].Key, got[1].Key)
+		}
+	}
+}
+
+// TestTableKeyOwnsStrings checks that long fields (multi-byte length
+// prefixes) round-trip and that entries copy the tracer's strings.
+func TestTableKeyOwnsStrings(t *testing.T) {
+	buf := []byte(strings.Repeat("SELECT * FROM t WHERE id = ? ", 3000)) // ~87 kB
+	s := baseSpan()
+	s.Resource = unsafe.String(&buf[0], len(buf))
+	s.Service = unsafe.String(&buf[0], 300)
+	s.SetPeerTags([]string{unsafe.String(&buf[7], 200), "db:x"})
+	want := wantKey(s)
+	want.Resource, want.Service = strings.Clone(want.Resource), strings.Clone(want.Service)
+	want.PeerTags = slices.Clone(want.PeerTags)
+	for i := range want.PeerTags {
+		want.PeerTags[i] = strings.Clone(want.PeerTags[i])
+	}
+	tb := NewTable(0)
+	tb.Add(&s)
+	for i := range buf {
+		buf[i] = 'x' // the tracer reuses its buffer
+	}
+	e := tb.Touched(nil)[0]
+	if !keyEqual(e.Key, want) {
+		t.Fatal("entry key changed with the tracer's buffer: strings not copied")
+	}
+	// The original bytes still find the entry.
+	s2 := baseSpan()
+	s2.Resource, s2.Service = want.Resource, want.Service
+	s2.SetPeerTags([]string{"db:x", want.PeerTags[0]})
+	tb.Add(&s2)
+	if tb.Len() != 1 || e.Hits != 2 {
+		t.Fatalf("len %d hits %d, want 1 entry with 2 hits", tb.Len(), e.Hits)
+	}
+}

@@ -1,0 +1,108 @@
+// This file owns a span's peer tags on their way into its key: which keys
+// are kept (SetPeerTagKeys) and the sorted set the key holds.
+
+package aggregate
+
+import "strings"
+
+// SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
+// peer_tags list, or the tracer's own). A nil keys keeps every key.
+func (t *Table) SetPeerTagKeys(keys []string) {
+	t.forgetRecent() // cached spans were keyed under the old filter
+	clear(t.keepMemo[:])
+	if keys == nil {
+		t.peerKeys = nil
+		return
+	}
+	t.peerKeys = make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		t.peerKeys[k] = struct{}{}
+	}
+}
+
+// keptPeers returns the span's peer tags whose key is kept, in the
+// tracer's order, in t.kept.
+func (t *Table) keptPeers(s *Record) []string {
+	p := t.kept[:0]
+	if t.peerKeys == nil {
+		p = append(p, s.PeerTags[:s.NumPeerTags]...)
+		p = append(p, s.ExtraPeerTags...)
+	} else {
+		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
+		p = t.keepPeers(p, s.ExtraPeerTags)
+	}
+	t.kept = p
+	return p
+}
+
+// sortedPeers returns kept as a sorted set in t.peers: the key treats peer
+// tags as a set, whatever order the tracer gave.
+func (t *Table) sortedPeers(kept []string) []string {
+	p := sortSet(append(t.peers[:0], kept...))
+	t.peers = p
+	return p
+}
+
+func (t *Table) keepPeers(dst, tags []string) []string {
+	for i, tag := range tags {
+		if t.keepPeer(i, tag) {
+			dst = append(dst, tag)
+		}
+	}
+	return dst
+}
+
+// keepPeer reports whether tag's key is kept. Spans of one client repeat
+// their tag layout, so the decision for the key at each position is
+// remembered and checked with one prefix comparison.
+func (t *Table) keepPeer(i int, tag string) bool {
+	if i < len(t.keepMemo) {
+		if m := &t.keepMemo[i]; m.key != "" && hasPeerKey(tag, m.key) {
+			return m.keep
+		}
+	}
+	k := peerKey(tag)
+	_, keep := t.peerKeys[k]
+	if i < len(t.keepMemo) && k != tag {
+		// Pins at most one tracer string per position; cloning would
+		// allocate whenever layouts alternate.
+		t.keepMemo[i].key, t.keepMemo[i].keep = k, keep
+	}
+	return keep
+}
+
+// peerKey is the key of a "key:value" peer tag (all of tag without a colon).
+func peerKey(tag string) string {
+	if i := strings.IndexByte(tag, ':'); i >= 0 {
+		tag = tag[:i]
+	}
+	return tag
+}
+
+// hasPeerKey reports whether peerKey(tag) == key, for the cost of one prefix
+// comparison when key is the one a memo holds.
+func hasPeerKey(tag, key string) bool {
+	n := len(key)
+	return len(tag) > n && tag[n] == ':' && tag[:n] == key
+}
+
+// sortSet sorts p in place and removes duplicates.
+func sortSet(p []string) []string {
+	for i := 1; i < len(p); i++ { // insertion sort: a handful of tags
+		for j := i; j > 0 && p[j] < p[j-1]; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+	if len(p) > 1 {
+		w := 1
+		for i := 1; i < len(p); i++ {
+			if p[i] != p[w-1] {
+				p[w] = p[i]
+				w++
+			}
+		}
+		clear(p[w:])
+		p = p[:w]
+	}
+	return p
+}

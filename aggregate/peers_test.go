@@ -1,0 +1,93 @@
+package aggregate
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func TestTablePeerTagsAreASet(t *testing.T) {
+	tb := NewTable(0)
+	orders := [][]string{
+		{"peer.service:db", "db.instance:users", "peer.hostname:db-1"},
+		{"peer.hostname:db-1", "peer.service:db", "db.instance:users"},
+		{"db.instance:users", "peer.hostname:db-1", "peer.service:db"},
+		{"peer.service:db", "peer.service:db", "db.instance:users", "peer.hostname:db-1", "db.instance:users"},
+	}
+	for _, o := range orders {
+		s := withPeers(baseSpan(), o...)
+		tb.Add(&s)
+	}
+	if tb.Len() != 1 {
+		t.Fatalf("%d entries for one peer-tag set in 4 orders, want 1", tb.Len())
+	}
+	e := tb.Touched(nil)[0]
+	if e.Hits != 4 {
+		t.Fatalf("hits %d, want 4", e.Hits)
+	}
+	want := []string{"db.instance:users", "peer.hostname:db-1", "peer.service:db"}
+	if !slices.Equal(e.PeerTags, want) {
+		t.Fatalf("PeerTags %q, want %q", e.PeerTags, want)
+	}
+
+	// More tags than fit inline: order across the inline/extra split does
+	// not matter either, and duplicates collapse.
+	many := make([]string, MaxInlinePeerTags+4)
+	for i := range many {
+		many[i] = fmt.Sprintf("tag%02d:v", i)
+	}
+	tb = NewTable(0)
+	for i := range 5 {
+		tags := slices.Clone(many)
+		rand.New(rand.NewPCG(uint64(i), 9)).Shuffle(len(tags), func(a, b int) { tags[a], tags[b] = tags[b], tags[a] })
+		if i == 4 {
+			tags = append(tags, many[0], many[11], many[0])
+		}
+		s := withPeers(baseSpan(), tags...)
+		tb.Add(&s)
+	}
+	if tb.Len() != 1 {
+		t.Fatalf("%d entries for one large peer-tag set, want 1", tb.Len())
+	}
+	if e := tb.Touched(nil)[0]; e.Hits != 5 || !slices.Equal(e.PeerTags, many) {
+		t.Fatalf("hits %d PeerTags %q, want 5 %q", e.Hits, e.PeerTags, many)
+	}
+}
+
+func TestTableDuplicatePeerTags(t *testing.T) {
+	tb := NewTable(0)
+	s := withPeers(baseSpan(), "b:2", "a:1", "b:2", "a:1", "a:1")
+	tb.Add(&s)
+	e := tb.Touched(nil)[0]
+	if !slices.Equal(e.PeerTags, []string{"a:1", "b:2"}) {
+		t.Fatalf("PeerTags %q, want [a:1 b:2]", e.PeerTags)
+	}
+	s2 := withPeers(baseSpan(), "a:1", "b:2")
+	tb.Add(&s2)
+	if tb.Len() != 1 || e.Hits != 2 {
+		t.Fatalf("len %d hits %d, want 1 entry with 2 hits", tb.Len(), e.Hits)
+	}
+	s3 := withPeers(baseSpan(), "a:1")
+	tb.Add(&s3)
+	if tb.Len() != 2 {
+		t.Fatalf("a subset of the tags shares an entry: len %d", tb.Len())
+	}
+}
+
+func TestSetPeerTagKeysFilters(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetPeerTagKeys([]string{"peer.service", "db.instance"})
+	s := Record{Resource: "r", SpanKind: "client", Duration: 1}
+	s.SetPeerTags([]string{"db.instance:i1", "noise:x", "peer.service:users", "nocolon"})
+	tb.Add(&s)
+	e := tb.Touched(nil)[0]
+	if !slices.Equal(e.PeerTags, []string{"db.instance:i1", "peer.service:users"}) {
+		t.Fatalf("kept peer tags %v", e.PeerTags)
+	}
+	tb.SetPeerTagKeys(nil)
+	tb.Add(&s)
+	if n := len(tb.Touched(nil)); n != 2 {
+		t.Fatalf("%d groups after un-filtering, want 2", n)
+	}
+}
