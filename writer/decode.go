@@ -60,7 +60,21 @@ type Payload struct {
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
 func DecodePayload(b []byte) (*Payload, error) {
-	d := decoder{groups: MaxGroups}
+	return DecodePayloadMax(b, MaxGroups)
+}
+
+// MinWireGroupBytes is the least a group takes on the wire from a tracer
+// that writes the agent's keys (the agent's own msgp encoder writes all of
+// them: over 200 bytes with empty values). A decoded Group is a few hundred
+// bytes in memory, so input claiming groups smaller than this would make
+// the decoder allocate far more than its size.
+const MinWireGroupBytes = 48
+
+// DecodePayloadMax is DecodePayload with at most maxGroups groups: a
+// decoder of untrusted input (the relay) passes len(b)/MinWireGroupBytes,
+// so that what it allocates stays a small multiple of what it received.
+func DecodePayloadMax(b []byte, maxGroups int) (*Payload, error) {
+	d := decoder{groups: min(maxGroups, MaxGroups)}
 	d.path = d.pathBuf[:0]
 	p := new(Payload)
 	rest, err := d.payload(b, p)

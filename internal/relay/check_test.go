@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
+	"github.com/tinylib/msgp/msgp"
 )
 
 func TestRejectReasons(t *testing.T) {
@@ -115,5 +117,38 @@ func TestSequences(t *testing.T) {
 	r.Harvest(t0)
 	if s := r.Stats(); s.Senders != 0 {
 		t.Fatalf("%d senders after %v idle", s.Senders, SenderIdle)
+	}
+}
+
+// TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty
+// maps) would decode into 20 000 Groups of a few hundred bytes each; it is
+// rejected as malformed having allocated a small multiple of its size.
+func TestEmptyGroupsCannotAmplify(t *testing.T) {
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendMapHeader(b, 3)
+	b = msgp.AppendString(b, "Start")
+	b = msgp.AppendUint64(b, uint64(time.Now().UnixNano()))
+	b = msgp.AppendString(b, "Duration")
+	b = msgp.AppendUint64(b, 1e9)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, 20000)
+	for range 20000 {
+		b = msgp.AppendMapHeader(b, 0)
+	}
+	r := New(Config{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := r.Accept(b, 0, UDP)
+	runtime.ReadMemStats(&after)
+	var re *RejectError
+	if !errors.As(err, &re) || re.Reason != Malformed {
+		t.Fatalf("Accept = %v, want a malformed reject", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16*uint64(len(b)) {
+		t.Fatalf("a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
 	}
 }

@@ -150,7 +150,10 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	if err != nil {
 		return r.reject(Malformed, err)
 	}
-	p, err := writer.DecodePayload(body)
+	// Groups of fewer wire bytes than a tracer writes would cost far more
+	// decoded than received: the bound keeps a hostile datagram's cost a
+	// small multiple of its size.
+	p, err := writer.DecodePayloadMax(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
 		return r.reject(decodeReason(err), err)
 	}
