@@ -163,27 +163,36 @@ func (s *sender) run() {
 				return
 			}
 			if r.done != nil || s.jitter <= 0 {
-				s.send(r, false) // someone waits for it
+				// Someone waits for it: send it now, after the reports
+				// still held, so that payloads leave in sequence order.
+				s.sendHeld(len(s.delayed))
+				s.send(r, false)
 				continue
 			}
 			d := time.Duration(s.rng.Int64N(int64(s.jitter) + 1))
 			s.delayed = append(s.delayed, delayedReport{r: r, due: time.Now().Add(d)})
 		case <-wake:
 			t := time.Now()
-			var due []*report
-			s.delayed = slices.DeleteFunc(s.delayed, func(d delayedReport) bool {
-				if t.Before(d.due) {
-					return false
+			// A report due now goes with every report held before it, in
+			// order: a later report never overtakes an earlier one.
+			n := 0
+			for i, d := range s.delayed {
+				if !t.Before(d.due) {
+					n = i + 1
 				}
-				due = append(due, d.r)
-				return true
-			})
-			for _, r := range due {
-				s.send(r, false)
 			}
+			s.sendHeld(n)
 			s.out.runDue(t)
 		}
 	}
+}
+
+// sendHeld sends the first n held reports, in arrival order.
+func (s *sender) sendHeld(n int) {
+	for _, d := range s.delayed[:n] {
+		s.send(d.r, false)
+	}
+	s.delayed = slices.Delete(s.delayed, 0, n)
 }
 
 // nextDue is the earliest of the delayed reports' send times and the

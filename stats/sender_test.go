@@ -606,9 +606,9 @@ func (r *recordingOut) nextDue() (time.Time, bool) { return time.Time{}, false }
 func (r *recordingOut) runDue(time.Time)           {}
 func (r *recordingOut) stop()                      {}
 
-// TestSendJitter: an interval's report (nobody waits for it) is sent after
-// a random delay of at most SendJitter; the delays differ; a report that
-// Flush waits for is sent at once.
+// TestSendJitter: a report that Flush waits for is sent at once; an
+// interval's report (nobody waits for it) after a random delay of at most
+// SendJitter, the delays differing.
 func TestSendJitter(t *testing.T) {
 	const jitter = 50 * time.Millisecond
 	a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: jitter})
@@ -620,13 +620,12 @@ func TestSendJitter(t *testing.T) {
 	s := a.snd
 	s.out, s.in = out, in
 	go s.run()
+	flushed := time.Now()
+	in <- &report{done: make(chan error, 1)} // a Flush: not delayed
 	start := time.Now()
 	for range 20 {
 		in <- &report{}
 	}
-	waited := make(chan error, 1)
-	in <- &report{done: waited} // a Flush: not delayed
-	flushed := time.Now()
 	waitFor(t, "21 reports sent", func() bool {
 		out.mu.Lock()
 		defer out.mu.Unlock()
@@ -650,3 +649,52 @@ func TestSendJitter(t *testing.T) {
 		t.Errorf("20 interval reports were sent within %s of each other: no jitter", hi-lo)
 	}
 }
+
+// TestJitterKeepsOrder: a report Flush waits for, and a held report due
+// before an earlier one, never overtake the reports held before them.
+func TestJitterKeepsOrder(t *testing.T) {
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	out := &orderOut{record: func(n int) { mu.Lock(); order = append(order, n); mu.Unlock() }}
+	in := make(chan *report, 64)
+	s := a.snd
+	s.out, s.in = out, in
+	go s.run()
+	for i := range 40 {
+		in <- &report{parts: []part{{hits: uint64(i)}}}
+		if i%10 == 9 {
+			in <- &report{parts: []part{{hits: uint64(100 + i)}}, done: make(chan error, 1)}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(in)
+	<-s.done
+	want := []int{}
+	for i := range 40 {
+		want = append(want, i)
+		if i%10 == 9 {
+			want = append(want, 100+i)
+		}
+	}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("sent in the order %v, want %v", order, want)
+	}
+}
+
+// orderOut is a transport that records each report's first part's hits.
+type orderOut struct{ record func(int) }
+
+func (o *orderOut) start() {}
+func (o *orderOut) send(r *report, _ bool) {
+	o.record(int(r.parts[0].hits))
+	if r.done != nil {
+		r.done <- nil
+	}
+}
+func (o *orderOut) nextDue() (time.Time, bool) { return time.Time{}, false }
+func (o *orderOut) runDue(time.Time)           {}
+func (o *orderOut) stop()                      {}
