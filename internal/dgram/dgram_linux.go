@@ -258,28 +258,23 @@ func (s *Sender) WriteWait(b []byte, deadline time.Time) error {
 		return err
 	}
 	defer s.conn.SetWriteDeadline(time.Time{}) // Write never waits, never times out
-	s.sys.mu.Lock()
-	s.sys.p, s.sys.errno = b, 0
-	err := s.rc.Write(s.sys.wait)
-	errno := s.sys.errno
-	s.sys.p = nil
-	s.sys.mu.Unlock()
+	err := s.write(b, s.sys.wait)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return &sendErrors[0] // still full at the deadline
 	}
-	if err != nil {
-		return err
-	}
-	return writeError(errno)
+	return err
 }
 
 // Write sends b as one datagram without waiting. The error matches
 // ErrWouldBlock when the send buffer or the relay's queue is full, ErrNoRelay
 // when nothing listens at the relay's address, and net.ErrClosed after Close.
-func (s *Sender) Write(b []byte) error {
+func (s *Sender) Write(b []byte) error { return s.write(b, s.sys.send) }
+
+// write sends b with the RawConn callback f (sendto, or sendtoOrWait).
+func (s *Sender) write(b []byte, f func(fd uintptr) bool) error {
 	s.sys.mu.Lock()
 	s.sys.p, s.sys.errno = b, 0
-	err := s.rc.Write(s.sys.send)
+	err := s.rc.Write(f)
 	errno := s.sys.errno
 	s.sys.p = nil
 	s.sys.mu.Unlock()

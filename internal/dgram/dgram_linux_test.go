@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -208,5 +209,92 @@ func TestListenUDPReadBuffer(t *testing.T) {
 	}
 	if got <= 0 {
 		t.Errorf("ReadBuffer %d", got)
+	}
+}
+
+// fillQueue writes to r until the relay's queue refuses.
+func fillQueue(t *testing.T, r relay) {
+	t.Helper()
+	for i := range 1000 {
+		if err := r.send.Write(payload(i, 256)); errors.Is(err, ErrWouldBlock) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("the queue never filled")
+}
+
+// TestWriteWait: on a full queue WriteWait parks until the relay reads,
+// then sends; with no read it gives up at its deadline with ErrWouldBlock;
+// and Write afterwards neither waits nor times out.
+func TestWriteWait(t *testing.T) {
+	r := listenUnixgram(t)
+	fillQueue(t, r)
+	start := time.Now()
+	if err := r.send.WriteWait([]byte("late"), start.Add(50*time.Millisecond)); !errors.Is(err, ErrWouldBlock) {
+		t.Fatalf("WriteWait on a full queue: %v, want ErrWouldBlock at the deadline", err)
+	}
+	if d := time.Since(start); d < 40*time.Millisecond {
+		t.Fatalf("WriteWait gave up after %s, before its 50 ms deadline", d)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.send.WriteWait([]byte("waited"), time.Now().Add(5*time.Second)) }()
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("WriteWait returned %v before the relay read", err)
+	default:
+	}
+	b := NewBatch(64, 1024)
+	if _, err := r.conn.ReadBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("WriteWait after the relay read: %v", err)
+	}
+	for {
+		got := readAll(t, r.conn, b, 1)
+		if string(got[len(got)-1].Data) == "waited" {
+			break
+		}
+	}
+	if err := r.send.Write([]byte("after")); err != nil {
+		t.Fatalf("Write after WriteWait: %v (a deadline left behind?)", err)
+	}
+}
+
+// TestDrain: after Drain, ReadBatch returns what was queued, then
+// ErrDrained without waiting; a ReadBatch already waiting is woken.
+func TestDrain(t *testing.T) {
+	r := listenUnixgram(t)
+	b := NewBatch(4, 1024)
+	woken := make(chan error, 1)
+	go func() { _, err := r.conn.ReadBatch(b); woken <- err }()
+	time.Sleep(20 * time.Millisecond)
+	if err := r.conn.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woken; !errors.Is(err, ErrDrained) {
+		t.Fatalf("a waiting ReadBatch after Drain: %v, want ErrDrained", err)
+	}
+	for i := range 6 {
+		if err := r.send.Write(payload(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := 0
+	for {
+		n, err := r.conn.ReadBatch(b)
+		if errors.Is(err, ErrDrained) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	if read != 6 {
+		t.Fatalf("drained %d datagrams, want the 6 queued", read)
 	}
 }
