@@ -20,6 +20,9 @@ var yield = runtime.Gosched
 var (
 	// ErrStopped is returned by Flush and Stop once the aggregator has stopped.
 	ErrStopped = errors.New("stats: aggregator stopped")
+	// ErrNotStarted is returned by Flush before Start: nothing would
+	// answer it.
+	ErrNotStarted = errors.New("stats: aggregator not started")
 	// ErrSendQueueFull is returned by Flush when the report could not be
 	// queued because the sender is still busy with earlier ones; the report
 	// is dropped and counted in PayloadsDropped.
@@ -130,8 +133,14 @@ func (a *Aggregator) Publish(s *Span) bool {
 }
 
 // Flush reports everything published before the call, now, and returns once
-// the payloads were handed to the agent, with the first send error.
+// the payloads were handed to the agent, with the first send error. Before
+// Start it returns ErrNotStarted at once (it does not start the aggregator).
 func (a *Aggregator) Flush(ctx context.Context) error {
+	select {
+	case <-a.started:
+	default:
+		return ErrNotStarted
+	}
 	done := make(chan error, 1)
 	select {
 	case a.flushCh <- done:
@@ -168,10 +177,14 @@ func (a *Aggregator) Stop(ctx context.Context) error {
 		first = true
 		close(a.stopCh)
 	})
-	if !first {
-		<-a.cons.done
-		<-a.snd.done
-		return ErrStopped
+	if !first { // another Stop runs: wait for it, within this one's ctx
+		select {
+		case <-a.snd.done:
+			<-a.cons.done
+			return ErrStopped
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	select {
 	case <-a.snd.done:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -309,5 +310,63 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestFlushBeforeStart: Flush on an aggregator never started answers at
+// once with ErrNotStarted instead of waiting for a consumer that is not
+// there.
+func TestFlushBeforeStart(t *testing.T) {
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.Flush(context.Background()) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("Flush before Start = %v, want ErrNotStarted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Flush before Start blocked")
+	}
+}
+
+// TestSecondStopHonoursItsContext: while a first Stop waits for a stuck
+// agent, a second Stop returns by its own deadline.
+func TestSecondStopHonoursItsContext(t *testing.T) {
+	ag := testagent.New()
+	defer ag.Close()
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		arrived <- struct{}{}
+		<-release
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	publishN(a, 3, "r")
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		first <- a.Stop(ctx)
+	}()
+	<-arrived // the first Stop's report is held by the agent
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() { second <- a.Stop(ctx) }()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second Stop = %v, want its deadline's error", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Errorf("second Stop ignored its 100 ms deadline")
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first Stop: %v", err)
 	}
 }
