@@ -1,0 +1,306 @@
+//go:build linux
+
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/testagent"
+)
+
+// relayKinds are the sockets the relay benchmarks measure, as dgram and
+// the sender process name them.
+var relayKinds = []string{"unixgram", "udp"}
+
+// pollEvery is how often a round looks at its receiver's count: both sides
+// are read the same way, so the polling costs them alike.
+const pollEvery = time.Millisecond
+
+// receiver is one way of taking datagrams off a socket that a sender
+// process writes to, for the relay benchmarks.
+type receiver struct {
+	name   string
+	size   int // bytes per datagram
+	count  func() uint64
+	spans  func() uint64 // spans merged so far; nil when nothing merges
+	stop   func()
+	sender *senderProc
+
+	// Summed over the timed part of the rounds.
+	datagrams, spansIn uint64
+	elapsed, cpu       time.Duration
+	// Summed from resume to the settled pause of each round.
+	sent, taken uint64
+	senderCPU   time.Duration
+}
+
+// openDrain is the raw drain: one goroutine calling ReadBatch on a dgram
+// socket in a loop with a batch of slots, and nothing else.
+func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
+	var c *dgram.Conn
+	var err error
+	switch kind {
+	case "unixgram":
+		c, err = dgram.ListenUnixgram(filepath.Join(b.TempDir(), name+".sock"), 0o600)
+	case "udp":
+		c, err = dgram.ListenUDP("127.0.0.1:0", relay.DefaultUDPRcvBuf)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		batch := dgram.NewBatch(slots, relay.DefaultMaxDatagram)
+		for {
+			k, err := c.ReadBatch(batch)
+			if err != nil {
+				if !errors.Is(err, dgram.ErrDrained) && !errors.Is(err, net.ErrClosed) {
+					b.Error(err)
+				}
+				return
+			}
+			n.Add(uint64(k))
+		}
+	})
+	r := &receiver{name: name, size: len(d), count: n.Load}
+	r.sender = startSender(b, kind, c.LocalAddr().String(), d)
+	r.stop = func() {
+		c.Drain()
+		wg.Wait()
+		c.Close()
+	}
+	return r
+}
+
+// openRelay is the relay's receive path: a relay.Server on one socket of
+// kind (its reader, queue, decode workers and Relay.Accept), forwarding to a
+// loopback agent once an hour, so not while it is measured. Datagrams count
+// once Accept has merged them.
+//
+// With reject set the datagrams are d's size but start with a zero byte,
+// which Accept rejects as malformed on its first check: what is left is the
+// receive path's own cost (read, queue, hand-over, counting).
+func openRelay(b *testing.B, name, kind string, d []byte, reject bool) *receiver {
+	if reject {
+		d = make([]byte, len(d))
+	}
+	agent := testagent.New()
+	cfg := relay.ServerConfig{UnixPath: "-", UDPAddr: "-", AgentURL: agent.URL(), Interval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler)}
+	t := relay.UDP
+	if kind == "unixgram" {
+		cfg.UnixPath, cfg.Origin, t = filepath.Join(b.TempDir(), "relay.sock"), true, relay.Unix
+	} else {
+		cfg.UDPAddr = "127.0.0.1:0"
+	}
+	srv, err := relay.NewServer(cfg)
+	if err != nil {
+		agent.Close()
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(ctx, 5*time.Second) })
+	r := &receiver{name: name, size: len(d),
+		count: func() uint64 { return srv.Relay().Stats().Datagrams[t] },
+		spans: func() uint64 { return srv.Relay().Stats().SpansReceived }}
+	r.sender = startSender(b, kind, srv.Addr(t), d)
+	r.stop = func() {
+		cancel()
+		wg.Wait()
+		agent.Close()
+		st := srv.Relay().Stats()
+		for reason, n := range st.Rejected {
+			if reject && relay.Reason(reason) == relay.Malformed {
+				if n != st.Datagrams[t] {
+					b.Errorf("%s: %d of %d datagrams rejected as malformed, want all", name, n, st.Datagrams[t])
+				}
+			} else if n > 0 {
+				b.Errorf("relay rejected %d datagrams (%v): the benchmark's datagram must be valid", n, relay.Reason(reason))
+			}
+		}
+	}
+	return r
+}
+
+func (r *receiver) close(b *testing.B) {
+	r.sender.close(b)
+	r.stop()
+}
+
+// round resumes the sender, waits until datagrams flow, then times the
+// receiver taking n more (start and stop bracket that part), pauses the
+// sender and waits until the receiver has taken what was queued.
+func (r *receiver) round(b *testing.B, n int, start, stop func()) {
+	before := r.count()
+	sent0, scpu0 := r.sender.pause(b) // already paused: reads its totals
+	r.sender.resume(b)
+	waitUntil(b, r.name+": the first datagrams", func() bool { return r.count() >= before+senderBatch })
+	start()
+	c0, t0, cpu0 := r.count(), time.Now(), cpuTime()
+	var sp0 uint64
+	if r.spans != nil {
+		sp0 = r.spans()
+	}
+	c := c0
+	for c < c0+uint64(n) {
+		time.Sleep(pollEvery)
+		c = r.count()
+	}
+	r.elapsed += time.Since(t0)
+	r.cpu += cpuTime() - cpu0
+	stop()
+	r.datagrams += c - c0
+	if r.spans != nil {
+		r.spansIn += r.spans() - sp0
+	}
+	sent, scpu := r.sender.pause(b)
+	after := settle(r.count)
+	r.sent += sent - sent0
+	r.senderCPU += scpu - scpu0
+	r.taken += after - before
+}
+
+// waitUntil polls cond, failing the benchmark after ten seconds.
+func waitUntil(b *testing.B, what string, cond func() bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("waited 10 s for %s", what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// settle waits until count stops moving (the receiver emptied the socket
+// and its queue) and returns it.
+func settle(count func() uint64) uint64 {
+	last := count()
+	for {
+		time.Sleep(10 * time.Millisecond)
+		c := count()
+		if c == last {
+			return c
+		}
+		last = c
+	}
+}
+
+// report adds r's figures to b's, each unit suffixed with "-" + r.name.
+func (r *receiver) report(b *testing.B, kind string) {
+	if r.datagrams == 0 || r.elapsed <= 0 {
+		return
+	}
+	s := "-" + r.name
+	dps := float64(r.datagrams) / r.elapsed.Seconds()
+	b.ReportMetric(dps, "datagrams/s"+s)
+	b.ReportMetric(dps*float64(r.size)/1e6, "MB/s"+s)
+	b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(r.datagrams), "cpu-ns/datagram"+s)
+	if r.sent > 0 {
+		b.ReportMetric(float64(r.senderCPU.Nanoseconds())/float64(r.sent), "sender-cpu-ns/datagram"+s)
+	}
+	if kind == "udp" && r.sent > 0 {
+		b.ReportMetric(float64(r.sent-min(r.taken, r.sent))/float64(r.sent), "lost/sent"+s)
+	}
+}
+
+// BenchmarkRelayReceive compares, for each socket kind and datagram size,
+// the relay's receive path (relay.Server: its reader, queue, decode workers
+// and Relay.Accept) with a raw drain of the same kind of socket (ReadBatch
+// in a loop, 16 datagrams per recvmmsg, nothing else), and with the raw
+// drain reading one datagram per call (a 1-slot batch: what recvmmsg
+// saves). A sender process (see TestRelaySender) writes each side's socket
+// as fast as it takes. The three sides run in alternating rounds in one
+// process, b.N datagrams each in all, so that a change of the host's speed
+// hits them alike; ns/op and allocs/op add the three up and are not the
+// figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
+// (this process's user+sys CPU: the receiver and its runtime, not the
+// sender), sender-cpu-ns/datagram, and for UDP lost/sent (sent but dropped
+// by the kernel); then relay-ratio (relay ÷ drain datagrams/s, target ≥
+// 0.9) and batch-ratio (drain ÷ drain1).
+//
+// A Unix datagram socket queues net.unix.max_dgram_qlen datagrams (10 by
+// default) before its sender blocks, so each recvmmsg there returns at most
+// that many: sender and receiver hand over in small steps.
+func BenchmarkRelayReceive(b *testing.B) {
+	for _, kind := range relayKinds {
+		for _, size := range []int{1 << 10, 16 << 10} {
+			b.Run(fmt.Sprintf("%s/%dKiB", kind, size>>10), func(b *testing.B) {
+				d, _, _ := relayDatagram(size, time.Now().Truncate(10*time.Second))
+				sides := []*receiver{
+					openDrain(b, "drain", kind, dgram.DefaultBatchSize, d),
+					openRelay(b, "relay", kind, d, false),
+					openDrain(b, "drain1", kind, 1, d),
+					openRelay(b, "relay-reject", kind, d, true),
+				}
+				b.ReportAllocs()
+				b.StopTimer()
+				b.ResetTimer()
+				for r := range abRounds {
+					for _, s := range sides {
+						s.round(b, share(b.N, abRounds, r), b.StartTimer, b.StopTimer)
+					}
+				}
+				for _, s := range sides {
+					s.close(b)
+					s.report(b, kind)
+				}
+				rate := func(s *receiver) float64 { return float64(s.datagrams) / s.elapsed.Seconds() }
+				if sides[0].datagrams > 0 && sides[1].datagrams > 0 && sides[2].datagrams > 0 && sides[3].datagrams > 0 {
+					b.ReportMetric(rate(sides[1])/rate(sides[0]), "relay-ratio")
+					b.ReportMetric(rate(sides[0])/rate(sides[2]), "batch-ratio")
+					b.ReportMetric(rate(sides[3])/rate(sides[0]), "reject-ratio")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRelay is the whole relay (receive, decode, check, merge; not the
+// hourly forward) taking 1 KiB datagrams from a sender process as fast as
+// it can (target ≥ 100 000 datagrams/s on 2 cores). ns/op, MB/s and
+// allocs/op are per datagram; it reports datagrams/s and spans/s merged,
+// cpu-ns/datagram and cpu-ns/span (this process's user+sys CPU over the
+// timed region: every goroutine of the relay and its runtime, not the
+// sender), the datagram's groups and spans, and for UDP lost/sent.
+func BenchmarkRelay(b *testing.B) {
+	for _, kind := range relayKinds {
+		b.Run(kind+"/1KiB", func(b *testing.B) {
+			d, groups, spans := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
+			r := openRelay(b, "relay", kind, d, false)
+			b.SetBytes(int64(len(d)))
+			b.ReportAllocs()
+			b.StopTimer()
+			r.round(b, b.N, func() { b.ResetTimer(); b.StartTimer() }, b.StopTimer)
+			r.close(b)
+			if r.datagrams == 0 {
+				return
+			}
+			sec := r.elapsed.Seconds()
+			b.ReportMetric(float64(r.datagrams)/sec, "datagrams/s")
+			b.ReportMetric(float64(r.spansIn)/sec, "spans/s")
+			b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(r.datagrams), "cpu-ns/datagram")
+			b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(max(r.spansIn, 1)), "cpu-ns/span")
+			b.ReportMetric(float64(groups), "groups/datagram")
+			b.ReportMetric(float64(spans), "spans/datagram")
+			if r.sent > 0 {
+				b.ReportMetric(float64(r.senderCPU.Nanoseconds())/float64(r.sent), "sender-cpu-ns/datagram")
+			}
+			if kind == "udp" && r.sent > 0 {
+				b.ReportMetric(float64(r.sent-min(r.taken, r.sent))/float64(r.sent), "lost/sent")
+			}
+		})
+	}
+}
