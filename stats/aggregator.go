@@ -115,8 +115,11 @@ func (a *Aggregator) Publish(s *Span) bool {
 		return false
 	}
 	if c, ok := a.inbox.Claim(); ok {
-		s.snapshot(c.Value()) // straight into the slot: no copy of the record
+		cut := s.snapshot(c.Value()) // straight into the slot: no copy of the record
 		c.Commit()
+		if cut > 0 {
+			a.c.peerTagsCut.Add(uint64(cut))
+		}
 		return true
 	}
 	if a.inbox.Closed() {

@@ -49,6 +49,9 @@ type Health struct {
 	// the collapses per field. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
+	// PeerTagsCut counts the peer tags left out of spans that carried more
+	// than MaxPeerTags (the spans themselves are counted).
+	PeerTagsCut uint64
 	// AgentOffSpans were not aggregated because the agent did not accept
 	// client stats when they were published (see AgentOff).
 	AgentOffSpans uint64
@@ -100,6 +103,8 @@ type counters struct {
 	inboxFull  striped
 	afterStop  striped
 	agentOff   striped // spans published while the agent refuses stats
+	// peerTagsCut: tags over MaxPeerTags, written by producers (rarely).
+	peerTagsCut striped
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
@@ -170,6 +175,7 @@ func (a *Aggregator) Health() Health {
 		AgentOffTimes:    c.agentOffTimes.Load(),
 		InfoReads:        c.infoReads.Load(),
 		CollapsedSpans:   c.collapsedSpans.Load(),
+		PeerTagsCut:      c.peerTagsCut.Load(),
 	}
 	for f := range h.Collapsed {
 		h.Collapsed[f] = c.collapsed[f].Load()

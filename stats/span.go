@@ -80,9 +80,15 @@ func keepsPeerTags(kind string) bool {
 	return false
 }
 
+// MaxPeerTags is the most peer tags of one span that are looked at: the
+// agent aggregates on a list of a few dozen keys (its /info peer_tags), so
+// more cannot all be kept, and they must not make one span cost without
+// bound. The rest are cut and counted (Health.PeerTagsCut).
+const MaxPeerTags = 64
+
 // snapshot copies the span's key fields and measurements into the inbox
-// record.
-func (s *Span) snapshot(r *aggregate.Record) {
+// record, and returns how many peer tags it cut (over MaxPeerTags).
+func (s *Span) snapshot(r *aggregate.Record) (cut int) {
 	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
 	r.SpanKind = s.SpanKind
 	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
@@ -91,13 +97,18 @@ func (s *Span) snapshot(r *aggregate.Record) {
 	r.Duration = s.Duration
 	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
 	if len(s.PeerTags) > 0 && keepsPeerTags(s.SpanKind) {
+		tags := s.PeerTags
+		if len(tags) > MaxPeerTags {
+			cut, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
+		}
 		// r is a claimed slot, zeroed by the consumer: unlike SetPeerTags,
 		// leave the fields that stay zero unwritten, so their cache line
 		// (the slot's last) need not move to this core and back.
-		n := copy(r.PeerTags[:], s.PeerTags)
+		n := copy(r.PeerTags[:], tags)
 		r.NumPeerTags = uint8(n)
-		if len(s.PeerTags) > n {
-			r.ExtraPeerTags = append([]string(nil), s.PeerTags[n:]...)
+		if len(tags) > n {
+			r.ExtraPeerTags = append([]string(nil), tags[n:]...)
 		}
 	}
+	return cut
 }

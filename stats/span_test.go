@@ -50,3 +50,30 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 		t.Fatalf("%d inline tags and extra %v, want %d and a copy of %v", r.NumPeerTags, r.ExtraPeerTags, aggregate.MaxInlinePeerTags, extra)
 	}
 }
+
+// TestPeerTagsAreCapped: a span with 10 000 peer tags keeps MaxPeerTags of
+// them, costs Publish a bounded copy, and the cut is counted; the span is
+// counted once.
+func TestPeerTagsAreCapped(t *testing.T) {
+	tags := make([]string, 10_000)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("peer.tag%d:v", i)
+	}
+	var r aggregate.Record
+	if cut := (&Span{SpanKind: "client", PeerTags: tags}).snapshot(&r); cut != len(tags)-MaxPeerTags {
+		t.Fatalf("cut %d, want %d", cut, len(tags)-MaxPeerTags)
+	}
+	if n := int(r.NumPeerTags) + len(r.ExtraPeerTags); n != MaxPeerTags {
+		t.Fatalf("record holds %d tags, want %d", n, MaxPeerTags)
+	}
+	a := newStarted(t, Config{AgentURL: "http://127.0.0.1:1"})
+	sp := &Span{Service: "s", Name: "op", SpanKind: "client", Duration: 1, PeerTags: tags}
+	if allocs := testing.AllocsPerRun(100, func() { a.Publish(sp) }); allocs > 1 {
+		t.Errorf("Publish of a span with 10 000 tags: %v allocations, want at most the one copy of the capped rest", allocs)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PeerTagsCut != h.Published*uint64(len(tags)-MaxPeerTags) || h.Counted+h.InboxFull != h.Published {
+		t.Fatalf("published %d, cut %d tags, counted %d + inbox full %d", h.Published, h.PeerTagsCut, h.Counted, h.InboxFull)
+	}
+}
