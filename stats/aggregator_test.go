@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/writer"
 )
 
 func TestMain(m *testing.M) {
@@ -369,4 +372,70 @@ func TestSecondStopHonoursItsContext(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("first Stop: %v", err)
 	}
+}
+
+// decodingOut is a transport that decodes every payload it is handed, for
+// the fuzz target: what the SDK would send must decode and carry its hits.
+type decodingOut struct {
+	hits uint64
+	err  error
+}
+
+func (d *decodingOut) start() {}
+func (d *decodingOut) send(r *report, _ bool) {
+	for _, p := range r.parts {
+		pl, err := writer.DecodePayload(p.body)
+		if err != nil && d.err == nil {
+			d.err = err
+		}
+		if pl != nil {
+			for _, b := range pl.Buckets {
+				for _, g := range b.Groups {
+					d.hits += g.Hits
+				}
+			}
+		}
+	}
+	if r.done != nil {
+		r.done <- nil
+	}
+}
+func (d *decodingOut) nextDue() (time.Time, bool) { return time.Time{}, false }
+func (d *decodingOut) runDue(time.Time)           {}
+func (d *decodingOut) stop()                      {}
+
+// FuzzPublish publishes spans of arbitrary field values: whatever is
+// counted is sent in payloads that decode, carrying every counted hit.
+func FuzzPublish(f *testing.F) {
+	f.Add("web", "http.request", "GET /", "web", "server", "GET", "/users", "", "", uint32(200), int64(1000), byte(1), "peer.service:db")
+	f.Add("", "", "", "", "CLIENT", "", "", "14", "m", uint32(0), int64(math.MaxInt64), byte(0xff), "a:b\x00a:b\x00:\x00")
+	f.Add("\xff\xfe", "op\x00", strings.Repeat("r", 5000), "t", "consumer", "x", "y", "z", "w", uint32(1<<31), int64(-5), byte(2), "")
+	f.Fuzz(func(t *testing.T, svc, name, res, typ, kind, method, endpoint, grpc, src string, status uint32, dur int64, flags byte, peers string) {
+		a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &decodingOut{}
+		a.snd.out = out
+		a.Start()
+		sp := &Span{Service: svc, Name: name, Resource: res, Type: typ, SpanKind: kind, HTTPMethod: method,
+			HTTPEndpoint: endpoint, GRPCStatusCode: grpc, ServiceSource: src, HTTPStatusCode: status, Duration: dur,
+			Error: flags&1 != 0, TopLevel: flags&2 != 0, Measured: flags&4 != 0, TraceRoot: flags&8 != 0, Synthetics: flags&16 != 0}
+		if peers != "" {
+			sp.PeerTags = strings.Split(peers, "\x00")
+		}
+		for range 3 {
+			a.Publish(sp)
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h := a.Health()
+		if out.err != nil {
+			t.Fatalf("a payload does not decode: %v", out.err)
+		}
+		if out.hits != h.Counted || h.Counted+h.Ineligible != 3 {
+			t.Fatalf("decoded %d hits; counted %d, ineligible %d of 3", out.hits, h.Counted, h.Ineligible)
+		}
+	})
 }
