@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
 )
 
 // A tracer creates one Aggregator, publishes every finished span, and stops
 // it at shutdown. The fake agent stands in for the Datadog agent.
 func Example() {
-	agent := testagent.New() // a real agent listens on http://localhost:8126
+	agent := statstest.New() // a real agent listens on http://localhost:8126
 	defer agent.Close()
 
 	agg, err := stats.New(stats.Config{

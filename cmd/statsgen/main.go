@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -72,9 +72,9 @@ func run(o options, out io.Writer) error {
 		return err
 	}
 	url := o.agent
-	var fake *testagent.Agent
+	var fake *statstest.Agent
 	if url == "" {
-		fake = testagent.New()
+		fake = statstest.New()
 		defer fake.Close()
 		url = fake.URL()
 		fmt.Fprintf(out, "embedded fake agent on %s\n", url)
@@ -113,7 +113,7 @@ func run(o options, out io.Writer) error {
 		}
 		reqs := fake.Requests()
 		for ; printed < len(reqs); printed++ {
-			testagent.WriteTop(out, reqs[printed], o.top)
+			statstest.WriteTop(out, reqs[printed], o.top)
 		}
 	}
 	var notify <-chan struct{}
@@ -144,7 +144,7 @@ loop:
 	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + rejected %d; payloads sent %d failed %d dropped %d, %d bytes\n",
 		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
 	if fake != nil {
-		_, hits := testagent.Sum(fake.Requests())
+		_, hits := statstest.Sum(fake.Requests())
 		fmt.Fprintf(out, "agent decoded %d hits (counted %d)\n", hits, h.Counted)
 		if hits != h.Counted {
 			return fmt.Errorf("agent decoded %d hits but %d were counted", hits, h.Counted)
