@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // A tracer creates one Aggregator, publishes every finished span, and stops

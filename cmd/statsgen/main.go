@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 type options struct {

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // demoRate is the spans per second each demo aggregator publishes.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // startServer runs a Server on a temporary Unix socket and a loopback UDP
