@@ -195,7 +195,7 @@ func putAttrs(m pcommon.Map, kvs []attribute.KeyValue) {
 		case attribute.BOOL:
 			m.PutBool(k, kv.Value.AsBool())
 		default:
-			m.PutStr(k, kv.Value.Emit())
+			m.PutStr(k, kv.Value.String())
 		}
 	}
 }

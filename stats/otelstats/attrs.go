@@ -178,7 +178,8 @@ func (v *view) any(a attr, scratch []byte) ([]byte, bool) {
 			return b, true
 		}
 	}
-	if x := v.res.vals[a]; x.Type() != attribute.INVALID {
+	if v.res.has[a] {
+		x := v.res.vals[a]
 		if b := appendValue(scratch, x); len(b) > len(scratch) {
 			return b, true
 		}
@@ -199,10 +200,10 @@ func appendValue(b []byte, x attribute.Value) []byte {
 		return strconv.AppendBool(b, x.AsBool())
 	case attribute.FLOAT64:
 		return strconv.AppendFloat(b, x.AsFloat64(), 'f', -1, 64)
-	case attribute.INVALID:
+	case attribute.EMPTY:
 		return b
 	}
-	return append(b, x.Emit()...)
+	return append(b, x.String()...)
 }
 
 // resAttrs are a resource's values by attr, computed once per resource.

@@ -61,9 +61,3 @@ func (m *memo) strS(key string, compute func(string) string) string {
 	}
 	return m.put(&memoEntry{key: key, val: compute(key)}).val
 }
-
-// intern returns a string equal to b, the same one each time while it
-// stays in the memo.
-func (m *memo) intern(b []byte) string {
-	return m.str(b, func(s string) string { return s })
-}
