@@ -16,7 +16,7 @@ import (
 
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // relayKinds are the sockets the relay benchmarks measure, as dgram and
@@ -96,7 +96,7 @@ func openRelay(b *testing.B, name, kind string, d []byte, reject bool) *receiver
 	if reject {
 		d = make([]byte, len(d))
 	}
-	agent := testagent.New()
+	agent := statstest.New()
 	cfg := relay.ServerConfig{UnixPath: "-", UDPAddr: "-", AgentURL: agent.URL(), Interval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler)}
 	t := relay.UDP

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 var sinkBool bool
@@ -31,7 +31,7 @@ func benchSpans(n int) []Span {
 // loopback agent at the default interval) so Publish is measured against a
 // live consumer, not an idle ring.
 func benchAggregator(b *testing.B, cfg ...Config) (*Aggregator, func()) {
-	ag := testagent.New()
+	ag := statstest.New()
 	c := Config{}
 	if len(cfg) > 0 {
 		c = cfg[0]

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -51,10 +51,10 @@ type tally struct{ hits, errors, top, dur uint64 }
 // publishLoad publishes n spans from each of producers goroutines over keys
 // resources and returns per-key tallies of the spans Publish accepted, and
 // the number of ineligible spans published.
-func publishLoad(a *Aggregator, producers, n, keys int) (map[testagent.GroupKey]*tally, uint64) {
+func publishLoad(a *Aggregator, producers, n, keys int) (map[statstest.GroupKey]*tally, uint64) {
 	var (
 		mu         sync.Mutex
-		total      = map[testagent.GroupKey]*tally{}
+		total      = map[statstest.GroupKey]*tally{}
 		ineligible uint64
 		wg         sync.WaitGroup
 	)
@@ -62,7 +62,7 @@ func publishLoad(a *Aggregator, producers, n, keys int) (map[testagent.GroupKey]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			local := map[testagent.GroupKey]*tally{}
+			local := map[statstest.GroupKey]*tally{}
 			var inel uint64
 			kinds := []string{"server", "client", "internal", "CONSUMER"}
 			for i := range n {
@@ -87,7 +87,7 @@ func publishLoad(a *Aggregator, producers, n, keys int) (map[testagent.GroupKey]
 					inel++
 					continue
 				}
-				key := testagent.GroupKey{Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind, HTTPStatusCode: s.HTTPStatusCode}
+				key := statstest.GroupKey{Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind, HTTPStatusCode: s.HTTPStatusCode}
 				tl := local[key]
 				if tl == nil {
 					tl = &tally{}
@@ -134,7 +134,7 @@ func TestEndToEndConservation(t *testing.T) {
 		{"tiny-inbox-drops", 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ag := testagent.New()
+			ag := statstest.New()
 			defer ag.Close()
 			a := newStarted(t, Config{AgentURL: ag.URL(), Env: "test", Service: "svc", InboxSize: tc.inbox, SendQueue: 256,
 				BucketInterval: 50 * time.Millisecond})
@@ -174,7 +174,7 @@ func TestEndToEndConservation(t *testing.T) {
 			if tc.inbox != 0 && h.InboxFull == 0 {
 				t.Errorf("tiny inbox never filled; the drop path was not exercised")
 			}
-			got, hits := testagent.Sum(ag.Requests())
+			got, hits := statstest.Sum(ag.Requests())
 			if hits != h.Counted || h.SpansSent != h.Counted || h.SpansUnsent != 0 {
 				t.Fatalf("agent decoded %d hits, Counted %d; health %+v", hits, h.Counted, h)
 			}
@@ -207,7 +207,7 @@ func TestEndToEndConservation(t *testing.T) {
 }
 
 func TestPublishAfterStopIsCounted(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL()})
 	stop(t, a)
@@ -339,7 +339,7 @@ func TestFlushBeforeStart(t *testing.T) {
 // TestSecondStopHonoursItsContext: while a first Stop waits for a stuck
 // agent, a second Stop returns by its own deadline.
 func TestSecondStopHonoursItsContext(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	release, arrived := make(chan struct{}), make(chan struct{}, 1)
 	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {

@@ -6,11 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net/url"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -63,38 +62,6 @@ const (
 	// DefaultInfoRefresh is the /info poll period while stats are disabled.
 	DefaultInfoRefresh = 30 * time.Second
 )
-
-// Environment variables Datadog tracers already use for the budgets.
-const (
-	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
-	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
-	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
-)
-
-// limitsFromEnv fills the budgets the config left at zero from the
-// environment; an invalid value keeps the default and logs a warning.
-func limitsFromEnv(l aggregate.Limits, getenv func(string) string, logf func(string, ...any)) aggregate.Limits {
-	for _, e := range []struct {
-		name string
-		v    *int
-	}{
-		{EnvResourceLimit, &l.Resource},
-		{EnvHTTPEndpointLimit, &l.HTTPEndpoint},
-		{EnvPeerTagsLimit, &l.PeerTag},
-	} {
-		raw := getenv(e.name)
-		if *e.v != 0 || raw == "" {
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(raw))
-		if err != nil || n <= 0 {
-			logf("spanstats: ignoring %s=%q: want a positive integer; using the default", e.name, raw)
-			continue
-		}
-		*e.v = n
-	}
-	return l
-}
 
 // Config configures an Aggregator. The zero value of every field selects its
 // documented default.
@@ -191,17 +158,24 @@ type Config struct {
 	// prepends (e.g. "datadog.tracer."), so the prefix is never doubled.
 	Metrics          MetricsClient
 	MetricsNamespace string
-	// Logger receives configuration warnings (default: the standard log
-	// package). It is never called on the Publish path.
-	Logger func(format string, args ...any)
+	// Logger receives warnings (default slog.Default()): configuration
+	// fallbacks when New runs, then, from the sender goroutine and at most
+	// once a minute per kind with the count since the previous line, failed
+	// and dropped payloads, the agent refusing stats, and shed spans (see
+	// log.go). It is never called on the Publish path.
+	Logger *slog.Logger
 }
 
 // ErrBadConfig is wrapped by every configuration error New returns.
 var ErrBadConfig = errors.New("stats: bad config")
 
-// withDefaults returns c with defaults filled in, or an error for values
-// that cannot work.
+// withDefaults returns c with the environment (see env.go) and then the
+// defaults filled in, or an error for values that cannot work.
 func (c Config) withDefaults() (Config, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c = c.withEnv(os.Getenv, fileExists, c.Logger)
 	if c.AgentURL == "" {
 		c.AgentURL = DefaultAgentURL
 	}
@@ -262,10 +236,6 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SendJitter < 0:
 		c.SendJitter = 0
 	}
-	if c.Logger == nil {
-		c.Logger = log.Printf
-	}
-	c.CardinalityLimits = limitsFromEnv(c.CardinalityLimits, os.Getenv, c.Logger)
 	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
 		return c, fmt.Errorf("%w: MaxDatagramBytes must be >= %d, got %d", ErrBadConfig, minDatagramBytes, c.MaxDatagramBytes)
 	}

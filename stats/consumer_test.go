@@ -16,22 +16,22 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
 
 // TestBudgetsThroughAggregator: a resource with a UUID in it collapses past
 // the budget and is counted in Health.
 func TestBudgetsThroughAggregator(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL(), CardinalityLimits: aggregate.Limits{Resource: 10}})
 	for i := range 30 {
 		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("GET /u/%08x", uint32(i)*2654435761), SpanKind: "server", Duration: 1})
 	}
 	stop(t, a)
-	got, hits := testagent.Sum(ag.Requests())
-	b := got[testagent.GroupKey{Service: "s", Name: "op", Resource: aggregate.BlockedValue, SpanKind: "server"}]
+	got, hits := statstest.Sum(ag.Requests())
+	b := got[statstest.GroupKey{Service: "s", Name: "op", Resource: aggregate.BlockedValue, SpanKind: "server"}]
 	if hits != 30 || b == nil || b.Hits != 20 || len(got) != 11 {
 		t.Fatalf("hits %d, blocked group %+v, %d groups", hits, b, len(got))
 	}
@@ -45,19 +45,19 @@ func TestBudgetsThroughAggregator(t *testing.T) {
 // TestOverflowKeepsTotals: more keys than the cap in one interval fold into
 // the overflow group without losing hits.
 func TestOverflowKeepsTotals(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL(), MaxAggregates: 10})
 	for i := range 25 {
 		a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint(i), SpanKind: "server", Duration: 100, Error: i%2 == 0})
 	}
 	stop(t, a)
-	got, hits := testagent.Sum(ag.Requests())
+	got, hits := statstest.Sum(ag.Requests())
 	if hits != 25 {
 		t.Fatalf("agent hits = %d, want 25", hits)
 	}
 	b := aggregate.BlockedValue
-	ov := got[testagent.GroupKey{Service: b, Name: b, Resource: b, Type: b, SpanKind: b}]
+	ov := got[statstest.GroupKey{Service: b, Name: b, Resource: b, Type: b, SpanKind: b}]
 	if ov == nil || ov.Hits != 15 || ov.Errors != 8 || ov.Duration != 1500 {
 		t.Fatalf("overflow group = %+v, want 15 hits 8 errors 1500 ns", ov)
 	}
@@ -70,7 +70,7 @@ func TestOverflowKeepsTotals(t *testing.T) {
 // multiple of the interval and last exactly one interval; a Flush ends a
 // bucket early with its real length.
 func TestBucketsAligned(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	const iv = 100 * time.Millisecond
 	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: iv})
@@ -107,7 +107,7 @@ func TestBucketsAligned(t *testing.T) {
 }
 
 func TestClearDiscardsAndCounts(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL()})
 	for range 7 {
@@ -124,7 +124,7 @@ func TestClearDiscardsAndCounts(t *testing.T) {
 	a.Clear()
 	waitFor(t, "5 spans cleared", func() bool { return a.Health().Cleared == 5 })
 	stop(t, a)
-	_, hits := testagent.Sum(ag.Requests())
+	_, hits := statstest.Sum(ag.Requests())
 	h := a.Health()
 	if hits != 7 || h.Cleared != 5 || h.SpansSent != 7 {
 		t.Fatalf("agent hits %d, Cleared %d, SpansSent %d; want 7, 5, 7", hits, h.Cleared, h.SpansSent)
@@ -135,7 +135,7 @@ func TestClearDiscardsAndCounts(t *testing.T) {
 // out as several complete payloads, each within the limit, carrying every
 // group exactly once.
 func TestReportSplitsToPayloadLimit(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	const limit = 64 << 10
 	a := newStarted(t, Config{AgentURL: ag.URL(), MaxPayloadBytes: limit})

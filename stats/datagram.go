@@ -84,6 +84,7 @@ func (d *datagramOut) send(r *report, last bool) {
 			err = d.write(p, flags, deadline)
 		}
 		if err != nil {
+			d.ctr.noteError(err)
 			d.ctr.payloadsFailed.Add(1)
 			d.ctr.payloadsDropped.Add(1)
 			d.ctr.spansUnsent.Add(p.hits)

@@ -5,43 +5,49 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
-// A tracer creates one Aggregator, publishes every finished span, and stops
-// it at shutdown. The fake agent stands in for the Datadog agent.
+// The README's quick start (TestReadmeQuickStart runs the README's copy as
+// a program of its own). A tracer creates one Aggregator, publishes every
+// finished span, and stops it at shutdown; statstest stands in for the
+// Datadog agent.
 func Example() {
-	agent := testagent.New() // a real agent listens on http://localhost:8126
+	agent := statstest.New() // stands in for the Datadog agent; drop it and AgentURL to use the real one
 	defer agent.Close()
 
 	agg, err := stats.New(stats.Config{
-		AgentURL: agent.URL(),
-		Env:      "prod", Service: "web", Version: "1.2.3",
-		TracerVersion:  "v0.1.0",
-		BucketInterval: 10 * time.Second,
+		AgentURL: agent.URL(), // default: DD_TRACE_AGENT_URL, DD_AGENT_HOST/DD_TRACE_AGENT_PORT, or http://localhost:8126
+		Env:      "prod", Service: "web", Version: "1.2.3", TracerVersion: "my-tracer/1.0",
 	})
 	if err != nil {
 		panic(err)
 	}
 	agg.Start()
+
+	// on every finished span, from any goroutine:
 	for i := range 10 {
 		agg.Publish(&stats.Span{
 			Service: "web", Name: "http.request", Resource: "GET /users/:id",
 			SpanKind: "server", HTTPStatusCode: 200, HTTPMethod: "GET",
-			Duration: int64(time.Millisecond), TopLevel: true, Error: i == 0,
+			Start: time.Now().UnixNano(), Duration: int64(3 * time.Millisecond), TopLevel: true, Error: i == 0,
 		})
 	}
+
+	// at shutdown: drain, send the last report, stop the goroutines
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := agg.Stop(ctx); err != nil { // drains, sends the last report
+	if err := agg.Stop(ctx); err != nil {
 		panic(err)
 	}
-	h := agg.Health()
-	fmt.Printf("published %d counted %d payloads %d\n", h.Published, h.Counted, h.PayloadsSent)
-	g := agent.Requests()[0].Payload.Buckets[0].Groups[0]
-	fmt.Printf("%s %s hits=%d errors=%d\n", g.Service, g.Resource, g.Hits, g.Errors)
+	h := agg.Health() // every span is in Counted or a named drop counter
+	groups, hits := statstest.Sum(agent.Requests())
+	fmt.Println("counted", h.Counted, "agent received", hits, "in", len(groups), "group")
+	for k, g := range groups {
+		fmt.Println(k.Service, k.Resource, "hits", g.Hits, "errors", g.Errors)
+	}
 	// Output:
-	// published 10 counted 10 payloads 1
-	// web GET /users/:id hits=10 errors=1
+	// counted 10 agent received 10 in 1 group
+	// web GET /users/:id hits 10 errors 1
 }

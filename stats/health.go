@@ -2,6 +2,7 @@ package stats
 
 import (
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -81,6 +82,13 @@ type Health struct {
 	// that state and InfoReads the successful /info reads.
 	AgentOff                 bool
 	AgentOffTimes, InfoReads uint64
+
+	// LastSendError is the most recent failure to deliver a payload (an
+	// agent's non-2xx answer, a network error, a dropped payload's cause),
+	// and LastSendErrorAt when it happened; nil and zero until one fails.
+	// A later success does not clear it: compare with PayloadsSent.
+	LastSendError   error
+	LastSendErrorAt time.Time
 }
 
 // FieldCounts holds one counter per label field with a cardinality budget,
@@ -114,6 +122,20 @@ type counters struct {
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
 	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
+	lastErr                                                  atomic.Pointer[sendError]
+}
+
+// sendError is a delivery failure and its time, for Health.
+type sendError struct {
+	err error
+	at  time.Time
+}
+
+// noteError records err as the last send error.
+func (c *counters) noteError(err error) {
+	if err != nil {
+		c.lastErr.Store(&sendError{err: err, at: time.Now()})
+	}
 }
 
 // stripes is the number of cells of a striped counter: enough that 8–16
@@ -176,6 +198,9 @@ func (a *Aggregator) Health() Health {
 		InfoReads:        c.infoReads.Load(),
 		CollapsedSpans:   c.collapsedSpans.Load(),
 		PeerTagsCut:      c.peerTagsCut.Load(),
+	}
+	if e := c.lastErr.Load(); e != nil {
+		h.LastSendError, h.LastSendErrorAt = e.err, e.at
 	}
 	for f := range h.Collapsed {
 		h.Collapsed[f] = c.collapsed[f].Load()

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 type recordingStatsd struct {
@@ -35,7 +35,7 @@ func (r *recordingStatsd) Gauge(name string, v float64, _ []string, _ float64) e
 // client once, under datadog.tracer.stats.*, without the client's namespace
 // repeated.
 func TestMetricsNoDoublePrefix(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	for _, tc := range []struct{ namespace, name string }{
 		{"", "datadog.tracer.stats.spans.counted[]"},

@@ -53,6 +53,7 @@ type sender struct {
 	metrics       *emitter
 	done          chan struct{}
 
+	logs    *troubleLog
 	jitter  time.Duration // Config.SendJitter
 	rng     *rand.Rand
 	delayed []delayedReport // interval reports waiting for their send time
@@ -74,6 +75,7 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 		health:        a.Health,
 		metrics:       &emitter{client: cfg.Metrics, namespace: cfg.MetricsNamespace},
 		done:          make(chan struct{}),
+		logs:          newTroubleLog(cfg.Logger),
 		jitter:        cfg.SendJitter,
 		rng:           rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
@@ -143,7 +145,11 @@ func (h *httpOut) stop() {
 // client's retries when due, and answers the waiting Flush or Stop.
 func (s *sender) run() {
 	defer close(s.done)
-	defer func() { s.metrics.emit(s.health()) }()
+	defer func() {
+		h := s.health()
+		s.metrics.emit(h)
+		s.logs.check(h, time.Now(), true)
+	}()
 	s.out.start()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -183,6 +189,7 @@ func (s *sender) run() {
 			}
 			s.sendHeld(n)
 			s.out.runDue(t)
+			s.logs.check(s.health(), time.Now(), false)
 		}
 	}
 }
@@ -195,10 +202,13 @@ func (s *sender) sendHeld(n int) {
 	s.delayed = slices.Delete(s.delayed, 0, n)
 }
 
-// nextDue is the earliest of the delayed reports' send times and the
-// client's work.
+// nextDue is the earliest of the delayed reports' send times, the
+// client's work and a pending log line.
 func (s *sender) nextDue() (time.Time, bool) {
 	d, ok := s.out.nextDue()
+	if l, lok := s.logs.due(); lok && (!ok || l.Before(d)) {
+		d, ok = l, true
+	}
 	for _, r := range s.delayed {
 		if !ok || r.due.Before(d) {
 			d, ok = r.due, true
@@ -210,7 +220,9 @@ func (s *sender) nextDue() (time.Time, bool) {
 // send hands a report to the transport.
 func (s *sender) send(r *report, last bool) {
 	s.out.send(r, last)
-	s.metrics.emit(s.health())
+	h := s.health()
+	s.metrics.emit(h)
+	s.logs.check(h, time.Now(), false)
 }
 
 // The sender is the agent client's Observer: it counts every outcome.
@@ -222,8 +234,11 @@ func (s *sender) Sent(p *agentclient.Payload) {
 	s.ctr.spansSent.Add(p.Hits)
 }
 
-// Failed counts a failed attempt.
-func (s *sender) Failed(*agentclient.Payload, error) { s.ctr.payloadsFailed.Add(1) }
+// Failed counts a failed attempt and keeps its error for Health.
+func (s *sender) Failed(_ *agentclient.Payload, err error) {
+	s.ctr.noteError(err)
+	s.ctr.payloadsFailed.Add(1)
+}
 
 // Retried counts an attempt scheduled after a retryable failure.
 func (s *sender) Retried(*agentclient.Payload) { s.ctr.payloadsRetried.Add(1) }
@@ -232,7 +247,8 @@ func (s *sender) Retried(*agentclient.Payload) { s.ctr.payloadsRetried.Add(1) }
 func (s *sender) Split(*agentclient.Payload) { s.ctr.payloadsSplit.Add(1) }
 
 // Dropped counts a payload given up, and its spans.
-func (s *sender) Dropped(p *agentclient.Payload, _ error) {
+func (s *sender) Dropped(p *agentclient.Payload, err error) {
+	s.ctr.noteError(err)
 	s.ctr.payloadsDropped.Add(1)
 	s.ctr.spansUnsent.Add(p.Hits)
 }

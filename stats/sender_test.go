@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
-	"github.com/spanstats/spanstats/internal/testagent"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // TestHeadersAndPayloadIdentity checks the request headers and payload
 // fields the agent relies on, over a Unix socket.
 func TestHeadersAndPayloadIdentity(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "apm.socket")
-	ag, err := testagent.NewUnix(sock)
+	ag, err := statstest.NewUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestHeadersAndPayloadIdentity(t *testing.T) {
 // TestBadRequestIsDroppedNotRetried: a 400 means the agent will never take
 // the payload; it is dropped at once and counted.
 func TestBadRequestIsDroppedNotRetried(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
 		http.Error(w, "boom", http.StatusBadRequest)
@@ -110,7 +110,7 @@ func TestFaultConnectionRefused(t *testing.T) {
 }
 
 func TestFaultHangPastTimeout(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
 		<-r.Context().Done() // hang until the client gives up
@@ -150,7 +150,7 @@ func TestFaultHangPastTimeout(t *testing.T) {
 }
 
 func TestFault500Then200DeliversOnce(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
 		if n == 1 {
@@ -169,7 +169,7 @@ func TestFault500Then200DeliversOnce(t *testing.T) {
 	if len(reqs) != 2 || reqs[0].Status != 500 || reqs[1].Status != 200 {
 		t.Fatalf("agent saw %d requests", len(reqs))
 	}
-	_, hits := testagent.Sum(reqs)
+	_, hits := statstest.Sum(reqs)
 	if hits != 7 {
 		t.Fatalf("accepted hits %d, want 7 (once)", hits)
 	}
@@ -184,7 +184,7 @@ func TestFault500Then200DeliversOnce(t *testing.T) {
 // through the consumer; spans published meanwhile are counted in AgentOffSpans;
 // once /info lists /v0.6/stats again, stats flow again.
 func TestFault404ThenInfoRecovery(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
 		if n == 1 {
@@ -217,8 +217,8 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop(t, a)
-	got, hits := testagent.Sum(ag.Requests())
-	if hits != 6 || got[testagent.GroupKey{Service: "s", Name: "op", Resource: "after", SpanKind: "server"}].Hits != 6 {
+	got, hits := statstest.Sum(ag.Requests())
+	if hits != 6 || got[statstest.GroupKey{Service: "s", Name: "op", Resource: "after", SpanKind: "server"}].Hits != 6 {
 		t.Fatalf("accepted hits %d, want 6 from after the recovery", hits)
 	}
 	h := a.Health()
@@ -231,7 +231,7 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 // TestInfoWithoutStatsAtStart: an agent whose /info lacks /v0.6/stats gets
 // no payload at all; the spans are counted in AgentOffSpans.
 func TestInfoWithoutStatsAtStart(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
 	a := newStarted(t, Config{AgentURL: ag.URL()})
@@ -252,7 +252,7 @@ func TestInfoWithoutStatsAtStart(t *testing.T) {
 }
 
 func TestInfoPeerTagsFilterKeys(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats"}, "peer_tags": []string{"peer.service", "db.instance"}})
 	a := newStarted(t, Config{AgentURL: ag.URL()})
@@ -275,7 +275,7 @@ func TestInfoPeerTagsFilterKeys(t *testing.T) {
 // group exactly once.
 func TestFault413SplitsPayload(t *testing.T) {
 	const agentLimit = 16 << 10
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
 		if r.ContentLength > agentLimit {
@@ -293,7 +293,7 @@ func TestFault413SplitsPayload(t *testing.T) {
 	}
 	stop(t, a)
 	seen := map[string]int{}
-	for _, r := range testagent.Accepted(ag.Requests()) {
+	for _, r := range statstest.Accepted(ag.Requests()) {
 		if len(r.Body) > agentLimit {
 			t.Fatalf("accepted body of %d bytes", len(r.Body))
 		}
@@ -324,7 +324,7 @@ func TestFault413SplitsPayload(t *testing.T) {
 // an hour away; the next, of 3 spans, does not fit beside it and is
 // dropped at once; the agent recovers and Stop's last attempt delivers the
 // first.
-func checkRetryBudget(t *testing.T, ag *testagent.Agent, cfg Config) {
+func checkRetryBudget(t *testing.T, ag *statstest.Agent, cfg Config) {
 	t.Helper()
 	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -352,7 +352,7 @@ func checkRetryBudget(t *testing.T, ag *testagent.Agent, cfg Config) {
 
 // TestRetryBudgetBoundsQueue: the retry queue bounded to one payload.
 func TestRetryBudgetBoundsQueue(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	checkRetryBudget(t, ag, Config{MaxRetryPayloads: 1})
 }
@@ -362,7 +362,7 @@ func TestRetryBudgetBoundsQueue(t *testing.T) {
 // first payload's size and both payloads' (measured in a dry run against a
 // healthy agent).
 func TestRetryBudgetBoundsBytes(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL()})
 	publishN(a, 2, "a")
@@ -412,7 +412,7 @@ func fillSendQueue(t *testing.T, a *Aggregator, arrived <-chan struct{}) {
 // request open, reports queue up to SendQueue; the next is dropped and
 // counted at once (ErrSendQueueFull), and the consumer goes on counting.
 func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	arrived, release := make(chan struct{}, 8), make(chan struct{})
 	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
@@ -448,7 +448,7 @@ func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
 	if h.PayloadsSent != 3 || h.SpansSent != 7 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 {
 		t.Fatalf("sent %d payloads %d spans, dropped %d unsent %d; want 3 7 1 3", h.PayloadsSent, h.SpansSent, h.PayloadsDropped, h.SpansUnsent)
 	}
-	got, hits := testagent.Sum(ag.Requests())
+	got, hits := statstest.Sum(ag.Requests())
 	if hits != 7 || len(got) != 3 {
 		t.Fatalf("agent got %d hits in %d groups, want 7 in 3 (r1, r2, r4)", hits, len(got))
 	}
@@ -459,7 +459,7 @@ func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
 // full send queue only until its context ends; then every goroutine ends
 // and the spans it could not deliver are counted as unsent.
 func TestStopDeadlineWithStuckSender(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	arrived := make(chan struct{}, 8)
 	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
@@ -493,7 +493,7 @@ func TestStopDeadlineWithStuckSender(t *testing.T) {
 // of Health hold, and the agent accepted exactly the spans Health counts as
 // sent: each once, however often its payload was retried or split.
 func TestChaosConservation(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	// Each run of 20 requests meets every answer; the stride mixes them.
 	answers := [20]int{200, 500, 200, 413, 200, 500, 200, 400, 200, 404,
@@ -575,7 +575,7 @@ func TestChaosConservation(t *testing.T) {
 	if acc != h.Counted+h.AggregateDropped+h.Ineligible { // false means dropped (full, stopped, disabled)
 		t.Fatalf("Publish returned true %d times, counted %d + dropped %d + ineligible %d", acc, h.Counted, h.AggregateDropped, h.Ineligible)
 	}
-	_, hits := testagent.Sum(ag.Requests())
+	_, hits := statstest.Sum(ag.Requests())
 	if hits != h.SpansSent {
 		t.Fatalf("agent accepted %d hits, Health.SpansSent %d", hits, h.SpansSent)
 	}

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 type options struct {
@@ -72,9 +72,9 @@ func run(o options, out io.Writer) error {
 		return err
 	}
 	url := o.agent
-	var fake *testagent.Agent
+	var fake *statstest.Agent
 	if url == "" {
-		fake = testagent.New()
+		fake = statstest.New()
 		defer fake.Close()
 		url = fake.URL()
 		fmt.Fprintf(out, "embedded fake agent on %s\n", url)
@@ -94,6 +94,8 @@ func run(o options, out io.Writer) error {
 	defer cancelRun()
 	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.0f%% errors, %s durations %s..%s, rate %s\n",
 		o.run, o.producers, o.keys, 100*o.errRatio, o.dist, o.minDur, o.maxDur, rateString(o.rate))
+	fmt.Fprintf(out, "interval %s: stats are aggregated per %s bucket and sent once each bucket closes\n", o.interval, o.interval)
+	st := &status{out: out, last: time.Now()}
 
 	var wg sync.WaitGroup
 	for p := range o.producers {
@@ -105,15 +107,13 @@ func run(o options, out io.Writer) error {
 	}
 	printed := 0
 	report := func() {
+		st.line(agg.Health())
 		if fake == nil {
-			h := agg.Health()
-			fmt.Fprintf(out, "published %d counted %d inbox-full %d payloads sent %d failed %d\n",
-				h.Published, h.Counted, h.InboxFull, h.PayloadsSent, h.PayloadsFailed)
 			return
 		}
 		reqs := fake.Requests()
 		for ; printed < len(reqs); printed++ {
-			testagent.WriteTop(out, reqs[printed], o.top)
+			statstest.WriteTop(out, reqs[printed], o.top)
 		}
 	}
 	var notify <-chan struct{}
@@ -143,14 +143,46 @@ loop:
 	h := agg.Health()
 	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + rejected %d; payloads sent %d failed %d dropped %d, %d bytes\n",
 		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
+	if h.LastSendError != nil {
+		fmt.Fprintf(out, "last send error (%s): %v\n", h.LastSendErrorAt.Format("15:04:05.000"), h.LastSendError)
+	}
 	if fake != nil {
-		_, hits := testagent.Sum(fake.Requests())
+		_, hits := statstest.Sum(fake.Requests())
 		fmt.Fprintf(out, "agent decoded %d hits (counted %d)\n", hits, h.Counted)
 		if hits != h.Counted {
 			return fmt.Errorf("agent decoded %d hits but %d were counted", hits, h.Counted)
 		}
 	}
 	return stopErr
+}
+
+// status prints one line per report: the rate since the previous line,
+// the counters, why sends fail, and a one-line legend the first time
+// something that needs one appears.
+type status struct {
+	out                          io.Writer
+	last                         time.Time
+	published                    uint64
+	toldInboxFull, toldCollapsed bool
+}
+
+func (st *status) line(h stats.Health) {
+	now := time.Now()
+	rate := float64(h.Published-st.published) / now.Sub(st.last).Seconds()
+	st.last, st.published = now, h.Published
+	fmt.Fprintf(st.out, "\n%.0f spans/s  published %d counted %d inbox-full %d collapsed %d  payloads sent %d failed %d dropped %d\n",
+		rate, h.Published, h.Counted, h.InboxFull, h.CollapsedSpans+h.Overflowed, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped)
+	if h.PayloadsFailed+h.PayloadsDropped > 0 && h.LastSendError != nil {
+		fmt.Fprintf(st.out, "  last send error (%s): %v\n", h.LastSendErrorAt.Format("15:04:05.000"), h.LastSendError)
+	}
+	if h.InboxFull > 0 && !st.toldInboxFull {
+		st.toldInboxFull = true
+		fmt.Fprintln(st.out, "  legend: inbox-full = spans dropped because the aggregating goroutine fell behind; Publish never waits, it counts the drop")
+	}
+	if h.CollapsedSpans+h.Overflowed > 0 && !st.toldCollapsed {
+		st.toldCollapsed = true
+		fmt.Fprintln(st.out, "  legend: tracer_blocked_value = a label over its per-interval cardinality budget (or the table full); the span still counts, under that value")
+	}
 }
 
 func rateString(r float64) string {

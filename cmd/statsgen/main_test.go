@@ -67,3 +67,18 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRunExplainsFailures: against an agent that is not there, the output
+// names the interval, gives spans per second, and says why sends fail.
+func TestRunExplainsFailures(t *testing.T) {
+	var out bytes.Buffer
+	o := options{rate: 2000, keys: 5, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
+		producers: 1, run: 600 * time.Millisecond, interval: 200 * time.Millisecond, top: 1, agent: "http://127.0.0.1:1"}
+	_ = run(o, &out)
+	s := out.String()
+	for _, want := range []string{"interval 200ms", "spans/s", "last send error", "connection refused"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}

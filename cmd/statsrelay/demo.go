@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // demoRate is the spans per second each demo aggregator publishes.
@@ -25,7 +25,7 @@ const demoRate = 20_000
 
 // runDemo runs the demo for the given number of intervals.
 func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, demoIntervals int) error {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	dir, err := os.MkdirTemp("", "statsrelay-demo")
 	if err != nil {
@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, dem
 	show := func() {
 		reqs := ag.Requests()
 		for ; printed < len(reqs); printed++ {
-			testagent.WriteTop(out, reqs[printed], 6)
+			statstest.WriteTop(out, reqs[printed], 6)
 			printCounters(out, srv.Relay().Stats())
 		}
 	}
@@ -95,7 +95,7 @@ func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, dem
 	}
 	show()
 	st := srv.Relay().Stats()
-	_, hits := testagent.Sum(ag.Requests())
+	_, hits := statstest.Sum(ag.Requests())
 	var dropped uint64
 	for _, v := range st.SpansDropped {
 		dropped += v

@@ -19,8 +19,8 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -55,7 +55,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // of the sending process reaches the agent's headers and the payload, though
 // the SDK itself set none.
 func TestOriginReachesAgent(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: procRoot(t), UDPAddr: "-"})
 	a, err := stats.New(stats.Config{AgentURL: "unixgram://" + srv.Addr(relay.Unix), Service: "web"})
@@ -86,7 +86,7 @@ func TestOriginReachesAgent(t *testing.T) {
 // under the relay's own container.
 func TestUnixAgentNeverMisfiles(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "apm.socket")
-	ag, err := testagent.NewUnix(sock)
+	ag, err := statstest.NewUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestBurstOfThousandSenders(t *testing.T) {
 		t.Skip("set SPANSTATS_BURST_TEST=1 and run without -race (as .ci/test does)")
 	}
 	const senders = 1000
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	sock := filepath.Join(t.TempDir(), "relay.sock")
 	proc := startRelayProcess(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: sock, UDPAddr: "-"})
@@ -180,7 +180,7 @@ func TestBurstOfThousandSenders(t *testing.T) {
 		t.Fatalf("sent %d, dropped %d; relay received %d forwarded %d, senders dropped %d, gaps %d; want %d everywhere, 0 lost",
 			sent, dropped, st.SpansReceived, st.SpansForwarded, st.SenderDroppedPayloads, st.SeqGaps, senders)
 	}
-	if _, hits := testagent.Sum(ag.Requests()); hits != senders {
+	if _, hits := statstest.Sum(ag.Requests()); hits != senders {
 		t.Fatalf("agent received %d hits, want %d", hits, senders)
 	}
 	checkIdentity(t, st)
@@ -201,7 +201,7 @@ func validDatagram(seq uint64, hits uint64) []byte {
 // and its heap stays within 64 MiB of where it started.
 func TestHostileInput(t *testing.T) {
 	const maxDatagram = 16 << 10
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", MaxDatagram: maxDatagram})
 	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
@@ -272,7 +272,7 @@ func TestHostileInput(t *testing.T) {
 	if st.SpansReceived != 7 || st.SpansForwarded != 7 {
 		t.Fatalf("received %d forwarded %d, want the valid datagram's 7", st.SpansReceived, st.SpansForwarded)
 	}
-	if _, hits := testagent.Sum(ag.Requests()); hits != 7 {
+	if _, hits := statstest.Sum(ag.Requests()); hits != 7 {
 		t.Fatalf("agent got %d hits, want 7", hits)
 	}
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
@@ -284,7 +284,7 @@ func TestHostileInput(t *testing.T) {
 // TestMetricsExposition: /metrics serves every metric the operators'
 // dashboards use, by its exact name, in the Prometheus text format.
 func TestMetricsExposition(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL()})
 	defer stop()
@@ -336,7 +336,7 @@ func TestMetricsExposition(t *testing.T) {
 // SpanDerivedPrimaryTags and AdditionalMetricTags reach the agent intact,
 // merged by them (tag lists as sets).
 func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
 	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
@@ -356,7 +356,7 @@ func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
 	conn.Close()
 	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
 	stop()
-	reqs := testagent.Accepted(ag.Requests())
+	reqs := statstest.Accepted(ag.Requests())
 	if len(reqs) != 1 || len(reqs[0].Payload.Buckets) != 1 || len(reqs[0].Payload.Buckets[0].Groups) != 1 {
 		t.Fatalf("want one request of one merged group, got %d requests", len(reqs))
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
-	"github.com/spanstats/spanstats/internal/testagent"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // startServer runs a Server on a temporary Unix socket and a loopback UDP
@@ -59,7 +59,7 @@ func checkIdentity(t *testing.T, st relay.Stats) {
 // 1 % of those of the union of the durations.
 func TestEndToEndThroughRelay(t *testing.T) {
 	const interval = 500 * time.Millisecond
-	ag := testagent.New()
+	ag := statstest.New()
 	defer ag.Close()
 	srv, stopRelay := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: interval, Grace: 100 * time.Millisecond})
 	urls := []string{
@@ -70,7 +70,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 		hits, errs, top, dur uint64
 		union                aggregate.Sketch
 	}
-	want := map[testagent.GroupKey]*tally{}
+	want := map[statstest.GroupKey]*tally{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, u := range urls {
@@ -98,7 +98,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 					}
 				}
 				mu.Lock()
-				k := testagent.GroupKey{Service: "web", Name: "http.request", Resource: res, SpanKind: "server", HTTPStatusCode: 200}
+				k := statstest.GroupKey{Service: "web", Name: "http.request", Resource: res, SpanKind: "server", HTTPStatusCode: 200}
 				w := want[k]
 				if w == nil {
 					w = &tally{}
@@ -122,7 +122,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	}
 	wg.Wait()
 	stopRelay()
-	got, total := testagent.Sum(ag.Requests())
+	got, total := statstest.Sum(ag.Requests())
 	if total != 4*3000 {
 		t.Fatalf("agent received %d hits, want %d; relay %+v", total, 4*3000, srv.Relay().Stats())
 	}
@@ -135,7 +135,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	}
 	// Sketches: merge each key's groups from every request and compare.
 	merged := map[string]*aggregate.Sketch{}
-	for _, r := range testagent.Accepted(ag.Requests()) {
+	for _, r := range statstest.Accepted(ag.Requests()) {
 		for _, b := range r.Payload.Buckets {
 			for i := range b.Groups {
 				g := &b.Groups[i]

@@ -1,6 +1,7 @@
-package testagent
+package statstest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +33,8 @@ type Agent struct {
 	// 200. Tests use it to misbehave.
 	handler func(w http.ResponseWriter, r *http.Request, n int) bool
 	info    map[string]any
+	// failN requests from now on are answered failStatus (FailNext).
+	failN, failStatus int
 }
 
 // New starts a fake agent on a loopback TCP port.
@@ -88,9 +91,16 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	n := len(a.requests) + 1
 	h := a.handler
+	fail := 0
+	if a.failN > 0 {
+		a.failN--
+		fail = a.failStatus
+	}
 	a.mu.Unlock()
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	switch {
+	case fail != 0:
+		http.Error(sw, "statstest: failing on purpose", fail)
 	case h != nil && h(sw, r, n):
 	case req.Err != nil:
 		http.Error(sw, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
@@ -132,6 +142,15 @@ func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int)
 	a.mu.Unlock()
 }
 
+// FailNext answers the next n stats requests with status (e.g. 503, which
+// the SDK retries, or 400, which it drops). The requests are recorded with
+// that status; Sum skips them.
+func (a *Agent) FailNext(n, status int) {
+	a.mu.Lock()
+	a.failN, a.failStatus = n, status
+	a.mu.Unlock()
+}
+
 // SetInfo replaces the JSON document served at GET /info.
 func (a *Agent) SetInfo(info map[string]any) {
 	a.mu.Lock()
@@ -148,6 +167,22 @@ func (a *Agent) Requests() []Request {
 
 // Notify receives (coalesced) after each stats request.
 func (a *Agent) Notify() <-chan struct{} { return a.notify }
+
+// WaitHits waits until the accepted requests hold at least n spans (hits)
+// in total, and returns that total, or ctx's error with the total so far.
+func (a *Agent) WaitHits(ctx context.Context, n uint64) (uint64, error) {
+	for {
+		if _, hits := Sum(a.Requests()); hits >= n {
+			return hits, nil
+		}
+		select {
+		case <-a.notify:
+		case <-ctx.Done():
+			_, hits := Sum(a.Requests())
+			return hits, ctx.Err()
+		}
+	}
+}
 
 // Close stops the server and closes its connections.
 func (a *Agent) Close() { a.srv.Close() }

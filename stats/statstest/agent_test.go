@@ -1,4 +1,4 @@
-package testagent
+package statstest
 
 import (
 	"bytes"
@@ -170,5 +170,31 @@ func TestUnix(t *testing.T) {
 	}
 	if _, err := NewUnix(path); err == nil {
 		t.Fatal("a second NewUnix on a path in use succeeded")
+	}
+}
+
+// TestFailNextAndWaitHits: FailNext answers exactly the next n requests
+// with its status, then the agent accepts again; WaitHits returns once the
+// accepted hits reach its target and reports the context's end otherwise.
+func TestFailNextAndWaitHits(t *testing.T) {
+	a := New()
+	defer a.Close()
+	a.FailNext(2, http.StatusBadRequest)
+	c := &http.Client{Timeout: 10 * time.Second}
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	for i, want := range []int{400, 400, 200, 200} {
+		if got := post(t, c, a.URL(), body); got != want {
+			t.Fatalf("request %d: status %d, want %d", i+1, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if hits, err := a.WaitHits(ctx, 2); err != nil || hits != 2 {
+		t.Fatalf("WaitHits(2) = %d, %v; want 2, nil", hits, err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if hits, err := a.WaitHits(short, 3); err != context.DeadlineExceeded || hits != 2 {
+		t.Fatalf("WaitHits(3) = %d, %v; want 2, DeadlineExceeded", hits, err)
 	}
 }

@@ -1,7 +1,7 @@
 // This file prints received payloads for the demos (cmd/statsgen,
 // statsrelay -demo).
 
-package testagent
+package statstest
 
 import (
 	"fmt"

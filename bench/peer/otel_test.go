@@ -1,0 +1,350 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/DataDog/datadog-agent/pkg/obfuscate"
+	"github.com/DataDog/datadog-agent/pkg/opentelemetry-mapping-go/otlp/attributes"
+	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
+	"github.com/DataDog/datadog-agent/pkg/trace/config"
+	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
+	"github.com/DataDog/datadog-agent/pkg/trace/transform"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/otelstats"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// otelRow is one span of the equality table, ended under a provider whose
+// resource has service.name "shop" unless res says otherwise.
+type otelRow struct {
+	name  string
+	kind  trace.SpanKind
+	attrs []attribute.KeyValue
+	res   []attribute.KeyValue
+	under string // "": a root; "local": a child of a local span; "remote": of a remote parent
+	err   bool
+}
+
+var (
+	str = attribute.String
+	num = attribute.Int
+)
+
+// otelRows covers server, client, DB, messaging, gRPC and internal spans,
+// with the old and the current semantic-convention attribute names.
+var otelRows = []otelRow{
+	// HTTP server and client, old and new names.
+	{name: "GET /users/{id}", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("http.request.method", "GET"), str("http.route", "/users/{id}"), num("http.response.status_code", 200)}},
+	{name: "POST", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("http.method", "POST"), str("http.route", "/pay"), num("http.status_code", 503)}, err: true},
+	{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("http.method", "PUT"), str("http.status_code", "201")}, under: "remote"},
+	{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("http.request.method", "_OTHER"), num("http.response.status_code", -1)}},
+	{name: "GET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("http.request.method", "GET"), str("url.template", "/v1/items/{id}"), str("server.address", "api.example.com"), num("server.port", 443), num("http.response.status_code", 404)}},
+	{name: "GET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("http.method", "GET"), str("net.peer.name", "10.2.3.4"), str("peer.service", "Billing API"), num("http.status_code", 200)}},
+	{name: "h2", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("network.protocol.name", "HTTP")}},
+	{name: "c", kind: trace.SpanKindClient, under: "local"},
+	// Databases: SQL obfuscated, Redis quantized, others as given.
+	{name: "SELECT", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT * FROM users WHERE id = 42 AND name = 'bob'"), str("db.name", "shop"), str("net.peer.name", "db.internal")}},
+	{name: "SELECT", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system.name", "mysql"), str("db.query.text", "SELECT a, b FROM t WHERE c IN (1, 2, 3)"), str("db.namespace", "inventory"), str("server.address", "10.0.0.7")}},
+	{name: "q", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT ' FROM")}},
+	{name: "GET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "redis"), str("db.statement", "GET session:abc123"), str("db.instance", "0")}},
+	{name: "HMSET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system.name", "redis"), str("db.query.text", "HMSET k f1 v1 f2 v2")}},
+	{name: "find", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "mongodb"), str("db.statement", `{"find": "users"}`), str("db.name", "app")}},
+	{name: "query", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "cassandra"), str("db.statement", "SELECT * FROM ks.t WHERE k = 1"), str("db.cassandra.contact.points", "10.0.0.1,10.0.0.2")}},
+	{name: "op", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "SomeNewDB")}},
+	{name: "op", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT 1"), num("_dd.measured", 1)}},
+	// Messaging, old and new destination names.
+	{name: "orders publish", kind: trace.SpanKindProducer, under: "local", attrs: []attribute.KeyValue{str("messaging.system", "kafka"), str("messaging.operation", "publish"), str("messaging.destination", "orders"), str("messaging.kafka.bootstrap.servers", "k1:9092")}},
+	{name: "orders receive", kind: trace.SpanKindConsumer, under: "remote", attrs: []attribute.KeyValue{str("messaging.system", "rabbitmq"), str("messaging.operation", "receive"), str("messaging.destination.name", "orders")}},
+	{name: "sqs", kind: trace.SpanKindConsumer, attrs: []attribute.KeyValue{str("messaging.system", "AmazonSQS"), str("messaging.operation", "process"), str("messaging.destination.name", "jobs")}, err: true},
+	// gRPC and other RPC, codes as numbers, strings and names.
+	{name: "shop.Cart/Add", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("rpc.system", "grpc"), str("rpc.service", "shop.Cart"), str("rpc.method", "Add"), num("rpc.grpc.status_code", 0)}},
+	{name: "shop.Cart/Get", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("rpc.system", "grpc"), str("rpc.service", "shop.Cart"), str("rpc.method", "Get"), str("rpc.grpc.status_code", "NOT_FOUND"), str("server.address", "cart:50051")}},
+	{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("rpc.system", "grpc"), str("rpc.method", "Ping"), str("rpc.response.status_code", "DEADLINE_EXCEEDED")}, err: true},
+	{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("rpc.system.name", "grpc"), str("rpc.method", "Ping"), num("rpc.response.status_code", 14)}},
+	{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("rpc.system", "grpc"), str("rpc.system.name", "connect"), str("rpc.method", "P"), str("rpc.response.status_code", "5")}},
+	{name: "S3.GetObject", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("rpc.system", "aws-api"), str("rpc.service", "S3"), str("rpc.method", "GetObject"), str("aws.s3.bucket", "media")}},
+	{name: "lambda", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("faas.invoked_provider", "aws"), str("faas.invoked_name", "resize")}},
+	{name: "trigger", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("faas.trigger", "http")}},
+	{name: "graphql", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("graphql.operation.type", "query"), str("graphql.operation.name", "GetUser")}},
+	// Internal spans and the Datadog attributes.
+	{name: "compute tax", kind: trace.SpanKindInternal, under: "local"},
+	{name: "compute tax", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{num("_dd.measured", 1)}},
+	{name: "job", kind: trace.SpanKindInternal},
+	{name: "override", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("service.name", "Tax Engine!"), str("operation.name", "Web.Request"), str("resource.name", "custom res"), str("span.type", "worker")}},
+	{name: "nosvc", kind: trace.SpanKindServer, res: []attribute.KeyValue{str("deployment.environment.name", "prod")}},
+	{name: "ressvc", kind: trace.SpanKindClient, under: "local", res: []attribute.KeyValue{str("service.name", "Shop Front"), str("db.system", "redis")}, attrs: []attribute.KeyValue{str("db.statement", "DEL a b")}},
+}
+
+// dbTypeRows adds a client span for every db.system value the agent knows.
+func dbTypeRows() []otelRow {
+	var rows []otelRow
+	for db := range attributes.DBTypes {
+		rows = append(rows, otelRow{name: "q", kind: trace.SpanKindClient, attrs: []attribute.KeyValue{str("db.system", db)}})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].attrs[0].Value.AsString() < rows[j].attrs[0].Value.AsString() })
+	return rows
+}
+
+// otelRecorder keeps every span that ends, parents included.
+type otelRecorder struct{ spans []sdktrace.ReadOnlySpan }
+
+func (r *otelRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (r *otelRecorder) OnEnd(s sdktrace.ReadOnlySpan)                   { r.spans = append(r.spans, s) }
+func (r *otelRecorder) Shutdown(context.Context) error                  { return nil }
+func (r *otelRecorder) ForceFlush(context.Context) error                { return nil }
+
+// endRows ends each row's span (and its local parent) under a provider of
+// its own resource.
+func endRows(rows []otelRow) []sdktrace.ReadOnlySpan {
+	rec := &otelRecorder{}
+	providers := map[string]*sdktrace.TracerProvider{}
+	for i, r := range rows {
+		res := r.res
+		if res == nil {
+			res = []attribute.KeyValue{str("service.name", "shop")}
+		}
+		set := attribute.NewSet(res...)
+		key := set.Encoded(attribute.DefaultEncoder())
+		tp := providers[key]
+		if tp == nil {
+			tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(resource.NewWithAttributes("", res...)))
+			providers[key] = tp
+		}
+		tr := tp.Tracer("equality")
+		ctx := context.Background()
+		var parent trace.Span
+		switch r.under {
+		case "remote":
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled, Remote: true}))
+		case "local":
+			ctx, parent = tr.Start(ctx, "parent "+r.name)
+		}
+		start := time.Now()
+		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithAttributes(r.attrs...), trace.WithTimestamp(start))
+		if r.err {
+			s.SetStatus(codes.Error, "failed")
+		}
+		s.End(trace.WithTimestamp(start.Add(time.Duration(i+1) * time.Millisecond)))
+		if parent != nil {
+			parent.End()
+		}
+	}
+	for _, tp := range providers {
+		_ = tp.Shutdown(context.Background())
+	}
+	return rec.spans
+}
+
+// toPtrace converts the spans as an OTLP exporter would: one ResourceSpans
+// per resource, one ScopeSpans per scope.
+func toPtrace(spans []sdktrace.ReadOnlySpan) ptrace.Traces {
+	td := ptrace.NewTraces()
+	byRes := map[*resource.Resource]ptrace.ScopeSpans{}
+	for _, s := range spans {
+		ss, ok := byRes[s.Resource()]
+		if !ok {
+			rs := td.ResourceSpans().AppendEmpty()
+			putAttrs(rs.Resource().Attributes(), s.Resource().Attributes())
+			ss = rs.ScopeSpans().AppendEmpty()
+			ss.Scope().SetName(s.InstrumentationScope().Name)
+			byRes[s.Resource()] = ss
+		}
+		ps := ss.Spans().AppendEmpty()
+		ps.SetName(s.Name())
+		ps.SetTraceID(pcommon.TraceID(s.SpanContext().TraceID()))
+		ps.SetSpanID(pcommon.SpanID(s.SpanContext().SpanID()))
+		if p := s.Parent(); p.SpanID().IsValid() {
+			ps.SetParentSpanID(pcommon.SpanID(p.SpanID()))
+		}
+		ps.SetKind(ptrace.SpanKind(s.SpanKind()))
+		ps.SetStartTimestamp(pcommon.NewTimestampFromTime(s.StartTime()))
+		ps.SetEndTimestamp(pcommon.NewTimestampFromTime(s.EndTime()))
+		if s.Status().Code == codes.Error {
+			ps.Status().SetCode(ptrace.StatusCodeError)
+		}
+		putAttrs(ps.Attributes(), s.Attributes())
+	}
+	return td
+}
+
+func putAttrs(m pcommon.Map, kvs []attribute.KeyValue) {
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			m.PutStr(k, kv.Value.AsString())
+		case attribute.INT64:
+			m.PutInt(k, kv.Value.AsInt64())
+		case attribute.FLOAT64:
+			m.PutDouble(k, kv.Value.AsFloat64())
+		case attribute.BOOL:
+			m.PutBool(k, kv.Value.AsBool())
+		default:
+			m.PutStr(k, kv.Value.String())
+		}
+	}
+}
+
+// groupRow is what both sides compare: a group's key and counts.
+type groupRow struct {
+	Service, Name, Resource, Type, SpanKind, GRPC string
+	Status                                        uint32
+	Root                                          int32
+	PeerTags                                      string
+	Hits, Errors, TopLevel                        uint64
+}
+
+func (g groupRow) String() string {
+	return fmt.Sprintf("%s|%s|%s|%s|%s|http=%d|grpc=%s|root=%d|peer=[%s] hits=%d err=%d top=%d",
+		g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.Status, g.GRPC, g.Root, g.PeerTags, g.Hits, g.Errors, g.TopLevel)
+}
+
+// agentGroups computes the groups as the agent does from OTLP: index the
+// spans, GetTopLevelOTelSpans (its default, not by kind), the minimal
+// conversion (GetOTelService, GetOTelOperationNameV2, GetOTelResourceV2,
+// GetOTelSpanType and the semantics lookups) with its default peer-tag
+// keys, the obfuscation of SQL and Redis resources, and the concentrator.
+func agentGroups(t *testing.T, td ptrace.Traces) map[string]groupRow {
+	conf := config.New()
+	peerKeys := conf.ConfiguredPeerTags()
+	spanByID, resByID, scopeByID := transform.IndexOTelSpans(td)
+	top := transform.GetTopLevelOTelSpans(spanByID, resByID, false)
+	obf := obfuscate.NewObfuscator(obfuscate.Config{})
+	now := time.Now()
+	sc := newSpanConcentrator(now.Add(-time.Minute))
+	for id, span := range spanByID {
+		_, isTop := top[id]
+		dd := transform.OtelSpanToDDSpanMinimal(span, resByID[id], scopeByID[id], isTop, false, conf, peerKeys, nil)
+		switch dd.Type { // the agent's obfuscateSpanInternal, by type
+		case "sql", "cassandra":
+			if _, err := transform.ObfuscateSQLSpan(obf, dd); err != nil {
+				dd.Resource = transform.TextNonParsable
+			}
+		case "redis", "valkey":
+			dd.Resource = obf.QuantizeRedisString(dd.Resource)
+		}
+		ss, ok := sc.NewStatSpanFromPB(dd, peerKeys, nil)
+		if !ok {
+			continue
+		}
+		sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "test"}, "", nil, "")
+	}
+	out := map[string]groupRow{}
+	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
+		for _, b := range p.Stats {
+			for _, g := range b.Stats {
+				addGroup(out, groupRow{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.GRPCStatusCode, g.HTTPStatusCode,
+					int32(g.IsTraceRoot), joinSorted(g.PeerTags), g.Hits, g.Errors, g.TopLevelHits})
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the agent computed no groups")
+	}
+	return out
+}
+
+func joinSorted(tags []string) string {
+	s := slices.Clone(tags)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// addGroup adds g to the group with its key (buckets may split a group).
+func addGroup(m map[string]groupRow, g groupRow) {
+	k := g
+	k.Hits, k.Errors, k.TopLevel = 0, 0, 0
+	key := k.String()
+	if o, ok := m[key]; ok {
+		g.Hits += o.Hits
+		g.Errors += o.Errors
+		g.TopLevel += o.TopLevel
+	}
+	m[key] = g
+}
+
+// processorGroups runs the spans through otelstats.Processor, a stats
+// Aggregator and the fake agent, and returns the decoded groups.
+func processorGroups(t *testing.T, spans []sdktrace.ReadOnlySpan) map[string]groupRow {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), PeerTagKeys: agentPeerTagKeys()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	p := otelstats.NewProcessor(agg)
+	for _, s := range spans {
+		p.OnEnd(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := agg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]groupRow{}
+	for _, r := range statstest.Accepted(agent.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				addGroup(out, groupRow{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.GRPCStatusCode, g.HTTPStatusCode,
+					int32(g.IsTraceRoot), joinSorted(g.PeerTags), g.Hits, g.Errors, g.TopLevelHits})
+			}
+		}
+	}
+	return out
+}
+
+// TestOTelGroupsMatchAgent: for every row, the groups the processor
+// produces equal what the agent's own OTLP functions compute for the same
+// spans converted to ptrace — key fields, hits, errors and top-level hits.
+func TestOTelGroupsMatchAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rows []otelRow
+	}{{"table", otelRows}, {"db-types", dbTypeRows()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			spans := endRows(tc.rows)
+			want := agentGroups(t, toPtrace(spans))
+			got := processorGroups(t, spans)
+			for k, w := range want {
+				if g, ok := got[k]; !ok {
+					t.Errorf("agent group missing from the processor's:\n  %v", w)
+				} else if g != w {
+					t.Errorf("counts differ for %s:\n  agent     %v\n  processor %v", k, w, g)
+				}
+			}
+			for k, g := range got {
+				if _, ok := want[k]; !ok {
+					t.Errorf("processor group the agent does not have:\n  %v", g)
+				}
+			}
+			if !t.Failed() {
+				t.Logf("%d groups equal", len(want))
+			}
+		})
+	}
+}
+
+// TestOTelDefaultPeerTagKeys: the processor's default keys are the agent's.
+func TestOTelDefaultPeerTagKeys(t *testing.T) {
+	if want := config.New().ConfiguredPeerTags(); !slices.Equal(otelstats.DefaultPeerTagKeys, want) {
+		t.Fatalf("DefaultPeerTagKeys\n  %q\nagent\n  %q", otelstats.DefaultPeerTagKeys, want)
+	}
+}
+
+var _ = pb.Trilean_TRUE

@@ -1,0 +1,143 @@
+// This file fills Config from the environment variables the Datadog
+// tracers read, so a service configured for dd-trace-go or dd-trace-java
+// reports to the same agent with the same identity.
+
+package stats
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// Environment variables read for the Config fields left at their zero value.
+const (
+	EnvAgentURL   = "DD_TRACE_AGENT_URL"  // AgentURL: http://host:port or unix:///path (wins over host and port)
+	EnvAgentHost  = "DD_AGENT_HOST"       // AgentURL's host (default localhost)
+	EnvAgentPort  = "DD_TRACE_AGENT_PORT" // AgentURL's port (default 8126)
+	EnvEnv        = "DD_ENV"
+	EnvService    = "DD_SERVICE"
+	EnvVersion    = "DD_VERSION"
+	EnvTags       = "DD_TAGS"                  // Tags: "k:v,k2:v2" or "k:v k2:v2"
+	EnvHostname   = "DD_TRACE_SOURCE_HOSTNAME" // Hostname
+	EnvGitCommit  = "DD_GIT_COMMIT_SHA"        // GitCommitSha
+	envLimitShape = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
+
+	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
+	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
+	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
+)
+
+// DefaultAgentSocket is the agent's Unix socket: when it exists and neither
+// AgentURL nor the environment names the agent, reports go there, as the
+// Datadog tracers do.
+const DefaultAgentSocket = "/var/run/datadog/apm.socket"
+
+// EnvCardinalityLimit is the variable that sets field f's budget:
+// DD_TRACE_STATS_<FIELD>_CARDINALITY_LIMIT, e.g.
+// DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT.
+func EnvCardinalityLimit(f aggregate.Field) string {
+	return fmt.Sprintf(envLimitShape, strings.ToUpper(f.String()))
+}
+
+// withEnv fills the fields c leaves at zero from getenv. A value that cannot
+// be used is logged and ignored, so the field keeps its default.
+func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
+	ignore := func(name, value, why string) {
+		log.Warn("spanstats: ignoring an environment variable; using the default", "name", name, "value", value, "reason", why)
+	}
+	if c.AgentURL == "" {
+		c.AgentURL = agentURLFromEnv(getenv, exists, ignore)
+	}
+	for _, f := range []struct {
+		v    *string
+		name string
+	}{
+		{&c.Env, EnvEnv}, {&c.Service, EnvService}, {&c.Version, EnvVersion},
+		{&c.Hostname, EnvHostname}, {&c.GitCommitSha, EnvGitCommit},
+	} {
+		if *f.v == "" {
+			*f.v = strings.TrimSpace(getenv(f.name))
+		}
+	}
+	if c.Tags == nil {
+		c.Tags = parseTags(getenv(EnvTags))
+	}
+	for f := range aggregate.NumFields {
+		name := EnvCardinalityLimit(f)
+		raw := getenv(name)
+		if c.CardinalityLimits.Get(f) != 0 || raw == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || n <= 0 {
+			ignore(name, raw, "want a positive integer")
+			continue
+		}
+		c.CardinalityLimits.Set(f, n)
+	}
+	return c
+}
+
+// agentURLFromEnv resolves the agent as dd-trace-go does: DD_TRACE_AGENT_URL,
+// else DD_AGENT_HOST and DD_TRACE_AGENT_PORT, else the default socket if it
+// exists; "" leaves DefaultAgentURL.
+func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignore func(name, value, why string)) string {
+	if raw := strings.TrimSpace(getenv(EnvAgentURL)); raw != "" {
+		if _, err := parseAgentURL(raw); err == nil {
+			return raw
+		}
+		ignore(EnvAgentURL, raw, "want http://host:port or unix:///path")
+	}
+	host, port := strings.TrimSpace(getenv(EnvAgentHost)), strings.TrimSpace(getenv(EnvAgentPort))
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			ignore(EnvAgentPort, port, "want a port number")
+			port = ""
+		}
+	}
+	if host != "" || port != "" {
+		if host == "" {
+			host = "localhost"
+		}
+		if port == "" {
+			port = "8126"
+		}
+		u := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}).String()
+		if _, err := parseAgentURL(u); err == nil {
+			return u
+		}
+		ignore(EnvAgentHost, host, "not a host name or address")
+	}
+	if exists(DefaultAgentSocket) {
+		return "unix://" + DefaultAgentSocket
+	}
+	return ""
+}
+
+// parseTags splits DD_TAGS as the tracers do: on commas when there are any,
+// else on spaces; empty entries are skipped.
+func parseTags(raw string) []string {
+	sep := " "
+	if strings.Contains(raw, ",") {
+		sep = ","
+	}
+	var tags []string
+	for t := range strings.SplitSeq(raw, sep) {
+		if t = strings.TrimSpace(t); t != "" {
+			tags = append(tags, t)
+		}
+	}
+	return tags
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

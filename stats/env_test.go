@@ -1,0 +1,140 @@
+package stats
+
+import (
+	"bytes"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// envCase runs withEnv over env with a logger that keeps its lines.
+func envCase(c Config, env map[string]string, socket bool) (Config, []string) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	got := c.withEnv(func(k string) string { return env[k] }, func(string) bool { return socket }, log)
+	var lines []string
+	for l := range strings.Lines(buf.String()) {
+		lines = append(lines, l)
+	}
+	return got, lines
+}
+
+// TestEnvFillsZeroFields: every variable fills its field when the config
+// leaves it at zero, and nothing is logged.
+func TestEnvFillsZeroFields(t *testing.T) {
+	env := map[string]string{
+		EnvAgentURL: "unix:///run/apm.sock", EnvEnv: "prod", EnvService: "web", EnvVersion: "1.2.3",
+		EnvTags: "team:core, region:eu", EnvHostname: "h1", EnvGitCommit: "abc123",
+		EnvResourceLimit: "100", "DD_TRACE_STATS_SERVICE_CARDINALITY_LIMIT": "7", EnvPeerTagsLimit: " 9 ",
+	}
+	c, logs := envCase(Config{}, env, false)
+	if len(logs) != 0 {
+		t.Fatalf("logged %q for valid variables", logs)
+	}
+	want := Config{AgentURL: "unix:///run/apm.sock", Env: "prod", Service: "web", Version: "1.2.3",
+		Tags: []string{"team:core", "region:eu"}, Hostname: "h1", GitCommitSha: "abc123"}
+	if c.AgentURL != want.AgentURL || c.Env != want.Env || c.Service != want.Service || c.Version != want.Version ||
+		!slices.Equal(c.Tags, want.Tags) || c.Hostname != want.Hostname || c.GitCommitSha != want.GitCommitSha {
+		t.Fatalf("got %+v\nwant %+v", c, want)
+	}
+	if l := c.CardinalityLimits; l != (aggregate.Limits{Resource: 100, Service: 7, PeerTag: 9}) {
+		t.Fatalf("limits %+v: want resource 100, service 7, peer tags 9, the rest left to the default", l)
+	}
+}
+
+// TestEnvConfigWins: a field the config sets is never replaced.
+func TestEnvConfigWins(t *testing.T) {
+	env := map[string]string{
+		EnvAgentURL: "http://env:1", EnvEnv: "env", EnvService: "env", EnvVersion: "env", EnvTags: "a:b",
+		EnvResourceLimit: "100", EnvAgentHost: "envhost",
+	}
+	cfg := Config{AgentURL: "http://cfg:2", Env: "cfg", Service: "cfg", Version: "cfg", Tags: []string{},
+		CardinalityLimits: aggregate.Limits{Resource: -1}}
+	c, _ := envCase(cfg, env, true)
+	if c.AgentURL != "http://cfg:2" || c.Env != "cfg" || c.Service != "cfg" || c.Version != "cfg" ||
+		len(c.Tags) != 0 || c.CardinalityLimits.Resource != -1 {
+		t.Fatalf("the environment replaced configured fields: %+v", c)
+	}
+}
+
+// TestEnvAgentURL: the URL variable wins over host and port; host and port
+// each default; the default socket is used only when nothing names the
+// agent; "" leaves DefaultAgentURL to withDefaults.
+func TestEnvAgentURL(t *testing.T) {
+	for _, tc := range []struct {
+		env    map[string]string
+		socket bool
+		want   string
+	}{
+		{map[string]string{EnvAgentURL: "http://a:1", EnvAgentHost: "b", EnvAgentPort: "2"}, true, "http://a:1"},
+		{map[string]string{EnvAgentHost: "agent.local"}, false, "http://agent.local:8126"},
+		{map[string]string{EnvAgentPort: "9126"}, false, "http://localhost:9126"},
+		{map[string]string{EnvAgentHost: "::1", EnvAgentPort: "9"}, false, "http://[::1]:9"},
+		{map[string]string{EnvAgentHost: "agent.local"}, true, "http://agent.local:8126"},
+		{nil, true, "unix://" + DefaultAgentSocket},
+		{nil, false, ""},
+	} {
+		if c, logs := envCase(Config{}, tc.env, tc.socket); c.AgentURL != tc.want || len(logs) != 0 {
+			t.Errorf("env %v socket %v: AgentURL %q (logged %q), want %q", tc.env, tc.socket, c.AgentURL, logs, tc.want)
+		}
+	}
+}
+
+// TestEnvBadValues: each unusable value logs one warning naming the
+// variable, and its field keeps the default.
+func TestEnvBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		check       func(Config) bool
+	}{
+		{EnvAgentURL, "ftp://agent", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvAgentPort, "http", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvAgentPort, "70000", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvResourceLimit, "lots", func(c Config) bool { return c.CardinalityLimits.Resource == 0 }},
+		{EnvHTTPEndpointLimit, "-3", func(c Config) bool { return c.CardinalityLimits.HTTPEndpoint == 0 }},
+		{"DD_TRACE_STATS_GRPC_STATUS_CODE_CARDINALITY_LIMIT", "0", func(c Config) bool { return c.CardinalityLimits.GRPCStatusCode == 0 }},
+	} {
+		c, logs := envCase(Config{}, map[string]string{tc.name: tc.value}, false)
+		if !tc.check(c) {
+			t.Errorf("%s=%q: field changed: %+v", tc.name, tc.value, c)
+		}
+		if len(logs) != 1 || !strings.Contains(logs[0], "level=WARN") || !strings.Contains(logs[0], tc.name) {
+			t.Errorf("%s=%q: logged %q, want one warning naming the variable", tc.name, tc.value, logs)
+		}
+	}
+}
+
+// TestEnvCardinalityLimitNames: one variable per field, in the Datadog
+// tracers' shape, and the three they already read keep their names.
+func TestEnvCardinalityLimitNames(t *testing.T) {
+	seen := map[string]bool{}
+	for f := range aggregate.NumFields {
+		n := EnvCardinalityLimit(f)
+		if seen[n] || !strings.HasPrefix(n, "DD_TRACE_STATS_") || !strings.HasSuffix(n, "_CARDINALITY_LIMIT") {
+			t.Errorf("field %v: variable %q", f, n)
+		}
+		seen[n] = true
+	}
+	for _, n := range []string{EnvResourceLimit, EnvHTTPEndpointLimit, EnvPeerTagsLimit} {
+		if !seen[n] {
+			t.Errorf("%s is not read", n)
+		}
+	}
+}
+
+// TestNewReadsEnvironment: New applies the environment (here DD_ENV and
+// DD_TRACE_AGENT_URL) before its defaults.
+func TestNewReadsEnvironment(t *testing.T) {
+	t.Setenv(EnvEnv, "staging")
+	t.Setenv(EnvAgentURL, "http://127.0.0.1:1")
+	c, err := Config{Logger: slog.New(slog.DiscardHandler)}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Env != "staging" || c.AgentURL != "http://127.0.0.1:1" {
+		t.Fatalf("Env %q AgentURL %q, want the environment's", c.Env, c.AgentURL)
+	}
+}

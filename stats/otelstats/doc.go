@@ -1,0 +1,38 @@
+// Package otelstats computes Datadog client-side stats for spans traced with
+// the OpenTelemetry SDK: its Processor, an sdktrace.SpanProcessor, maps each
+// span that ends to a stats.Span and publishes it to a stats.Aggregator.
+//
+// The mapping is the one the Datadog agent (v0.85.4) applies to OTLP spans
+// before it computes stats, so moving stats from the agent into the process
+// keeps the same groups: service from service.name (the span's attribute,
+// then the resource's, else "otlpresourcenoservicename"), operation name,
+// resource, span type, HTTP and gRPC status codes and span kind by the
+// agent's OTLP rules over both the old and the current semantic-convention
+// attribute names, names normalized as the agent normalizes them, SQL and
+// Redis resources obfuscated as the agent obfuscates them, and peer tags
+// from the agent's default keys. Top-level follows the agent's default (a
+// root span, or one with a remote parent; WithTopLevelBySpanKind for the
+// by-kind rule); a span is measured when its integer attribute _dd.measured
+// is 1, and an error when its status is Error. As in the agent's OTLP path,
+// HTTP method and endpoint are not part of the group. bench/peer checks the
+// mapping against the agent's own functions.
+//
+// Which spans are counted: a span processor sees only the spans the sampler
+// records. With the default sampler (ParentBased(AlwaysSample)) every span
+// is counted. With a sampler that drops spans, wrap it in RecordDropped:
+// dropped spans are then recorded, counted here, and still not exported.
+// Spans that a remote parent marked as not sampled are dropped by
+// ParentBased too; RecordDropped counts those as well.
+//
+// Concurrency: a Processor is safe for concurrent use; OnEnd runs on the
+// goroutine that ends the span, never blocks, and on a repeated route
+// allocates nothing of its own (BenchmarkOnEnd).
+//
+// Design: OnEnd indexes the span's attributes once by key, reads the
+// resource's from a cache kept per resource, and follows the agent's
+// lookups over that index. Every string it builds (resources, operation
+// names, normalized services, peer-tag sets, obfuscated queries) goes
+// through a bounded, lock-free memo, so a route seen before costs lookups
+// and returns the same string values, which is also the aggregator's fast
+// path.
+package otelstats

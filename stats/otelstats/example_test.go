@@ -1,0 +1,54 @@
+package otelstats_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/otelstats"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// A TracerProvider wired to the stats processor. RecordDropped makes the
+// spans the ratio sampler drops reach the processor, so stats count every
+// span while only a tenth are exported.
+func Example() {
+	agent := statstest.New() // a real agent listens on http://localhost:8126
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "prod", Version: "1.2.3"})
+	if err != nil {
+		panic(err)
+	}
+	agg.Start()
+
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "web"))),
+		sdktrace.WithSampler(otelstats.RecordDropped(sdktrace.TraceIDRatioBased(0.1))),
+		sdktrace.WithSpanProcessor(otelstats.NewProcessor(agg)),
+		// sdktrace.WithBatcher(exporter): exports the sampled spans only
+	)
+	tracer := tp.Tracer("example")
+	for range 20 {
+		_, span := tracer.Start(context.Background(), "GET /users/{id}", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", "GET"), attribute.String("http.route", "/users/{id}"),
+				attribute.Int("http.response.status_code", 200)))
+		span.End()
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tp.Shutdown(ctx) // first the provider, so every span has ended
+	if err := agg.Stop(ctx); err != nil {
+		panic(err)
+	}
+	g := agent.Requests()[0].Payload.Buckets[0].Groups[0]
+	fmt.Printf("%s %s %s %s %d hits=%d\n", g.Service, g.Name, g.Resource, g.SpanKind, g.HTTPStatusCode, g.Hits)
+	// Output:
+	// web http.server.request GET /users/{id} server 200 hits=20
+}

@@ -1,0 +1,449 @@
+// This file maps one finished OTel span to a stats.Span as the Datadog agent
+// (v0.85.4, pkg/trace/transform and pkg/trace/semantics) maps an OTLP span
+// before it computes stats: the function each part follows is named on it.
+
+package otelstats
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/DataDog/datadog-agent/pkg/obfuscate"
+	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// defaultService is the agent's DefaultOTLPServiceName.
+const defaultService = "otlpresourcenoservicename"
+
+// textNonParsable replaces a SQL resource the obfuscator cannot parse, as
+// the agent does.
+const textNonParsable = "Non-parsable SQL query"
+
+// scratchSize is the stack buffer the mapping builds strings in; longer
+// ones spill to the heap, which only costs an allocation.
+const scratchSize = 512
+
+// fill sets sp from s. b is scratch space.
+func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
+	var v view
+	v.index(p.keys, s.Attributes(), p.res.get(p.keys, s.Resource()))
+	kind := s.SpanKind()
+
+	sp.Service = p.service(&v)
+	sp.Name = p.operationName(&v, kind, b[:0])
+	sp.Type = spanType(&v, kind)
+	sp.Resource = p.resource(&v, kind, sp.Type, s.Name(), b[:0])
+	sp.SpanKind = kindName(kind)
+	sp.HTTPStatusCode = httpStatusCode(&v)
+	sp.GRPCStatusCode = grpcStatusCode(&v)
+	if kind == trace.SpanKindClient || kind == trace.SpanKindProducer || kind == trace.SpanKindConsumer {
+		sp.PeerTags = p.peerTags(&v, b[:0])
+	}
+
+	parent := s.Parent()
+	sp.TraceRoot = !parent.SpanID().IsValid()
+	if p.topLevelByKind {
+		sp.TopLevel = sp.TraceRoot || kind == trace.SpanKindServer || kind == trace.SpanKindConsumer
+	} else {
+		// GetTopLevelOTelSpans: a root, or a parent elsewhere (remote). A
+		// local parent ended in this process under the same resource, so
+		// under the same service by the agent's comparison.
+		sp.TopLevel = sp.TraceRoot || parent.IsRemote()
+	}
+	if m, ok := v.int(aDDMeasured); ok && m == 1 {
+		sp.Measured = true
+	} else if p.topLevelByKind && (kind == trace.SpanKindClient || kind == trace.SpanKindProducer) {
+		sp.Measured = true
+	}
+	sp.Error = s.Status().Code == codes.Error
+	start, end := s.StartTime().UnixNano(), s.EndTime().UnixNano()
+	sp.Start, sp.Duration = start, max(end-start, 0)
+}
+
+// service follows GetOTelService (normalized).
+func (p *Processor) service(v *view) string {
+	svc := v.str(aServiceName)
+	if svc == "" {
+		svc = defaultService
+	}
+	return p.services.strS(svc, func(s string) string {
+		n, _ := normalize.NormalizeService(s, "")
+		return n
+	})
+}
+
+// tagValue is the agent's lookupString with normalization.
+func tagValue(v *view, a attr) string {
+	if s := v.str(a); s != "" {
+		return normalize.NormalizeTagValue(s)
+	}
+	return ""
+}
+
+// dbSystem is the concept db.system: db.system.name, then db.system.
+func dbSystem(v *view) string { return firstStr(v, aDBSystemName, aDBSystem) }
+
+// httpMethod is the concept http.method: http.request.method, then
+// http.method.
+func httpMethod(v *view) string { return firstStr(v, aHTTPRequestMethod, aHTTPMethod) }
+
+func firstStr(v *view, as ...attr) string {
+	for _, a := range as {
+		if s := v.str(a); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// operationName follows GetOTelOperationNameV2, then NormalizeName as the
+// conversion does.
+func (p *Processor) operationName(v *view, kind trace.SpanKind, b []byte) string {
+	b = appendOperationName(b, v, kind)
+	return p.names.str(b, func(s string) string {
+		n, _ := normalize.NormalizeName(s)
+		return n
+	})
+}
+
+func appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
+	if n := tagValue(v, aOperationName); n != "" {
+		return append(b, n...)
+	}
+	isClient, isServer := kind == trace.SpanKindClient, kind == trace.SpanKindServer
+	if httpMethod(v) != "" {
+		if isServer {
+			return append(b, "http.server.request"...)
+		}
+		if isClient {
+			return append(b, "http.client.request"...)
+		}
+	}
+	if db := dbSystem(v); db != "" && isClient {
+		return append(append(b, normalize.NormalizeTagValue(db)...), ".query"...)
+	}
+	if sys, op := tagValue(v, aMessagingSystem), tagValue(v, aMessagingOperation); sys != "" && op != "" {
+		switch kind {
+		case trace.SpanKindClient, trace.SpanKindServer, trace.SpanKindConsumer, trace.SpanKindProducer:
+			return append(append(append(b, sys...), '.'), op...)
+		}
+	}
+	rpc := tagValue(v, aRPCSystem)
+	if rpc == "aws-api" && isClient {
+		if svc := tagValue(v, aRPCService); svc != "" {
+			return append(append(append(b, "aws."...), svc...), ".request"...)
+		}
+		return append(b, "aws.client.request"...)
+	}
+	if rpc != "" && isClient {
+		return append(append(b, rpc...), ".client.request"...)
+	}
+	if rpc != "" && isServer {
+		return append(append(b, rpc...), ".server.request"...)
+	}
+	if prov, name := tagValue(v, aFaaSInvokedProvider), tagValue(v, aFaaSInvokedName); prov != "" && name != "" && isClient {
+		return append(append(append(append(b, prov...), '.'), name...), ".invoke"...)
+	}
+	if trig := tagValue(v, aFaaSTrigger); trig != "" && isServer {
+		return append(append(b, trig...), ".invoke"...)
+	}
+	if tagValue(v, aGraphQLOperationType) != "" {
+		return append(b, "graphql.server.request"...)
+	}
+	proto := tagValue(v, aNetworkProtocolName)
+	switch {
+	case isServer && proto != "":
+		return append(append(b, proto...), ".server.request"...)
+	case isServer:
+		return append(b, "server.request"...)
+	case isClient && proto != "":
+		return append(append(b, proto...), ".client.request"...)
+	case isClient:
+		return append(b, "client.request"...)
+	}
+	return append(b, pdataKindName(kind)...)
+}
+
+// pdataKindName is ptrace.SpanKind.String for kinds other than client and
+// server, unspecified as internal.
+func pdataKindName(k trace.SpanKind) string {
+	switch k {
+	case trace.SpanKindProducer:
+		return "Producer"
+	case trace.SpanKindConsumer:
+		return "Consumer"
+	case trace.SpanKindServer:
+		return "Server"
+	case trace.SpanKindClient:
+		return "Client"
+	}
+	return "Internal"
+}
+
+// kindName is OTelSpanKindName: the span.kind the agent keys stats by.
+func kindName(k trace.SpanKind) string {
+	switch k {
+	case trace.SpanKindInternal:
+		return "internal"
+	case trace.SpanKindServer:
+		return "server"
+	case trace.SpanKindClient:
+		return "client"
+	case trace.SpanKindProducer:
+		return "producer"
+	case trace.SpanKindConsumer:
+		return "consumer"
+	}
+	return "unspecified"
+}
+
+// spanType follows GetOTelSpanType.
+func spanType(v *view, kind trace.SpanKind) string {
+	if t := v.str(aSpanType); t != "" {
+		return t
+	}
+	switch kind {
+	case trace.SpanKindServer:
+		return "web"
+	case trace.SpanKindClient:
+		db := dbSystem(v)
+		if db == "" {
+			return "http"
+		}
+		if t, ok := dbTypes[normalize.NormalizeTagValue(db)]; ok {
+			return t
+		}
+		return "db"
+	}
+	return "custom"
+}
+
+// Obfuscation classes, the first byte of a resource memo key.
+const (
+	obfNone  = 'n'
+	obfSQL   = 's'
+	obfRedis = 'r'
+)
+
+// resource follows GetOTelResourceV2, then the obfuscation the agent
+// applies to a span's resource by its type before it computes stats
+// (SQL for sql and cassandra, quantization for redis and valkey).
+func (p *Processor) resource(v *view, kind trace.SpanKind, typ, spanName string, b []byte) string {
+	class := byte(obfNone)
+	switch typ {
+	case "sql", "cassandra":
+		class = obfSQL
+	case "redis", "valkey":
+		class = obfRedis
+	}
+	b = append(b, class)
+	b = appendResource(b, v, kind, spanName)
+	if len(b) > 1+normalize.MaxResourceLen {
+		b = b[:1+normalize.MaxResourceLen]
+	}
+	return p.resources.str(b, p.obfuscate)
+}
+
+// obfuscate computes a resource from its memo key.
+func (p *Processor) obfuscate(key string) string {
+	res := key[1:]
+	switch key[0] {
+	case obfSQL:
+		if res == "" {
+			return res
+		}
+		oq, err := p.obf.ObfuscateSQLStringForDBMS(res, "")
+		if err != nil {
+			return textNonParsable
+		}
+		return oq.Query
+	case obfRedis:
+		return p.obf.QuantizeRedisString(res)
+	}
+	return res
+}
+
+func appendResource(b []byte, v *view, kind trace.SpanKind, spanName string) []byte {
+	if r := v.str(aResourceName); r != "" {
+		return append(b, r...)
+	}
+	if m := httpMethod(v); m != "" {
+		if m == "_OTHER" {
+			m = "HTTP"
+		}
+		b = append(b, m...)
+		var more string
+		switch kind {
+		case trace.SpanKindClient:
+			more = v.str(aURLTemplate)
+		case trace.SpanKindServer:
+			more = v.str(aHTTPRoute)
+		}
+		return appendWord(b, more)
+	}
+	if op := v.str(aMessagingOperation); op != "" {
+		return appendWord(append(b, op...), firstStr(v, aMessagingDestination, aMessagingDestinationName))
+	}
+	if m := v.str(aRPCMethod); m != "" {
+		return appendWord(append(b, m...), v.str(aRPCService))
+	}
+	if t := v.str(aGraphQLOperationType); t != "" {
+		return appendWord(append(b, t...), v.str(aGraphQLOperationName))
+	}
+	if dbSystem(v) != "" {
+		if st := firstStr(v, aDBStatement, aDBQueryText); st != "" {
+			return append(b, st...)
+		}
+	}
+	return append(b, spanName...)
+}
+
+// appendWord appends " "+w when w is not empty.
+func appendWord(b []byte, w string) []byte {
+	if w == "" {
+		return b
+	}
+	return append(append(b, ' '), w...)
+}
+
+// httpStatusCode is the concept http.status_code read as an integer
+// (http.status_code, then http.response.status_code; integers, then
+// strings that parse), 0 when absent or out of uint32's range.
+func httpStatusCode(v *view) uint32 {
+	for _, a := range [...]attr{aHTTPStatusCode, aHTTPResponseStatusCode} {
+		if n, ok := v.int(a); ok {
+			return toStatus(n)
+		}
+		if n, ok := parseInt(v.str(a)); ok {
+			return toStatus(n)
+		}
+	}
+	return 0
+}
+
+func toStatus(n int64) uint32 {
+	if n < 0 || n > 1<<32-1 {
+		return 0
+	}
+	return uint32(n)
+}
+
+// parseInt parses s as the registry's LookupInt64 does: an integer, or a
+// float with an integral value.
+func parseInt(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && float64(int64(f)) == f {
+		return int64(f), true
+	}
+	return 0, false
+}
+
+// grpcStatusCode is the concept rpc.grpc.status_code as the conversion
+// reads it, then parsed to the numeric code as the concentrator does ("" if
+// unknown).
+func grpcStatusCode(v *view) string {
+	for _, a := range [...]attr{aRPCGRPCStatusCode, aGRPCCode, aRPCGRPCStatusCodeDot, aGRPCStatusCode} {
+		if s := v.str(a); s != "" {
+			return parseGRPC(s)
+		}
+		if n, ok := v.int(a); ok {
+			return parseGRPC(strconv.FormatInt(n, 10))
+		}
+	}
+	// rpc.response.status_code counts for gRPC only: rpc.system.name is
+	// grpc, or (without rpc.system.name) rpc.system is.
+	if sysName := v.str(aRPCSystemName); sysName == "grpc" || sysName == "" && v.str(aRPCSystem) == "grpc" {
+		if s := v.str(aRPCResponseStatusCode); s != "" {
+			return parseGRPC(s)
+		}
+		if n, ok := v.int(aRPCResponseStatusCode); ok {
+			return parseGRPC(strconv.FormatInt(n, 10))
+		}
+	}
+	return ""
+}
+
+// grpcCodes are the names the concentrator accepts for each code: Google's
+// enum names, and the spellings without underscores it also maps.
+var grpcCodes = map[string]string{
+	"OK": "0", "CANCELLED": "1", "CANCELED": "1", "UNKNOWN": "2", "INVALID_ARGUMENT": "3", "INVALIDARGUMENT": "3",
+	"DEADLINE_EXCEEDED": "4", "DEADLINEEXCEEDED": "4", "NOT_FOUND": "5", "NOTFOUND": "5",
+	"ALREADY_EXISTS": "6", "ALREADYEXISTS": "6", "PERMISSION_DENIED": "7", "PERMISSIONDENIED": "7",
+	"RESOURCE_EXHAUSTED": "8", "RESOURCEEXHAUSTED": "8", "FAILED_PRECONDITION": "9", "FAILEDPRECONDITION": "9",
+	"ABORTED": "10", "OUT_OF_RANGE": "11", "OUTOFRANGE": "11", "UNIMPLEMENTED": "12", "INTERNAL": "13",
+	"UNAVAILABLE": "14", "DATA_LOSS": "15", "DATALOSS": "15", "UNAUTHENTICATED": "16",
+}
+
+// smallCodes are the canonical numeric strings, so a numeric code costs no
+// allocation.
+var smallCodes = func() (c [17]string) {
+	for i := range c {
+		c[i] = strconv.Itoa(i)
+	}
+	return c
+}()
+
+// parseGRPC follows the concentrator's parseGRPCStatusString.
+func parseGRPC(s string) string {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		if n < uint64(len(smallCodes)) {
+			return smallCodes[n]
+		}
+		return strconv.FormatUint(n, 10)
+	}
+	s = strings.TrimPrefix(s, "StatusCode.")
+	return grpcCodes[strings.ToUpper(s)]
+}
+
+// peerTags follows the conversion's peer-tag lookup (span, then resource,
+// any type as a string; peer.service and _dd.base_service normalized) and
+// the concentrator's (IP addresses quantized). The result is shared and
+// must not be modified.
+func (p *Processor) peerTags(v *view, b []byte) []string {
+	found := false
+	for i, id := range p.keys.peerIDs {
+		if !v.has(id) {
+			continue
+		}
+		mark := len(b)
+		b = append(b, byte(i), byte(i>>8))
+		var ok bool
+		if b, ok = v.any(id, b); ok {
+			b = append(b, 0)
+			found = true
+		} else {
+			b = b[:mark]
+		}
+	}
+	if !found {
+		return nil
+	}
+	if e := p.peers.get(b); e != nil {
+		return e.tags
+	}
+	key := string(b)
+	var tags []string
+	for rest := key; rest != ""; {
+		i := int(rest[0]) | int(rest[1])<<8
+		val, next, _ := strings.Cut(rest[2:], "\x00")
+		rest = next
+		k := p.keys.peerKeys[i]
+		if k == "peer.service" || k == "_dd.base_service" {
+			if val, _ = normalize.NormalizePeerService(val); val == "" {
+				continue
+			}
+		}
+		tags = append(tags, k+":"+obfuscate.QuantizePeerIPAddresses(val))
+	}
+	return p.peers.put(&memoEntry{key: key, tags: tags}).tags
+}

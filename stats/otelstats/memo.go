@@ -1,0 +1,63 @@
+// This file holds memo, the bounded cache that interns the strings the
+// mapping builds and remembers what normalizing and obfuscating made of a
+// value, so a repeated route costs lookups, not allocations.
+
+package otelstats
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// memoSlots is the size of each memo: direct-mapped, so memory stays bounded
+// however many distinct values spans carry; a collision only costs a
+// recomputation (BenchmarkOnEnd/distinct-routes).
+const memoSlots = 4096
+
+// memo maps a key (bytes) to a computed string or tag list. It is safe for
+// concurrent use without locks: a slot holds an immutable entry, replaced
+// whole.
+type memo struct {
+	seed  maphash.Seed
+	slots [memoSlots]atomic.Pointer[memoEntry]
+}
+
+type memoEntry struct {
+	key  string
+	val  string
+	tags []string
+}
+
+func newMemo() *memo { return &memo{seed: maphash.MakeSeed()} }
+
+// get returns the entry stored for key, or nil.
+func (m *memo) get(key []byte) *memoEntry {
+	if e := m.slots[maphash.Bytes(m.seed, key)%memoSlots].Load(); e != nil && e.key == string(key) {
+		return e
+	}
+	return nil
+}
+
+// put stores e under e.key (replacing whatever shared its slot) and returns it.
+func (m *memo) put(e *memoEntry) *memoEntry {
+	m.slots[maphash.String(m.seed, e.key)%memoSlots].Store(e) // the same hash as Bytes of the same content
+	return e
+}
+
+// str returns compute(key) remembered under key; compute receives the key
+// as a string it may keep.
+func (m *memo) str(key []byte, compute func(string) string) string {
+	if e := m.get(key); e != nil {
+		return e.val
+	}
+	k := string(key)
+	return m.put(&memoEntry{key: k, val: compute(k)}).val
+}
+
+// strS is str for a key already held as a string.
+func (m *memo) strS(key string, compute func(string) string) string {
+	if e := m.slots[maphash.String(m.seed, key)%memoSlots].Load(); e != nil && e.key == key {
+		return e.val
+	}
+	return m.put(&memoEntry{key: key, val: compute(key)}).val
+}

@@ -1,0 +1,86 @@
+package otelstats
+
+import (
+	"context"
+
+	"github.com/DataDog/datadog-agent/pkg/obfuscate"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// Processor is an sdktrace.SpanProcessor that publishes every span that
+// ends to a stats.Aggregator. It is safe for concurrent use.
+type Processor struct {
+	agg            *stats.Aggregator
+	topLevelByKind bool
+	keys           *keyIndex
+	res            resCache
+	obf            *obfuscate.Obfuscator
+	// Each memo remembers one computation: normalized services and
+	// operation names, resources (built, then obfuscated), peer-tag sets.
+	services, names, resources, peers *memo
+}
+
+var _ sdktrace.SpanProcessor = (*Processor)(nil)
+
+// Option configures a Processor.
+type Option func(*config)
+
+type config struct {
+	topLevelByKind bool
+	peerTagKeys    []string
+}
+
+// WithTopLevelBySpanKind computes top-level spans by span kind, as the agent
+// does with enable_otlp_compute_top_level_by_span_kind: a root, server or
+// consumer span is top-level, and client and producer spans are measured.
+// The default is the agent's default: a root span, or one whose parent is
+// remote.
+func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
+
+// WithPeerTagKeys replaces DefaultPeerTagKeys: the attribute keys read as
+// peer tags of client, producer and consumer spans. At most about 90 keys
+// beyond the mapping's own are read; more are ignored.
+func WithPeerTagKeys(keys ...string) Option {
+	return func(c *config) { c.peerTagKeys = append([]string(nil), keys...) }
+}
+
+// NewProcessor returns a Processor publishing to agg. The caller starts agg
+// before spans end and stops it after the TracerProvider's Shutdown (which
+// does not stop agg), so the spans ended during shutdown are counted.
+func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
+	c := config{peerTagKeys: DefaultPeerTagKeys}
+	for _, o := range opts {
+		o(&c)
+	}
+	return &Processor{
+		agg:            agg,
+		topLevelByKind: c.topLevelByKind,
+		keys:           newKeyIndex(c.peerTagKeys),
+		// The agent's defaults for stats: SQL obfuscation keeps no literal,
+		// which is what collapses every query of one shape into one group.
+		obf:       obfuscate.NewObfuscator(obfuscate.Config{}),
+		services:  newMemo(),
+		names:     newMemo(),
+		resources: newMemo(),
+		peers:     newMemo(),
+	}
+}
+
+// OnStart does nothing: stats need the finished span.
+func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd maps s to a stats.Span and publishes it.
+func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
+	var sp stats.Span
+	var scratch [scratchSize]byte
+	p.fill(&sp, s, scratch[:])
+	p.agg.Publish(&sp)
+}
+
+// Shutdown does nothing: the Aggregator is the caller's to stop.
+func (p *Processor) Shutdown(context.Context) error { return nil }
+
+// ForceFlush reports what the Aggregator holds now (stats.Aggregator.Flush).
+func (p *Processor) ForceFlush(ctx context.Context) error { return p.agg.Flush(ctx) }

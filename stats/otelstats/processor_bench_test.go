@@ -1,0 +1,73 @@
+package otelstats
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// BenchmarkOnEnd measures OnEnd on spans already ended (so only the
+// processor's work and Publish are timed), with a running Aggregator.
+// repeated-*: one route over and over, the budget's case (≤ 1 µs, ≤ 1
+// allocation per span); distinct-routes: 10 000 SQL queries of distinct
+// shapes, more than the memos hold.
+func BenchmarkOnEnd(b *testing.B) {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), InboxSize: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	agg.Start()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = agg.Stop(ctx)
+	}()
+	p := NewProcessor(agg)
+	res := append([]attribute.KeyValue{attribute.String("deployment.environment.name", "prod"),
+		attribute.String("telemetry.sdk.language", "go")}, svcRes...)
+	for _, bc := range []struct {
+		name  string
+		specs []spanSpec
+	}{
+		{"repeated-http-server", []spanSpec{{name: "GET /users/{id}", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{
+			attribute.String("http.request.method", "GET"), attribute.String("http.route", "/users/{id}"), attribute.Int("http.response.status_code", 200),
+			attribute.String("url.path", "/users/42"), attribute.String("client.address", "10.0.0.1"), attribute.String("user_agent.original", "curl")}}}},
+		{"repeated-sql-client", []spanSpec{{name: "SELECT shop.users", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system.name", "postgresql"), attribute.String("db.query.text", "SELECT * FROM users WHERE id = $1"),
+			attribute.String("db.namespace", "shop"), attribute.String("server.address", "db.internal"), attribute.Int("server.port", 5432)}}}},
+		{"distinct-routes", distinctSQL(10000)},
+	} {
+		spans := endSpans(b, res, bc.specs...)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				p.OnEnd(spans[i])
+				if i++; i == len(spans) {
+					i = 0
+				}
+			}
+		})
+	}
+}
+
+func distinctSQL(n int) []spanSpec {
+	specs := make([]spanSpec, n)
+	for i := range specs {
+		specs[i] = spanSpec{name: "q", kind: trace.SpanKindClient, attrs: []attribute.KeyValue{
+			attribute.String("db.system", "mysql"), attribute.String("db.statement", fmt.Sprintf("SELECT c%d FROM t%d WHERE id = %d", i, i, i))}}
+	}
+	return specs
+}
+
+var _ sdktrace.SpanProcessor = (*recorder)(nil)

@@ -1,0 +1,229 @@
+package otelstats
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder keeps the spans that end.
+type recorder struct{ spans []sdktrace.ReadOnlySpan }
+
+func (r *recorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (r *recorder) OnEnd(s sdktrace.ReadOnlySpan)                   { r.spans = append(r.spans, s) }
+func (r *recorder) Shutdown(context.Context) error                  { return nil }
+func (r *recorder) ForceFlush(context.Context) error                { return nil }
+
+// spanSpec describes one span to end.
+type spanSpec struct {
+	name   string
+	kind   trace.SpanKind
+	attrs  []attribute.KeyValue
+	remote bool // under a remote parent
+	local  bool // under a local parent (started first, ended after)
+	err    bool
+}
+
+// endSpans ends the spans of specs under a provider with resource attributes
+// res and returns them as the processor sees them.
+func endSpans(t testing.TB, res []attribute.KeyValue, specs ...spanSpec) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := &recorder{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
+		sdktrace.WithResource(resource.NewWithAttributes("", res...)))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("test")
+	var out []sdktrace.ReadOnlySpan
+	for _, sp := range specs {
+		ctx := context.Background()
+		if sp.remote {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true}))
+		}
+		var parent trace.Span
+		if sp.local {
+			ctx, parent = tr.Start(ctx, "parent")
+		}
+		start := time.Now()
+		_, s := tr.Start(ctx, sp.name, trace.WithSpanKind(sp.kind), trace.WithAttributes(sp.attrs...), trace.WithTimestamp(start))
+		if sp.err {
+			s.SetStatus(codes.Error, "boom")
+		}
+		s.End(trace.WithTimestamp(start.Add(3 * time.Millisecond)))
+		out = append(out, rec.spans[len(rec.spans)-1])
+		if parent != nil {
+			parent.End()
+		}
+	}
+	return out
+}
+
+func mapOne(t *testing.T, p *Processor, res []attribute.KeyValue, spec spanSpec) stats.Span {
+	t.Helper()
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, endSpans(t, res, spec)[0], b[:])
+	return sp
+}
+
+var svcRes = []attribute.KeyValue{attribute.String("service.name", "checkout")}
+
+// TestMapping: each row's span maps to the group fields the agent's OTLP
+// rules give it (bench/peer checks the same rows against the agent's code).
+func TestMapping(t *testing.T) {
+	p := NewProcessor(nil)
+	for _, tc := range []struct {
+		row  string
+		res  []attribute.KeyValue
+		spec spanSpec
+		want stats.Span
+	}{
+		{"http server, current names", svcRes, spanSpec{name: "GET /users/{id}", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{
+			attribute.String("http.request.method", "GET"), attribute.String("http.route", "/users/{id}"), attribute.Int("http.response.status_code", 404)}},
+			stats.Span{Service: "checkout", Name: "http.server.request", Resource: "GET /users/{id}", Type: "web", SpanKind: "server", HTTPStatusCode: 404, TopLevel: true, TraceRoot: true}},
+		{"http server, old names, status as string", svcRes, spanSpec{name: "x", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{
+			attribute.String("http.method", "POST"), attribute.String("http.route", "/pay"), attribute.String("http.status_code", "201")}},
+			stats.Span{Service: "checkout", Name: "http.server.request", Resource: "POST /pay", Type: "web", SpanKind: "server", HTTPStatusCode: 201, TopLevel: true, TraceRoot: true}},
+		{"http client under a local parent", svcRes, spanSpec{name: "x", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("http.request.method", "_OTHER"), attribute.String("url.template", "/v1/items"), attribute.String("server.address", "10.1.2.3")}},
+			stats.Span{Service: "checkout", Name: "http.client.request", Resource: "HTTP /v1/items", Type: "http", SpanKind: "client",
+				PeerTags: []string{"server.address:blocked-ip-address"}}},
+		{"postgres, statement obfuscated", svcRes, spanSpec{name: "SELECT", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system", "postgresql"), attribute.String("db.statement", "SELECT * FROM users WHERE id = 42"), attribute.String("db.name", "shop")}},
+			stats.Span{Service: "checkout", Name: "postgresql.query", Resource: "SELECT * FROM users WHERE id = ?", Type: "sql", SpanKind: "client",
+				PeerTags: []string{"db.name:shop", "db.system:postgresql"}}},
+		{"redis, current names, quantized", svcRes, spanSpec{name: "GET", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system.name", "redis"), attribute.String("db.query.text", "GET session:123")}},
+			stats.Span{Service: "checkout", Name: "redis.query", Resource: "GET", Type: "redis", SpanKind: "client",
+				PeerTags: []string{"db.system.name:redis"}}},
+		{"kafka consumer under a remote parent", svcRes, spanSpec{name: "orders receive", kind: trace.SpanKindConsumer, remote: true, attrs: []attribute.KeyValue{
+			attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation", "receive"), attribute.String("messaging.destination.name", "orders")}},
+			stats.Span{Service: "checkout", Name: "kafka.receive", Resource: "receive orders", Type: "custom", SpanKind: "consumer", TopLevel: true,
+				PeerTags: []string{"messaging.destination.name:orders", "messaging.system:kafka"}}},
+		{"grpc server with status", svcRes, spanSpec{name: "x", kind: trace.SpanKindServer, err: true, attrs: []attribute.KeyValue{
+			attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", "shop.Cart"), attribute.String("rpc.method", "Add"),
+			attribute.Int("rpc.grpc.status_code", 5)}},
+			stats.Span{Service: "checkout", Name: "grpc.server.request", Resource: "Add shop.Cart", Type: "web", SpanKind: "server", GRPCStatusCode: "5",
+				TopLevel: true, TraceRoot: true, Error: true}},
+		{"internal, span service wins, measured", svcRes, spanSpec{name: "compute Tax", kind: trace.SpanKindInternal, local: true, attrs: []attribute.KeyValue{
+			attribute.String("service.name", "Tax Engine"), attribute.Int("_dd.measured", 1)}},
+			stats.Span{Service: "tax_engine", Name: "Internal", Resource: "compute Tax", Type: "custom", SpanKind: "internal", Measured: true}},
+		{"no service anywhere", nil, spanSpec{name: "work", kind: trace.SpanKindInternal},
+			stats.Span{Service: "otlpresourcenoservicename", Name: "Internal", Resource: "work", Type: "custom", SpanKind: "internal", TopLevel: true, TraceRoot: true}},
+	} {
+		t.Run(tc.row, func(t *testing.T) {
+			got := mapOne(t, p, tc.res, tc.spec)
+			if got.Duration != int64(3*time.Millisecond) || got.Start == 0 {
+				t.Errorf("start %d duration %d, want the span's", got.Start, got.Duration)
+			}
+			got.Start, got.Duration = 0, 0
+			if !slices.Equal(got.PeerTags, tc.want.PeerTags) {
+				t.Errorf("peer tags %q, want %q", got.PeerTags, tc.want.PeerTags)
+			}
+			got.PeerTags, tc.want.PeerTags = nil, nil
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTopLevelBySpanKind: with the option, server and consumer spans are
+// top-level under a local parent, and client spans measured.
+func TestTopLevelBySpanKind(t *testing.T) {
+	p := NewProcessor(nil, WithTopLevelBySpanKind())
+	srv := mapOne(t, p, svcRes, spanSpec{name: "s", kind: trace.SpanKindServer, local: true})
+	cli := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindClient, local: true})
+	in := mapOne(t, p, svcRes, spanSpec{name: "i", kind: trace.SpanKindInternal, remote: true})
+	if !srv.TopLevel || cli.TopLevel || !cli.Measured || in.TopLevel {
+		t.Fatalf("server top %v; client top %v measured %v; internal under remote parent top %v", srv.TopLevel, cli.TopLevel, cli.Measured, in.TopLevel)
+	}
+}
+
+// TestMemoReturnsSameStrings: a repeated route yields the very same string
+// values (the aggregator's fast path), and an obfuscated query is computed
+// once.
+func TestMemoReturnsSameStrings(t *testing.T) {
+	p := NewProcessor(nil)
+	spec := spanSpec{name: "q", kind: trace.SpanKindClient, attrs: []attribute.KeyValue{
+		attribute.String("db.system", "mysql"), attribute.String("db.statement", "SELECT a FROM t WHERE b = 'x'"), attribute.String("db.name", "d")}}
+	a, b := mapOne(t, p, svcRes, spec), mapOne(t, p, svcRes, spec)
+	if a.Resource != "SELECT a FROM t WHERE b = ?" || b.Resource != a.Resource {
+		t.Fatalf("resources %q %q", a.Resource, b.Resource)
+	}
+	if !sameString(a.Resource, b.Resource) || !sameString(a.Name, b.Name) || &a.PeerTags[0] != &b.PeerTags[0] {
+		t.Fatal("a repeated route built new strings")
+	}
+}
+
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafeData(a) == unsafeData(b))
+}
+
+// TestRecordDropped: a dropped span becomes record-only (processors see
+// it, exporters do not); a sampled one stays sampled.
+func TestRecordDropped(t *testing.T) {
+	s := RecordDropped(sdktrace.NeverSample())
+	if r := s.ShouldSample(sdktrace.SamplingParameters{TraceID: trace.TraceID{1}}); r.Decision != sdktrace.RecordOnly {
+		t.Fatalf("NeverSample wrapped: %v, want RecordOnly", r.Decision)
+	}
+	if r := RecordDropped(sdktrace.AlwaysSample()).ShouldSample(sdktrace.SamplingParameters{TraceID: trace.TraceID{1}}); r.Decision != sdktrace.RecordAndSample {
+		t.Fatalf("AlwaysSample wrapped: %v", r.Decision)
+	}
+	if d := s.Description(); d != "RecordDropped{AlwaysOffSampler}" {
+		t.Fatalf("Description %q", d)
+	}
+}
+
+// TestProcessorEndToEnd: spans ended under a TracerProvider with a sampler
+// that drops everything (wrapped in RecordDropped) reach the fake agent as
+// groups, with their counts.
+func TestProcessorEndToEnd(t *testing.T) {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithSampler(RecordDropped(sdktrace.NeverSample())),
+		sdktrace.WithResource(resource.NewWithAttributes("", svcRes...)),
+		sdktrace.WithSpanProcessor(NewProcessor(agg)))
+	tr := tp.Tracer("t")
+	for i := range 5 {
+		_, s := tr.Start(context.Background(), "GET /a", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", "GET"), attribute.String("http.route", "/a")))
+		if i == 0 {
+			s.SetStatus(codes.Error, "x")
+		}
+		s.End()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := agg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, hits := statstest.Sum(agent.Requests())
+	g := got[statstest.GroupKey{Service: "checkout", Name: "http.server.request", Resource: "GET /a", Type: "web", SpanKind: "server"}]
+	if hits != 5 || g == nil || g.Hits != 5 || g.Errors != 1 || g.TopLevelHits != 5 {
+		t.Fatalf("hits %d, group %+v; want 5 hits, 1 error, 5 top-level in one group", hits, g)
+	}
+}
