@@ -22,11 +22,38 @@ func (t *Table) Attacked() bool { return t.attacked }
 func (t *Table) admit(s *Record, kept []string) uint16 {
 	b := t.budgets
 	ep := t.epoch
+	// Unrolled by Field, as sameKey and for the same reason: the loop
+	// spills its state around each inlined ok on every collapsed span (see
+	// BenchmarkConsumer/Adversarial). *[9] fails to compile if a Field is
+	// added; TestEveryLabelCounts checks each index.
+	l, v := (*[9]*valueSet)(&b.fields), (*[9]string)(s.labels())
 	var rejected uint16 // bit per Field
-	for f, v := range s.labels() {
-		if !b.fields[f].ok(v, ep) {
-			rejected |= 1 << f
-		}
+	if !l[0].ok(v[0], ep) {
+		rejected |= 1 << 0
+	}
+	if !l[1].ok(v[1], ep) {
+		rejected |= 1 << 1
+	}
+	if !l[2].ok(v[2], ep) {
+		rejected |= 1 << 2
+	}
+	if !l[3].ok(v[3], ep) {
+		rejected |= 1 << 3
+	}
+	if !l[4].ok(v[4], ep) {
+		rejected |= 1 << 4
+	}
+	if !l[5].ok(v[5], ep) {
+		rejected |= 1 << 5
+	}
+	if !l[6].ok(v[6], ep) {
+		rejected |= 1 << 6
+	}
+	if !l[7].ok(v[7], ep) {
+		rejected |= 1 << 7
+	}
+	if !l[8].ok(v[8], ep) {
+		rejected |= 1 << 8
 	}
 	for i, p := range kept {
 		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
@@ -115,13 +142,14 @@ func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool 
 		return false
 	}
 	// A field in rejected is BlockedValue in the memo's key, as in s's
-	// collapsed key: only the others need comparing.
-	r := rejected
-	for f, v := range s.labels() {
-		if r&1 == 0 && !same(k.fields[f], v) {
-			return false
-		}
-		r >>= 1
+	// collapsed key: only the others need comparing. Unrolled as in admit.
+	a, b, r := (*[9]string)(&k.fields), (*[9]string)(s.labels()), rejected
+	if !sameUnless(a[0], b[0], r&(1<<0)) || !sameUnless(a[1], b[1], r&(1<<1)) ||
+		!sameUnless(a[2], b[2], r&(1<<2)) || !sameUnless(a[3], b[3], r&(1<<3)) ||
+		!sameUnless(a[4], b[4], r&(1<<4)) || !sameUnless(a[5], b[5], r&(1<<5)) ||
+		!sameUnless(a[6], b[6], r&(1<<6)) || !sameUnless(a[7], b[7], r&(1<<7)) ||
+		!sameUnless(a[8], b[8], r&(1<<8)) {
+		return false
 	}
 	for i, p := range kept { // len(kept) == numPeers <= recentPeers
 		if !same(k.peers[i], p) {
@@ -130,6 +158,9 @@ func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool 
 	}
 	return true
 }
+
+// sameUnless is same(a, b), or true when the field was collapsed.
+func sameUnless(a, b string, collapsed uint16) bool { return collapsed != 0 || same(a, b) }
 
 // Collapsed is the number of values of field f replaced by BlockedValue.
 func (t *Table) Collapsed(f Field) uint64 {

@@ -69,7 +69,8 @@ func TestLimitsGetSet(t *testing.T) {
 
 // TestEveryLabelCounts changes one label at a time and checks each place
 // that goes over the labels by Field: the key bytes (encodeKey, setKey),
-// the recent-span cache's comparison, the budgets and collapse.
+// the recent-span cache's comparison, the budgets, collapse and the
+// collapsed-key memo.
 func TestEveryLabelCounts(t *testing.T) {
 	for f := range Field(numLabels) {
 		t.Run(f.String(), func(t *testing.T) {
@@ -108,6 +109,20 @@ func TestEveryLabelCounts(t *testing.T) {
 				if n, want := tb.Collapsed(g), map[bool]uint64{true: 1}[g == f]; n != want {
 					t.Errorf("Collapsed(%v) = %d, want %d", g, n, want)
 				}
+			}
+
+			// c collapses like b but differs from it in another field:
+			// the memo of b's collapsed key must not take it.
+			g := (f + 1) % Field(numLabels)
+			c := b
+			c.labels()[g] = fmt.Sprint("other-", g)
+			tb.Add(&c)
+			if es = tb.Touched(nil); len(es) != 3 {
+				t.Fatalf("%d entries after a span differing in %v from the collapsed one, want 3", len(es), g)
+			}
+			want[g] = c.labels()[g]
+			if *es[2].labels() != want {
+				t.Errorf("third key %q, want %q", *es[2].labels(), want)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -47,32 +46,6 @@ func BenchmarkShedYield(b *testing.B) {
 				abSide{"every-shed", OpenSDKConfig(stats.Config{ShedYieldEvery: 1}, nil)})
 		})
 	}
-}
-
-// nullDriver counts and drops: BenchmarkHarness measures what Run itself
-// costs per span (the walk of the workload and the call), to subtract by eye
-// from the figures above. Each producer walks its own stretch of positions,
-// so counting per stretch keeps the counters uncontended.
-type nullDriver struct {
-	stretch int
-	n       [Producers + 1]paddedCount
-}
-
-type paddedCount struct {
-	atomic.Uint64
-	_ [56]byte
-}
-
-func (d *nullDriver) Publish(i int, _ *stats.Span) { d.n[i/d.stretch].Add(1) }
-func (d *nullDriver) Stop() error                  { return nil }
-func (d *nullDriver) Close()                       {}
-func (d *nullDriver) Counts() Counts {
-	var c Counts
-	for i := range d.n {
-		c.Counted += d.n[i].Load()
-	}
-	c.Published = c.Counted
-	return c
 }
 
 // BenchmarkHarness is the cost of the harness alone on each workload: the

@@ -17,7 +17,10 @@
 // stats: spans counted per second of wall time, CPU (user+sys, whole
 // process) per counted span, allocations per counted span, and the fraction
 // of spans shed at the inbox, collapsed by a cardinality budget or folded
-// into the overflow entry. SDK is the Driver of this module's stats package;
+// into the overflow entry. RunPaced (paced.go) instead offers a fixed load
+// (Pacing) to several drivers in alternating rounds and reports each one's
+// CPU per span less a driver that only counts. SDK is the Driver of this
+// module's stats package;
 // Agent is the loopback agent it reports to.
 //
 // # Concurrency

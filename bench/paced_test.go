@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"sync"
 	"testing"
 	"time"
 )
@@ -70,7 +69,7 @@ func BenchmarkPaced(b *testing.B) {
 		n := share(b.N, pacedRounds, r)
 		for _, s := range sides {
 			cpu0 := cpuTime()
-			publishPaced(b, s.d, s.walks, n)
+			publishPaced(b, s.d, s.walks, n, Pacing{Rate: PacedRate, Burst: pacedTick})
 			s.cpu += cpuTime() - cpu0
 			s.spans += n
 		}
@@ -106,31 +105,4 @@ func BenchmarkPaced(b *testing.B) {
 			b.ReportMetric(sdk[Adversarial().Name]/st, "adversarial-ratio")
 		}
 	}
-}
-
-// publishPaced publishes n spans through d from one goroutine per walk,
-// PacedRate spans per second in all, and returns once d accounted for all
-// of them.
-func publishPaced(b *testing.B, d Driver, walks []*Producer, n int) {
-	before := d.Counts().Accounted()
-	every := time.Duration(float64(time.Second) * float64(len(walks)) / PacedRate) // one producer's pace
-	perTick := max(1, int(pacedTick/every))
-	var wg sync.WaitGroup
-	for i, p := range walks {
-		k := share(n, len(walks), i)
-		wg.Go(func() {
-			start := time.Now()
-			for done := 0; done < k; {
-				for end := min(k, done+perTick); done < end; done++ {
-					d.Publish(p.Next())
-				}
-				if wait := time.Until(start.Add(time.Duration(done) * every)); wait > 0 {
-					time.Sleep(wait)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	// Sleep, not spin: the process's CPU is what is measured.
-	awaitAccounted(b, d, before+uint64(n), func() { time.Sleep(50 * time.Microsecond) })
 }

@@ -15,7 +15,7 @@
 //
 // Any number of goroutines may call Push, Claim (then Commit), Cap, Len,
 // Pushed, Close, Closed and Wake concurrently. Drain, DrainClosed,
-// Ready, At, Release, Park and Unpark form the consumer side and must only
+// Ready, At, Release, Park, ParkUntil and Unpark form the consumer side and must only
 // ever be called from exactly one consumer goroutine at a time.
 //
 // # Design
@@ -34,10 +34,13 @@
 // Drain is the copying form. Close sets the top bit of the tail word, which makes every
 // later tail CAS fail, so the final tail is fixed and DrainClosed can wait for
 // the slots claimed before Close to be written and then prove the ring empty.
-// Wake-ups use a parked flag and a one-token channel: the consumer sets the
-// flag in Park and re-checks for work, and only the producer that wins a CAS
-// of the flag from 1 to 0 sends a token; because Go atomics are sequentially
-// consistent, either that producer sees the flag or the consumer sees the
-// item, so no wake-up is ever lost, at the cost of at most one spurious one.
+// Wake-ups use a parked word and a one-token channel: the consumer stores in
+// it how many queued items should wake it (ParkUntil; Park is one) and
+// re-checks the item at that distance from the head, and only a producer
+// whose push reaches the mark and that wins a CAS of the word to 0 sends a
+// token; because Go atomics are sequentially consistent, either the
+// producer of that item sees the word or the consumer sees the item, so no
+// wake-up is ever lost, at the cost of at most one spurious one. A consumer
+// parked until a mark above one needs its own timer for the items below it.
 // Head, tail and the parked flag live on separate cache lines.
 package inbox

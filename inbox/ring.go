@@ -38,9 +38,10 @@ type Ring[T any] struct {
 	// tail is the next position producers will claim, with closedBit on top.
 	tail atomic.Uint64
 	_    [cacheLine - 8]byte
-	// parked is 1 while the consumer is (about to be) waiting on wake.
-	parked atomic.Uint32
-	_      [cacheLine - 4]byte
+	// parked is, while the consumer is (about to be) waiting on wake, the
+	// number of queued items that wakes it (see ParkUntil); 0 otherwise.
+	parked atomic.Uint64
+	_      [cacheLine - 8]byte
 	// head is owned by the consumer; it is atomic only so Len can read it.
 	head atomic.Uint64
 	_    [cacheLine - 8]byte
@@ -99,8 +100,9 @@ func (c Claimed[T]) Value() *T { return &c.s.val }
 func (c Claimed[T]) Commit() {
 	c.s.seq.Store(c.pos + 1) // publish: the consumer may read val now
 	r := c.r
-	// Only a load on the common path; the CAS picks one waker.
-	if r.parked.Load() != 0 && r.parked.CompareAndSwap(1, 0) {
+	// Loads only on the common path, of lines the consumer rarely writes;
+	// the CAS picks one waker. A stale head only makes the count larger.
+	if w := r.parked.Load(); w != 0 && c.pos+1-r.head.Load() >= w && r.parked.CompareAndSwap(w, 0) {
 		select {
 		case r.wake <- struct{}{}:
 		default: // a token is already pending; one is enough
@@ -251,35 +253,40 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 	return n
 }
 
-// Park announces that the consumer is about to wait on Wake. It returns false,
-// and withdraws the announcement, when an item is already ready or the ring is
-// closed, so the caller must not wait; it returns true when the caller should
-// now wait on Wake (together with its own timers) and call Unpark afterwards.
-// Consumer goroutine only.
-func (r *Ring[T]) Park() bool {
+// Park announces that the consumer is about to wait on Wake for the next
+// item: it is ParkUntil(1).
+func (r *Ring[T]) Park() bool { return r.ParkUntil(1) }
+
+// ParkUntil announces that the consumer is about to wait on Wake until n
+// items are queued (n < 1 counts as 1): a producer sends the token only
+// when its push makes n or more. It returns false, and withdraws the
+// announcement, when n items are already queued or the ring is closed, so
+// the caller must not wait; it returns true when the caller should now wait
+// on Wake (together with its own timers, which must fire for the items
+// below n) and call Unpark afterwards. Consumer goroutine only.
+func (r *Ring[T]) ParkUntil(n int) bool {
+	w := uint64(min(max(n, 1), len(r.buf)))
 	// Drop a stale token left by an earlier cycle; the re-check below covers
 	// everything it could have announced, so this only saves a wake-up.
 	select {
 	case <-r.wake:
 	default:
 	}
-	r.parked.Store(1)
-	// Sequentially consistent atomics: a producer that published after this
-	// re-check misses nothing because it must then observe parked == 1.
-	if r.ready() || r.Closed() {
+	r.parked.Store(w)
+	// Sequentially consistent atomics: the producer of the w-th item from
+	// the head either published it before this re-check, which then sees
+	// it, or observes parked == w after, and wakes the consumer.
+	if r.published(r.head.Load()+w-1) || r.Closed() {
 		// If the CAS fails a producer already took the flag and sends a
 		// token; that token is harmless and costs one spurious wake-up.
-		r.parked.CompareAndSwap(1, 0)
+		r.parked.CompareAndSwap(w, 0)
 		return false
 	}
 	return true
 }
 
-// ready reports whether the slot at head holds a published item.
-func (r *Ring[T]) ready() bool {
-	head := r.head.Load()
-	return r.buf[head&r.mask].seq.Load() == head+1
-}
+// published reports whether the item at position pos is ready.
+func (r *Ring[T]) published(pos uint64) bool { return r.buf[pos&r.mask].seq.Load() == pos+1 }
 
 // Wake returns the channel that receives a token when a producer pushes while
 // the consumer is parked, or when the ring is closed. A token can be spurious
@@ -301,7 +308,7 @@ func (r *Ring[T]) Close() {
 	}
 	// Same ordering argument as Push: Park re-checks Closed after setting
 	// the flag, so either it sees the bit or this sees the flag.
-	if r.parked.CompareAndSwap(1, 0) {
+	if r.parked.Swap(0) != 0 {
 		select {
 		case r.wake <- struct{}{}:
 		default:

@@ -580,6 +580,106 @@ func TestNoTokenWhenNotParked(t *testing.T) {
 	}
 }
 
+// TestParkUntilWakesAtTheMark: parked until 3 items, the consumer gets no
+// token for the first two pushes and one for the third; with 3 already
+// queued it does not park.
+func TestParkUntilWakesAtTheMark(t *testing.T) {
+	r := New[int](8)
+	x := 1
+	r.Push(&x) // drained below: the mark counts from the head
+	if n := r.Drain(make([]int, 8)); n != 1 {
+		t.Fatalf("Drain = %d, want 1", n)
+	}
+	if !r.ParkUntil(3) {
+		t.Fatal("ParkUntil(3) = false on an empty ring")
+	}
+	for i := range 3 {
+		select {
+		case <-r.Wake():
+			t.Fatalf("token after %d pushes, want none before 3", i)
+		default:
+		}
+		r.Push(&x)
+	}
+	select {
+	case <-r.Wake():
+	default:
+		t.Fatal("no token after the third push")
+	}
+	r.Unpark()
+	if r.ParkUntil(3) {
+		t.Fatal("ParkUntil(3) = true with 3 items queued")
+	}
+	if r.parked.Load() != 0 {
+		t.Fatal("ParkUntil returning false left the parked flag set")
+	}
+	if !r.ParkUntil(100) { // beyond the capacity: a full ring
+		t.Fatal("ParkUntil(100) = true with 3 of 8 queued")
+	}
+	for range 5 {
+		r.Push(&x)
+	}
+	select {
+	case <-r.Wake():
+	default:
+		t.Fatal("no token when the ring filled up")
+	}
+}
+
+// TestParkUntilStress: producers trickle items while the consumer parks
+// until a mark and, like the SDK's consumer, also wakes on a short timer;
+// every item arrives, and whenever the timer ends a wait with the mark
+// reached, the token still comes (a lost wake-up would never send it).
+func TestParkUntilStress(t *testing.T) {
+	const producers, perProducer, mark = 4, 2000, 16
+	r := New[int](64)
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for i := 0; i < perProducer; {
+				x := i
+				if r.Push(&x) {
+					i++
+				}
+				if i%7 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	got, lost := 0, 0
+	dst := make([]int, 64)
+	tick := time.NewTimer(time.Hour)
+	for got < producers*perProducer {
+		if n := r.Drain(dst); n > 0 {
+			got += n
+			continue
+		}
+		if !r.ParkUntil(mark) {
+			continue
+		}
+		tick.Reset(20 * time.Millisecond)
+		select {
+		case <-r.Wake():
+		case <-tick.C:
+			// The mark-th item published while parked: its producer (or
+			// another that took the flag) owes a token, maybe in flight.
+			if r.Ready(mark) == mark {
+				select {
+				case <-r.Wake():
+				case <-time.After(wakeTimeout):
+					lost++
+				}
+			}
+		}
+		r.Unpark()
+	}
+	wg.Wait()
+	if lost > 0 {
+		t.Fatalf("%d waits ended by the timer with the mark reached: lost wake-ups", lost)
+	}
+}
+
 func TestZeroAllocs(t *testing.T) {
 	type span struct {
 		name, svc  string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +191,32 @@ func logUniform(n int) []int64 {
 		d[i] = int64(math.Exp(lo + (hi-lo)*float64((i*7919)%n)/float64(n)))
 	}
 	return d
+}
+
+// BenchmarkIdle is the cost of an aggregator that receives no span: a
+// started one, reporting to a loopback agent, left alone for idleStretch
+// per op. It reports the consumer's wake-ups per second and the process's
+// CPU (user+sys, getrusage) as a fraction of one core, the benchmark's own
+// sleeping goroutine included.
+func BenchmarkIdle(b *testing.B) {
+	const idleStretch = 500 * time.Millisecond
+	a, done := benchAggregator(b)
+	defer done()
+	time.Sleep(idleStretch) // let the start-up (the first /info read) pass
+	w0, cpu0, t0 := a.cons.wakeups.Load(), processCPU(), time.Now()
+	for b.Loop() {
+		time.Sleep(idleStretch)
+	}
+	elapsed := time.Since(t0).Seconds()
+	b.ReportMetric(float64(a.cons.wakeups.Load()-w0)/elapsed, "wakeups/s")
+	b.ReportMetric(100*(processCPU()-cpu0).Seconds()/elapsed, "%core")
+}
+
+// processCPU is the process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic("BUG: getrusage: " + err.Error())
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -31,9 +31,21 @@ func newInbox(n int) *inbox.Ring[aggregate.Record] {
 }
 
 // idleYields is how many times the consumer yields on an empty inbox before
-// parking: enough to ride out the gaps of a busy stream, few enough that an
-// idle process parks within microseconds.
+// parking: enough to ride out the gaps of a saturating stream, few enough
+// that a paced one parks within microseconds.
 const idleYields = 4
+
+// The consumer is not woken per span: parked, it drains the inbox every
+// drainPeriod, or when a push fills it to 1/wakeFraction of its capacity,
+// so that a stream of any rate costs a few wake-ups a second, not one per
+// burst (see BenchmarkPaced in bench/peer). The mark leaves the producers
+// the rest of the inbox while the consumer gets a processor; a period whose
+// drain finds nothing makes the consumer wait for the first push instead,
+// so an idle process does not wake at all (see BenchmarkIdle).
+const (
+	drainPeriod  = 50 * time.Millisecond
+	wakeFraction = 4
+)
 
 // consumer is the state of the one goroutine that owns the table. Nothing
 // else reads or writes it.
@@ -63,6 +75,9 @@ type consumer struct {
 	start     time.Time // start of the current interval
 	boundary  time.Time // the aligned end the timer is armed for
 	timer     *time.Timer
+	poll      *time.Timer         // drainPeriod, while parked with spans below the mark
+	quiet     bool                // the last drainPeriod brought no span
+	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's final report: wait for the sender
@@ -118,10 +133,14 @@ func (c *consumer) run() {
 	c.boundary = c.start.Add(c.interval)
 	c.timer = time.NewTimer(c.boundary.Sub(t))
 	defer c.timer.Stop()
+	c.poll = time.NewTimer(drainPeriod)
+	defer c.poll.Stop()
+	mark := max(1, c.in.Cap()/wakeFraction)
 	idle := 0
 	for {
 		if n := c.consume(); n > 0 {
 			idle = 0
+			c.quiet = false
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
 			select {
@@ -139,19 +158,27 @@ func (c *consumer) run() {
 			continue
 		}
 		if idle < idleYields {
-			// Under load the inbox empties only for a moment: yielding keeps
-			// the consumer runnable instead of parking and waiting for a
-			// producer's wake-up, which would arrive only once that producer
-			// gives up its processor.
+			// Under overload the inbox empties only for a moment: yielding
+			// keeps the consumer runnable instead of parking until the mark.
 			idle++
 			runtime.Gosched()
 			continue
 		}
-		if !c.in.Park() {
-			continue // items arrived (or the ring closed) while parking
+		idle = 0
+		wake, poll := mark, c.poll.C
+		if c.quiet {
+			wake, poll = 1, nil
+		}
+		if !c.in.ParkUntil(wake) {
+			continue // the mark was reached (or the ring closed) while parking
+		}
+		if poll != nil {
+			c.poll.Reset(drainPeriod)
 		}
 		select {
 		case <-c.in.Wake():
+		case <-poll:
+			c.quiet = c.in.Len() == 0
 		case <-c.timer.C:
 			c.tick()
 		case done := <-c.flushCh:
@@ -164,6 +191,7 @@ func (c *consumer) run() {
 			return
 		}
 		c.in.Unpark()
+		c.wakeups.Add(1)
 	}
 }
 
@@ -176,10 +204,7 @@ func (c *consumer) aggregate(spans []aggregate.Record) {
 
 // consume aggregates up to one batch of spans in place in the inbox.
 func (c *consumer) consume() int {
-	if k := c.peerTags.Load(); k != c.peerKeys { // the agent's list arrived or changed
-		c.peerKeys = k
-		c.table.SetPeerTagKeys(*k)
-	}
+	c.syncPeerTags()
 	// In place: the batch is the inbox's own slots.
 	in := c.in
 	n := in.Ready(drainBatch)
@@ -193,6 +218,15 @@ func (c *consumer) consume() int {
 		c.counted(n)
 	}
 	return n
+}
+
+// syncPeerTags gives the table the agent's peer-tag list if it arrived or
+// changed since the last batch.
+func (c *consumer) syncPeerTags() {
+	if k := c.peerTags.Load(); k != c.peerKeys {
+		c.peerKeys = k
+		c.table.SetPeerTagKeys(*k)
+	}
 }
 
 // counted publishes the table's counters after a batch of n spans.
@@ -269,6 +303,7 @@ func (c *consumer) discard(entries []*aggregate.Entry) {
 // reports them and hands the sender its last report.
 func (c *consumer) finish() {
 	c.in.Close()
+	c.syncPeerTags()
 	for {
 		n := c.in.DrainClosed(c.batch)
 		if n == 0 {

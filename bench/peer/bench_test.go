@@ -24,6 +24,28 @@ func sideBySide(b *testing.B, w func() *bench.Workload) {
 	b.Run("impl=peer", func(b *testing.B) { bench.Run(b, w(), OpenConcentrator) })
 }
 
+// BenchmarkPaced is the comparison at the loads applications run at: each
+// workload offered at fixed rates far below what the SDK absorbs, in 1 ms
+// bursts and spread evenly, through the peer and the SDK in alternating
+// rounds (bench.RunPaced). cpu-ns/span-<impl> is the process CPU per
+// published span less the pacing driver's; ratio is the peer's ÷ the SDK's.
+// The saturated benchmarks below are a throughput race under overload,
+// not this.
+func BenchmarkPaced(b *testing.B) {
+	for _, w := range []func() *bench.Workload{bench.SteadyState, bench.ClientPeerTags} {
+		for _, rate := range []int{20_000, 200_000, 1_000_000} {
+			for _, burst := range []time.Duration{time.Millisecond, 0} {
+				p := bench.Pacing{Rate: rate, Burst: burst}
+				b.Run("workload="+w().Name+"/"+p.String(), func(b *testing.B) {
+					bench.RunPaced(b, w(), p,
+						bench.PacedSide{Name: "peer", Open: OpenConcentrator},
+						bench.PacedSide{Name: "spanstats", Open: bench.OpenSDK(agentPeerTagKeys())})
+				})
+			}
+		}
+	}
+}
+
 func BenchmarkSteadyState(b *testing.B)             { sideBySide(b, bench.SteadyState) }
 func BenchmarkHighCardinalityResource(b *testing.B) { sideBySide(b, bench.HighCardinalityResource) }
 func BenchmarkHighCardinalityPeer(b *testing.B)     { sideBySide(b, bench.HighCardinalityPeer) }

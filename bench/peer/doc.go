@@ -15,13 +15,17 @@
 //     and payloads produced by the agent's encoder must decode with
 //     writer.DecodePayload with every value intact — both directions of the
 //     wire contract in DESIGN.md §7;
+//   - BenchmarkPaced, the headline: both implementations at fixed offered
+//     loads (20 k, 200 k and 1 M spans/s from 8 producers, in 1 ms bursts and
+//     spread), CPU per span less the pacing driver's (bench.RunPaced);
 //   - side-by-side benchmarks against the agent's stats code (peer
 //     comparisons), reported as ratios in one run: every workload of package
 //     bench through the SDK (impl=spanstats) and through the agent's
 //     pkg/trace/stats SpanConcentrator driven the way dd-trace-go v2 drives
 //     it (impl=peer: NewStatSpanWithConfig on the producer goroutine, a
 //     10000-slot channel to one ingester calling AddSpan, Flush and
-//     MarshalMsg; see concentrator_test.go), measured by bench.Run; and the
+//     MarshalMsg; see concentrator_test.go), measured by bench.Run at
+//     saturation (a throughput race under overload); and the
 //     live heap per entry at 2048 entries (BenchmarkHeapPerEntry). bench/run
 //     runs them and writes bench/RESULTS.md;
 //   - TestDriversAgree: both implementations see the same keys for the same

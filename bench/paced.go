@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// Pacing is an offered load: Rate spans per second from Producers
+// goroutines together, each publishing a Burst's worth of its spans at once
+// and then sleeping until the next burst is due. With Burst 0 each
+// producer's spans are spread evenly, one every Producers/Rate seconds, as
+// far as the Go timer allows: a producer that wakes late publishes the spans
+// already due at once, so above a few hundred thousand spans per second
+// "spread" becomes bursts of the timer's granularity. A producer never
+// publishes more than maxCatchUp's worth (or one Burst) at once: one that
+// fell further behind, its thread descheduled by the host, resumes the
+// pace from there rather than flooding the implementation with the spans
+// of the time it lost, as an application that stalled would.
+type Pacing struct {
+	Rate  int
+	Burst time.Duration
+}
+
+// String names the pacing in a benchmark: "rate=200k/burst=1ms",
+// "rate=1M/spread".
+func (p Pacing) String() string {
+	r := fmt.Sprint(p.Rate)
+	switch {
+	case p.Rate%1_000_000 == 0:
+		r = fmt.Sprint(p.Rate/1_000_000, "M")
+	case p.Rate%1000 == 0:
+		r = fmt.Sprint(p.Rate/1000, "k")
+	}
+	if p.Burst > 0 {
+		return "rate=" + r + "/burst=" + p.Burst.String()
+	}
+	return "rate=" + r + "/spread"
+}
+
+// PacedSide is one implementation RunPaced compares: its name in the
+// metrics, and how to open it.
+type PacedSide struct {
+	Name string
+	Open OpenFunc
+}
+
+// PacedRounds is how many rounds RunPaced alternates its sides.
+const PacedRounds = 4
+
+// RunPaced publishes b.N spans of w through each side at the offered load
+// p, in PacedRounds alternating rounds, beside a driver that only counts
+// (the harness: the producers' walk and their pacing). It measures each
+// round's process CPU (user+sys, every goroutine and the runtime) from the
+// first span until the side accounted for every span of the round, and
+// reports for each side:
+//
+//	cpu-ns/span-<name>  CPU per published span, less the harness's
+//	shed/op-<name>      fraction of the published spans shed
+//
+// and harness-ns/span, and with two sides "ratio": the first side's
+// cpu-ns/span ÷ the second's. The rounds rotate which side goes first, and
+// a GC runs before each, outside the measurement: the garbage of one side
+// is not collected on another's time (which leaves out part of the cost of a
+// side that allocates per span).
+func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
+	type side struct {
+		name  string
+		d     Driver
+		walks []*Producer
+		base  Counts
+		cpu   time.Duration
+		spans int
+	}
+	var all []*side
+	for _, ps := range append([]PacedSide{{Name: "harness", Open: openNull}}, sides...) {
+		d, err := ps.Open(w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		all = append(all, &side{name: ps.Name, d: d, base: warmUp(b, w, d), walks: allWalks(w)})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for r := range PacedRounds {
+		n := share(b.N, PacedRounds, r)
+		for i := range all {
+			s := all[(i+r)%len(all)]
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+			cpu0 := cpuTime()
+			publishPaced(b, s.d, s.walks, n, p)
+			s.cpu += cpuTime() - cpu0
+			s.spans += n
+		}
+	}
+	b.StopTimer()
+	if b.N < PacedRounds {
+		return // the framework's first, calibrating call
+	}
+	per := make([]float64, len(all))
+	for i, s := range all {
+		if err := s.d.Stop(); err != nil {
+			b.Fatalf("%s: stop: %v", s.name, err)
+		}
+		c := s.d.Counts().Sub(s.base)
+		if c.Accounted() != uint64(s.spans) || c.Lost != 0 {
+			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.name, s.spans, c.Accounted(), c.Lost, c)
+		}
+		per[i] = float64(s.cpu.Nanoseconds()) / float64(s.spans)
+		if i == 0 {
+			b.ReportMetric(per[0], "harness-ns/span")
+			continue
+		}
+		per[i] -= per[0]
+		b.ReportMetric(per[i], "cpu-ns/span-"+s.name)
+		b.ReportMetric(float64(c.Shed)/float64(s.spans), "shed/op-"+s.name)
+	}
+	if len(all) == 3 && per[2] > 0 {
+		b.ReportMetric(per[1]/per[2], "ratio")
+	}
+}
+
+// publishPaced publishes n spans through d from one goroutine per walk at
+// the offered load p, and returns once d accounted for all of them.
+func publishPaced(b *testing.B, d Driver, walks []*Producer, n int, p Pacing) {
+	before := d.Counts().Accounted()
+	every := time.Duration(float64(time.Second) * float64(len(walks)) / float64(p.Rate)) // one producer's pace
+	perTick := max(1, int(p.Burst/every))
+	most := max(perTick, int(maxCatchUp/every))
+	var wg sync.WaitGroup
+	for i, w := range walks {
+		k := share(n, len(walks), i)
+		wg.Go(func() {
+			start, done := time.Now(), 0
+			for done < k {
+				due := min(k, done+perTick)
+				if late := int(time.Since(start) / every); late > due {
+					due = min(k, late, done+most)
+					if late > done+most { // too far behind: resume the pace from here
+						start = start.Add(time.Duration(late-due) * every)
+					}
+				}
+				for ; done < due; done++ {
+					d.Publish(w.Next())
+				}
+				if wait := time.Until(start.Add(time.Duration(done) * every)); wait > 0 {
+					time.Sleep(wait)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	awaitAccounted(b, d, before+uint64(n), backoff())
+}
+
+// maxCatchUp is the most time's worth of spans a paced producer publishes
+// at once (see Pacing).
+const maxCatchUp = time.Millisecond
+
+// backoff returns a pause for awaitAccounted that sleeps 100 µs, then twice
+// as long each time up to 20 ms: a consumer that drains on a period (the
+// SDK's) is waited for with a few wake-ups, not one every few microseconds
+// charged to its CPU.
+func backoff() func() {
+	d := 100 * time.Microsecond
+	return func() {
+		time.Sleep(d)
+		d = min(2*d, 20*time.Millisecond)
+	}
+}
+
+// nullDriver counts and drops: BenchmarkHarness measures what Run itself
+// costs per span (the walk of the workload and the call), and RunPaced
+// subtracts it. Each producer walks its own stretch of positions, so
+// counting per stretch keeps the counters uncontended.
+type nullDriver struct {
+	stretch int
+	n       [Producers + 1]paddedCount
+}
+
+func openNull(w *Workload) (Driver, error) { return &nullDriver{stretch: w.Len() / Producers}, nil }
+
+type paddedCount struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+func (d *nullDriver) Publish(i int, _ *stats.Span) { d.n[i/d.stretch].Add(1) }
+func (d *nullDriver) Stop() error                  { return nil }
+func (d *nullDriver) Close()                       {}
+func (d *nullDriver) Counts() Counts {
+	var c Counts
+	for i := range d.n {
+		c.Counted += d.n[i].Load()
+	}
+	c.Published = c.Counted
+	return c
+}
