@@ -43,24 +43,24 @@ const (
 	// MaxUDPDatagramBytes is the largest UDP payload over IPv4.
 	MaxUDPDatagramBytes = 65507
 	// DefaultHTTPTimeout bounds one POST, as dd-trace-go does.
-	DefaultHTTPTimeout = 10 * time.Second
+	DefaultHTTPTimeout = agentclient.DefaultTimeout
 	// DefaultSendQueue is how many reports may wait for the sender; beyond
 	// that a report is dropped and counted rather than blocking the consumer.
 	DefaultSendQueue = 4
 	// DefaultMaxRetries, with the backoff defaults, gives up on a payload
 	// after about 3 s of failures (0.2+0.4+0.8+1.6 s, jittered).
-	DefaultMaxRetries = 4
+	DefaultMaxRetries = agentclient.DefaultMaxRetries
 	// DefaultRetryBackoff is the first retry's delay.
-	DefaultRetryBackoff = 200 * time.Millisecond
+	DefaultRetryBackoff = agentclient.DefaultRetryBackoff
 	// DefaultMaxRetryBackoff caps the doubling.
-	DefaultMaxRetryBackoff = 5 * time.Second
+	DefaultMaxRetryBackoff = agentclient.DefaultMaxRetryBackoff
 	// DefaultMaxRetryPayloads bounds the payloads waiting for a retry.
 	DefaultMaxRetryPayloads = 8
 	// DefaultMaxRetryBytes bounds their bytes: enough for two maximal
 	// payloads, so a retry storm costs bounded memory.
 	DefaultMaxRetryBytes = 64 << 20
 	// DefaultInfoRefresh is the /info poll period while stats are disabled.
-	DefaultInfoRefresh = 30 * time.Second
+	DefaultInfoRefresh = agentclient.DefaultInfoRefresh
 )
 
 // Config configures an Aggregator. The zero value of every field selects its

@@ -25,8 +25,23 @@ var (
 	ErrAgentOff = errors.New("agent does not accept client stats")
 )
 
-// Config bounds the client's work. Every field must be set (the callers
-// own the defaults and their documentation).
+// Defaults shared by the SDK's sender and the relay's forwarder.
+const (
+	// DefaultTimeout bounds one request, as dd-trace-go does.
+	DefaultTimeout = 10 * time.Second
+	// DefaultMaxRetries, with the backoff defaults, gives up on a payload
+	// after about 3 s of failures (0.2+0.4+0.8+1.6 s, jittered).
+	DefaultMaxRetries = 4
+	// DefaultRetryBackoff is the first retry's delay.
+	DefaultRetryBackoff = 200 * time.Millisecond
+	// DefaultMaxRetryBackoff caps the doubling.
+	DefaultMaxRetryBackoff = 5 * time.Second
+	// DefaultInfoRefresh is the /info poll period while the agent is off.
+	DefaultInfoRefresh = 30 * time.Second
+)
+
+// Config bounds the client's work. Every field must be set: the callers
+// own the choice (from the defaults above) and its documentation.
 type Config struct {
 	Endpoint Endpoint
 	// Timeout bounds one request.

@@ -17,16 +17,11 @@ import (
 	"github.com/spanstats/spanstats/writer"
 )
 
-// Retry budget of the forwarder's agent client: the SDK's defaults, with
-// room for the payloads of many identities.
+// What may wait for a retry in the forwarder's agent client: more than the
+// SDK's, as a relay's reports carry the payloads of many identities.
 const (
-	forwardTimeout       = 10 * time.Second
-	forwardRetries       = 4
-	forwardBackoff       = 200 * time.Millisecond
-	forwardMaxBackoff    = 5 * time.Second
 	forwardRetryPayloads = 256
 	forwardRetryBytes    = 128 << 20
-	forwardInfoRefresh   = 30 * time.Second
 )
 
 type forwarder struct {
@@ -43,13 +38,13 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 	f.packer = writer.Packer{Limit: s.cfg.MaxPayloadBytes, Sequence: f.nextSeq}
 	f.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         s.ep,
-		Timeout:          forwardTimeout,
-		MaxRetries:       forwardRetries,
-		RetryBackoff:     forwardBackoff,
-		MaxRetryBackoff:  forwardMaxBackoff,
+		Timeout:          agentclient.DefaultTimeout,
+		MaxRetries:       agentclient.DefaultMaxRetries,
+		RetryBackoff:     agentclient.DefaultRetryBackoff,
+		MaxRetryBackoff:  agentclient.DefaultMaxRetryBackoff,
 		MaxRetryPayloads: forwardRetryPayloads,
 		MaxRetryBytes:    forwardRetryBytes,
-		InfoRefresh:      forwardInfoRefresh,
+		InfoRefresh:      agentclient.DefaultInfoRefresh,
 	}, f)
 	return f
 }
