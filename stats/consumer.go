@@ -372,6 +372,9 @@ func (c *consumer) report(end time.Time, done chan error) {
 		case <-c.abort:
 		}
 	}
+	if len(r.parts) > 0 {
+		c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
+	}
 	for _, p := range r.parts {
 		c.ctr.payloadsDropped.Add(1)
 		c.ctr.spansUnsent.Add(p.hits)

@@ -228,7 +228,9 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	defer srv.Close()
 
 	baseline := liveHeap()
-	a := newStarted(t, Config{AgentURL: srv.URL, BucketInterval: 250 * time.Millisecond})
+	// A send queue deep enough for a starved sender under CI load: what
+	// this test bounds is memory, and it wants every span delivered.
+	a := newStarted(t, Config{AgentURL: srv.URL, BucketInterval: 250 * time.Millisecond, SendQueue: 64})
 
 	var maxHeap atomic.Uint64
 	sampling := make(chan struct{})

@@ -441,6 +441,8 @@ func TestStuckSenderNeverBlocksConsumer(t *testing.T) {
 	waitFor(t, "the consumer to count while the sender is stuck", func() bool { return a.Health().Counted == 10 })
 	if h := a.Health(); h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.PayloadsSent != 0 {
 		t.Fatalf("dropped %d unsent %d sent %d while stuck; want 1 3 0", h.PayloadsDropped, h.SpansUnsent, h.PayloadsSent)
+	} else if !errors.Is(h.LastSendError, ErrSendQueueFull) {
+		t.Fatalf("LastSendError = %v, want ErrSendQueueFull", h.LastSendError)
 	}
 	close(release)
 	stop(t, a)
@@ -620,33 +622,39 @@ func TestSendJitter(t *testing.T) {
 	s := a.snd
 	s.out, s.in = out, in
 	go s.run()
+	sent := func(n int) func() bool {
+		return func() bool {
+			out.mu.Lock()
+			defer out.mu.Unlock()
+			return len(out.sent) == n
+		}
+	}
 	flushed := time.Now()
 	in <- &report{done: make(chan error, 1)} // a Flush: not delayed
-	start := time.Now()
-	for range 20 {
-		in <- &report{}
-	}
-	waitFor(t, "21 reports sent", func() bool {
-		out.mu.Lock()
-		defer out.mu.Unlock()
-		return len(out.sent) == 21
-	})
-	close(in)
-	<-s.done
+	waitFor(t, "the flushed report sent", sent(1))
 	if d := out.sent[0].Sub(flushed); d > jitter/2 {
 		t.Errorf("the report Flush waits for was sent %s after it was queued", d)
 	}
+	// One report at a time: held reports leave in order, so reports queued
+	// together would leave together (TestJitterKeepsOrder).
 	lo, hi := time.Hour, time.Duration(0)
-	for _, at := range out.sent[1:] {
-		d := at.Sub(start)
+	for i := range 20 {
+		queued := time.Now()
+		in <- &report{}
+		waitFor(t, "an interval report sent", sent(i+2))
+		out.mu.Lock()
+		d := out.sent[i+1].Sub(queued)
+		out.mu.Unlock()
 		lo, hi = min(lo, d), max(hi, d)
 	}
+	close(in)
+	<-s.done
 	// The slack covers a loaded machine's timer latency.
 	if hi > jitter+100*time.Millisecond {
 		t.Errorf("an interval report waited %s, over the %s jitter", hi, jitter)
 	}
 	if hi-lo < jitter/4 {
-		t.Errorf("20 interval reports were sent within %s of each other: no jitter", hi-lo)
+		t.Errorf("20 interval reports waited between %s and %s: no jitter", lo, hi)
 	}
 }
 
