@@ -77,8 +77,9 @@ func budgetPolicy(name string, budget time.Duration) shedPolicy {
 // the "floor" sub-benchmark times a call of an empty function the same
 // way under the same load (4 pollers, 4 timed loops), so what is above
 // it is what Publish adds. An op is one call; the percentiles are the
-// upper edges of log-linear histogram buckets (at most 1/16 wide). It
-// also reports spans counted per second (from Health.Counted) and the
+// upper edges of log-linear histogram buckets (at most 1/16 wide), and
+// over-1ms/op the fraction of calls that took 1 ms or more. It also
+// reports spans counted per second (from Health.Counted) and the
 // fraction of calls shed. Candidates are sub-benchmarks of one run, so
 // read them side by side (-count >= 6, benchstat).
 func BenchmarkPublishLatencyOverload(b *testing.B) {
@@ -155,6 +156,7 @@ func benchOverload(b *testing.B, p *shedPolicy) {
 		b.ReportMetric(float64(all.quantile(q.q)), q.unit)
 	}
 	b.ReportMetric(float64(all.max), "max-ns")
+	b.ReportMetric(float64(all.slow)/float64(all.n), "over-1ms/op")
 	if p != nil {
 		b.ReportMetric(float64(h1.Counted-h0.Counted)/b.Elapsed().Seconds(), "counted/s")
 		if n := h1.Published - h0.Published; n > 0 {
@@ -169,10 +171,10 @@ var sinkHealth Health
 func emptyPublish(*Span) bool { return false }
 
 // latencyHist is a log-linear histogram of nanoseconds: exact below 16,
-// then 16 buckets per power of two.
+// then 16 buckets per power of two. slow counts samples of 1 ms or more.
 type latencyHist struct {
-	n, max  int64
-	buckets [16 * 64]int64
+	n, max, slow int64
+	buckets      [16 * 64]int64
 }
 
 func (h *latencyHist) add(d int64) {
@@ -185,6 +187,9 @@ func (h *latencyHist) add(d int64) {
 	h.buckets[i]++
 	h.n++
 	h.max = max(h.max, d)
+	if d >= int64(time.Millisecond) {
+		h.slow++
+	}
 }
 
 func (h *latencyHist) merge(o *latencyHist) {
@@ -193,6 +198,7 @@ func (h *latencyHist) merge(o *latencyHist) {
 	}
 	h.n += o.n
 	h.max = max(h.max, o.max)
+	h.slow += o.slow
 }
 
 // quantile is the upper edge of the bucket holding the q-quantile.
