@@ -231,6 +231,7 @@ func TestShedYieldEvery(t *testing.T) {
 	var yields int
 	defer func(f func()) { yield = f }(yield)
 	yield = func() { yields++ }
+	const sheds = 3 * DefaultShedYieldEvery
 	for _, tc := range []struct {
 		cfg   Config
 		every int // 0: never
@@ -257,13 +258,13 @@ func TestShedYieldEvery(t *testing.T) {
 		if yields != 0 {
 			t.Fatalf("%s: %d yields on accepted spans", name, yields)
 		}
-		for range 800 {
+		for range sheds {
 			if a.Publish(s) {
 				t.Fatal("Publish into a full inbox returned true")
 			}
 		}
 		// Each stripe of the counter yields on its multiples of every;
-		// one goroutine normally stays on one stripe (800/every yields),
+		// one goroutine normally stays on one stripe (sheds/every yields),
 		// but a moved stack would change stripes.
 		want := 0
 		for i := range a.c.inboxFull.cells {
@@ -271,11 +272,11 @@ func TestShedYieldEvery(t *testing.T) {
 				want += int(a.c.inboxFull.cells[i].Load()) / tc.every
 			}
 		}
-		if yields != want || (tc.every > 0 && want < 800/tc.every-1) {
-			t.Errorf("%s: %d yields over 800 sheds, want %d (about %d)", name, yields, want, 800/max(tc.every, 1))
+		if yields != want || (tc.every > 0 && want < sheds/tc.every-1) {
+			t.Errorf("%s: %d yields over %d sheds, want %d (about %d)", name, yields, sheds, want, sheds/max(tc.every, 1))
 		}
-		if h := a.Health(); h.InboxFull != 800 {
-			t.Errorf("%s: InboxFull %d, want 800", name, h.InboxFull)
+		if h := a.Health(); h.InboxFull != sheds {
+			t.Errorf("%s: InboxFull %d, want %d", name, h.InboxFull, sheds)
 		}
 	}
 }

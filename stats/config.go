@@ -27,11 +27,11 @@ const (
 	// DefaultInboxSize bounds the spans waiting for the consumer: with the
 	// yield on a full inbox a deeper one buys little (BenchmarkShedYield).
 	DefaultInboxSize = 4096
-	// DefaultShedYieldEvery: one yield now and then from each publishing
-	// goroutine is all the scheduler needs to put the consumer back on a
-	// processor; yielding on every call slows publishers for no more spans
-	// counted (BenchmarkShedYield).
-	DefaultShedYieldEvery = 8
+	// DefaultShedYieldEvery keeps yields under 1 in 1000 full-inbox calls,
+	// out of Publish's p99.9 latency, while a publisher still leaves its
+	// processor often enough that the consumer counts as many spans as
+	// with frequent yields (BenchmarkPublishLatencyOverload).
+	DefaultShedYieldEvery = 4096
 	// DefaultMaxAggregates is the table cap (dd-trace-java's default).
 	DefaultMaxAggregates = aggregate.DefaultMaxEntries
 	// DefaultMaxPayloadBytes keeps every body under the agent's 25 MiB
@@ -102,8 +102,10 @@ type Config struct {
 	// yields its processor (runtime.Gosched) before returning: about one
 	// in ShedYieldEvery such calls (default DefaultShedYieldEvery; 1 yields
 	// on every one). Under overload the yields are what give the consumer
-	// CPU; each costs the caller a scheduling round. Only calls that find
-	// the inbox full ever yield.
+	// CPU; each costs its caller a scheduling round, which on a loaded
+	// host can be many milliseconds, so a small value puts that wait in
+	// the tail latency of Publish. Only calls that find the inbox full
+	// ever yield.
 	ShedYieldEvery int
 	// ShedWithoutYield makes every Publish that finds the inbox full return
 	// at once, never yielding (ShedYieldEvery is then ignored).
