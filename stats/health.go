@@ -65,6 +65,11 @@ type Health struct {
 	PayloadsFailed uint64
 	// PayloadsRetried counts attempts scheduled after a retryable failure.
 	PayloadsRetried uint64
+	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
+	// timed out after the request was sent: the agent may have accepted
+	// the payload, so the retry may count its spans twice (delivery is
+	// at-least-once, as with the Datadog tracers).
+	RetriesAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413),
 	// each re-sent as two smaller complete payloads.
 	PayloadsSplit uint64
@@ -122,6 +127,7 @@ type counters struct {
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
 	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
+	retriesAfterTimeout                                      atomic.Uint64
 	lastErr                                                  atomic.Pointer[sendError]
 }
 
@@ -199,6 +205,7 @@ func (a *Aggregator) Health() Health {
 		CollapsedSpans:   c.collapsedSpans.Load(),
 		PeerTagsCut:      c.peerTagsCut.Load(),
 	}
+	h.RetriesAfterTimeout = c.retriesAfterTimeout.Load()
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at
 	}
