@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -131,38 +130,43 @@ func checkNewStartStop(t *testing.T, cfg Config, field string) {
 func TestConfigBounds(t *testing.T) {
 	realMinimums(t)
 	for _, c := range []struct {
-		field    string
-		ok, over Config
+		field         string // a path of Config's fields
+		bound, beyond int64
 	}{
-		{"BucketInterval", Config{BucketInterval: time.Second}, Config{BucketInterval: time.Second - 1}},
-		{"BucketInterval", Config{BucketInterval: time.Hour}, Config{BucketInterval: time.Hour + 1}},
-		{"BucketInterval", Config{BucketInterval: time.Second}, Config{BucketInterval: 1}},
-		{"SendJitter", Config{SendJitter: 5 * time.Second}, Config{SendJitter: 5*time.Second + 1}},
-		{"HTTPTimeout", Config{HTTPTimeout: MaxHTTPTimeout}, Config{HTTPTimeout: MaxHTTPTimeout + 1}},
-		{"InfoRefresh", Config{InfoRefresh: MinInfoRefresh}, Config{InfoRefresh: MinInfoRefresh - 1}},
-		{"InfoRefresh", Config{InfoRefresh: MaxInfoRefresh}, Config{InfoRefresh: MaxInfoRefresh + 1}},
-		{"RetryBackoff", Config{RetryBackoff: MaxMaxRetryBackoff}, Config{RetryBackoff: MaxMaxRetryBackoff + 1}},
-		{"MaxRetryBackoff", Config{MaxRetryBackoff: MaxMaxRetryBackoff}, Config{MaxRetryBackoff: MaxMaxRetryBackoff + 1}},
-		{"InboxSize", Config{InboxSize: MaxInboxSize}, Config{InboxSize: MaxInboxSize + 1}},
-		{"ShedYieldEvery", Config{ShedYieldEvery: MaxShedYieldEvery}, Config{ShedYieldEvery: MaxShedYieldEvery + 1}},
-		{"MaxAggregates", Config{MaxAggregates: MaxMaxAggregates}, Config{MaxAggregates: MaxMaxAggregates + 1}},
-		{"MaxPayloadBytes", Config{MaxPayloadBytes: MaxMaxPayloadBytes}, Config{MaxPayloadBytes: MaxMaxPayloadBytes + 1}},
-		{"MaxDatagramBytes", Config{MaxDatagramBytes: MaxMaxDatagramBytes}, Config{MaxDatagramBytes: MaxMaxDatagramBytes + 1}},
-		{"SendQueue", Config{SendQueue: MaxSendQueue}, Config{SendQueue: MaxSendQueue + 1}},
-		{"MaxRetries", Config{MaxRetries: MaxMaxRetries}, Config{MaxRetries: MaxMaxRetries + 1}},
-		{"MaxRetryPayloads", Config{MaxRetryPayloads: MaxMaxRetryPayloads}, Config{MaxRetryPayloads: MaxMaxRetryPayloads + 1}},
-		{"MaxRetryBytes", Config{MaxRetryBytes: MaxMaxRetryBytes}, Config{MaxRetryBytes: MaxMaxRetryBytes + 1}},
-		{"CardinalityLimits.HTTPEndpoint",
-			Config{CardinalityLimits: aggregate.Limits{HTTPEndpoint: MaxCardinalityLimit}},
-			Config{CardinalityLimits: aggregate.Limits{HTTPEndpoint: MaxCardinalityLimit + 1}}},
+		{"BucketInterval", int64(MinBucketInterval), int64(MinBucketInterval) - 1},
+		{"BucketInterval", int64(MaxBucketInterval), int64(MaxBucketInterval) + 1},
+		{"BucketInterval", int64(MinBucketInterval), 1},
+		{"SendJitter", int64(DefaultBucketInterval / 2), int64(DefaultBucketInterval/2) + 1},
+		{"HTTPTimeout", int64(MaxHTTPTimeout), int64(MaxHTTPTimeout) + 1},
+		{"InfoRefresh", int64(MinInfoRefresh), int64(MinInfoRefresh) - 1},
+		{"InfoRefresh", int64(MaxInfoRefresh), int64(MaxInfoRefresh) + 1},
+		{"RetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
+		{"MaxRetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
+		{"InboxSize", MaxInboxSize, MaxInboxSize + 1},
+		{"ShedYieldEvery", MaxShedYieldEvery, MaxShedYieldEvery + 1},
+		{"MaxAggregates", MaxMaxAggregates, MaxMaxAggregates + 1},
+		{"MaxPayloadBytes", MaxMaxPayloadBytes, MaxMaxPayloadBytes + 1},
+		{"MaxDatagramBytes", MaxMaxDatagramBytes, MaxMaxDatagramBytes + 1},
+		{"SendQueue", MaxSendQueue, MaxSendQueue + 1},
+		{"MaxRetries", MaxMaxRetries, MaxMaxRetries + 1},
+		{"MaxRetryPayloads", MaxMaxRetryPayloads, MaxMaxRetryPayloads + 1},
+		{"MaxRetryBytes", MaxMaxRetryBytes, MaxMaxRetryBytes + 1},
+		{"CardinalityLimits.HTTPEndpoint", MaxCardinalityLimit, MaxCardinalityLimit + 1},
 	} {
-		c.ok.AgentURL, c.over.AgentURL = "http://127.0.0.1:1", "http://127.0.0.1:1"
-		if _, err := New(c.ok); err != nil {
-			t.Errorf("%s: New(%+v) = %v, want the bound accepted", c.field, c.ok, err)
-		}
-		_, err := New(c.over)
-		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), c.field+" ") {
-			t.Errorf("%s: New(%+v) = %v, want ErrBadConfig naming %s", c.field, c.over, err, c.field)
+		for _, v := range []int64{c.bound, c.beyond} {
+			cfg := Config{AgentURL: "http://127.0.0.1:1"}
+			f := reflect.ValueOf(&cfg).Elem()
+			for name := range strings.SplitSeq(c.field, ".") {
+				f = f.FieldByName(name)
+			}
+			f.SetInt(v)
+			_, err := New(cfg)
+			switch {
+			case v == c.bound && err != nil:
+				t.Errorf("%s = %d: New = %v, want the bound accepted", c.field, v, err)
+			case v == c.beyond && (!errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), c.field+" ")):
+				t.Errorf("%s = %d: New = %v, want ErrBadConfig naming %s", c.field, v, err, c.field)
+			}
 		}
 	}
 }
