@@ -77,9 +77,9 @@ const (
 	MinBucketInterval = time.Second
 	MaxBucketInterval = time.Hour
 	// MaxInboxSize bounds InboxSize: a deeper inbox only delays the drops
-	// of an overloaded consumer (BenchmarkShedYield), and at this size its
-	// slots already take hundreds of MiB.
-	MaxInboxSize = 1 << 20
+	// of an overloaded consumer (BenchmarkShedYield), and its slots (a
+	// few hundred bytes each) are allocated up front.
+	MaxInboxSize = 1 << 16
 	// MaxShedYieldEvery bounds ShedYieldEvery: rarer yields than this are
 	// no yields at all; say so with ShedWithoutYield.
 	MaxShedYieldEvery = 1 << 16
