@@ -72,8 +72,9 @@ const (
 const (
 	// MinBucketInterval and MaxBucketInterval bound BucketInterval: the
 	// tracers configure the interval in whole seconds (the agent's own
-	// buckets are 10 s), and a bucket longer than an hour reaches the agent
-	// long after it stopped accepting its time range.
+	// buckets are 10 s); a shorter one floods the send queue, and a longer
+	// one than an hour is a unit mistake (math.MaxInt64 put bucket starts
+	// in 1754).
 	MinBucketInterval = time.Second
 	MaxBucketInterval = time.Hour
 	// MaxInboxSize bounds InboxSize: a deeper inbox only delays the drops
@@ -96,9 +97,9 @@ const (
 	// MaxSendQueue bounds SendQueue: each waiting report may hold a full
 	// table's payloads, and reports queued this deep are intervals late.
 	MaxSendQueue = 256
-	// MaxMaxRetries bounds MaxRetries: with backoffs at MaxMaxRetryBackoff a
-	// payload's last retry would already be older than the agent keeps
-	// buckets open.
+	// MaxMaxRetries bounds MaxRetries: at the largest backoffs more retries
+	// would hold one payload's memory and retry slot for days, for a bucket
+	// the agent then files under its own current time.
 	MaxMaxRetries = 32
 	// MaxMaxRetryBackoff bounds RetryBackoff and MaxRetryBackoff: a longer
 	// wait is a unit mistake (the agent files a late bucket under its
@@ -169,17 +170,17 @@ type Config struct {
 	// ShedYieldEvery sets how often a Publish that finds the inbox full
 	// yields its processor (runtime.Gosched) before returning: about one
 	// in ShedYieldEvery such calls (default DefaultShedYieldEvery, at most
-	// MaxShedYieldEvery; 1 yields on every one). Under overload the yields are what give the consumer
-	// CPU; each costs the caller a scheduling round. Only calls that find
-	// the inbox full ever yield.
+	// MaxShedYieldEvery; 1 yields on every one). Under overload the yields
+	// are what give the consumer CPU; each costs the caller a scheduling
+	// round. Only calls that find the inbox full ever yield.
 	ShedYieldEvery int
 	// ShedWithoutYield makes every Publish that finds the inbox full return
 	// at once, never yielding (ShedYieldEvery is then ignored).
 	ShedWithoutYield bool
 
 	// MaxAggregates caps the number of groups (default 2048, at most
-	// MaxMaxAggregates); beyond it idle
-	// groups are recycled, then spans fold into the overflow group.
+	// MaxMaxAggregates); beyond it idle groups are recycled, then spans
+	// fold into the overflow group.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
 	// none exceeds it (default DefaultMaxPayloadBytes, at most
@@ -194,10 +195,10 @@ type Config struct {
 	// MaxHTTPTimeout).
 	HTTPTimeout time.Duration
 	// SendQueue is the number of reports that may wait for the sender
-	// (default 4, at most MaxSendQueue). A report that finds it full is dropped and counted
-	// (Health.PayloadsDropped, SpansUnsent; Flush returns
-	// ErrSendQueueFull): the consumer never waits for the sender, but for
-	// Stop's final report, which waits until Stop's context ends.
+	// (default 4, at most MaxSendQueue). A report that finds it full is
+	// dropped and counted (Health.PayloadsDropped, SpansUnsent; Flush
+	// returns ErrSendQueueFull): the consumer never waits for the sender,
+	// but for Stop's final report, which waits until Stop's context ends.
 	SendQueue int
 
 	// CardinalityLimits are the per-interval budgets of distinct values per
