@@ -72,7 +72,7 @@ type Health struct {
 	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
 	// timed out after the request was sent: the agent may have accepted
 	// the payload, so the retry may count its spans twice (delivery is
-	// at-least-once, as with the Datadog tracers).
+	// at-least-once).
 	RetriesAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413),
 	// each re-sent as two smaller complete payloads.
