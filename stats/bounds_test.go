@@ -69,7 +69,7 @@ func TestRetriesAfterTimeout(t *testing.T) {
 		}
 		return false
 	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 100 * time.Millisecond, RetryBackoff: time.Millisecond})
+	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 500 * time.Millisecond, RetryBackoff: time.Millisecond})
 	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
 	if err := flushWithin(a, 5*time.Second); err != nil {
 		t.Fatalf("Flush: %v", err)

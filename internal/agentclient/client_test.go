@@ -221,7 +221,7 @@ func TestRetryAfterTimeoutCounted(t *testing.T) {
 	}))
 	defer srv.Close()
 	cfg := testConfig(srv.URL)
-	cfg.Timeout = 100 * time.Millisecond
+	cfg.Timeout = 500 * time.Millisecond // long enough that only the stalled attempt times out
 	obs := &counting{}
 	c := New(context.Background(), cfg, obs)
 	defer c.Close()
