@@ -192,8 +192,8 @@ func TestIdentityControlCharacters(t *testing.T) {
 			}
 		}
 	}
-	if n != 14 {
-		t.Errorf("walked %d string fields, want the 14 identity fields", n)
+	if n < 14 {
+		t.Errorf("walked %d string fields, want at least the 14 identity fields", n)
 	}
 	_, err := New(Config{AgentURL: "http://127.0.0.1:1", Tags: []string{"a:b", "c:\r\nd"}})
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Tags[1] ") {
