@@ -2,6 +2,8 @@
 
 package aggregate
 
+import "math/bits"
+
 // Trilean is the agent's three-valued boolean (IsTraceRoot on the wire).
 type Trilean int32
 
@@ -49,14 +51,14 @@ func (e *Entry) record(d int64, isErr, topLevel bool) {
 
 // recordBin is record with the sketch bin of d already found (see bin).
 func (e *Entry) recordBin(d int64, i int, zero, isErr, topLevel bool) {
-	e.Hits++
-	e.Duration += uint64(d)
+	e.Hits = satAdd64(e.Hits, 1)
+	e.Duration = satAdd64(e.Duration, uint64(d)) // d > 0: only eligible spans reach here
 	if topLevel {
-		e.TopLevelHits++
+		e.TopLevelHits = satAdd64(e.TopLevelHits, 1)
 	}
 	sk := &e.Ok
 	if isErr {
-		e.Errors++
+		e.Errors = satAdd64(e.Errors, 1)
 		sk = &e.Err
 	}
 	if *sk == nil {
@@ -79,10 +81,10 @@ func (e *Entry) sketch(isErr bool) *Sketch {
 
 // Merge adds another group's values (decoded from a payload) to e.
 func (e *Entry) Merge(o *Entry) {
-	e.Hits += o.Hits
-	e.Errors += o.Errors
-	e.TopLevelHits += o.TopLevelHits
-	e.Duration += o.Duration
+	e.Hits = satAdd64(e.Hits, o.Hits)
+	e.Errors = satAdd64(e.Errors, o.Errors)
+	e.TopLevelHits = satAdd64(e.TopLevelHits, o.TopLevelHits)
+	e.Duration = satAdd64(e.Duration, o.Duration)
 	if o.Ok != nil && o.Ok.Count() > 0 {
 		if e.Ok == nil {
 			e.Ok = new(Sketch)
@@ -95,6 +97,13 @@ func (e *Entry) Merge(o *Entry) {
 		}
 		e.Err.Merge(o.Err)
 	}
+}
+
+// satAdd64 is a + b saturating at math.MaxUint64: three spans of
+// math.MaxInt64 ns must not wrap a group's sum to a small number.
+func satAdd64(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	return s | -carry // all ones on overflow, without a branch
 }
 
 // reset zeroes the values and keeps the sketches' memory for reuse.

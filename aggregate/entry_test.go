@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -90,5 +91,44 @@ func TestEntryMerge(t *testing.T) {
 	c.Merge(&Entry{Hits: 1, Ok: &Sketch{}, Err: &Sketch{}})
 	if c.Ok != nil || c.Err != nil || c.Hits != 1 {
 		t.Fatal("merging empty sketches allocated sketches")
+	}
+}
+
+// TestEntrySaturates: sums stop at math.MaxUint64 instead of wrapping —
+// three spans of math.MaxInt64 ns through the table, then merges of
+// decoded groups at the bound — and the sketch still counts every span.
+func TestEntrySaturates(t *testing.T) {
+	tb := NewTable(0)
+	for i := range 3 {
+		s := baseSpan()
+		s.Duration = math.MaxInt64
+		s.Error, s.TopLevel = i == 0, true
+		tb.Add(&s)
+	}
+	got := tb.Touched(nil)
+	if len(got) != 1 {
+		t.Fatalf("%d entries, want 1", len(got))
+	}
+	e := got[0]
+	if e.Hits != 3 || e.Errors != 1 || e.TopLevelHits != 3 || e.Duration != math.MaxUint64 {
+		t.Fatalf("hits %d errors %d top %d duration %d, want 3 1 3 %d", e.Hits, e.Errors, e.TopLevelHits, e.Duration, uint64(math.MaxUint64))
+	}
+	if e.Ok.Count() != 2 || e.Err.Count() != 1 {
+		t.Fatalf("sketch counts ok %d err %d, want 2 1", e.Ok.Count(), e.Err.Count())
+	}
+	if q := e.Ok.Quantile(1); math.Abs(q-math.MaxInt64)/math.MaxInt64 > 0.01 {
+		t.Fatalf("ok sketch max %g, want %g within 1 %%", q, float64(math.MaxInt64))
+	}
+
+	full := Entry{Hits: math.MaxUint64, Errors: math.MaxUint64, TopLevelHits: math.MaxUint64, Duration: math.MaxUint64 - 1}
+	full.Merge(&Entry{Hits: 1, Errors: 1, TopLevelHits: 1, Duration: 2})
+	if full.Hits != math.MaxUint64 || full.Errors != math.MaxUint64 || full.TopLevelHits != math.MaxUint64 || full.Duration != math.MaxUint64 {
+		t.Fatalf("merged at the bound: %d/%d/%d/%d, want all %d", full.Hits, full.Errors, full.TopLevelHits, full.Duration, uint64(math.MaxUint64))
+	}
+	var sk Sketch
+	sk.AddZeros(math.MaxUint64 - 1)
+	sk.AddIndex(10, 5)
+	if sk.Count() != math.MaxUint64 {
+		t.Fatalf("sketch count %d, want it saturated at %d", sk.Count(), uint64(math.MaxUint64))
 	}
 }

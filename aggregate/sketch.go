@@ -195,13 +195,13 @@ func (s *Sketch) AddIndex(index int, count uint64) {
 		j = index - s.offset
 	}
 	s.bins[j] = satAdd(s.bins[j], count)
-	s.count += count
+	s.count = satAdd64(s.count, count)
 }
 
 // AddZeros adds count values that fall in the zero bucket.
 func (s *Sketch) AddZeros(count uint64) {
-	s.zeros += count
-	s.count += count
+	s.zeros = satAdd64(s.zeros, count)
+	s.count = satAdd64(s.count, count)
 }
 
 func satAdd(c uint32, n uint64) uint32 {

@@ -102,7 +102,8 @@ func (a *Aggregator) Start() {
 // aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
 // dropped (inbox full, published after Stop, or the agent does not accept
 // stats; each counted in Health); an ineligible span returns true — it is
-// correctly not counted.
+// correctly not counted. Label values over their limits (MaxResourceLen
+// and the others) are cut, and cost one allocation each.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false
@@ -118,8 +119,8 @@ func (a *Aggregator) Publish(s *Span) bool {
 	if c, ok := a.inbox.Claim(); ok {
 		cut := s.snapshot(c.Value()) // straight into the slot: no copy of the record
 		c.Commit()
-		if cut > 0 {
-			a.c.peerTagsCut.Add(uint64(cut))
+		if cut != (cuts{}) {
+			a.c.addCuts(cut)
 		}
 		return true
 	}

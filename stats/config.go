@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
@@ -63,6 +66,67 @@ const (
 	DefaultInfoRefresh = agentclient.DefaultInfoRefresh
 )
 
+// Bounds of Config's sizes, counts and durations: New returns an error
+// wrapping ErrBadConfig, naming the field, for a value beyond one, so that
+// no value can make New or Start allocate without bound or misbehave.
+const (
+	// MinBucketInterval and MaxBucketInterval bound BucketInterval: the
+	// tracers configure the interval in whole seconds (the agent's own
+	// buckets are 10 s); a shorter one floods the send queue, and a longer
+	// one than an hour is a unit mistake (math.MaxInt64 put bucket starts
+	// in 1754).
+	MinBucketInterval = time.Second
+	MaxBucketInterval = time.Hour
+	// MaxInboxSize bounds InboxSize: a deeper inbox only delays the drops
+	// of an overloaded consumer (BenchmarkShedYield), and its slots (a
+	// few hundred bytes each) are allocated up front.
+	MaxInboxSize = 1 << 16
+	// MaxShedYieldEvery bounds ShedYieldEvery: rarer yields than this are
+	// no yields at all; say so with ShedWithoutYield.
+	MaxShedYieldEvery = 1 << 16
+	// MaxMaxAggregates bounds MaxAggregates: each group may hold two
+	// sketches of up to 2048 bins, so more groups than this could hold
+	// gigabytes, and their payloads would exceed the agent's request limit.
+	MaxMaxAggregates = 1 << 16
+	// MaxMaxPayloadBytes bounds MaxPayloadBytes: the agent refuses bodies
+	// over 25 MiB (413).
+	MaxMaxPayloadBytes = 25 << 20
+	// MaxMaxDatagramBytes bounds MaxDatagramBytes: the relay accepts no
+	// longer datagram (its -max-datagram flag stops there too).
+	MaxMaxDatagramBytes = 1 << 20
+	// MaxSendQueue bounds SendQueue: each waiting report may hold a full
+	// table's payloads, and reports queued this deep are intervals late.
+	MaxSendQueue = 256
+	// MaxMaxRetries bounds MaxRetries: at the largest backoffs more retries
+	// would hold one payload's memory and retry slot for days, for a bucket
+	// the agent then files under its own current time.
+	MaxMaxRetries = 32
+	// MaxMaxRetryBackoff bounds RetryBackoff and MaxRetryBackoff: a longer
+	// wait is a unit mistake (the agent files a late bucket under its
+	// current time anyway, so waiting longer saves nothing).
+	MaxMaxRetryBackoff = time.Hour
+	// MaxMaxRetryPayloads and MaxMaxRetryBytes bound what waits for a
+	// retry: the point of the budget is bounded memory.
+	MaxMaxRetryPayloads = 1 << 10
+	MaxMaxRetryBytes    = 1 << 30
+	// MaxHTTPTimeout bounds HTTPTimeout: the sender posts one request at a
+	// time, so a longer wait on a stalled agent only fills the send queue.
+	MaxHTTPTimeout = time.Minute
+	// MinInfoRefresh and MaxInfoRefresh bound InfoRefresh: faster polls
+	// hammer an agent that is off, slower ones leave stats off long after
+	// the agent takes them again.
+	MinInfoRefresh = 100 * time.Millisecond
+	MaxInfoRefresh = time.Hour
+	// MaxCardinalityLimit bounds each positive field of CardinalityLimits:
+	// a budget's value set is allocated up front in proportion to it
+	// (negative limits, unlimited, grow with the values seen instead).
+	MaxCardinalityLimit = 1 << 16
+)
+
+// minBucketInterval and minInfoRefresh are MinBucketInterval and
+// MinInfoRefresh; tests lower them to run intervals in milliseconds.
+var minBucketInterval, minInfoRefresh = MinBucketInterval, MinInfoRefresh
+
 // Config configures an Aggregator. The zero value of every field selects its
 // documented default.
 type Config struct {
@@ -72,7 +136,9 @@ type Config struct {
 	// DefaultAgentURL.
 	AgentURL string
 
-	// Payload-level identity, written into every ClientStatsPayload.
+	// Payload-level identity, written into every ClientStatsPayload. New
+	// trims white space around every identity field (these, the ones below
+	// and Tags) and refuses any other control character (ErrBadConfig).
 	Env, Service, Version, Hostname string
 	// RuntimeID identifies this process; a random one is generated when empty.
 	RuntimeID string
@@ -86,55 +152,62 @@ type Config struct {
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 
-	// BucketInterval is the reporting interval (default 10 s). Buckets start
-	// on multiples of it.
+	// BucketInterval is the reporting interval (default 10 s, within
+	// [MinBucketInterval, MaxBucketInterval]). Buckets start on multiples
+	// of it.
 	BucketInterval time.Duration
 	// SendJitter is the most an interval's report waits past its boundary
 	// before it is sent, drawn at random per report, so that a host's
 	// processes do not all send in the same millisecond (buckets stay
-	// aligned; only the send moves). Default min(BucketInterval/5, 2 s);
-	// negative sends at the boundary. Flush and Stop never wait for it.
+	// aligned; only the send moves). Default min(BucketInterval/5, 2 s), at
+	// most BucketInterval/2; negative sends at the boundary. Flush and Stop
+	// never wait for it.
 	SendJitter time.Duration
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
-	// of two; default DefaultInboxSize). A full inbox drops and counts.
+	// of two; default DefaultInboxSize, at most MaxInboxSize). A full inbox
+	// drops and counts.
 	InboxSize int
 	// ShedYieldEvery sets how often a Publish that finds the inbox full
 	// yields its processor (runtime.Gosched) before returning: about one
-	// in ShedYieldEvery such calls (default DefaultShedYieldEvery; 1 yields
-	// on every one). Under overload the yields are what give the consumer
-	// CPU; each costs its caller a scheduling round, which on a loaded
-	// host can be many milliseconds, so a small value puts that wait in
-	// the tail latency of Publish. Only calls that find the inbox full
-	// ever yield.
+	// in ShedYieldEvery such calls (default DefaultShedYieldEvery, at most
+	// MaxShedYieldEvery; 1 yields on every one). Under overload the yields
+	// are what give the consumer CPU; each costs its caller a scheduling
+	// round, which on a loaded host can be many milliseconds, so a small
+	// value puts that wait in the tail latency of Publish. Only calls that
+	// find the inbox full ever yield.
 	ShedYieldEvery int
 	// ShedWithoutYield makes every Publish that finds the inbox full return
 	// at once, never yielding (ShedYieldEvery is then ignored).
 	ShedWithoutYield bool
 
-	// MaxAggregates caps the number of groups (default 2048); beyond it idle
-	// groups are recycled, then spans fold into the overflow group.
+	// MaxAggregates caps the number of groups (default 2048, at most
+	// MaxMaxAggregates); beyond it idle groups are recycled, then spans
+	// fold into the overflow group.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
-	// none exceeds it (default DefaultMaxPayloadBytes).
+	// none exceeds it (default DefaultMaxPayloadBytes, at most
+	// MaxMaxPayloadBytes).
 	MaxPayloadBytes int
 	// MaxDatagramBytes bounds each datagram sent to a relay (AgentURL
 	// unixgram:// or udp://), envelope included: a report is split into
 	// complete payloads that fit (default DefaultMaxDatagramBytes, at most
-	// MaxUDPDatagramBytes over UDP).
+	// MaxUDPDatagramBytes over UDP and MaxMaxDatagramBytes otherwise).
 	MaxDatagramBytes int
-	// HTTPTimeout bounds each request to the agent (default 10 s).
+	// HTTPTimeout bounds each request to the agent (default 10 s, at most
+	// MaxHTTPTimeout).
 	HTTPTimeout time.Duration
 	// SendQueue is the number of reports that may wait for the sender
-	// (default 4). A report that finds it full is dropped and counted
-	// (Health.PayloadsDropped, SpansUnsent; Flush returns
-	// ErrSendQueueFull): the consumer never waits for the sender, but for
-	// Stop's final report, which waits until Stop's context ends.
+	// (default 4, at most MaxSendQueue). A report that finds it full is
+	// dropped and counted (Health.PayloadsDropped, SpansUnsent; Flush
+	// returns ErrSendQueueFull): the consumer never waits for the sender,
+	// but for Stop's final report, which waits until Stop's context ends.
 	SendQueue int
 
 	// CardinalityLimits are the per-interval budgets of distinct values per
 	// label field (zero fields: aggregate.DefaultLimits, or the
 	// DD_TRACE_STATS_*_CARDINALITY_LIMIT environment variables; negative:
-	// unlimited). Values over budget become tracer_blocked_value.
+	// unlimited; positive at most MaxCardinalityLimit). Values over budget
+	// become tracer_blocked_value.
 	CardinalityLimits aggregate.Limits
 	// PeerTagKeys, when set, are the only peer-tag keys kept. When empty the
 	// agent's /info peer_tags list is used once read; until then every key
@@ -142,17 +215,20 @@ type Config struct {
 	PeerTagKeys []string
 
 	// MaxRetries is how many times a payload is retried after a retryable
-	// failure (408, 429, 5xx, network errors, timeouts). Default 4.
+	// failure (408, 429, 5xx, network errors, timeouts). Default 4, at most
+	// MaxMaxRetries.
 	MaxRetries int
 	// RetryBackoff is the first retry's delay (default 200 ms), doubled per
-	// attempt up to MaxRetryBackoff (default 5 s), with jitter.
+	// attempt up to MaxRetryBackoff (default 5 s), with jitter; both at most
+	// MaxMaxRetryBackoff.
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry
-	// (defaults 8 payloads and 64 MiB); a failure beyond them is dropped
-	// and counted in PayloadsDropped.
+	// (defaults 8 payloads and 64 MiB, at most MaxMaxRetryPayloads and
+	// MaxMaxRetryBytes); a failure beyond them is dropped and counted in
+	// PayloadsDropped.
 	MaxRetryPayloads, MaxRetryBytes int
 	// InfoRefresh is how often /info is polled while the agent does not
-	// accept stats (default 30 s).
+	// accept stats (default 30 s, within [MinInfoRefresh, MaxInfoRefresh]).
 	InfoRefresh time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender
@@ -178,6 +254,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	c = c.withEnv(os.Getenv, fileExists, c.Logger)
+	c.Tags = slices.Clone(c.Tags) // trimmed below: never the caller's array
+	for _, f := range c.identity() {
+		*f.v = strings.TrimSpace(*f.v)
+	}
 	if c.AgentURL == "" {
 		c.AgentURL = DefaultAgentURL
 	}
@@ -192,38 +272,44 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
+		c.Hostname = strings.TrimSpace(c.Hostname)
+	}
+	for _, f := range c.identity() {
+		if i := controlAt(*f.v); i >= 0 {
+			return c, fmt.Errorf("%w: %s has a control character at byte %d: %q", ErrBadConfig, f.name, i, *f.v)
+		}
 	}
 	for _, d := range []struct {
-		name string
-		v    *int
-		def  int
+		name     string
+		v        *int
+		def, max int
 	}{
-		{"InboxSize", &c.InboxSize, DefaultInboxSize},
-		{"ShedYieldEvery", &c.ShedYieldEvery, DefaultShedYieldEvery},
-		{"MaxAggregates", &c.MaxAggregates, DefaultMaxAggregates},
-		{"MaxPayloadBytes", &c.MaxPayloadBytes, DefaultMaxPayloadBytes},
-		{"SendQueue", &c.SendQueue, DefaultSendQueue},
-		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
-		{"MaxRetryPayloads", &c.MaxRetryPayloads, DefaultMaxRetryPayloads},
-		{"MaxRetryBytes", &c.MaxRetryBytes, DefaultMaxRetryBytes},
+		{"InboxSize", &c.InboxSize, DefaultInboxSize, MaxInboxSize},
+		{"ShedYieldEvery", &c.ShedYieldEvery, DefaultShedYieldEvery, MaxShedYieldEvery},
+		{"MaxAggregates", &c.MaxAggregates, DefaultMaxAggregates, MaxMaxAggregates},
+		{"MaxPayloadBytes", &c.MaxPayloadBytes, DefaultMaxPayloadBytes, MaxMaxPayloadBytes},
+		{"SendQueue", &c.SendQueue, DefaultSendQueue, MaxSendQueue},
+		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries, MaxMaxRetries},
+		{"MaxRetryPayloads", &c.MaxRetryPayloads, DefaultMaxRetryPayloads, MaxMaxRetryPayloads},
+		{"MaxRetryBytes", &c.MaxRetryBytes, DefaultMaxRetryBytes, MaxMaxRetryBytes},
 	} {
-		if *d.v < 0 {
-			return c, fmt.Errorf("%w: %s must be >= 0, got %d", ErrBadConfig, d.name, *d.v)
+		if *d.v < 0 || *d.v > d.max {
+			return c, fmt.Errorf("%w: %s must be in [0, %d], got %d", ErrBadConfig, d.name, d.max, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
 	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
+		name          string
+		v             *time.Duration
+		def, min, max time.Duration
 	}{
-		{"BucketInterval", &c.BucketInterval, DefaultBucketInterval},
-		{"HTTPTimeout", &c.HTTPTimeout, DefaultHTTPTimeout},
-		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff},
-		{"MaxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff},
-		{"InfoRefresh", &c.InfoRefresh, DefaultInfoRefresh},
+		{"BucketInterval", &c.BucketInterval, DefaultBucketInterval, minBucketInterval, MaxBucketInterval},
+		{"HTTPTimeout", &c.HTTPTimeout, DefaultHTTPTimeout, 0, MaxHTTPTimeout},
+		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff, 0, MaxMaxRetryBackoff},
+		{"MaxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff, 0, MaxMaxRetryBackoff},
+		{"InfoRefresh", &c.InfoRefresh, DefaultInfoRefresh, minInfoRefresh, MaxInfoRefresh},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s must be >= 0, got %s", ErrBadConfig, d.name, *d.v)
@@ -231,6 +317,14 @@ func (c Config) withDefaults() (Config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+		if *d.v < d.min || *d.v > d.max {
+			return c, fmt.Errorf("%w: %s must be in [%s, %s], got %s", ErrBadConfig, d.name, d.min, d.max, *d.v)
+		}
+	}
+	// A longer wait would hold reports past the next boundary and pile
+	// them up in the sender.
+	if c.SendJitter > c.BucketInterval/2 {
+		return c, fmt.Errorf("%w: SendJitter must be at most BucketInterval/2 (%s), got %s", ErrBadConfig, c.BucketInterval/2, c.SendJitter)
 	}
 	switch {
 	case c.SendJitter == 0:
@@ -238,8 +332,15 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SendJitter < 0:
 		c.SendJitter = 0
 	}
-	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
-		return c, fmt.Errorf("%w: MaxDatagramBytes must be >= %d, got %d", ErrBadConfig, minDatagramBytes, c.MaxDatagramBytes)
+	for f := range aggregate.NumFields {
+		if v := c.CardinalityLimits.Get(f); v > MaxCardinalityLimit {
+			// Limits' fields are in Field order (see aggregate.Limits).
+			name := reflect.TypeFor[aggregate.Limits]().Field(int(f)).Name
+			return c, fmt.Errorf("%w: CardinalityLimits.%s must be at most %d (negative: unlimited), got %d", ErrBadConfig, name, MaxCardinalityLimit, v)
+		}
+	}
+	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > MaxMaxDatagramBytes || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
+		return c, fmt.Errorf("%w: MaxDatagramBytes must be 0 or in [%d, %d], got %d", ErrBadConfig, minDatagramBytes, MaxMaxDatagramBytes, c.MaxDatagramBytes)
 	}
 	if c.MaxDatagramBytes == 0 {
 		c.MaxDatagramBytes = DefaultMaxDatagramBytes
@@ -254,6 +355,42 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
 	return c, nil
+}
+
+// namedString is a string field of Config and its name, for errors.
+type namedString struct {
+	name string
+	v    *string
+}
+
+// identity is every field of c written to a payload, a request header or
+// a metric name: a line break in one would make every request fail
+// locally (an invalid header), so New trims white space around them and
+// refuses any other control character.
+func (c *Config) identity() []namedString {
+	f := []namedString{
+		{"Env", &c.Env}, {"Service", &c.Service}, {"Version", &c.Version},
+		{"Hostname", &c.Hostname}, {"RuntimeID", &c.RuntimeID}, {"Lang", &c.Lang},
+		{"LangVersion", &c.LangVersion}, {"TracerVersion", &c.TracerVersion},
+		{"ContainerID", &c.ContainerID}, {"EntityID", &c.EntityID},
+		{"GitCommitSha", &c.GitCommitSha}, {"ImageTag", &c.ImageTag},
+		{"ProcessTags", &c.ProcessTags}, {"MetricsNamespace", &c.MetricsNamespace},
+	}
+	for i := range c.Tags {
+		f = append(f, namedString{fmt.Sprintf("Tags[%d]", i), &c.Tags[i]})
+	}
+	return f
+}
+
+// controlAt is the byte offset of the first control character in v
+// (C0, DEL or C1), or -1.
+func controlAt(v string) int {
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return i
+		}
+	}
+	return -1
 }
 
 // maxSendJitter caps the default SendJitter: a bucket must still reach the

@@ -1,10 +1,33 @@
 package stats
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanstats/spanstats/stats/statstest"
 )
+
+// The package's tests run intervals and /info polls in milliseconds; the
+// bound tests below put the real minimums back while they run (no test
+// here runs in parallel).
+func init() {
+	minBucketInterval, minInfoRefresh = time.Millisecond, time.Millisecond
+}
+
+// realMinimums restores the exported minimums for the rest of the test.
+func realMinimums(t *testing.T) {
+	b, i := minBucketInterval, minInfoRefresh
+	minBucketInterval, minInfoRefresh = MinBucketInterval, MinInfoRefresh
+	t.Cleanup(func() { minBucketInterval, minInfoRefresh = b, i })
+}
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{
@@ -19,5 +42,224 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("New(%+v) = %v, want ErrBadConfig", c, err)
 		}
+	}
+}
+
+// numberField is an integer field of Config (durations included), found by
+// reflection, with its path ("InboxSize", "CardinalityLimits.Resource").
+type numberField struct {
+	path  string
+	index []int
+}
+
+func numberFields(typ reflect.Type, prefix string, index []int) []numberField {
+	var out []numberField
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		idx := append(slices.Clone(index), i)
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			out = append(out, numberField{prefix + f.Name, idx})
+		case reflect.Struct:
+			out = append(out, numberFields(f.Type, prefix+f.Name+".", idx)...)
+		}
+	}
+	return out
+}
+
+// TestConfigExtremeNumbers walks every integer and duration field of
+// Config, nested ones included, so a new field is covered without editing
+// the test: with math.MaxInt64, 1<<40, -1 and math.MinInt64, New either
+// returns ErrBadConfig naming the field, or succeeds and the aggregator
+// starts, counts a span and stops. Nothing may panic.
+func TestConfigExtremeNumbers(t *testing.T) {
+	realMinimums(t)
+	fields := numberFields(reflect.TypeFor[Config](), "", nil)
+	if len(fields) < 20 {
+		t.Fatalf("found %d number fields; the walk lost some", len(fields))
+	}
+	ag := statstest.New()
+	defer ag.Close()
+	for _, f := range fields {
+		for _, v := range []int64{math.MaxInt64, 1 << 40, -1, math.MinInt64} {
+			t.Run(fmt.Sprintf("%s=%d", f.path, v), func(t *testing.T) {
+				cfg := Config{AgentURL: ag.URL()}
+				fv := reflect.ValueOf(&cfg).Elem().FieldByIndex(f.index)
+				if fv.OverflowInt(v) {
+					t.Skip("does not fit the field")
+				}
+				fv.SetInt(v)
+				checkNewStartStop(t, cfg, f.path)
+			})
+		}
+	}
+}
+
+// checkNewStartStop: New refuses cfg naming field, or the aggregator works.
+func checkNewStartStop(t *testing.T, cfg Config, field string) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("panic: %v", p)
+		}
+	}()
+	a, err := New(cfg)
+	if err != nil {
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), field+" ") {
+			t.Fatalf("New: %v; want ErrBadConfig naming %s", err, field)
+		}
+		return
+	}
+	a.Start()
+	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("accepted, then Stop: %v", err)
+	}
+	if h := a.Health(); h.Counted != 1 || h.SpansSent != 1 {
+		t.Fatalf("accepted, then counted %d and sent %d spans, want 1 and 1", h.Counted, h.SpansSent)
+	}
+}
+
+// TestConfigBounds: each bound is inclusive and the value just beyond it is
+// refused naming the field.
+func TestConfigBounds(t *testing.T) {
+	realMinimums(t)
+	for _, c := range []struct {
+		field         string // a path of Config's fields
+		bound, beyond int64
+	}{
+		{"BucketInterval", int64(MinBucketInterval), int64(MinBucketInterval) - 1},
+		{"BucketInterval", int64(MaxBucketInterval), int64(MaxBucketInterval) + 1},
+		{"BucketInterval", int64(MinBucketInterval), 1},
+		{"SendJitter", int64(DefaultBucketInterval / 2), int64(DefaultBucketInterval/2) + 1},
+		{"HTTPTimeout", int64(MaxHTTPTimeout), int64(MaxHTTPTimeout) + 1},
+		{"InfoRefresh", int64(MinInfoRefresh), int64(MinInfoRefresh) - 1},
+		{"InfoRefresh", int64(MaxInfoRefresh), int64(MaxInfoRefresh) + 1},
+		{"RetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
+		{"MaxRetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
+		{"InboxSize", MaxInboxSize, MaxInboxSize + 1},
+		{"ShedYieldEvery", MaxShedYieldEvery, MaxShedYieldEvery + 1},
+		{"MaxAggregates", MaxMaxAggregates, MaxMaxAggregates + 1},
+		{"MaxPayloadBytes", MaxMaxPayloadBytes, MaxMaxPayloadBytes + 1},
+		{"MaxDatagramBytes", MaxMaxDatagramBytes, MaxMaxDatagramBytes + 1},
+		{"SendQueue", MaxSendQueue, MaxSendQueue + 1},
+		{"MaxRetries", MaxMaxRetries, MaxMaxRetries + 1},
+		{"MaxRetryPayloads", MaxMaxRetryPayloads, MaxMaxRetryPayloads + 1},
+		{"MaxRetryBytes", MaxMaxRetryBytes, MaxMaxRetryBytes + 1},
+		{"CardinalityLimits.HTTPEndpoint", MaxCardinalityLimit, MaxCardinalityLimit + 1},
+	} {
+		for _, v := range []int64{c.bound, c.beyond} {
+			cfg := Config{AgentURL: "http://127.0.0.1:1"}
+			f := reflect.ValueOf(&cfg).Elem()
+			for name := range strings.SplitSeq(c.field, ".") {
+				f = f.FieldByName(name)
+			}
+			f.SetInt(v)
+			_, err := New(cfg)
+			switch {
+			case v == c.bound && err != nil:
+				t.Errorf("%s = %d: New = %v, want the bound accepted", c.field, v, err)
+			case v == c.beyond && (!errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), c.field+" ")):
+				t.Errorf("%s = %d: New = %v, want ErrBadConfig naming %s", c.field, v, err, c.field)
+			}
+		}
+	}
+}
+
+// TestIdentityControlCharacters: every string field of Config but AgentURL
+// is identity (payload, headers or metric names); found by reflection, each
+// with a line break inside is refused naming the field, and so is a tag.
+func TestIdentityControlCharacters(t *testing.T) {
+	n := 0
+	typ := reflect.TypeFor[Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Type.Kind() != reflect.String || f.Name == "AgentURL" {
+			continue
+		}
+		n++
+		for _, bad := range []string{"a\nb", "a\x00b", "a\x7fb", "a\u0085b", "a\tb"} {
+			cfg := Config{AgentURL: "http://127.0.0.1:1"}
+			reflect.ValueOf(&cfg).Elem().FieldByIndex(f.Index).SetString(bad)
+			_, err := New(cfg)
+			if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), f.Name+" ") {
+				t.Errorf("%s = %q: New = %v, want ErrBadConfig naming %s", f.Name, bad, err, f.Name)
+			}
+		}
+	}
+	if n < 14 {
+		t.Errorf("walked %d string fields, want at least the 14 identity fields", n)
+	}
+	_, err := New(Config{AgentURL: "http://127.0.0.1:1", Tags: []string{"a:b", "c:\r\nd"}})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Tags[1] ") {
+		t.Errorf("a tag with CRLF inside: New = %v, want ErrBadConfig naming Tags[1]", err)
+	}
+}
+
+// TestIdentityTrimmed: identity read from files and environments carries
+// newlines; trimmed, it reaches the agent — in the headers it reads the
+// origin from and in the payload — instead of failing every request.
+func TestIdentityTrimmed(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	tags := []string{" team:core\n"}
+	a := newStarted(t, Config{AgentURL: ag.URL(), ContainerID: "abc\n", TracerVersion: "1.2.3\r\n",
+		Env: " prod ", Service: "\tweb", Version: "v1\n", Hostname: "h1\n", RuntimeID: "rid\n",
+		Lang: "go\n", LangVersion: " 1.26\n", EntityID: "ci-abc\n", GitCommitSha: "sha\n",
+		ImageTag: "img\n", ProcessTags: "p:1\n", Tags: tags})
+	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
+	stop(t, a)
+	if h := a.Health(); h.SpansSent != 1 || h.PayloadsFailed != 0 {
+		t.Fatalf("sent %d spans, %d failed attempts; want 1 and 0", h.SpansSent, h.PayloadsFailed)
+	}
+	if tags[0] != " team:core\n" {
+		t.Errorf("New trimmed the caller's Tags slice: %q", tags)
+	}
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 {
+		t.Fatalf("%d accepted requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	for name, want := range map[string]string{
+		"Datadog-Container-ID": "abc", "Datadog-Entity-ID": "ci-abc", "Datadog-Meta-Tracer-Version": "1.2.3",
+		"Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "1.26",
+	} {
+		if got := r.Header.Get(name); got != want {
+			t.Errorf("header %s = %q, want %q", name, got, want)
+		}
+	}
+	p := r.Payload.Header
+	if p.ContainerID != "abc" || p.TracerVersion != "1.2.3" || p.Env != "prod" || p.Service != "web" ||
+		p.Version != "v1" || p.Hostname != "h1" || p.RuntimeID != "rid" || p.Lang != "go" ||
+		p.GitCommitSha != "sha" || p.ImageTag != "img" || p.ProcessTags != "p:1" ||
+		!slices.Equal(p.Tags, []string{"team:core"}) {
+		t.Errorf("payload header %+v: want every identity field trimmed", p)
+	}
+	if r.Status != http.StatusOK {
+		t.Errorf("status %d", r.Status)
+	}
+}
+
+// TestEnvBounds: environment values go through the same bounds; one that
+// cannot be used is logged and ignored, as every bad variable is.
+func TestEnvBounds(t *testing.T) {
+	env := map[string]string{
+		EnvEnv: "pr\nod", EnvService: " web\n", EnvTags: "a:b,c:\x00d",
+		EnvResourceLimit: fmt.Sprint(1 << 40), EnvPeerTagsLimit: fmt.Sprint(MaxCardinalityLimit),
+	}
+	c, logs := envCase(Config{}, env, false)
+	if c.Env != "" || c.Service != "web" || c.Tags != nil {
+		t.Errorf("Env %q, Service %q, Tags %q: want the control characters ignored, the space trimmed", c.Env, c.Service, c.Tags)
+	}
+	if c.CardinalityLimits.Resource != 0 || c.CardinalityLimits.PeerTag != MaxCardinalityLimit {
+		t.Errorf("limits %+v: want resource ignored (over the bound), peer tags at the bound", c.CardinalityLimits)
+	}
+	if len(logs) != 3 {
+		t.Errorf("logged %d lines, want 3 (env, tags, resource limit): %q", len(logs), logs)
 	}
 }

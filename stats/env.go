@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,12 +63,21 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		{&c.Env, EnvEnv}, {&c.Service, EnvService}, {&c.Version, EnvVersion},
 		{&c.Hostname, EnvHostname}, {&c.GitCommitSha, EnvGitCommit},
 	} {
-		if *f.v == "" {
-			*f.v = strings.TrimSpace(getenv(f.name))
+		if *f.v != "" {
+			continue
+		}
+		if v := strings.TrimSpace(getenv(f.name)); controlAt(v) >= 0 {
+			ignore(f.name, v, "has a control character")
+		} else {
+			*f.v = v
 		}
 	}
 	if c.Tags == nil {
-		c.Tags = parseTags(getenv(EnvTags))
+		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
+			ignore(EnvTags, raw, "has a control character")
+		} else {
+			c.Tags = parseTags(raw)
+		}
 	}
 	for f := range aggregate.NumFields {
 		name := EnvCardinalityLimit(f)
@@ -76,8 +86,8 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			continue
 		}
 		n, err := strconv.Atoi(strings.TrimSpace(raw))
-		if err != nil || n <= 0 {
-			ignore(name, raw, "want a positive integer")
+		if err != nil || n <= 0 || n > MaxCardinalityLimit {
+			ignore(name, raw, fmt.Sprintf("want an integer in [1, %d]", MaxCardinalityLimit))
 			continue
 		}
 		c.CardinalityLimits.Set(f, n)

@@ -53,6 +53,10 @@ type Health struct {
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).
 	PeerTagsCut uint64
+	// LabelsTruncated counts label values (peer tags included) cut to
+	// their length limit (MaxResourceLen and the others in span.go); the
+	// spans themselves are counted.
+	LabelsTruncated uint64
 	// AgentOffSpans were not aggregated because the agent did not accept
 	// client stats when they were published (see AgentOff).
 	AgentOffSpans uint64
@@ -65,6 +69,11 @@ type Health struct {
 	PayloadsFailed uint64
 	// PayloadsRetried counts attempts scheduled after a retryable failure.
 	PayloadsRetried uint64
+	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
+	// timed out after the request was sent: the agent may have accepted
+	// the payload, so the retry may count its spans twice (delivery is
+	// at-least-once).
+	RetriesAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413),
 	// each re-sent as two smaller complete payloads.
 	PayloadsSplit uint64
@@ -113,6 +122,9 @@ type counters struct {
 	agentOff   striped // spans published while the agent refuses stats
 	// peerTagsCut: tags over MaxPeerTags, written by producers (rarely).
 	peerTagsCut striped
+	// labelsTruncated: label values over their limits, written by
+	// producers (rarely).
+	labelsTruncated striped
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
@@ -122,7 +134,18 @@ type counters struct {
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
 	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
+	retriesAfterTimeout                                      atomic.Uint64
 	lastErr                                                  atomic.Pointer[sendError]
+}
+
+// addCuts counts what Publish cut from one span.
+func (c *counters) addCuts(cut cuts) {
+	if cut.peerTags > 0 {
+		c.peerTagsCut.Add(uint64(cut.peerTags))
+	}
+	if cut.labels > 0 {
+		c.labelsTruncated.Add(uint64(cut.labels))
+	}
 }
 
 // sendError is a delivery failure and its time, for Health.
@@ -199,6 +222,8 @@ func (a *Aggregator) Health() Health {
 		CollapsedSpans:   c.collapsedSpans.Load(),
 		PeerTagsCut:      c.peerTagsCut.Load(),
 	}
+	h.RetriesAfterTimeout = c.retriesAfterTimeout.Load()
+	h.LabelsTruncated = c.labelsTruncated.Load()
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at
 	}

@@ -240,8 +240,14 @@ func (s *sender) Failed(_ *agentclient.Payload, err error) {
 	s.ctr.payloadsFailed.Add(1)
 }
 
-// Retried counts an attempt scheduled after a retryable failure.
-func (s *sender) Retried(*agentclient.Payload) { s.ctr.payloadsRetried.Add(1) }
+// Retried counts an attempt scheduled after a retryable failure, and
+// apart those after a timeout (see Health.RetriesAfterTimeout).
+func (s *sender) Retried(_ *agentclient.Payload, afterTimeout bool) {
+	s.ctr.payloadsRetried.Add(1)
+	if afterTimeout {
+		s.ctr.retriesAfterTimeout.Add(1)
+	}
+}
 
 // Split counts a payload the agent refused as too large.
 func (s *sender) Split(*agentclient.Payload) { s.ctr.payloadsSplit.Add(1) }

@@ -1,6 +1,11 @@
 package stats
 
-import "github.com/spanstats/spanstats/aggregate"
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
 
 // Span carries the raw fields of one finished span. Strings are used as
 // given; Publish copies what it needs and does not retain the Span or its
@@ -86,9 +91,36 @@ func keepsPeerTags(kind string) bool {
 // bound. The rest are cut and counted (Health.PeerTagsCut).
 const MaxPeerTags = 64
 
+// Label length limits: the Datadog agent's, so that a group here is the
+// group the agent would form, and one span's labels cost bounded memory.
+// Longer values are cut at a UTF-8 boundary at or below the limit, in
+// Publish, and counted (Health.LabelsTruncated).
+const (
+	// MaxServiceLen, MaxNameLen and MaxTypeLen are the agent's limits for a
+	// span's service, operation name and type (traceutil.MaxServiceLen,
+	// MaxNameLen; agent.MaxTypeLen).
+	MaxServiceLen = 100
+	MaxNameLen    = 100
+	MaxTypeLen    = 100
+	// MaxResourceLen is the agent's limit for a resource
+	// (traceutil.MaxResourceLen, applied to client stats groups too).
+	MaxResourceLen = 5000
+	// MaxTagLen bounds the labels that become tags of the stats metrics —
+	// span kind, HTTP method and endpoint, gRPC status code, service source
+	// — and each "key:value" peer tag: the agent's tag normalizer
+	// (traceutil.NormalizeTag) keeps no more.
+	MaxTagLen = 200
+)
+
+// cuts is what snapshot left out of a span, for Health.
+type cuts struct {
+	peerTags int // tags beyond MaxPeerTags
+	labels   int // label values cut to their length limit
+}
+
 // snapshot copies the span's key fields and measurements into the inbox
-// record, and returns how many peer tags it cut (over MaxPeerTags).
-func (s *Span) snapshot(r *aggregate.Record) (cut int) {
+// record, and returns what it cut.
+func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
 	r.SpanKind = s.SpanKind
 	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
@@ -96,19 +128,67 @@ func (s *Span) snapshot(r *aggregate.Record) (cut int) {
 	r.HTTPStatusCode = s.HTTPStatusCode
 	r.Duration = s.Duration
 	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
+	// max compiles to conditional moves: two branches, not nine.
+	if max(len(s.Service)-MaxServiceLen, len(s.Name)-MaxNameLen, len(s.Type)-MaxTypeLen, len(s.Resource)-MaxResourceLen) > 0 ||
+		max(len(s.SpanKind), len(s.HTTPMethod), len(s.HTTPEndpoint), len(s.GRPCStatusCode), len(s.ServiceSource)) > MaxTagLen {
+		cut.labels = truncateLabels(r)
+	}
 	if len(s.PeerTags) > 0 && keepsPeerTags(s.SpanKind) {
 		tags := s.PeerTags
 		if len(tags) > MaxPeerTags {
-			cut, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
+			cut.peerTags, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
 		}
 		// r is a claimed slot, zeroed by the consumer: unlike SetPeerTags,
 		// leave the fields that stay zero unwritten, so their cache line
 		// (the slot's last) need not move to this core and back.
 		n := copy(r.PeerTags[:], tags)
 		r.NumPeerTags = uint8(n)
+		cut.labels += truncateAll(r.PeerTags[:n], MaxTagLen)
 		if len(tags) > n {
 			r.ExtraPeerTags = append([]string(nil), tags[n:]...)
+			cut.labels += truncateAll(r.ExtraPeerTags, MaxTagLen)
 		}
 	}
 	return cut
+}
+
+// truncateLabels cuts r's label values to their limits and returns how
+// many it cut.
+func truncateLabels(r *aggregate.Record) (n int) {
+	for _, f := range [...]struct {
+		v   *string
+		max int
+	}{
+		{&r.Service, MaxServiceLen}, {&r.Name, MaxNameLen}, {&r.Type, MaxTypeLen},
+		{&r.Resource, MaxResourceLen}, {&r.SpanKind, MaxTagLen}, {&r.HTTPMethod, MaxTagLen},
+		{&r.HTTPEndpoint, MaxTagLen}, {&r.GRPCStatusCode, MaxTagLen}, {&r.ServiceSource, MaxTagLen},
+	} {
+		if len(*f.v) > f.max {
+			*f.v = truncateUTF8(*f.v, f.max)
+			n++
+		}
+	}
+	return n
+}
+
+// truncateAll cuts each of vs to max bytes and returns how many it cut.
+func truncateAll(vs []string, max int) (n int) {
+	for i, v := range vs {
+		if len(v) > max {
+			vs[i] = truncateUTF8(v, max)
+			n++
+		}
+	}
+	return n
+}
+
+// truncateUTF8 is the first max bytes of v (len(v) > max), less the start
+// of a rune cut at the limit, as the agent's TruncateUTF8. It is a copy: a
+// slice of v would keep all of v alive in the inbox and in the consumer's
+// recent-span cache, which holds label strings by identity.
+func truncateUTF8(v string, max int) string {
+	for max > 0 && !utf8.RuneStart(v[max]) {
+		max--
+	}
+	return strings.Clone(v[:max])
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/stats"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -76,7 +78,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 // published reaching the agent through the relay.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	if err := runDemo(context.Background(), &out, 500*time.Millisecond, 2); err != nil {
+	if err := runDemo(context.Background(), &out, stats.MinBucketInterval, 2); err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`published (\d+) spans from 4 processes; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).

@@ -72,8 +72,11 @@ type Observer interface {
 	// Failed: one attempt of p failed; its fate follows (Retried, Split or
 	// Dropped).
 	Failed(p *Payload, err error)
-	// Retried: p waits for another attempt.
-	Retried(p *Payload)
+	// Retried: p waits for another attempt. afterTimeout says the failed
+	// attempt timed out once the request was sent: the agent may have
+	// accepted p, and the retry may deliver it twice (delivery is
+	// at-least-once).
+	Retried(p *Payload, afterTimeout bool)
 	// Split: p was refused as too large and is re-sent as smaller payloads.
 	Split(p *Payload)
 	// Dropped: p is given up, for err.
@@ -236,7 +239,7 @@ func (c *Client) attempt(p *Payload) {
 	c.obs.Failed(p, err)
 	switch kind {
 	case retry:
-		if p.attempts < c.cfg.MaxRetries && c.queue(p) {
+		if p.attempts < c.cfg.MaxRetries && c.queue(p, sentThenTimedOut(err)) {
 			return
 		}
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
@@ -255,22 +258,22 @@ func (c *Client) attempt(p *Payload) {
 }
 
 // queue schedules a retry of p if the retry budget allows it.
-func (c *Client) queue(p *Payload) bool {
+func (c *Client) queue(p *Payload, afterTimeout bool) bool {
 	if len(c.retries) >= c.cfg.MaxRetryPayloads || c.retryLen+len(p.Body) > c.cfg.MaxRetryBytes {
 		return false
 	}
 	// Exponential backoff with jitter in [d/2, d]: spreads the retries of
 	// many processes restarting together.
-	d := c.cfg.RetryBackoff << p.attempts
-	if d > c.cfg.MaxRetryBackoff || d <= 0 {
-		d = c.cfg.MaxRetryBackoff
+	d := c.cfg.MaxRetryBackoff
+	if p.attempts < 63 && c.cfg.RetryBackoff <= c.cfg.MaxRetryBackoff>>p.attempts {
+		d = c.cfg.RetryBackoff << p.attempts // compared before the shift: it cannot wrap
 	}
 	d = d/2 + time.Duration(c.rng.Int64N(int64(d/2)+1))
 	p.attempts++
 	p.due = time.Now().Add(d)
 	c.retries = append(c.retries, p)
 	c.retryLen += len(p.Body)
-	c.obs.Retried(p)
+	c.obs.Retried(p, afterTimeout)
 	return true
 }
 

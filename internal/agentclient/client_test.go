@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,12 +25,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // counting is an Observer that counts each outcome.
 type counting struct {
 	sent, failed, retried, split, dropped, off, info int
+	retriedAfterTimeout                              int
 	lastErr                                          error
 }
 
-func (o *counting) Sent(*Payload)               { o.sent++ }
-func (o *counting) Failed(*Payload, error)      { o.failed++ }
-func (o *counting) Retried(*Payload)            { o.retried++ }
+func (o *counting) Sent(*Payload)          { o.sent++ }
+func (o *counting) Failed(*Payload, error) { o.failed++ }
+func (o *counting) Retried(_ *Payload, afterTimeout bool) {
+	o.retried++
+	if afterTimeout {
+		o.retriedAfterTimeout++
+	}
+}
 func (o *counting) Split(*Payload)              { o.split++ }
 func (o *counting) Dropped(_ *Payload, e error) { o.dropped++; o.lastErr = e }
 func (o *counting) Off(bool)                    { o.off++ }
@@ -59,7 +68,7 @@ func TestRetryBackoff(t *testing.T) {
 		p := &Payload{Body: make([]byte, 10)}
 		for n := range 6 {
 			before := time.Now()
-			if !c.queue(p) {
+			if !c.queue(p, false) {
 				t.Fatalf("trial %d retry %d refused", trial, n)
 			}
 			after := time.Now()
@@ -185,5 +194,81 @@ func TestSplitKeepsEveryField(t *testing.T) {
 	}
 	if len(got) != 6 || hits != 21 {
 		t.Fatalf("agent got %d groups, %d hits; want 6 and 21", len(got), hits)
+	}
+}
+
+// TestRetryAfterTimeoutCounted: the agent reads a payload, then answers
+// only after the client's timeout; the client retries and the agent
+// receives the same body twice. Exactly that retry is reported as after a
+// timeout; a 503's retry and a refused connection's (nothing sent) are not.
+func TestRetryAfterTimeoutCounted(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		bodies [][]byte
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		n := len(bodies)
+		mu.Unlock()
+		switch n {
+		case 1: // accepted, but the answer comes after the client gave up
+			<-r.Context().Done()
+		case 2:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Timeout = 500 * time.Millisecond // long enough that only the stalled attempt times out
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.Send(&Payload{Body: []byte("payload-1"), Hits: 1})
+	for obs.sent == 0 && obs.dropped == 0 {
+		d, ok := c.NextDue()
+		if !ok {
+			t.Fatal("nothing due and nothing sent")
+		}
+		time.Sleep(time.Until(d))
+		c.RunDue(time.Now())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if obs.sent != 1 || obs.retried != 2 || obs.retriedAfterTimeout != 1 || len(bodies) != 3 {
+		t.Fatalf("sent %d, retried %d (%d after a timeout), agent read %d bodies; want 1, 2 (1), 3",
+			obs.sent, obs.retried, obs.retriedAfterTimeout, len(bodies))
+	}
+	if string(bodies[0]) != "payload-1" || string(bodies[2]) != "payload-1" {
+		t.Fatalf("bodies %q: want the payload delivered twice", bodies)
+	}
+
+	// Nothing listens: the connection is refused before anything is sent.
+	cfg = testConfig("http://127.0.0.1:1")
+	obs = &counting{}
+	c2 := New(context.Background(), cfg, obs)
+	defer c2.Close()
+	c2.Send(&Payload{Body: []byte("x"), Hits: 1})
+	if obs.retried != 1 || obs.retriedAfterTimeout != 0 {
+		t.Fatalf("refused connection: retried %d (%d after a timeout), want 1 (0)", obs.retried, obs.retriedAfterTimeout)
+	}
+}
+
+// TestSentThenTimedOut: which errors may hide a delivered payload.
+func TestSentThenTimedOut(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}, false},
+		{&url.Error{Op: "Post", Err: &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}}, true},
+		{&url.Error{Op: "Post", Err: context.DeadlineExceeded}, true},
+		{errors.New("connection reset"), false},
+		{&AgentError{StatusCode: 503}, false},
+	} {
+		if got := sentThenTimedOut(c.err); got != c.want {
+			t.Errorf("sentThenTimedOut(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

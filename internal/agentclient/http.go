@@ -181,6 +181,18 @@ const (
 	cancelled         // the owner gave up waiting (Close)
 )
 
+// sentThenTimedOut reports whether err is a timeout that may have come
+// after the agent read the request: any timeout but the dial's, when
+// nothing was sent.
+func sentThenTimedOut(err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
 func classify(err error) outcome {
 	var ae *AgentError
 	switch {

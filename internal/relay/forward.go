@@ -126,7 +126,7 @@ func (f *forwarder) Failed(_ *agentclient.Payload, err error) {
 }
 
 // Retried needs nothing: the spans stay pending.
-func (f *forwarder) Retried(*agentclient.Payload) {}
+func (f *forwarder) Retried(*agentclient.Payload, bool) {}
 
 // Split needs nothing: the halves carry the spans.
 func (f *forwarder) Split(*agentclient.Payload) {}

@@ -58,7 +58,7 @@ func checkIdentity(t *testing.T, st relay.Stats) {
 // with sketches whose counts equal the hits and whose quantiles are within
 // 1 % of those of the union of the durations.
 func TestEndToEndThroughRelay(t *testing.T) {
-	const interval = 500 * time.Millisecond
+	const interval = time.Second // stats.MinBucketInterval
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stopRelay := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: interval, Grace: 100 * time.Millisecond})

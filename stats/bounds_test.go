@@ -1,0 +1,173 @@
+package stats
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/stats/statstest"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// onlyGroup decodes the single group the agent received.
+func onlyGroup(t *testing.T, ag *statstest.Agent) *writer.Group {
+	t.Helper()
+	reqs := statstest.Accepted(ag.Requests())
+	var groups []*writer.Group
+	for _, r := range reqs {
+		if r.Payload == nil {
+			t.Fatalf("payload did not decode: %v", r.Err)
+		}
+		for _, b := range r.Payload.Buckets {
+			for i := range b.Groups {
+				groups = append(groups, &b.Groups[i])
+			}
+		}
+	}
+	if len(groups) != 1 {
+		t.Fatalf("the agent received %d groups in %d requests, want 1", len(groups), len(reqs))
+	}
+	return groups[0]
+}
+
+// TestDurationSaturates: three spans of one key lasting math.MaxInt64 ns
+// reach the agent as a group whose duration sum is saturated, not wrapped,
+// and whose sketch, decoded by the writer's decoder, counts the three.
+func TestDurationSaturates(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	for range 3 {
+		a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: math.MaxInt64, TopLevel: true})
+	}
+	stop(t, a)
+	g := onlyGroup(t, ag)
+	if g.Hits != 3 || g.TopLevelHits != 3 || g.Duration != math.MaxUint64 {
+		t.Fatalf("hits %d, top %d, duration %d; want 3, 3, %d", g.Hits, g.TopLevelHits, g.Duration, uint64(math.MaxUint64))
+	}
+	if g.Ok == nil || g.Ok.Count() != g.Hits {
+		t.Fatalf("ok sketch %v, want a count of %d", g.Ok, g.Hits)
+	}
+}
+
+// TestRetriesAfterTimeout: the agent reads the payload, then answers only
+// after HTTPTimeout; the SDK retries and the agent receives the body twice
+// (at-least-once). Health counts exactly that one retry after a timeout.
+func TestRetriesAfterTimeout(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n == 1 { // accepted, but the answer comes after the SDK gave up
+			<-r.Context().Done()
+			return true
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 500 * time.Millisecond, RetryBackoff: time.Millisecond})
+	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
+	if err := flushWithin(a, 5*time.Second); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.RetriesAfterTimeout != 1 || h.PayloadsRetried != 1 || h.PayloadsSent != 1 || h.SpansSent != 1 {
+		t.Fatalf("retries after a timeout %d, retries %d, payloads sent %d, spans sent %d; want 1 1 1 1",
+			h.RetriesAfterTimeout, h.PayloadsRetried, h.PayloadsSent, h.SpansSent)
+	}
+	reqs := ag.Requests()
+	if len(reqs) != 2 || !bytes.Equal(reqs[0].Body, reqs[1].Body) {
+		t.Fatalf("the agent received %d requests, want the same body twice", len(reqs))
+	}
+}
+
+// TestLongResourceTruncated: a 1 MiB resource whose 3-byte rune straddles
+// MaxResourceLen arrives cut before that rune — the agent's limit at a
+// UTF-8 boundary — and groups with spans carrying the cut value itself:
+// three hits in one group, one label truncated.
+func TestLongResourceTruncated(t *testing.T) {
+	prefix := strings.Repeat("a", MaxResourceLen-2)
+	long := prefix + "€" + strings.Repeat("b", 1<<20) // € is bytes MaxResourceLen-2 … MaxResourceLen
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	for _, r := range []string{long, prefix, prefix} {
+		a.Publish(&Span{Service: "s", Name: "n", Resource: r, Duration: 5, TopLevel: true})
+	}
+	stop(t, a)
+	g := onlyGroup(t, ag)
+	if g.Resource != prefix || g.Hits != 3 {
+		t.Fatalf("resource of %d bytes (valid UTF-8 %v), hits %d; want the %d bytes before the rune, 3 hits",
+			len(g.Resource), utf8.ValidString(g.Resource), g.Hits, len(prefix))
+	}
+	if h := a.Health(); h.LabelsTruncated != 1 || h.Counted != 3 {
+		t.Fatalf("LabelsTruncated %d, counted %d; want 1 and 3", h.LabelsTruncated, h.Counted)
+	}
+}
+
+// TestEveryLabelTruncated: each label field and peer tag over its limit is
+// cut to it at a rune boundary and counted once; values at the limit are
+// kept as they are.
+func TestEveryLabelTruncated(t *testing.T) {
+	over := func(n int) string { return strings.Repeat("x", n-1) + "é" } // 2-byte rune straddles n
+	s := Span{Service: over(MaxServiceLen), Name: over(MaxNameLen), Type: over(MaxTypeLen),
+		Resource: over(MaxResourceLen), SpanKind: "client", HTTPMethod: over(MaxTagLen),
+		HTTPEndpoint: over(MaxTagLen), GRPCStatusCode: over(MaxTagLen), ServiceSource: strings.Repeat("y", MaxTagLen),
+		PeerTags: make([]string, aggregate.MaxInlinePeerTags+2), Duration: 1}
+	for i := range s.PeerTags {
+		s.PeerTags[i] = "k:" + over(MaxTagLen-2)
+	}
+	var r aggregate.Record
+	cut := s.snapshot(&r)
+	if want := 7 + len(s.PeerTags); cut.labels != want {
+		t.Fatalf("truncated %d labels, want %d", cut.labels, want)
+	}
+	for _, c := range []struct {
+		name string
+		v    string
+		max  int
+	}{
+		{"Service", r.Service, MaxServiceLen}, {"Name", r.Name, MaxNameLen}, {"Type", r.Type, MaxTypeLen},
+		{"Resource", r.Resource, MaxResourceLen}, {"HTTPMethod", r.HTTPMethod, MaxTagLen},
+		{"HTTPEndpoint", r.HTTPEndpoint, MaxTagLen}, {"GRPCStatusCode", r.GRPCStatusCode, MaxTagLen},
+		{"PeerTags[0]", r.PeerTags[0], MaxTagLen}, {"ExtraPeerTags[1]", r.ExtraPeerTags[1], MaxTagLen},
+	} {
+		if len(c.v) != c.max-1 || !utf8.ValidString(c.v) {
+			t.Errorf("%s: %d bytes, valid %v; want %d (the limit less the cut rune's first byte)", c.name, len(c.v), utf8.ValidString(c.v), c.max-1)
+		}
+	}
+	if r.ServiceSource != s.ServiceSource || r.SpanKind != "client" {
+		t.Errorf("a value at its limit was changed: %q", r.ServiceSource)
+	}
+}
+
+// TestLongLabelsNotRetained: 64 distinct 1 MiB resources, dropped by the
+// tracer once published, leave no more than their truncated values alive
+// (a truncation by slicing would keep each whole, e.g. in the consumer's
+// recent-span cache).
+func TestLongLabelsNotRetained(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	base := liveHeap()
+	for i := range 64 {
+		r := fmt.Sprintf("%02d", i) + strings.Repeat("r", 1<<20)
+		a.Publish(&Span{Service: "s", Name: "n", Resource: r, Duration: 5, TopLevel: true})
+	}
+	if err := flushWithin(a, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	grown := int64(liveHeap()) - int64(base)
+	stop(t, a)
+	if h := a.Health(); h.LabelsTruncated != 64 || h.SpansSent != 64 {
+		t.Fatalf("truncated %d, sent %d; want 64 and 64", h.LabelsTruncated, h.SpansSent)
+	}
+	if grown > 8<<20 {
+		t.Fatalf("live heap grew %.1f MiB after 64 MiB of resources were published and dropped; want under 8 MiB", float64(grown)/(1<<20))
+	}
+}
