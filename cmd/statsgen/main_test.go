@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 func TestRunEmbeddedAgent(t *testing.T) {
 	var out bytes.Buffer
 	o := options{rate: 20000, keys: 20, errRatio: 0.5, dist: "loguniform", minDur: 50 * time.Microsecond,
-		maxDur: 2 * time.Second, producers: 4, run: 700 * time.Millisecond, interval: 200 * time.Millisecond, top: 5}
+		maxDur: 2 * time.Second, producers: 4, run: 2300 * time.Millisecond, interval: time.Second, top: 5}
 	if err := run(o, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -73,10 +73,10 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 func TestRunExplainsFailures(t *testing.T) {
 	var out bytes.Buffer
 	o := options{rate: 2000, keys: 5, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
-		producers: 1, run: 600 * time.Millisecond, interval: 200 * time.Millisecond, top: 1, agent: "http://127.0.0.1:1"}
+		producers: 1, run: 1200 * time.Millisecond, interval: time.Second, top: 1, agent: "http://127.0.0.1:1"}
 	_ = run(o, &out)
 	s := out.String()
-	for _, want := range []string{"interval 200ms", "spans/s", "last send error", "connection refused"} {
+	for _, want := range []string{"interval 1s", "spans/s", "last send error", "connection refused"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
