@@ -102,14 +102,16 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		}
 	}
 	b.StopTimer()
+	for _, s := range all { // a deferred Close does not stop an aggregator
+		if err := s.d.Stop(); err != nil {
+			b.Fatalf("%s: stop: %v", s.name, err)
+		}
+	}
 	if b.N < PacedRounds {
 		return // the framework's first, calibrating call
 	}
 	per := make([]float64, len(all))
 	for i, s := range all {
-		if err := s.d.Stop(); err != nil {
-			b.Fatalf("%s: stop: %v", s.name, err)
-		}
 		c := s.d.Counts().Sub(s.base)
 		if c.Accounted() != uint64(s.spans) || c.Lost != 0 {
 			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.name, s.spans, c.Accounted(), c.Lost, c)
