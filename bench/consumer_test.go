@@ -85,9 +85,6 @@ func benchConsumer(b *testing.B, w *Workload) {
 	b.ReportMetric(float64(table.CollapsedSpans())/float64(b.N+WarmupSpans), "collapsed/op")
 }
 
-// drainBatch is the aggregator's batch (stats' drainBatch).
-const drainBatch = 256
-
 // snapshot copies what Publish copies into the inbox.
 func snapshot(d *aggregate.Record, s *stats.Span) {
 	*d = aggregate.Record{

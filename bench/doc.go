@@ -19,15 +19,18 @@
 // of spans shed at the inbox, collapsed by a cardinality budget or folded
 // into the overflow entry. RunPaced (paced.go) instead offers a fixed load
 // (Pacing) to several drivers in alternating rounds and reports each one's
-// CPU per span less a driver that only counts. SDK is the Driver of this
+// CPU per span less a driver that only counts, and beside a side's
+// work without the handoff to another goroutine (OpenInlineSDK: the SDK's
+// Publish and consumer on one goroutine). SDK is the Driver of this
 // module's stats package;
 // Agent is the loopback agent it reports to.
 //
 // # Concurrency
 //
 // Workloads are read-only once built and safe to share between goroutines.
-// A Driver's Publish is called from many goroutines at once; Stop, Counts
-// and Close from one, after every Publish returned.
+// A Driver's Publish is called from many goroutines at once, but
+// OpenInlineSDK's, which is called from one; Stop, Counts and Close from
+// one, after every Publish returned.
 //
 // # Design
 //

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,24 +45,33 @@ func (p Pacing) String() string {
 }
 
 // PacedSide is one implementation RunPaced compares: its name in the
-// metrics, and how to open it.
+// metrics, and how to open it. Inline, if set, opens the side's own work
+// without the handoff to another goroutine (OpenInlineSDK), which RunPaced
+// runs in the same rounds from one goroutine, unpaced.
 type PacedSide struct {
-	Name string
-	Open OpenFunc
+	Name   string
+	Open   OpenFunc
+	Inline OpenFunc
 }
 
-// PacedRounds is how many rounds RunPaced alternates its sides.
-const PacedRounds = 4
+// PacedRounds is how many rounds RunPaced alternates its sides: enough
+// that a median over them ignores the rounds another process on the host
+// disturbed, and that neighbouring rounds meet the same host.
+const PacedRounds = 8
 
 // RunPaced publishes b.N spans of w through each side at the offered load
 // p, in PacedRounds alternating rounds, beside a driver that only counts
 // (the harness: the producers' walk and their pacing). It measures each
 // round's process CPU (user+sys, every goroutine and the runtime) from the
 // first span until the side accounted for every span of the round, and
-// reports for each side:
+// reports for each side the median over the rounds of its figure in that
+// round (so less the harness's in that same round):
 //
 //	cpu-ns/span-<name>  CPU per published span, less the harness's
 //	shed/op-<name>      fraction of the published spans shed
+//	work-ns/span-<name> with Inline: CPU per span of the inline driver,
+//	                    less a counting driver's walked the same way
+//	work-ratio-<name>   cpu-ns/span-<name> ÷ work-ns/span-<name>
 //
 // and harness-ns/span, and with two sides "ratio": the first side's
 // cpu-ns/span ÷ the second's. The rounds rotate which side goes first, and
@@ -70,21 +80,35 @@ const PacedRounds = 4
 // side that allocates per span).
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	type side struct {
-		name  string
-		d     Driver
-		walks []*Producer
-		base  Counts
-		cpu   time.Duration
-		spans int
+		name   string
+		d      Driver
+		inline bool
+		walks  []*Producer
+		base   Counts
+		per    []float64 // CPU per span, by round
+		spans  int
 	}
 	var all []*side
-	for _, ps := range append([]PacedSide{{Name: "harness", Open: openNull}}, sides...) {
-		d, err := ps.Open(w)
+	open := func(name string, o OpenFunc, inline bool) {
+		d, err := o(w)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer d.Close()
-		all = append(all, &side{name: ps.Name, d: d, base: warmUp(b, w, d), walks: allWalks(w)})
+		b.Cleanup(d.Close)
+		all = append(all, &side{name: name, d: d, inline: inline, base: warmUp(b, w, d), walks: allWalks(w)})
+	}
+	open("harness", openNull, false)
+	for _, ps := range sides {
+		open(ps.Name, ps.Open, false)
+	}
+	paced := len(all)
+	for _, ps := range sides {
+		if ps.Inline != nil {
+			open(ps.Name, ps.Inline, true)
+		}
+	}
+	if len(all) > paced {
+		open("harness", openNull, true)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -96,36 +120,84 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 			runtime.GC()
 			b.StartTimer()
 			cpu0 := cpuTime()
-			publishPaced(b, s.d, s.walks, n, p)
-			s.cpu += cpuTime() - cpu0
+			if s.inline {
+				publishInline(b, s.d, s.walks, n)
+			} else {
+				publishPaced(b, s.d, s.walks, n, p)
+			}
+			if n > 0 {
+				s.per = append(s.per, float64((cpuTime()-cpu0).Nanoseconds())/float64(n))
+			}
 			s.spans += n
 		}
 	}
 	b.StopTimer()
-	if b.N < PacedRounds {
-		return // the framework's first, calibrating call
-	}
-	per := make([]float64, len(all))
-	for i, s := range all {
+	for _, s := range all { // a deferred Close does not stop an aggregator
 		if err := s.d.Stop(); err != nil {
 			b.Fatalf("%s: stop: %v", s.name, err)
 		}
+	}
+	if b.N < PacedRounds {
+		return // the framework's first, calibrating call
+	}
+	for _, s := range all {
 		c := s.d.Counts().Sub(s.base)
 		if c.Accounted() != uint64(s.spans) || c.Lost != 0 {
 			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.name, s.spans, c.Accounted(), c.Lost, c)
 		}
-		per[i] = float64(s.cpu.Nanoseconds()) / float64(s.spans)
-		if i == 0 {
-			b.ReportMetric(per[0], "harness-ns/span")
-			continue
-		}
-		per[i] -= per[0]
-		b.ReportMetric(per[i], "cpu-ns/span-"+s.name)
-		b.ReportMetric(float64(c.Shed)/float64(s.spans), "shed/op-"+s.name)
 	}
-	if len(all) == 3 && per[2] > 0 {
+	// less is the median over the rounds of s's figure less h's.
+	less := func(s, h *side) float64 {
+		d := make([]float64, len(s.per))
+		for r := range d {
+			d[r] = s.per[r] - h.per[r]
+		}
+		return median(d)
+	}
+	per := make([]float64, len(all))
+	b.ReportMetric(median(slices.Clone(all[0].per)), "harness-ns/span")
+	for i := 1; i < paced; i++ {
+		c := all[i].d.Counts().Sub(all[i].base)
+		per[i] = less(all[i], all[0])
+		b.ReportMetric(per[i], "cpu-ns/span-"+all[i].name)
+		b.ReportMetric(float64(c.Shed)/float64(all[i].spans), "shed/op-"+all[i].name)
+	}
+	for i := paced; i < len(all)-1; i++ { // the last is the inline harness
+		work := less(all[i], all[len(all)-1])
+		b.ReportMetric(work, "work-ns/span-"+all[i].name)
+		for j := 1; j < paced; j++ {
+			if all[j].name == all[i].name && work > 0 {
+				b.ReportMetric(per[j]/work, "work-ratio-"+all[i].name)
+			}
+		}
+	}
+	if paced == 3 && per[2] > 0 {
 		b.ReportMetric(per[1]/per[2], "ratio")
 	}
+}
+
+// median sorts v and returns its median.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// publishInline publishes n spans through d from this goroutine, back to
+// back, taking them from the walks in turn as the paced producers' spans
+// interleave, and returns once d accounted for all of them.
+func publishInline(b *testing.B, d Driver, walks []*Producer, n int) {
+	before := d.Counts().Accounted()
+	for i := range n {
+		d.Publish(walks[i%len(walks)].Next())
+	}
+	if err := d.Stop(); err != nil { // the inline drivers drain on Stop
+		b.Fatal(err)
+	}
+	awaitAccounted(b, d, before+uint64(n), backoff())
 }
 
 // publishPaced publishes n spans through d from one goroutine per walk at

@@ -28,7 +28,9 @@ func sideBySide(b *testing.B, w func() *bench.Workload) {
 // workload offered at fixed rates far below what the SDK absorbs, in 1 ms
 // bursts and spread evenly, through the peer and the SDK in alternating
 // rounds (bench.RunPaced). cpu-ns/span-<impl> is the process CPU per
-// published span less the pacing driver's; ratio is the peer's ÷ the SDK's.
+// published span less the pacing driver's; ratio is the peer's ÷ the SDK's;
+// work-ns/span-spanstats is the SDK's Publish and consumer work on one
+// goroutine without the handoff, in the same rounds (bench.OpenInlineSDK).
 // The saturated benchmarks below are a throughput race under overload,
 // not this.
 func BenchmarkPaced(b *testing.B) {
@@ -39,7 +41,8 @@ func BenchmarkPaced(b *testing.B) {
 				b.Run("workload="+w().Name+"/"+p.String(), func(b *testing.B) {
 					bench.RunPaced(b, w(), p,
 						bench.PacedSide{Name: "peer", Open: OpenConcentrator},
-						bench.PacedSide{Name: "spanstats", Open: bench.OpenSDK(agentPeerTagKeys())})
+						bench.PacedSide{Name: "spanstats", Open: bench.OpenSDK(agentPeerTagKeys()),
+							Inline: bench.OpenInlineSDK(agentPeerTagKeys())})
 				})
 			}
 		}

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/inbox"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// drainBatch is the aggregator's batch (stats' drainBatch).
+const drainBatch = 256
+
+// inlineSDK is the SDK's own work on one goroutine, without the handoff:
+// Publish's eligibility check and copy into an inbox slot, then, once a
+// batch is queued, the consumer's drain of it into a table, in place. No
+// goroutine waits or wakes, and the inbox's slots and the table stay in
+// the one core's cache: RunPaced compares the paced SDK with it to show
+// what handing spans to another goroutine costs at that load.
+type inlineSDK struct {
+	ring    *inbox.Ring[aggregate.Record]
+	table   *aggregate.Table
+	batch   []*aggregate.Record
+	counted uint64
+	other   uint64 // ineligible or shed
+}
+
+// OpenInlineSDK opens the SDK's work without the handoff (see inlineSDK),
+// with the aggregator's default inbox, table cap and budgets. Its
+// Publish must be called from one goroutine.
+func OpenInlineSDK(peerTagKeys []string) OpenFunc {
+	return func(*Workload) (Driver, error) {
+		d := &inlineSDK{
+			ring:  inbox.New[aggregate.Record](stats.DefaultInboxSize),
+			table: aggregate.NewTable(0),
+			batch: make([]*aggregate.Record, drainBatch),
+		}
+		d.ring.SetClear((*aggregate.Record).Reset)
+		d.table.SetLimits(aggregate.DefaultLimits())
+		if len(peerTagKeys) > 0 {
+			d.table.SetPeerTagKeys(peerTagKeys)
+		}
+		return d, nil
+	}
+}
+
+// Publish implements Driver.
+func (d *inlineSDK) Publish(_ int, s *stats.Span) {
+	if !s.Eligible() {
+		d.other++
+		return
+	}
+	c, ok := d.ring.Claim()
+	if !ok {
+		d.other++
+		return
+	}
+	snapshotFields(c.Value(), s)
+	c.Commit()
+	if d.ring.Len() >= drainBatch {
+		d.drain()
+	}
+}
+
+// drain is the consumer's loop: in place, batch by batch.
+func (d *inlineSDK) drain() {
+	for {
+		n := d.ring.Ready(drainBatch)
+		if n == 0 {
+			return
+		}
+		for i := range n {
+			d.batch[i] = d.ring.At(i)
+		}
+		d.table.AddBatch(d.batch[:n])
+		d.ring.Release(n)
+		d.counted += uint64(n)
+	}
+}
+
+// Stop implements Driver.
+func (d *inlineSDK) Stop() error { d.drain(); return nil }
+
+// Close implements Driver.
+func (d *inlineSDK) Close() {}
+
+// Counts implements Driver. It first drains what is queued (on the one
+// goroutine that publishes): no consumer would ever take it.
+func (d *inlineSDK) Counts() Counts {
+	d.drain()
+	return Counts{Published: d.counted + d.other, Counted: d.counted, Ineligible: d.other}
+}
+
+// snapshotFields copies what Publish copies into a claimed (zeroed) slot,
+// field by field as Publish does, leaving the zero fields unwritten.
+func snapshotFields(r *aggregate.Record, s *stats.Span) {
+	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
+	r.SpanKind = s.SpanKind
+	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
+	r.ServiceSource = s.ServiceSource
+	r.HTTPStatusCode = s.HTTPStatusCode
+	r.Duration = s.Duration
+	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
+	if len(s.PeerTags) > 0 && (s.SpanKind == "client" || s.SpanKind == "producer" || s.SpanKind == "consumer") {
+		r.SetPeerTags(s.PeerTags)
+	}
+}
