@@ -157,9 +157,15 @@ func (p *batchStack) pop() *dgram.Batch {
 	return b
 }
 
-// job is one read batch and the socket it came from.
+// maxHeld is how many read batches a reader holds back while the queue is
+// empty and the socket still has datagrams, so that one worker wake-up
+// takes them all (BenchmarkRelayReceive).
+const maxHeld = 4
+
+// job is up to maxHeld read batches of one socket.
 type job struct {
-	b *dgram.Batch
+	b [maxHeld]*dgram.Batch
+	n int
 	t Transport
 }
 
@@ -196,7 +202,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("relay: no socket to listen on (both the Unix path and the UDP address are empty)")
 	}
 	n := cfg.Queue + cfg.Workers + int(NumTransports)
-	s.queue = make(chan job, cfg.Queue)
+	// Room for every batch: the free batches bound the queue, and a reader
+	// never waits to send.
+	s.queue = make(chan job, n)
 	s.free.avail = make(chan struct{}, n)
 	for range n {
 		s.free.put(dgram.NewBatch(cfg.BatchSize, cfg.MaxDatagram))
@@ -270,25 +278,48 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // read is one socket's reader: recvmmsg batches handed whole to the decode
 // workers. When every batch is in use it waits (the kernel's queue takes
 // the pressure), and the wait is counted.
+//
+// A batch read while the queue is empty (the workers are idle or about to
+// be) is held back until the socket is empty, maxHeld are held, or no free
+// batch is left, and then handed on as one job: waking a worker costs more
+// than rejecting a batch, so idle workers are woken once per burst, not
+// once per batch. A non-empty queue wakes nobody, so batches go at once.
 func (s *Server) read(c *dgram.Conn, t Transport) {
+	held := job{t: t}
+	hand := func() {
+		if held.n > 0 {
+			s.queue <- held
+			held.n = 0
+		}
+	}
 	for {
 		var b *dgram.Batch
 		select {
 		case <-s.free.avail:
 		default:
+			hand()
 			start := time.Now()
 			<-s.free.avail
 			s.wait[t].Add(int64(time.Since(start)))
 		}
 		b = s.free.pop()
-		if _, err := c.ReadBatch(b); err != nil {
+		var idle func()
+		if held.n > 0 {
+			idle = hand
+		}
+		if _, err := c.ReadBatchIdle(b, idle); err != nil {
 			s.free.put(b)
+			hand()
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
 				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
 			}
 			return
 		}
-		s.queue <- job{b: b, t: t}
+		held.b[held.n] = b
+		held.n++
+		if held.n == maxHeld || len(s.queue) > 0 {
+			hand()
+		}
 	}
 }
 
@@ -296,9 +327,9 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 // which counts it accepted or rejected by reason.
 func (s *Server) decode() {
 	for j := range s.queue {
-		for _, d := range j.b.Datagrams() {
-			_ = s.relay.Accept(d.Data, d.PID, j.t)
+		for _, b := range j.b[:j.n] {
+			s.relay.acceptBatch(b.Datagrams(), j.t)
+			s.free.put(b)
 		}
-		s.free.put(j.b)
 	}
 }
