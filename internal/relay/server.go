@@ -158,14 +158,12 @@ func (p *batchStack) pop() *dgram.Batch {
 }
 
 // maxHeld is how many read batches a reader holds back while the queue is
-// empty and the socket still has datagrams, so that one worker wake-up
-// takes them all (BenchmarkRelayReceive).
+// empty and the socket still has datagrams (see Server.read).
 const maxHeld = 4
 
-// job is up to maxHeld read batches of one socket.
+// job is one read batch and the socket it came from.
 type job struct {
-	b [maxHeld]*dgram.Batch
-	n int
+	b *dgram.Batch
 	t Transport
 }
 
@@ -281,16 +279,18 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 //
 // A batch read while the queue is empty (the workers are idle or about to
 // be) is held back until the socket is empty, maxHeld are held, or no free
-// batch is left, and then handed on as one job: waking a worker costs more
-// than rejecting a batch, so idle workers are woken once per burst, not
-// once per batch. A non-empty queue wakes nobody, so batches go at once.
+// batch is left: waking idle workers costs more than rejecting a batch, so
+// they are woken once per burst (the runtime wakes one thread for the
+// burst's sends), not once per batch. A non-empty queue wakes nobody, so
+// batches then go at once.
 func (s *Server) read(c *dgram.Conn, t Transport) {
-	held := job{t: t}
+	var held [maxHeld]*dgram.Batch
+	n := 0
 	hand := func() {
-		if held.n > 0 {
-			s.queue <- held
-			held.n = 0
+		for _, b := range held[:n] {
+			s.queue <- job{b: b, t: t}
 		}
+		n = 0
 	}
 	for {
 		var b *dgram.Batch
@@ -304,7 +304,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		}
 		b = s.free.pop()
 		var idle func()
-		if held.n > 0 {
+		if n > 0 {
 			idle = hand
 		}
 		if _, err := c.ReadBatchIdle(b, idle); err != nil {
@@ -315,9 +315,9 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 			}
 			return
 		}
-		held.b[held.n] = b
-		held.n++
-		if held.n == maxHeld || len(s.queue) > 0 {
+		held[n] = b
+		n++
+		if n == maxHeld || len(s.queue) > 0 {
 			hand()
 		}
 	}
@@ -327,9 +327,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 // which counts it accepted or rejected by reason.
 func (s *Server) decode() {
 	for j := range s.queue {
-		for _, b := range j.b[:j.n] {
-			s.relay.acceptBatch(b.Datagrams(), j.t)
-			s.free.put(b)
-		}
+		s.relay.acceptBatch(j.b.Datagrams(), j.t)
+		s.free.put(j.b)
 	}
 }
