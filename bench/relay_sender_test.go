@@ -232,10 +232,15 @@ type mmsgs struct {
 	iovs [senderBatch]unix.Iovec
 	bufs [senderBatch][]byte
 	seq  uint64
+	// enveloped: the datagram starts with the envelope, whose sequence
+	// send renews; a rejecting datagram is sent as is, so that it stays
+	// rejected at its first byte.
+	enveloped bool
 }
 
 func newMmsgs(d []byte) *mmsgs {
-	m := &mmsgs{}
+	_, _, sequenced, err := writer.ParseDatagram(d)
+	m := &mmsgs{enveloped: sequenced && err == nil}
 	for i := range m.hdrs {
 		m.bufs[i] = append([]byte(nil), d...)
 		m.iovs[i].Base = &m.bufs[i][0]
@@ -250,6 +255,9 @@ func newMmsgs(d []byte) *mmsgs {
 // full, and returns how many datagrams went.
 func (m *mmsgs) send(fd int) (int, error) {
 	for i := range m.bufs {
+		if !m.enveloped {
+			break
+		}
 		m.seq++
 		writer.AppendEnvelope(m.bufs[i][:0], writer.Envelope{Sequence: m.seq}) // in place
 	}
@@ -258,7 +266,7 @@ func (m *mmsgs) send(fd int) (int, error) {
 	if errno != 0 {
 		return 0, fmt.Errorf("sendmmsg: %w", errno)
 	}
-	if int(n) < senderBatch {
+	if m.enveloped && int(n) < senderBatch {
 		m.seq -= uint64(senderBatch - int(n)) // unsent: their numbers go again
 	}
 	return int(n), nil

@@ -46,8 +46,14 @@ type receiver struct {
 }
 
 // openDrain is the raw drain: one goroutine calling ReadBatch on a dgram
-// socket in a loop with a batch of slots, and nothing else.
+// socket in a loop with a batch of slots of the relay's default datagram
+// limit, and nothing else.
 func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
+	return openDrainMax(b, name, kind, slots, relay.DefaultMaxDatagram, d)
+}
+
+// openDrainMax is openDrain with slots of maxDatagram+1 bytes.
+func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []byte) *receiver {
 	var c *dgram.Conn
 	var err error
 	switch kind {
@@ -62,7 +68,7 @@ func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
 	var n atomic.Uint64
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		batch := dgram.NewBatch(slots, relay.DefaultMaxDatagram)
+		batch := dgram.NewBatch(slots, maxDatagram)
 		for {
 			k, err := c.ReadBatch(batch)
 			if err != nil {
@@ -91,14 +97,15 @@ func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
 //
 // With reject set the datagrams are d's size but start with a zero byte,
 // which Accept rejects as malformed on its first check: what is left is the
-// receive path's own cost (read, queue, hand-over, counting).
-func openRelay(b *testing.B, name, kind string, d []byte, reject bool) *receiver {
+// receive path's own cost (read, queue, hand-over, counting). slots is the
+// Server's BatchSize (0: the default).
+func openRelay(b *testing.B, name, kind string, d []byte, reject bool, slots int) *receiver {
 	if reject {
 		d = make([]byte, len(d))
 	}
 	agent := statstest.New()
 	cfg := relay.ServerConfig{UnixPath: "-", UDPAddr: "-", AgentURL: agent.URL(), Interval: time.Hour,
-		Logger: slog.New(slog.DiscardHandler)}
+		BatchSize: slots, Logger: slog.New(slog.DiscardHandler)}
 	t := relay.UDP
 	if kind == "unixgram" {
 		cfg.UnixPath, cfg.Origin, t = filepath.Join(b.TempDir(), "relay.sock"), true, relay.Unix
@@ -221,15 +228,18 @@ func (r *receiver) report(b *testing.B, kind string) {
 // and Relay.Accept) with a raw drain of the same kind of socket (ReadBatch
 // in a loop, 16 datagrams per recvmmsg, nothing else), and with the raw
 // drain reading one datagram per call (a 1-slot batch: what recvmmsg
-// saves). A sender process (see TestRelaySender) writes each side's socket
-// as fast as it takes. The three sides run in alternating rounds in one
-// process, b.N datagrams each in all, so that a change of the host's speed
-// hits them alike; ns/op and allocs/op add the three up and are not the
+// saves), and with the relay rejecting every datagram at byte 0 (its
+// receive path without decoding). A sender process (see TestRelaySender)
+// writes each side's socket as fast as it takes. The four sides run in
+// alternating rounds in one process, b.N datagrams each in all, so that a
+// change of the host's speed hits them alike; ns/op and allocs/op add the
+// four up and are not the
 // figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
 // (this process's user+sys CPU: the receiver and its runtime, not the
 // sender), sender-cpu-ns/datagram, and for UDP lost/sent (sent but dropped
 // by the kernel); then relay-ratio (relay ÷ drain datagrams/s, target ≥
-// 0.9) and batch-ratio (drain ÷ drain1).
+// 0.9), reject-ratio (relay rejecting ÷ drain) and batch-ratio (drain ÷
+// drain1).
 //
 // A Unix datagram socket queues net.unix.max_dgram_qlen datagrams (10 by
 // default) before its sender blocks, so each recvmmsg there returns at most
@@ -241,9 +251,9 @@ func BenchmarkRelayReceive(b *testing.B) {
 				d, _, _ := relayDatagram(size, time.Now().Truncate(10*time.Second))
 				sides := []*receiver{
 					openDrain(b, "drain", kind, dgram.DefaultBatchSize, d),
-					openRelay(b, "relay", kind, d, false),
+					openRelay(b, "relay", kind, d, false, 0),
 					openDrain(b, "drain1", kind, 1, d),
-					openRelay(b, "relay-reject", kind, d, true),
+					openRelay(b, "relay-reject", kind, d, true, 0),
 				}
 				b.ReportAllocs()
 				b.StopTimer()
@@ -268,6 +278,52 @@ func BenchmarkRelayReceive(b *testing.B) {
 	}
 }
 
+// BenchmarkRelayBatch chooses dgram.DefaultBatchSize, the datagrams per
+// recvmmsg: for each socket kind and datagram size, the raw drain with 1,
+// 4, 8, 16 and 32 slots of the relay's default limit, the drain with 16
+// slots of the datagram's own size (what the slots' memory costs), and the
+// relay rejecting at byte 0 (see BenchmarkRelayReceive) with 4, 8 and 16
+// slots, in alternating rounds in one process. It reports each side's
+// datagrams/s and cpu-ns/datagram, and each side's rate ÷ drain-16's.
+func BenchmarkRelayBatch(b *testing.B) {
+	for _, kind := range relayKinds {
+		for _, size := range []int{1 << 10, 16 << 10} {
+			b.Run(fmt.Sprintf("%s/%dKiB", kind, size>>10), func(b *testing.B) {
+				d, _, _ := relayDatagram(size, time.Now().Truncate(10*time.Second))
+				var sides []*receiver
+				for _, n := range []int{1, 4, 8, 16, 32} {
+					sides = append(sides, openDrain(b, fmt.Sprintf("drain-%d", n), kind, n, d))
+				}
+				sides = append(sides, openDrainMax(b, "drain-16-small", kind, 16, len(d), d))
+				for _, n := range []int{4, 8, 16} {
+					sides = append(sides, openRelay(b, fmt.Sprintf("reject-%d", n), kind, d, true, n))
+				}
+				b.ReportAllocs()
+				b.StopTimer()
+				b.ResetTimer()
+				for r := range abRounds {
+					for _, s := range sides {
+						s.round(b, share(b.N, abRounds, r), b.StartTimer, b.StopTimer)
+					}
+				}
+				for _, s := range sides {
+					s.close(b)
+				}
+				base := sides[3] // drain-16
+				for _, s := range sides {
+					if s.datagrams == 0 || base.datagrams == 0 {
+						continue
+					}
+					rate := float64(s.datagrams) / s.elapsed.Seconds()
+					b.ReportMetric(rate, "datagrams/s-"+s.name)
+					b.ReportMetric(float64(s.cpu.Nanoseconds())/float64(s.datagrams), "cpu-ns/datagram-"+s.name)
+					b.ReportMetric(rate/(float64(base.datagrams)/base.elapsed.Seconds()), "ratio-"+s.name)
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkRelay is the whole relay (receive, decode, check, merge; not the
 // hourly forward) taking 1 KiB datagrams from a sender process as fast as
 // it can (target ≥ 100 000 datagrams/s on 2 cores). ns/op, MB/s and
@@ -279,7 +335,7 @@ func BenchmarkRelay(b *testing.B) {
 	for _, kind := range relayKinds {
 		b.Run(kind+"/1KiB", func(b *testing.B) {
 			d, groups, spans := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
-			r := openRelay(b, "relay", kind, d, false)
+			r := openRelay(b, "relay", kind, d, false, 0)
 			b.SetBytes(int64(len(d)))
 			b.ReportAllocs()
 			b.StopTimer()

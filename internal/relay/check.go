@@ -64,6 +64,7 @@ const (
 
 var (
 	errTooLong      = errors.New("longer than the datagram limit")
+	errNotMap       = errors.New("payload does not start with a msgpack map")
 	errErrorsGtHits = errors.New("errors > hits")
 	errTopGtHits    = errors.New("top-level hits > hits")
 	errSketchGtHits = errors.New("sketch counts > hits")

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -129,11 +130,6 @@ func New(c Config) *Relay {
 	return r
 }
 
-func (r *Relay) reject(reason Reason, err error) error {
-	r.rejected[reason].Add(1)
-	return &RejectError{Reason: reason, Err: err}
-}
-
 // Accept takes one whole datagram read from transport t, sent by pid (from
 // the Unix socket's credentials; 0 when unknown, and for UDP). It returns
 // nil if the datagram was merged, or a *RejectError. It does not retain d.
@@ -143,23 +139,58 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	}
 	r.datagrams[t].Add(1)
 	r.bytes[t].Add(uint64(len(d)))
+	if reason, err := r.accept(d, pid, t); err != nil {
+		r.rejected[reason].Add(1)
+		return &RejectError{Reason: reason, Err: err}
+	}
+	return nil
+}
+
+// acceptBatch is Accept over a read batch, counting once per batch: the
+// counters are shared by the decode workers, so each add moves a cache line.
+func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
+	var bytes uint64
+	var rejected [NumReasons]uint64
+	for i := range ds {
+		bytes += uint64(len(ds[i].Data))
+		if reason, err := r.accept(ds[i].Data, ds[i].PID, t); err != nil {
+			rejected[reason]++
+		}
+	}
+	for reason, n := range rejected {
+		if n > 0 {
+			r.rejected[reason].Add(n)
+		}
+	}
+	r.bytes[t].Add(bytes)
+	// Last: whoever sees a datagram counted sees its reject counted too.
+	r.datagrams[t].Add(uint64(len(ds)))
+}
+
+// accept is Accept without the datagram counters: the reason it rejects d,
+// or a nil error once d is merged.
+func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	if len(d) > r.maxDatagram {
-		return r.reject(Truncated, errTooLong)
+		return Truncated, errTooLong
 	}
 	env, body, sequenced, err := writer.ParseDatagram(d)
 	if err != nil {
-		return r.reject(Malformed, err)
+		return Malformed, err
+	}
+	if len(body) == 0 || !mapHeader(body[0]) {
+		// Decoding would allocate the payload before reading this byte.
+		return Malformed, errNotMap
 	}
 	// Groups of fewer wire bytes than a tracer writes would cost far more
 	// decoded than received: the bound keeps a hostile datagram's cost a
 	// small multiple of its size.
 	p, err := writer.DecodePayloadMax(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
-		return r.reject(decodeReason(err), err)
+		return decodeReason(err), err
 	}
 	now := r.now()
 	if err := check(p, uint64(max(now.UnixNano(), 0))); err != nil {
-		return r.reject(Invalid, err)
+		return Invalid, err
 	}
 	claimed := p.ContainerID
 	mismatch := false
@@ -188,8 +219,11 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	if lost := r.st.merge(&pp, r.ov); lost > 0 {
 		r.dropped[DropMaxGroups] += lost
 	}
-	return nil
+	return 0, nil
 }
+
+// mapHeader reports whether c starts a msgpack map (fixmap, map16, map32).
+func mapHeader(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 
 // prepare makes p's tag lists sets and hashes its identity and the groups
 // that have hits (the only ones merged): hostile groups of no hits cost no

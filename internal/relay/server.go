@@ -157,6 +157,10 @@ func (p *batchStack) pop() *dgram.Batch {
 	return b
 }
 
+// maxHeld is how many read batches a reader holds back while the queue is
+// empty and the socket still has datagrams (see Server.read).
+const maxHeld = 4
+
 // job is one read batch and the socket it came from.
 type job struct {
 	b *dgram.Batch
@@ -196,7 +200,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("relay: no socket to listen on (both the Unix path and the UDP address are empty)")
 	}
 	n := cfg.Queue + cfg.Workers + int(NumTransports)
-	s.queue = make(chan job, cfg.Queue)
+	// Room for every batch: the free batches bound the queue, and a reader
+	// never waits to send.
+	s.queue = make(chan job, n)
 	s.free.avail = make(chan struct{}, n)
 	for range n {
 		s.free.put(dgram.NewBatch(cfg.BatchSize, cfg.MaxDatagram))
@@ -270,25 +276,50 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // read is one socket's reader: recvmmsg batches handed whole to the decode
 // workers. When every batch is in use it waits (the kernel's queue takes
 // the pressure), and the wait is counted.
+//
+// A batch read while the queue is empty (the workers are idle or about to
+// be) is held back until the socket is empty, maxHeld are held, or no free
+// batch is left: waking idle workers costs more than rejecting a batch, so
+// they are woken once per burst (the runtime wakes one thread for the
+// burst's sends), not once per batch. A non-empty queue wakes nobody, so
+// batches then go at once.
 func (s *Server) read(c *dgram.Conn, t Transport) {
+	var held [maxHeld]*dgram.Batch
+	n := 0
+	hand := func() {
+		for _, b := range held[:n] {
+			s.queue <- job{b: b, t: t}
+		}
+		n = 0
+	}
 	for {
 		var b *dgram.Batch
 		select {
 		case <-s.free.avail:
 		default:
+			hand()
 			start := time.Now()
 			<-s.free.avail
 			s.wait[t].Add(int64(time.Since(start)))
 		}
 		b = s.free.pop()
-		if _, err := c.ReadBatch(b); err != nil {
+		var idle func()
+		if n > 0 {
+			idle = hand
+		}
+		if _, err := c.ReadBatchIdle(b, idle); err != nil {
 			s.free.put(b)
+			hand()
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
 				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
 			}
 			return
 		}
-		s.queue <- job{b: b, t: t}
+		held[n] = b
+		n++
+		if n == maxHeld || len(s.queue) > 0 {
+			hand()
+		}
 	}
 }
 
@@ -296,9 +327,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 // which counts it accepted or rejected by reason.
 func (s *Server) decode() {
 	for j := range s.queue {
-		for _, d := range j.b.Datagrams() {
-			_ = s.relay.Accept(d.Data, d.PID, j.t)
-		}
+		s.relay.acceptBatch(j.b.Datagrams(), j.t)
 		s.free.put(j.b)
 	}
 }
