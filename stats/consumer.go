@@ -81,6 +81,9 @@ type consumer struct {
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's final report: wait for the sender
+
+	// halt is set with abort, for AddBatch to look at between spans.
+	halt atomic.Bool
 }
 
 func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs bufPool, abort <-chan struct{}) *consumer {
@@ -104,6 +107,7 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 	}
 	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq}
 	c.table.SetLimits(cfg.CardinalityLimits)
+	c.table.SetHalt(&c.halt)
 	if len(cfg.PeerTagKeys) > 0 {
 		c.table.SetPeerTagKeys(cfg.PeerTagKeys)
 	}
@@ -202,7 +206,9 @@ func (c *consumer) aggregate(spans []aggregate.Record) {
 	c.counted(len(spans))
 }
 
-// consume aggregates up to one batch of spans in place in the inbox.
+// consume aggregates up to one batch of spans in place in the inbox. Once
+// Stop has given up waiting (halt), AddBatch stops before its next costly
+// span and the rest of the batch stays in the inbox.
 func (c *consumer) consume() int {
 	c.syncPeerTags()
 	// In place: the batch is the inbox's own slots.
@@ -212,7 +218,7 @@ func (c *consumer) consume() int {
 	for i := range batch {
 		batch[i] = in.At(i)
 	}
-	c.table.AddBatch(batch)
+	n = c.table.AddBatch(batch)
 	in.Release(n)
 	if n > 0 {
 		c.counted(n)
@@ -282,6 +288,17 @@ func (c *consumer) flush(done chan error) {
 	c.report(t, done)
 }
 
+// unsent counts the spans in entries as one payload dropped unsent.
+func (c *consumer) unsent(entries []*aggregate.Entry) {
+	var hits uint64
+	for _, e := range entries {
+		hits += e.Hits
+	}
+	clear(entries) // do not pin entries the table may discard
+	c.ctr.payloadsDropped.Add(1)
+	c.ctr.spansUnsent.Add(hits)
+}
+
 func (c *consumer) clear() {
 	c.discard(c.table.Touched(c.touched[:0]))
 	c.table.Clear()
@@ -300,16 +317,31 @@ func (c *consumer) discard(entries []*aggregate.Entry) {
 }
 
 // finish runs at Stop: it takes every span pushed before the inbox closed,
-// reports them and hands the sender its last report.
+// reports them and hands the sender its last report. If Stop's context ends
+// first, the spans still in the inbox are dropped unread and counted
+// (StopUndrained), and so is the last report unless it is already encoded.
 func (c *consumer) finish() {
 	c.in.Close()
-	c.syncPeerTags()
+	for !c.halt.Load() {
+		if c.consume() > 0 {
+			continue
+		}
+		// Nothing ready: the inbox is empty, or a push claimed before Close
+		// is still writing its slot; DrainClosed waits for it.
+		n := c.in.DrainClosed(c.batch[:1])
+		if n == 0 {
+			break
+		}
+		c.aggregate(c.batch[:n])
+		c.batch[0] = aggregate.Record{} // do not pin the span's strings
+	}
 	for {
 		n := c.in.DrainClosed(c.batch)
 		if n == 0 {
 			break
 		}
-		c.aggregate(c.batch[:n])
+		c.ctr.stopUndrained.Add(uint64(n))
+		clear(c.batch[:n])
 	}
 	c.stopping = true
 	c.report(now(), nil)
@@ -346,6 +378,11 @@ func (c *consumer) report(end time.Time, done chan error) {
 		if done != nil {
 			done <- ErrAgentOff
 		}
+		return
+	}
+	if c.stopping && c.halt.Load() { // no time left to encode it
+		c.unsent(entries)
+		c.table.Rotate()
 		return
 	}
 	r := &report{done: done}
