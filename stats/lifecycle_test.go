@@ -15,13 +15,16 @@ import (
 )
 
 // costlyInbox fills a's inbox (not started) with n spans that each cost the
-// consumer a long time: a new key of MaxPeerTags long peer tags each, every
-// budget off, so each one encodes and hashes its whole key.
+// consumer a long time: a new key of MaxPeerTags peer tags of 16 KiB, which
+// it encodes and hashes whole (with every budget off and a cap of one
+// entry, the spans after the first fold into the overflow entry, so the
+// test needs no memory for their keys). The drain takes the consumer about
+// a second here, many under the race detector.
 func costlyInbox(t *testing.T, a *Aggregator, n int) {
 	t.Helper()
 	tags := make([]string, MaxPeerTags)
 	for j := range tags {
-		tags[j] = fmt.Sprintf("k%02d:%s", j, strings.Repeat("v", 4<<10))
+		tags[j] = fmt.Sprintf("k%02d:%s", j, strings.Repeat("v", 16<<10))
 	}
 	for i := range n {
 		if !a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("r%d", i), SpanKind: "client", Duration: 5, PeerTags: tags}) {
@@ -43,7 +46,7 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	defer ag.Close()
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
-	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 64, CardinalityLimits: unlimited})
+	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited})
 	if err != nil {
 		t.Fatal(err)
 	}
