@@ -46,4 +46,7 @@ func BenchmarkConsume(b *testing.B) {
 }
 
 // startConsumer readies c as run does, without its goroutine.
-func startConsumer(c *consumer) {}
+func startConsumer(c *consumer) {
+	c.begin(c.clock())
+	c.timer.Stop()
+}

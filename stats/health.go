@@ -18,7 +18,7 @@ import (
 // and every counted span is in a payload that was sent, one that was not,
 // one still aggregating, or was discarded by Clear:
 //
-//	Counted == SpansSent + SpansUnsent + Cleared + (spans in the current interval)
+//	Counted == SpansSent + SpansUnsent + Cleared + (spans in the open buckets)
 type Health struct {
 	// Published is the number of Publish calls with a non-nil span.
 	Published uint64
@@ -53,6 +53,9 @@ type Health struct {
 	// the collapses per field. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
+	// LateSpans were counted in the oldest open bucket because they ended
+	// before it began (see Span.Start); they are part of Counted.
+	LateSpans uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).
 	PeerTagsCut uint64
@@ -119,7 +122,7 @@ type counters struct {
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
-	stopUndrained                                               atomic.Uint64
+	stopUndrained, late                                         atomic.Uint64
 	collapsedSpans                                              atomic.Uint64
 	collapsed                                                   [aggregate.NumFields]atomic.Uint64
 	// Written by the sender (and the consumer when it drops a report).
@@ -184,6 +187,7 @@ func (a *Aggregator) Health() Health {
 		AfterStop:        c.afterStop.Load(),
 		AggregateDropped: c.aggDropped.Load(),
 		StopUndrained:    c.stopUndrained.Load(),
+		LateSpans:        c.late.Load(),
 		Counted:          c.counted.Load(),
 		Overflowed:       c.overflowed.Load(),
 		Recycled:         c.recycled.Load(),
