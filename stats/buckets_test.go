@@ -2,6 +2,7 @@ package stats
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -257,4 +258,21 @@ func TestBucketBySpanEndOnTheWire(t *testing.T) {
 		t.Fatalf("LateSpans %d, want 1", h.LateSpans)
 	}
 	checkConservation(t, h)
+}
+
+// TestSpanEndValues: Start 0 is "now" (0); an end that overflows is the far
+// future, not the past; an end at or before 1970 is 1 (late), never 0.
+func TestSpanEndValues(t *testing.T) {
+	for _, c := range []struct{ start, dur, want int64 }{
+		{0, 5, 0},
+		{100, 5, 105},
+		{math.MaxInt64 - 1, 5, math.MaxInt64},
+		{-10, 5, 1},
+		{-5, 5, 1},
+		{math.MinInt64, 1, 1},
+	} {
+		if got := spanEnd(c.start, c.dur); got != c.want {
+			t.Errorf("spanEnd(%d, %d) = %d, want %d", c.start, c.dur, got, c.want)
+		}
+	}
 }
