@@ -3,7 +3,10 @@
 
 package aggregate
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // AddBatch adds spans in order, like a call of Add for each. Under a
 // cardinality attack (Attacked) every span brings strings never read before,
@@ -15,20 +18,37 @@ import "unsafe"
 // then the strings' first bytes, then the aggregation. Off attack, on
 // amd64, it defers the record of each recent-cache hit (see addHits) so
 // that the miss on its sketch bin overlaps the next spans' lookups.
-func (t *Table) AddBatch(spans []*Record) {
+//
+// It returns how many spans it added: all of them, unless the flag given
+// to SetHalt was set, which stops it before the next span that is not a
+// recent-cache hit.
+func (t *Table) AddBatch(spans []*Record) int {
 	switch {
 	case !t.Attacked() && havePrefetch:
-		t.addHits(spans)
+		return t.addHits(spans)
 	case !t.Attacked():
-		for _, s := range spans {
+		for i, s := range spans {
+			if t.halted() {
+				return i
+			}
 			t.Add(s)
 		}
+		return len(spans)
 	case havePrefetch:
-		t.addPrefetching(spans)
+		return t.addPrefetching(spans)
 	default:
-		t.addTouching(spans)
+		return t.addTouching(spans)
 	}
 }
+
+// SetHalt gives the table a flag that, once set, makes AddBatch return
+// early. Only spans that miss the recent-span cache can be costly (a new
+// key of long strings takes milliseconds), so only they look at it: a hit
+// pays nothing for it.
+func (t *Table) SetHalt(halt *atomic.Bool) { t.halt = halt }
+
+// halted reports whether the SetHalt flag is set.
+func (t *Table) halted() bool { return t.halt != nil && t.halt.Load() }
 
 // recordLag is how many spans behind its lookup addHits records a span: the
 // time its sketch bin has to arrive (see BenchmarkConsumer/SteadyState).
@@ -54,7 +74,7 @@ func (p *pendingHit) record() { p.e.recordBin(p.s.Duration, p.bin, p.zero, p.s.E
 // records into an entry commute. Spans that miss the cache go through
 // addKey at once. An attack hands the rest of the batch, pending records
 // first, to AddBatch's look-ahead for attacks.
-func (t *Table) addHits(spans []*Record) {
+func (t *Table) addHits(spans []*Record) int {
 	var q [recordLag]pendingHit
 	var head, tail uint // q[head%recordLag : tail%recordLag] are pending
 	for i, s := range spans {
@@ -62,11 +82,16 @@ func (t *Table) addHits(spans []*Record) {
 			for ; head != tail; head++ {
 				q[head%recordLag].record()
 			}
-			t.AddBatch(spans[i:]) // with its look-ahead for attacks
-			return
+			return i + t.AddBatch(spans[i:]) // with its look-ahead for attacks
 		}
 		e := t.recentEntry(s)
 		if e == nil {
+			if t.halted() {
+				for ; head != tail; head++ {
+					q[head%recordLag].record()
+				}
+				return i
+			}
 			t.addKey(s, t.keptPeers(s), t.budgets != nil)
 			continue
 		}
@@ -86,10 +111,11 @@ func (t *Table) addHits(spans []*Record) {
 	for ; head != tail; head++ {
 		q[head%recordLag].record()
 	}
+	return len(spans)
 }
 
 // addPrefetching is AddBatch under attack with prefetch instructions.
-func (t *Table) addPrefetching(spans []*Record) {
+func (t *Table) addPrefetching(spans []*Record) int {
 	for i := range min(len(spans), 2*prefetchAhead) {
 		prefetchRecord(spans[i])
 	}
@@ -103,14 +129,18 @@ func (t *Table) addPrefetching(spans []*Record) {
 		if j := i + prefetchAhead; j < len(spans) {
 			prefetchStrings(spans[j])
 		}
+		if t.halted() {
+			return i
+		}
 		t.Add(s)
 	}
+	return len(spans)
 }
 
 // addTouching is AddBatch under attack without prefetch instructions: loads
 // of the batch's string headers, then of the strings' first and last bytes,
 // in passes before the aggregation.
-func (t *Table) addTouching(spans []*Record) {
+func (t *Table) addTouching(spans []*Record) int {
 	var p uintptr
 	for _, s := range spans {
 		p ^= touchFields(s)
@@ -120,9 +150,13 @@ func (t *Table) addTouching(spans []*Record) {
 		x ^= touch(s)
 	}
 	t.lookAhead ^= x
-	for _, s := range spans {
+	for i, s := range spans {
+		if t.halted() {
+			return i
+		}
 		t.Add(s)
 	}
+	return len(spans)
 }
 
 // prefetchAhead is how many spans ahead AddBatch asks for a span's strings

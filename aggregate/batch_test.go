@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"testing"
 )
 
@@ -21,7 +22,7 @@ func TestAddBatchMatchesAdd(t *testing.T) {
 	}
 }
 
-func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, []*Record)) {
+func testAddBatchMatchesAdd(t *testing.T, maxEntries int, addBatch func(*Table, []*Record) int) {
 	const rotateAt = 12 * 256
 	one, batched := NewTable(maxEntries), NewTable(maxEntries)
 	one.SetLimits(Limits{Resource: 8, PeerTag: 4})
@@ -111,5 +112,48 @@ func TestTouch(t *testing.T) {
 	want := ('a' ^ 'b') ^ ('x' ^ 'z') ^ ('k' ^ 'v')
 	if got := touch(&s); got != byte(want) {
 		t.Fatalf("touch = %#x, want %#x", got, want)
+	}
+}
+
+// TestAddBatchHalts: once the SetHalt flag is set, every AddBatch path
+// stops before the next span that misses the recent-span cache, reports how
+// many it added, and leaves the rest uncounted; hits still go through.
+func TestAddBatchHalts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		add  func(*Table, []*Record) int
+	}{
+		{"AddBatch", (*Table).AddBatch}, {"hits", (*Table).addHits},
+		{"prefetching", (*Table).addPrefetching}, {"touching", (*Table).addTouching},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var halt atomic.Bool
+			tb := NewTable(0)
+			tb.SetHalt(&halt)
+			names := []string{"a", "b", "c", "d"}
+			spans := make([]Record, 6)
+			ptrs := make([]*Record, len(spans))
+			for i := range spans {
+				spans[i] = Record{Service: "s", Name: "op", Resource: names[min(i, 3)], SpanKind: "server", Duration: 10}
+				ptrs[i] = &spans[i]
+			}
+			if n := tc.add(tb, ptrs[:2]); n != 2 { // a, b: now in the recent-span cache
+				t.Fatalf("added %d of 2", n)
+			}
+			halt.Store(true)
+			n := tc.add(tb, ptrs[:4]) // a, b hit; c misses
+			var hits uint64
+			for _, e := range tb.Touched(nil) {
+				hits += e.Hits
+			}
+			// The look-ahead paths look at the flag before every span.
+			want := 2
+			if tc.name == "prefetching" || tc.name == "touching" {
+				want = 0
+			}
+			if n != want || hits != uint64(2+want) {
+				t.Fatalf("halted: added %d, %d hits in the table; want %d and %d", n, hits, want, 2+want)
+			}
+		})
 	}
 }

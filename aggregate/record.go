@@ -18,6 +18,7 @@ type Record struct {
 
 	HTTPStatusCode                         uint32
 	Duration                               int64
+	End                                    int64 // unix ns, picks the bucket (0: now); not read by Table
 	Error, TopLevel, TraceRoot, Synthetics bool
 	NumPeerTags                            uint8 // used entries of PeerTags
 	PeerTags                               [MaxInlinePeerTags]string
@@ -42,7 +43,7 @@ func (s *Record) SetPeerTags(tags []string) {
 func (s *Record) Reset() {
 	clear(s.PeerTags[:s.NumPeerTags])
 	*s.labels() = [numLabels]string{}
-	s.HTTPStatusCode, s.Duration, s.NumPeerTags = 0, 0, 0
+	s.HTTPStatusCode, s.Duration, s.End, s.NumPeerTags = 0, 0, 0, 0
 	s.Error, s.TopLevel, s.TraceRoot, s.Synthetics = false, false, false, false
 	if s.ExtraPeerTags != nil {
 		s.ExtraPeerTags = nil

@@ -8,6 +8,7 @@ package aggregate
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"sync/atomic"
 )
 
 // DefaultMaxEntries is the default table cap. It matches dd-trace-java's
@@ -35,6 +36,7 @@ type Table struct {
 	kept   []string // scratch: a span's kept peer tags, in the tracer's order
 	peers  []string // scratch: a span's kept peer tags, sorted
 
+	halt          *atomic.Bool        // see SetHalt; nil: never
 	budgets       *budgets            // nil: no cardinality limits
 	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
 	collapsedSpan Record              // scratch: a span with collapsed fields

@@ -51,9 +51,9 @@ const (
 // the GC's marking and the race detector's shadow). Producer.Next writes a
 // record's values over the template in the producer's own span.
 //
-// Span.Start is 0 throughout: the SDK buckets by arrival time and ignores
-// it; a driver whose implementation buckets by the span's end time (the
-// agent's concentrator) stamps it from the clock itself.
+// Span.Start is 0 throughout: the SDK then counts a span in the bucket of
+// the moment its consumer reads it; a driver whose implementation needs the
+// span's end time (the agent's concentrator) stamps it from the clock itself.
 type Workload struct {
 	Name string
 

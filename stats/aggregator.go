@@ -172,8 +172,9 @@ func (a *Aggregator) Clear() {
 }
 
 // Stop drains the inbox, sends a final report and ends every goroutine.
-// If ctx ends first, in-flight requests are cancelled, what is left is
-// counted as dropped, and ctx's error is returned once the goroutines ended.
+// If ctx ends first, it returns ctx's error within moments: in-flight
+// requests are cancelled, the spans still in the inbox are counted in
+// Health.StopUndrained and undelivered reports in SpansUnsent.
 // Spans published after Stop begins are counted in Health.AfterStop.
 func (a *Aggregator) Stop(ctx context.Context) error {
 	a.Start() // a never-started aggregator still reports what it holds
@@ -197,6 +198,7 @@ func (a *Aggregator) Stop(ctx context.Context) error {
 		a.abort()
 		return nil
 	case <-ctx.Done():
+		a.cons.halt.Store(true)
 		a.abort()
 		<-a.cons.done
 		<-a.snd.done

@@ -173,7 +173,7 @@ func BenchmarkReport2048(b *testing.B) {
 		b.StopTimer()
 		refill()
 		b.StartTimer()
-		c.report(time.Now(), nil)
+		c.reportAll(time.Now(), nil)
 		r := <-a.snd.in // what the sender would take
 		for _, p := range r.parts {
 			bytes += len(p.body)

@@ -297,9 +297,9 @@ func publishN(a *Aggregator, n int, resource string) {
 // checkConservation asserts the span identity of Health after Stop.
 func checkConservation(t *testing.T, h Health) {
 	t.Helper()
-	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.Pending; got != h.Published {
-		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + pending %d",
-			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.Pending)
+	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.StopUndrained + h.Pending; got != h.Published {
+		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + undrained %d + pending %d",
+			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.StopUndrained, h.Pending)
 	}
 	if h.Counted != h.SpansSent+h.SpansUnsent+h.Cleared {
 		t.Fatalf("counted %d != sent %d + unsent %d + cleared %d", h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared)

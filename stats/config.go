@@ -154,14 +154,16 @@ type Config struct {
 
 	// BucketInterval is the reporting interval (default 10 s, within
 	// [MinBucketInterval, MaxBucketInterval]). Buckets start on multiples
-	// of it.
+	// of it; a bucket is reported a tenth of the interval after its end
+	// (see Span.Start).
 	BucketInterval time.Duration
 	// SendJitter is the most an interval's report waits past its boundary
 	// before it is sent, drawn at random per report, so that a host's
 	// processes do not all send in the same millisecond (buckets stay
 	// aligned; only the send moves). Default min(BucketInterval/5, 2 s), at
-	// most BucketInterval/2; negative sends at the boundary. Flush and Stop
-	// never wait for it.
+	// most BucketInterval/2; negative, or less than BucketInterval/10, sends
+	// when the bucket closes, BucketInterval/10 after its boundary. Flush
+	// and Stop never wait for it.
 	SendJitter time.Duration
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
 	// of two; default DefaultInboxSize, at most MaxInboxSize). A full inbox
@@ -182,7 +184,8 @@ type Config struct {
 
 	// MaxAggregates caps the number of groups (default 2048, at most
 	// MaxMaxAggregates); beyond it idle groups are recycled, then spans
-	// fold into the overflow group.
+	// fold into the overflow group. The cap is per bucket: the previous
+	// bucket, open for its grace, has its own.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
 	// none exceeds it (default DefaultMaxPayloadBytes, at most

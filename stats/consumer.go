@@ -17,8 +17,16 @@ import (
 // large enough to amortise the signal check, small enough to stay in L2.
 const drainBatch = 256
 
-// now is the clock; a variable so tests can check bucket alignment.
+// now is the consumer's clock (consumer.clock); tests give it their own.
 var now = time.Now
+
+// graceDivisor sets how long the previous bucket stays open after its end:
+// a tenth of the interval (1 s of the default 10 s) takes the spans that
+// ended just before a boundary but reach the consumer just after it (the
+// consumer drains the inbox every drainPeriod; a tracer may publish a
+// trace's spans when the whole trace ends), and delays the report by no
+// more than that.
+const graceDivisor = 10
 
 // newInbox returns the inbox of n spans. Its slots are cleared with
 // aggregate.Record.Reset, which writes only the fields a producer can have
@@ -69,11 +77,11 @@ type consumer struct {
 	table     *aggregate.Table
 	batch     []aggregate.Record
 	touched   []*aggregate.Entry
-	buckets   [1]writer.Bucket
+	buckets   [2]writer.Bucket
 	seq       uint64
 	interval  time.Duration
-	start     time.Time // start of the current interval
-	boundary  time.Time // the aligned end the timer is armed for
+	start     time.Time // start of the current bucket's report
+	boundary  time.Time // the current bucket's aligned end
 	timer     *time.Timer
 	poll      *time.Timer         // drainPeriod, while parked with spans below the mark
 	quiet     bool                // the last drainPeriod brought no span
@@ -81,6 +89,24 @@ type consumer struct {
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's final report: wait for the sender
+
+	// halt is set with abort, for AddBatch to look at between spans.
+	halt atomic.Bool
+
+	// Buckets by span end: table is the current bucket's, from floor to
+	// boundary; prev the previous bucket's while it is open, until
+	// graceEnd, and the spare table otherwise (see shift).
+	prev      *aggregate.Table
+	prevOpen  bool
+	prevStart time.Time // start of the previous bucket's report
+	prevEnd   time.Time // its aligned end: the current bucket's floor
+	prevFloor int64     // its aligned start, unix ns
+	below     uint64    // the current bucket's floor - 1, unix ns (see add)
+	graceEnd  time.Time
+	grace     time.Duration
+	clock     func() time.Time
+	touched1  []*aggregate.Entry  // touched, for a report's second bucket
+	tabs      [2]*aggregate.Table // the tables of the buckets being reported
 }
 
 func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs bufPool, abort <-chan struct{}) *consumer {
@@ -98,14 +124,19 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 		header:    headerOf(cfg),
 		done:      make(chan struct{}),
 		table:     aggregate.NewTable(cfg.MaxAggregates),
+		prev:      aggregate.NewTable(cfg.MaxAggregates),
 		batch:     make([]aggregate.Record, drainBatch),
 		batchPtrs: make([]*aggregate.Record, drainBatch),
 		interval:  cfg.BucketInterval,
 	}
+	c.grace, c.clock = c.interval/graceDivisor, now
 	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq}
-	c.table.SetLimits(cfg.CardinalityLimits)
-	if len(cfg.PeerTagKeys) > 0 {
-		c.table.SetPeerTagKeys(cfg.PeerTagKeys)
+	for _, t := range []*aggregate.Table{c.table, c.prev} {
+		t.SetLimits(cfg.CardinalityLimits)
+		t.SetHalt(&c.halt)
+		if len(cfg.PeerTagKeys) > 0 {
+			t.SetPeerTagKeys(cfg.PeerTagKeys)
+		}
 	}
 	return c
 }
@@ -128,10 +159,7 @@ func headerOf(cfg *Config) writer.Header {
 
 func (c *consumer) run() {
 	defer close(c.done)
-	t := now()
-	c.start = t.Truncate(c.interval)
-	c.boundary = c.start.Add(c.interval)
-	c.timer = time.NewTimer(c.boundary.Sub(t))
+	c.begin(c.clock())
 	defer c.timer.Stop()
 	c.poll = time.NewTimer(drainPeriod)
 	defer c.poll.Stop()
@@ -195,14 +223,31 @@ func (c *consumer) run() {
 	}
 }
 
-func (c *consumer) aggregate(spans []aggregate.Record) {
-	for i := range spans {
-		c.table.Add(&spans[i])
-	}
-	c.counted(len(spans))
+// begin opens the bucket of t and arms the timer for its end.
+func (c *consumer) begin(t time.Time) {
+	c.start = t.Truncate(c.interval)
+	c.setFloor(c.start)
+	c.timer = time.NewTimer(c.due().Sub(t))
 }
 
-// consume aggregates up to one batch of spans in place in the inbox.
+// setFloor makes the current bucket the aligned interval from floor.
+func (c *consumer) setFloor(floor time.Time) {
+	c.boundary = floor.Add(c.interval)
+	c.below = uint64(floor.UnixNano() - 1)
+}
+
+// due is when the timer must next fire: the previous bucket's close while
+// it is open, else the current bucket's end.
+func (c *consumer) due() time.Time {
+	if c.prevOpen {
+		return c.graceEnd
+	}
+	return c.boundary
+}
+
+// consume aggregates up to one batch of spans in place in the inbox. Once
+// Stop has given up waiting (halt), AddBatch stops before its next costly
+// span and the rest of the batch stays in the inbox.
 func (c *consumer) consume() int {
 	c.syncPeerTags()
 	// In place: the batch is the inbox's own slots.
@@ -212,12 +257,68 @@ func (c *consumer) consume() int {
 	for i := range batch {
 		batch[i] = in.At(i)
 	}
-	c.table.AddBatch(batch)
+	n = c.add(batch)
 	in.Release(n)
 	if n > 0 {
 		c.counted(n)
 	}
 	return n
+}
+
+// add aggregates a batch into the buckets of the spans' ends and returns
+// how many spans from its start it added (fewer on a halt, as AddBatch).
+func (c *consumer) add(batch []*aggregate.Record) int {
+	for _, s := range batch {
+		// End 0 ("now") wraps to the largest value: one comparison tells
+		// a span of an earlier bucket.
+		if uint64(s.End-1) < c.below {
+			return c.route(batch)
+		}
+	}
+	return c.table.AddBatch(batch)
+}
+
+// Where route sends a span.
+const (
+	toCurrent = iota
+	toPrevious
+	toLate // ended before every open bucket: into the oldest, counted
+)
+
+// dest is the bucket of a span by its end.
+func (c *consumer) dest(s *aggregate.Record) int {
+	switch {
+	case uint64(s.End-1) >= c.below:
+		return toCurrent
+	case c.prevOpen && s.End >= c.prevFloor:
+		return toPrevious
+	}
+	return toLate
+}
+
+// route is add for a batch that holds spans of earlier buckets: it adds
+// them in runs of one bucket.
+func (c *consumer) route(batch []*aggregate.Record) int {
+	done := 0
+	for done < len(batch) {
+		d := c.dest(batch[done])
+		end := done + 1
+		for end < len(batch) && c.dest(batch[end]) == d {
+			end++
+		}
+		t := c.table
+		if d == toPrevious || d == toLate && c.prevOpen {
+			t = c.prev
+		}
+		k := t.AddBatch(batch[done:end])
+		if d == toLate {
+			c.ctr.late.Add(uint64(k))
+		}
+		if done += k; done < end {
+			break // halted
+		}
+	}
+	return done
 }
 
 // syncPeerTags gives the table the agent's peer-tag list if it arrived or
@@ -226,19 +327,20 @@ func (c *consumer) syncPeerTags() {
 	if k := c.peerTags.Load(); k != c.peerKeys {
 		c.peerKeys = k
 		c.table.SetPeerTagKeys(*k)
+		c.prev.SetPeerTagKeys(*k)
 	}
 }
 
 // counted publishes the table's counters after a batch of n spans.
 func (c *consumer) counted(n int) {
-	ac := c.ctr
+	ac, t, p := c.ctr, c.table, c.prev
 	ac.counted.Add(uint64(n))
-	ac.overflowed.Store(c.table.Overflowed())
-	ac.recycled.Store(c.table.Recycled())
-	ac.entries.Store(uint64(c.table.Len()))
-	ac.collapsedSpans.Store(c.table.CollapsedSpans())
+	ac.overflowed.Store(t.Overflowed() + p.Overflowed())
+	ac.recycled.Store(t.Recycled() + p.Recycled())
+	ac.entries.Store(uint64(t.Len() + p.Len()))
+	ac.collapsedSpans.Store(t.CollapsedSpans() + p.CollapsedSpans())
 	for f := range aggregate.NumFields {
-		ac.collapsed[f].Store(c.table.Collapsed(f))
+		ac.collapsed[f].Store(t.Collapsed(f) + p.Collapsed(f))
 	}
 }
 
@@ -249,42 +351,109 @@ func (c *consumer) drainAll() {
 	}
 }
 
-// tick runs when the timer fires: it ends the interval at the armed boundary
-// and arms the timer for the next one.
+// tick runs when the timer fires. At a boundary it opens the next bucket
+// first, so the spans queued across the boundary find both; then it
+// aggregates what is queued (up to the spans queued now, so a steady
+// stream cannot hold it) before it closes the previous bucket if its grace
+// is over, and arms the timer for the next close.
 func (c *consumer) tick() {
-	t := now()
+	t := c.clock()
+	for !t.Before(c.boundary) {
+		c.shift(t)
+	}
+	for n := c.in.Len(); n > 0; {
+		k := c.consume()
+		if k == 0 {
+			break
+		}
+		n -= k
+	}
 	c.closeDue(t)
-	c.timer.Reset(c.boundary.Sub(t))
+	c.timer.Reset(c.due().Sub(t))
 }
 
-// closeDue reports the interval ending at the armed boundary if that has
-// passed. A Flush may run after the boundary but before the timer is
-// handled; it calls this first so no bucket ever spans a boundary.
+// closeDue moves on to the next bucket if the current one has ended, and
+// reports the previous bucket if its grace has passed.
+// A Flush may run after a due time but before the timer is handled; it
+// calls this first so that no bucket ever spans a boundary.
 func (c *consumer) closeDue(t time.Time) {
-	if t.Before(c.boundary) {
-		return
+	for !t.Before(c.boundary) {
+		c.shift(t)
+	}
+	if c.prevOpen && !t.Before(c.graceEnd) {
+		c.closePrev()
+	}
+}
+
+// shift ends the current bucket at its boundary: it becomes the previous
+// bucket, open for the grace, and the spare table takes the new current
+// bucket. The tables swap rather than copy: each keeps its entries for the
+// interval after next.
+func (c *consumer) shift(t time.Time) {
+	if c.prevOpen { // a pause made the grace and the boundary both due
+		c.closePrev()
 	}
 	end := c.boundary
+	c.table, c.prev = c.prev, c.table
+	c.prevOpen, c.prevStart, c.prevEnd = true, c.start, end
+	c.prevFloor = end.Add(-c.interval).UnixNano()
+	c.graceEnd = end.Add(c.grace)
+	next := end
 	if t.Sub(end) >= c.interval { // the process was paused: realign on now
-		end = t.Truncate(c.interval)
+		next = t.Truncate(c.interval)
 	}
-	c.report(end, nil)
-	c.boundary = end.Add(c.interval)
+	c.start = next
+	c.setFloor(next)
+}
+
+// closePrev reports the previous bucket.
+func (c *consumer) closePrev() {
+	c.tabs[0] = c.prev
+	c.buckets[0] = bucketOf(c.prevStart, c.prevEnd)
+	c.prevOpen = false
+	c.report(1, nil)
+}
+
+// reportAll reports every open bucket, the current one up to t, and
+// starts the current one's next report at t.
+func (c *consumer) reportAll(t time.Time, done chan error) {
+	n := 0
+	if c.prevOpen {
+		c.tabs[n], c.buckets[n] = c.prev, bucketOf(c.prevStart, c.prevEnd)
+		c.prevOpen = false
+		n++
+	}
+	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, t)
+	n++
+	if t.After(c.start) {
+		c.start = t
+	}
+	c.report(n, done)
+}
+
+// bucketOf is the bucket [start, end), of length 0 if end is not after
+// start.
+func bucketOf(start, end time.Time) writer.Bucket {
+	b := writer.Bucket{Start: uint64(start.UnixNano())}
+	if end.After(start) {
+		b.Duration = uint64(end.Sub(start))
+	}
+	return b
 }
 
 func (c *consumer) flush(done chan error) {
 	c.drainAll()
-	t := now()
-	if !t.Before(c.boundary) {
-		c.closeDue(t)
-		c.timer.Reset(c.boundary.Sub(t))
-	}
-	c.report(t, done)
+	t := c.clock()
+	c.closeDue(t)
+	c.reportAll(t, done)
+	c.timer.Reset(c.due().Sub(t))
 }
 
 func (c *consumer) clear() {
 	c.discard(c.table.Touched(c.touched[:0]))
+	c.discard(c.prev.Touched(c.touched1[:0]))
 	c.table.Clear()
+	c.prev.Clear()
 	c.ctr.entries.Store(0)
 }
 
@@ -300,66 +469,105 @@ func (c *consumer) discard(entries []*aggregate.Entry) {
 }
 
 // finish runs at Stop: it takes every span pushed before the inbox closed,
-// reports them and hands the sender its last report.
+// reports them and hands the sender its last report. If Stop's context ends
+// first, the spans still in the inbox are dropped unread and counted
+// (StopUndrained), and so is the last report unless it is already encoded.
 func (c *consumer) finish() {
 	c.in.Close()
-	c.syncPeerTags()
+	for !c.halt.Load() {
+		if c.consume() > 0 {
+			continue
+		}
+		// Nothing ready: the inbox is empty, or a push claimed before Close
+		// is still writing its slot; DrainClosed waits for it.
+		if c.in.DrainClosed(c.batch[:1]) == 0 {
+			break
+		}
+		c.batchPtrs[0] = &c.batch[0]
+		if c.add(c.batchPtrs[:1]) == 1 {
+			c.counted(1)
+		} else {
+			c.ctr.stopUndrained.Add(1)
+		}
+		c.batch[0] = aggregate.Record{} // do not pin the span's strings
+	}
 	for {
 		n := c.in.DrainClosed(c.batch)
 		if n == 0 {
 			break
 		}
-		c.aggregate(c.batch[:n])
+		c.ctr.stopUndrained.Add(uint64(n))
+		clear(c.batch[:n])
 	}
 	c.stopping = true
-	c.report(now(), nil)
+	c.reportAll(c.clock(), nil)
 	close(c.out)
 }
 
-// report encodes the interval [c.start, end) into payloads no larger than
-// the packer's limit, resets the table for the next interval and queues the
-// payloads for the sender. It never waits for the sender, but for Stop's
-// final report: the consumer has nothing else left to do, and a send queue
-// full for a moment (the sender finishing a request) must not lose the
-// last interval. That wait ends when the sender takes the report or when
-// Stop's context gives up (abort), and the report is then counted as
-// dropped.
-func (c *consumer) report(end time.Time, done chan error) {
-	entries := c.table.Touched(c.touched[:0])
-	c.touched = entries
-	start := c.start
-	var length time.Duration
-	if end.After(start) {
-		length = end.Sub(start)
-		c.start = end
+// report encodes c.buckets[:n], whose groups are the entries of c.tabs[:n]
+// hit in them, into payloads no larger than the packer's limit, resets
+// those tables for their next interval and queues the payloads for the
+// sender. It never waits for the sender, but for Stop's final report: the
+// consumer has nothing else left to do, and a send queue full for a moment
+// (the sender finishing a request) must not lose the last interval. That
+// wait ends when the sender takes the report or when Stop's context gives
+// up (abort), and the report is then counted as dropped.
+func (c *consumer) report(n int, done chan error) {
+	c.touched = c.tabs[0].Touched(c.touched[:0])
+	c.buckets[0].Groups = c.touched
+	if n > 1 {
+		c.touched1 = c.tabs[1].Touched(c.touched1[:0])
+		c.buckets[1].Groups = c.touched1
 	}
-	if len(entries) == 0 {
-		c.table.Rotate()
-		if done != nil {
-			done <- nil
+	// Empty buckets are left out of the payload.
+	m := 0
+	for i := range n {
+		if len(c.buckets[i].Groups) > 0 {
+			c.buckets[m] = c.buckets[i]
+			m++
 		}
+	}
+	defer func() {
+		for i := range n {
+			c.tabs[i].Rotate()
+			c.tabs[i] = nil
+		}
+		c.buckets = [2]writer.Bucket{}
+		clear(c.touched) // do not pin entries the table may discard
+		clear(c.touched1)
+	}()
+	var err error
+	switch {
+	case m == 0:
+	case c.off.Load(): // the agent would refuse it
+		for _, b := range c.buckets[:m] {
+			c.discard(b.Groups)
+		}
+		err = ErrAgentOff
+	case c.stopping && c.halt.Load(): // no time left to encode it
+		var hits uint64
+		for _, b := range c.buckets[:m] {
+			for _, e := range b.Groups {
+				hits += e.Hits
+			}
+		}
+		c.ctr.payloadsDropped.Add(1)
+		c.ctr.spansUnsent.Add(hits)
+	default:
+		c.send(m, done)
 		return
 	}
-	if c.off.Load() { // the agent would refuse it
-		c.discard(entries)
-		c.table.Rotate()
-		if done != nil {
-			done <- ErrAgentOff
-		}
-		return
+	if done != nil {
+		done <- err
 	}
+}
+
+// send packs c.buckets[:m] and queues the payloads for the sender.
+func (c *consumer) send(m int, done chan error) {
 	r := &report{done: done}
-	c.buckets[0] = writer.Bucket{
-		Start:    uint64(start.UnixNano()),
-		Duration: uint64(length),
-	}
-	c.buckets[0].Groups = entries
-	c.packer.Pack(&c.header, c.buckets[:], func(body []byte, hits uint64) {
+	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
 	})
-	c.buckets[0].Groups = nil
-	clear(c.touched) // do not pin entries the table may discard
-	c.table.Rotate()
 	select {
 	case c.out <- r:
 		return

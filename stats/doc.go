@@ -12,10 +12,13 @@
 // into a claimed slot of a bounded lock-free inbox (package inbox). One
 // consumer goroutine (consumer.go) aggregates the inbox in place, in
 // batches, into an aggregate.Table it alone owns; clears, flushes and stop
-// reach it as signals, so the table has no lock. At each interval boundary
-// (aligned to BucketInterval), or on Flush or Stop, the consumer encodes the
-// touched entries with package writer into complete payloads and hands them
-// to the sender goroutine (sender.go), which delivers them through the
-// shared agent client; the consumer never waits for the network. Every span
-// ends up counted in an entry or in a named counter of Health.
+// reach it as signals, so the table has no lock. A span counts in the bucket
+// of its end; at each interval boundary (aligned to BucketInterval) the
+// current bucket's table becomes the previous one's, open for a short grace
+// while a second table takes the new bucket. When the grace ends, or on
+// Flush or Stop, the consumer encodes the touched entries with package
+// writer into complete payloads and hands them to the sender goroutine
+// (sender.go), which delivers them through the shared agent client; the
+// consumer never waits for the network. Every span ends up counted in an
+// entry or in a named counter of Health.
 package stats

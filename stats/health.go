@@ -10,15 +10,15 @@ import (
 
 // Health is a snapshot of an Aggregator's counters. Every span handed to
 // Publish is in exactly one of: Counted, Ineligible, InboxFull, AfterStop,
-// AgentOffSpans, AggregateDropped, or still Pending in the inbox (zero after
-// Stop):
+// AgentOffSpans, AggregateDropped, StopUndrained, or still Pending in the
+// inbox (zero after Stop):
 //
-//	Published == Counted + Ineligible + InboxFull + AfterStop + AgentOffSpans + AggregateDropped + Pending
+//	Published == Counted + Ineligible + InboxFull + AfterStop + AgentOffSpans + AggregateDropped + StopUndrained + Pending
 //
 // and every counted span is in a payload that was sent, one that was not,
 // one still aggregating, or was discarded by Clear:
 //
-//	Counted == SpansSent + SpansUnsent + Cleared + (spans in the current interval)
+//	Counted == SpansSent + SpansUnsent + Cleared + (spans in the open buckets)
 type Health struct {
 	// Published is the number of Publish calls with a non-nil span.
 	Published uint64
@@ -31,6 +31,9 @@ type Health struct {
 	// AggregateDropped spans could not be aggregated. The overflow entry
 	// makes this 0; it exists so that a future drop cannot be silent.
 	AggregateDropped uint64
+	// StopUndrained spans were still in the inbox when Stop's context
+	// ended: dropped unaggregated so that Stop returns by its deadline.
+	StopUndrained uint64
 	// Pending spans are in the inbox, not yet seen by the consumer.
 	Pending uint64
 	// Counted spans were added to an entry (including the overflow entry).
@@ -50,6 +53,9 @@ type Health struct {
 	// the collapses per field. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
+	// LateSpans were counted in the oldest open bucket because they ended
+	// before it began (see Span.Start); they are part of Counted.
+	LateSpans uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).
 	PeerTagsCut uint64
@@ -128,6 +134,7 @@ type counters struct {
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
+	stopUndrained, late                                         atomic.Uint64
 	collapsedSpans                                              atomic.Uint64
 	collapsed                                                   [aggregate.NumFields]atomic.Uint64
 	// Written by the sender (and the consumer when it drops a report).
@@ -202,6 +209,8 @@ func (a *Aggregator) Health() Health {
 		InboxFull:        c.inboxFull.Load(),
 		AfterStop:        c.afterStop.Load(),
 		AggregateDropped: c.aggDropped.Load(),
+		StopUndrained:    c.stopUndrained.Load(),
+		LateSpans:        c.late.Load(),
 		Counted:          c.counted.Load(),
 		Overflowed:       c.overflowed.Load(),
 		Recycled:         c.recycled.Load(),
@@ -233,8 +242,8 @@ func (a *Aggregator) Health() Health {
 	// Pushed is read last: every span the consumer counted was pushed
 	// earlier, so Pending never goes negative.
 	pushed := a.inbox.Pushed()
-	if pushed > h.Counted+h.AggregateDropped {
-		h.Pending = pushed - h.Counted - h.AggregateDropped
+	if seen := h.Counted + h.AggregateDropped + h.StopUndrained; pushed > seen {
+		h.Pending = pushed - seen
 	}
 	h.Published = pushed + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans
 	return h

@@ -52,6 +52,7 @@ func (m *emitter) emit(h Health) {
 	count("spans.dropped", h.AfterStop, l.AfterStop, "reason:stopped")
 	count("spans.dropped", h.AgentOffSpans, l.AgentOffSpans, "reason:agent_disabled")
 	count("spans.dropped", h.AggregateDropped, l.AggregateDropped, "reason:aggregate")
+	count("spans.dropped", h.StopUndrained, l.StopUndrained, "reason:stop_deadline")
 	count("spans.overflowed", h.Overflowed, l.Overflowed)
 	count("spans.cleared", h.Cleared, l.Cleared)
 	for f := range aggregate.NumFields {

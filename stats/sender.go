@@ -54,7 +54,7 @@ type sender struct {
 	done          chan struct{}
 
 	logs    *troubleLog
-	jitter  time.Duration // Config.SendJitter
+	jitter  time.Duration // Config.SendJitter past the bucket's close
 	rng     *rand.Rand
 	delayed []delayedReport // interval reports waiting for their send time
 }
@@ -79,6 +79,9 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 		jitter:        cfg.SendJitter,
 		rng:           rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
+	// The consumer reports a bucket at its close, the grace after its
+	// boundary: the jitter is what is left of SendJitter past that.
+	s.jitter = max(s.jitter-cfg.BucketInterval/graceDivisor, 0)
 	if to.network != "" {
 		s.out = newDatagramOut(ctx, to, &a.c, bufs)
 		return s

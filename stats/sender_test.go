@@ -613,7 +613,8 @@ func (r *recordingOut) stop()                      {}
 // SendJitter, the delays differing.
 func TestSendJitter(t *testing.T) {
 	const jitter = 50 * time.Millisecond
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: jitter})
+	// The sender's jitter is what SendJitter leaves past the bucket's close.
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: jitter + time.Second/graceDivisor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +662,7 @@ func TestSendJitter(t *testing.T) {
 // TestJitterKeepsOrder: a report Flush waits for, and a held report due
 // before an earlier one, never overtake the reports held before them.
 func TestJitterKeepsOrder(t *testing.T) {
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", SendJitter: 30 * time.Millisecond})
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: 30*time.Millisecond + time.Second/graceDivisor})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"math"
 	"strings"
 	"unicode/utf8"
 
@@ -29,7 +30,13 @@ type Span struct {
 	// consumer spans, as a set (order does not matter).
 	PeerTags []string
 	// Start is the span's start (unix ns); Duration its length (ns). Spans
-	// with Duration <= 0 are not counted.
+	// with Duration <= 0 are not counted. A span is counted in the bucket
+	// of its end, Start+Duration, as the agent does; Start 0 means it ended
+	// when the aggregator reads it. The previous bucket stays open for a
+	// tenth of the interval after its end, so a span published just after
+	// a boundary still lands in it; a span that ended earlier than every
+	// open bucket is counted in the oldest one (Health.LateSpans), one
+	// that ends after the current bucket in the current one.
 	Start, Duration int64
 	// Error marks an error span; TopLevel a service entry span; Measured a
 	// span the tracer asked to measure; TraceRoot a span without a parent;
@@ -118,6 +125,21 @@ type cuts struct {
 	labels   int // label values cut to their length limit
 }
 
+// spanEnd is the Record.End of a span: 0 for Start 0 ("now"), else
+// Start+Duration kept at or above 1 (an end before 1970 is late, not "now")
+// and saturated (an overflow is the far future, not the distant past).
+// Duration is positive: only eligible spans get here.
+func spanEnd(start, duration int64) int64 {
+	if start == 0 {
+		return 0
+	}
+	end := start + duration
+	if end < start {
+		return math.MaxInt64
+	}
+	return max(end, 1)
+}
+
 // snapshot copies the span's key fields and measurements into the inbox
 // record, and returns what it cut.
 func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
@@ -127,6 +149,7 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 	r.ServiceSource = s.ServiceSource
 	r.HTTPStatusCode = s.HTTPStatusCode
 	r.Duration = s.Duration
+	r.End = spanEnd(s.Start, s.Duration)
 	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
 	// max compiles to conditional moves: two branches, not nine.
 	if max(len(s.Service)-MaxServiceLen, len(s.Name)-MaxNameLen, len(s.Type)-MaxTypeLen, len(s.Resource)-MaxResourceLen) > 0 ||

@@ -1,0 +1,278 @@
+package stats
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/stats/statstest"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// driven is an aggregator whose consumer the test runs by hand, on a clock
+// it sets: no goroutine, no timer firing, no sleep.
+type driven struct {
+	t   *testing.T
+	a   *Aggregator
+	c   *consumer
+	now time.Time
+}
+
+func newDriven(t *testing.T, interval time.Duration, at time.Time) *driven {
+	t.Helper()
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &driven{t: t, a: a, c: a.cons, now: at}
+	d.c.clock = func() time.Time { return d.now }
+	d.c.begin(at)
+	t.Cleanup(func() { d.c.timer.Stop() })
+	return d
+}
+
+// publish queues a server span of resource res ending at end (the zero
+// time: Start 0).
+func (d *driven) publish(res string, end time.Time) {
+	d.t.Helper()
+	s := Span{Service: "s", Name: "op", Resource: res, SpanKind: "server", Duration: int64(time.Millisecond)}
+	if !end.IsZero() {
+		s.Start = end.UnixNano() - s.Duration
+	}
+	if !d.a.Publish(&s) {
+		d.t.Fatalf("span %q not queued", res)
+	}
+}
+
+// at moves the clock to t and runs the consumer's timer work, as the
+// timer firing then would (it drains the inbox first).
+func (d *driven) at(t time.Time) {
+	d.now = t
+	d.c.tick()
+}
+
+// bucket is a decoded bucket: its start, length and hits per resource.
+type bucket struct {
+	start, length time.Duration // since the test's epoch
+	hits          map[string]uint64
+}
+
+func (b bucket) String() string { return fmt.Sprintf("[%s +%s) %v", b.start, b.length, b.hits) }
+
+// reports decodes every report queued for the sender since the last call.
+func (d *driven) reports(epoch time.Time) []bucket {
+	d.t.Helper()
+	var out []bucket
+	for {
+		select {
+		case r := <-d.a.snd.in:
+			for _, p := range r.parts {
+				pl, err := writer.DecodePayload(p.body)
+				if err != nil {
+					d.t.Fatal(err)
+				}
+				for _, b := range pl.Buckets {
+					got := bucket{start: time.Duration(int64(b.Start) - epoch.UnixNano()), length: time.Duration(b.Duration), hits: map[string]uint64{}}
+					for _, g := range b.Groups {
+						got.hits[g.Resource] += g.Hits
+					}
+					out = append(out, got)
+				}
+			}
+		default:
+			return out
+		}
+	}
+}
+
+// epoch is an aligned instant the bucket tests count from.
+var epoch = time.Unix(1_800_000_000, 0)
+
+// TestSpanEndPicksBucket: a span that ended 1 s before a boundary but
+// reaches the consumer 200 ms after it is counted in the bucket before the
+// boundary, which is reported once its grace (a tenth of the interval) has
+// passed; a span ending after the boundary, and one with Start 0 seen
+// then, are in the next bucket. Nothing is late.
+func TestSpanEndPicksBucket(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	b := epoch.Add(iv) // the boundary
+	d.at(b.Add(200 * time.Millisecond))
+	if got := d.reports(epoch); len(got) != 0 {
+		t.Fatalf("reported %v before the grace ended", got)
+	}
+	d.publish("before", b.Add(-time.Second))
+	d.publish("after", b.Add(100*time.Millisecond))
+	d.publish("now", time.Time{})
+	d.at(b.Add(iv / graceDivisor))
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != 0 || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["before"] != 1 {
+		t.Fatalf("at the grace's end: %v; want [0s +10s) map[before:1]", got)
+	}
+	d.at(b.Add(iv + iv/graceDivisor))
+	got = d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["after"] != 1 || got[0].hits["now"] != 1 || len(got[0].hits) != 2 {
+		t.Fatalf("next bucket: %v; want [10s +10s) map[after:1 now:1]", got)
+	}
+	if h := d.a.Health(); h.LateSpans != 0 || h.Counted != 3 {
+		t.Fatalf("late %d counted %d, want 0 and 3", h.LateSpans, h.Counted)
+	}
+}
+
+// TestLateSpanInOldestOpenBucket: a span that ended two intervals ago is
+// counted late in the oldest open bucket: the previous one during its
+// grace, the current one after.
+func TestLateSpanInOldestOpenBucket(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	b := epoch.Add(iv)
+	d.at(b.Add(200 * time.Millisecond)) // [0, 10 s) is open for its grace
+	d.publish("old", b.Add(-2*iv))
+	d.at(b.Add(iv / graceDivisor))
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != 0 || got[0].hits["old"] != 1 {
+		t.Fatalf("during the grace: %v; want the late span in [0s +10s)", got)
+	}
+	d.publish("older", b.Add(-2*iv)) // now only [10 s, 20 s) is open
+	d.at(b.Add(iv + iv/graceDivisor))
+	got = d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv || got[0].hits["older"] != 1 {
+		t.Fatalf("after the grace: %v; want the late span in [10s +10s)", got)
+	}
+	if h := d.a.Health(); h.LateSpans != 2 || h.Counted != 2 {
+		t.Fatalf("late %d counted %d, want 2 and 2", h.LateSpans, h.Counted)
+	}
+}
+
+// TestStartZeroIsNow: a span with Start 0 is counted in the bucket of the
+// consumer's clock when it reads it (after a pause that realigned the
+// buckets, and after a boundary it was published before); a span ending an
+// hour ahead is counted in the current bucket, not late.
+func TestStartZeroIsNow(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.at(epoch.Add(25 * time.Second)) // paused past two boundaries: realigned on [20 s, 30 s)
+	d.reports(epoch)
+	d.publish("now", time.Time{})
+	d.publish("future", epoch.Add(time.Hour))
+	d.c.consume() // read at 25 s
+	d.publish("later", time.Time{})
+	d.at(epoch.Add(30*time.Second + iv/graceDivisor)) // read at 31 s
+	if h := d.a.Health(); h.Counted != 3 {
+		t.Fatalf("counted %d, want 3", h.Counted)
+	}
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != 20*time.Second || got[0].length != iv || got[0].hits["now"] != 1 || got[0].hits["future"] != 1 {
+		t.Fatalf("%v; want [20s +10s) map[future:1 now:1]", got)
+	}
+	d.at(epoch.Add(40*time.Second + iv/graceDivisor))
+	if got = d.reports(epoch); len(got) != 1 || got[0].start != 30*time.Second || got[0].hits["later"] != 1 {
+		t.Fatalf("%v; want [30s +10s) map[later:1]", got)
+	}
+	if h := d.a.Health(); h.LateSpans != 0 {
+		t.Fatalf("late %d, want 0", h.LateSpans)
+	}
+}
+
+// TestFlushReportsBothOpenBuckets: a Flush during the grace reports the
+// previous bucket and the current one up to the flush, in one report, and
+// a span of the previous interval seen after it is late.
+func TestFlushReportsBothOpenBuckets(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	b := epoch.Add(iv)
+	d.at(b.Add(100 * time.Millisecond))
+	d.publish("prev", b.Add(-time.Second))
+	d.publish("cur", b.Add(50*time.Millisecond))
+	d.now = b.Add(300 * time.Millisecond)
+	done := make(chan error, 1)
+	d.c.flush(done)
+	got := d.reports(epoch)
+	if len(got) != 2 || got[0].start != 0 || got[0].length != iv || got[0].hits["prev"] != 1 ||
+		got[1].start != iv || got[1].length != 300*time.Millisecond || got[1].hits["cur"] != 1 {
+		t.Fatalf("flush: %v; want [0s +10s) prev, [10s +300ms) cur", got)
+	}
+	d.publish("prev2", b.Add(-time.Second))
+	d.at(b.Add(iv + iv/graceDivisor))
+	got = d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv+300*time.Millisecond || got[0].hits["prev2"] != 1 {
+		t.Fatalf("after the flush: %v; want the late span in [10.3s ...)", got)
+	}
+	if h := d.a.Health(); h.LateSpans != 1 {
+		t.Fatalf("late %d, want 1", h.LateSpans)
+	}
+}
+
+// TestBucketBySpanEndOnTheWire: through the real consumer, its timer and
+// the fake agent, with 1 s buckets: spans published just after a boundary
+// that ended before it (one 0.5 s before, one 2.5 s before: late) arrive in
+// the bucket that starts 1 s before the boundary, and a span with Start 0
+// published half a second later in the bucket that starts at it.
+func TestBucketBySpanEndOnTheWire(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	const iv = time.Second
+	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: iv, SendJitter: -1})
+	span := func(res string, end time.Time) *Span {
+		s := &Span{Service: "s", Name: "op", Resource: res, SpanKind: "server", Duration: int64(time.Millisecond)}
+		if !end.IsZero() {
+			s.Start = end.UnixNano() - s.Duration
+		}
+		return s
+	}
+	var b time.Time
+	for try := 0; ; try++ {
+		// Just after a boundary, well within the grace (iv/10), or retry.
+		b = time.Now().Truncate(iv).Add(iv)
+		time.Sleep(time.Until(b.Add(10 * time.Millisecond)))
+		a.Publish(span("prev", b.Add(-iv/2)))
+		a.Publish(span("late", b.Add(-5*iv/2)))
+		if time.Since(b) < iv/graceDivisor-20*time.Millisecond {
+			break
+		}
+		if try == 5 {
+			t.Fatal("could not publish within the grace in 6 tries")
+		}
+	}
+	time.Sleep(time.Until(b.Add(iv / 2)))
+	a.Publish(span("now", time.Time{}))
+	stop(t, a)
+	buckets := map[uint64]map[string]uint64{}
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		for _, bk := range r.Payload.Buckets {
+			if buckets[bk.Start] == nil {
+				buckets[bk.Start] = map[string]uint64{}
+			}
+			for _, g := range bk.Groups {
+				buckets[bk.Start][g.Resource] += g.Hits
+			}
+		}
+	}
+	prev, cur := buckets[uint64(b.Add(-iv).UnixNano())], buckets[uint64(b.UnixNano())]
+	if prev["prev"] != 1 || prev["late"] != 1 || cur["now"] != 1 {
+		t.Fatalf("bucket before the boundary %v, after it %v; want prev and late before, now after (all: %v)", prev, cur, buckets)
+	}
+	h := a.Health()
+	if h.LateSpans != 1 {
+		t.Fatalf("LateSpans %d, want 1", h.LateSpans)
+	}
+	checkConservation(t, h)
+}
+
+// TestSpanEndValues: Start 0 is "now" (0); an end that overflows is the far
+// future, not the past; an end at or before 1970 is 1 (late), never 0.
+func TestSpanEndValues(t *testing.T) {
+	for _, c := range []struct{ start, dur, want int64 }{
+		{0, 5, 0},
+		{100, 5, 105},
+		{math.MaxInt64 - 1, 5, math.MaxInt64},
+		{-10, 5, 1},
+		{-5, 5, 1},
+		{math.MinInt64, 1, 1},
+	} {
+		if got := spanEnd(c.start, c.dur); got != c.want {
+			t.Errorf("spanEnd(%d, %d) = %d, want %d", c.start, c.dur, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// costlyInbox fills a's inbox (not started) with n spans that each cost the
+// consumer a long time: a new key of MaxPeerTags peer tags of MaxTagLen
+// bytes (the most Publish keeps; the strings shared, so not copied), which
+// it encodes and hashes whole (with every budget off and a cap of one
+// entry, the spans after the first fold into the overflow entry, so the
+// test needs no memory for their keys). A full inbox of them takes the
+// consumer a few hundred ms here, seconds under the race detector.
+func costlyInbox(t *testing.T, a *Aggregator, n int) {
+	t.Helper()
+	tags := make([]string, MaxPeerTags)
+	for j := range tags {
+		tags[j] = fmt.Sprintf("k%02d:%s", j, strings.Repeat("v", MaxTagLen-4))
+	}
+	for i := range n {
+		if !a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprintf("r%d", i), SpanKind: "client", Duration: 5, PeerTags: tags}) {
+			t.Fatalf("span %d not queued", i)
+		}
+	}
+}
+
+// unlimited turns every cardinality budget off.
+var unlimited = aggregate.Limits{Resource: -1, Service: -1, Operation: -1, Type: -1, SpanKind: -1,
+	HTTPMethod: -1, HTTPEndpoint: -1, GRPCStatusCode: -1, ServiceSource: -1, PeerTag: -1}
+
+// TestStopDeadlineWithCostlyInbox: with a full inbox of spans that take the
+// consumer ~10× its deadline to aggregate, Stop returns by that deadline with
+// its error, the spans it left in the inbox are counted in StopUndrained,
+// and both identities of Health hold.
+func TestStopDeadlineWithCostlyInbox(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
+		InboxSize: MaxInboxSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = MaxInboxSize
+	costlyInbox(t, a, n)
+	a.Start()
+	const deadline = 20 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err = a.Stop(ctx)
+	took := time.Since(start)
+	t.Logf("Stop took %s", took)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline's error", err)
+	}
+	// Slack for a loaded 2-core machine under the race detector, yet below
+	// the whole drain (~210 ms here, ~1.5 s under the race detector).
+	if took > deadline+150*time.Millisecond {
+		t.Fatalf("Stop took %s on a %s deadline", took, deadline)
+	}
+	h := a.Health()
+	if h.Published != n || h.Pending != 0 || h.StopUndrained == 0 || h.StopUndrained == n && h.Counted != 0 {
+		t.Fatalf("published %d pending %d undrained %d counted %d", h.Published, h.Pending, h.StopUndrained, h.Counted)
+	}
+	if h.Counted+h.StopUndrained != n {
+		t.Fatalf("counted %d + undrained %d != %d", h.Counted, h.StopUndrained, n)
+	}
+	checkConservation(t, h)
+}
