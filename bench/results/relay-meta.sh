@@ -1,4 +1,4 @@
-relay_started="2026-12-01 03:36:48 UTC"
-relay_elapsed="240"
-relay_commit="de4e88c"
-relay_count="6" relay_benchtime="2s"
+relay_started="2026-12-01 05:40:07 UTC"
+relay_elapsed="419"
+relay_commit="9d83df1"
+relay_count="5" relay_benchtime="2s"
