@@ -250,7 +250,7 @@ func TestIdentityTrimmed(t *testing.T) {
 func TestEnvBounds(t *testing.T) {
 	env := map[string]string{
 		EnvEnv: "pr\nod", EnvService: " web\n", EnvTags: "a:b,c:\x00d",
-		EnvResourceLimit: fmt.Sprint(1 << 40), EnvPeerTagsLimit: fmt.Sprint(MaxCardinalityLimit),
+		EnvResourceLimit: fmt.Sprint(int64(1) << 40), EnvPeerTagsLimit: fmt.Sprint(MaxCardinalityLimit),
 	}
 	c, logs := envCase(Config{}, env, false)
 	if c.Env != "" || c.Service != "web" || c.Tags != nil {
