@@ -1,0 +1,159 @@
+// This file holds the consumer's two open buckets: which one a span goes
+// to by its end, the boundary and its grace, and the reports they become.
+
+package stats
+
+import (
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// begin opens the bucket of t and arms the timer for its end.
+func (c *consumer) begin(t time.Time) {
+	c.start = t.Truncate(c.interval)
+	c.setFloor(c.start)
+	c.timer = time.NewTimer(c.due().Sub(t))
+}
+
+// setFloor makes the current bucket the aligned interval from floor.
+func (c *consumer) setFloor(floor time.Time) {
+	c.boundary = floor.Add(c.interval)
+	c.below = uint64(floor.UnixNano() - 1)
+}
+
+// due is when the timer must next fire: the previous bucket's close while
+// it is open, else the current bucket's end.
+func (c *consumer) due() time.Time {
+	if c.prevOpen {
+		return c.graceEnd
+	}
+	return c.boundary
+}
+
+// dest is the bucket of a span by its end.
+func (c *consumer) dest(s *aggregate.Record) int {
+	switch {
+	case uint64(s.End-1) >= c.below:
+		return toCurrent
+	case c.prevOpen && s.End >= c.prevFloor:
+		return toPrevious
+	}
+	return toLate
+}
+
+// route is add for a batch that holds spans of earlier buckets: it adds
+// them in runs of one bucket.
+func (c *consumer) route(batch []*aggregate.Record) int {
+	done := 0
+	for done < len(batch) {
+		d := c.dest(batch[done])
+		end := done + 1
+		for end < len(batch) && c.dest(batch[end]) == d {
+			end++
+		}
+		t := c.table
+		if d == toPrevious || d == toLate && c.prevOpen {
+			t = c.prev
+		}
+		k := t.AddBatch(batch[done:end])
+		if d == toLate {
+			c.ctr.late.Add(uint64(k))
+		}
+		if done += k; done < end {
+			break // halted
+		}
+	}
+	return done
+}
+
+// tick runs when the timer fires. At a boundary it opens the next bucket
+// first, so the spans queued across the boundary find both; then it
+// aggregates what is queued (up to the spans queued now, so a steady
+// stream cannot hold it) before it closes the previous bucket if its grace
+// is over, and arms the timer for the next close.
+func (c *consumer) tick() {
+	t := c.clock()
+	for !t.Before(c.boundary) {
+		c.shift(t)
+	}
+	for n := c.in.Len(); n > 0; {
+		k := c.consume()
+		if k == 0 {
+			break
+		}
+		n -= k
+	}
+	c.closeDue(t)
+	c.timer.Reset(c.due().Sub(t))
+}
+
+// closeDue moves on to the next bucket if the current one has ended, and
+// reports the previous bucket if its grace has passed.
+// A Flush may run after a due time but before the timer is handled; it
+// calls this first so that no bucket ever spans a boundary.
+func (c *consumer) closeDue(t time.Time) {
+	for !t.Before(c.boundary) {
+		c.shift(t)
+	}
+	if c.prevOpen && !t.Before(c.graceEnd) {
+		c.closePrev()
+	}
+}
+
+// shift ends the current bucket at its boundary: it becomes the previous
+// bucket, open for the grace, and the spare table takes the new current
+// bucket. The tables swap rather than copy: each keeps its entries for the
+// interval after next.
+func (c *consumer) shift(t time.Time) {
+	if c.prevOpen { // a pause made the grace and the boundary both due
+		c.closePrev()
+	}
+	end := c.boundary
+	c.table, c.prev = c.prev, c.table
+	c.prevOpen, c.prevStart, c.prevEnd = true, c.start, end
+	c.prevFloor = end.Add(-c.interval).UnixNano()
+	c.graceEnd = end.Add(c.grace)
+	next := end
+	if t.Sub(end) >= c.interval { // the process was paused: realign on now
+		next = t.Truncate(c.interval)
+	}
+	c.start = next
+	c.setFloor(next)
+}
+
+// closePrev reports the previous bucket.
+func (c *consumer) closePrev() {
+	c.tabs[0] = c.prev
+	c.buckets[0] = bucketOf(c.prevStart, c.prevEnd)
+	c.prevOpen = false
+	c.report(1, nil)
+}
+
+// reportAll reports every open bucket, the current one up to t, and
+// starts the current one's next report at t.
+func (c *consumer) reportAll(t time.Time, done chan error) {
+	n := 0
+	if c.prevOpen {
+		c.tabs[n], c.buckets[n] = c.prev, bucketOf(c.prevStart, c.prevEnd)
+		c.prevOpen = false
+		n++
+	}
+	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, t)
+	n++
+	if t.After(c.start) {
+		c.start = t
+	}
+	c.report(n, done)
+}
+
+// bucketOf is the bucket [start, end), of length 0 if end is not after
+// start.
+func bucketOf(start, end time.Time) writer.Bucket {
+	b := writer.Bucket{Start: uint64(start.UnixNano())}
+	if end.After(start) {
+		b.Duration = uint64(end.Sub(start))
+	}
+	return b
+}
