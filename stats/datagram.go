@@ -14,12 +14,14 @@ import (
 )
 
 // Bounds of the wait for a full socket or a missing relay: the sender
-// retries a report's datagrams for at most datagramPatience, then drops
-// what is left (counted, and announced in the next datagram's envelope).
+// sleeps at most datagramPatience in all retrying a report's datagrams,
+// then drops what is left (counted, and announced in the next datagram's
+// envelope).
 const (
 	datagramPatience   = 100 * time.Millisecond
 	datagramFirstPause = 500 * time.Microsecond
 	datagramMaxPause   = 10 * time.Millisecond
+	datagramBusyPause  = 4 * time.Millisecond
 )
 
 // datagramOut writes reports to a relay. It runs on the sender goroutine.
@@ -66,7 +68,9 @@ func (d *datagramOut) dial() error {
 // missing relay retried with growing pauses, until the report's patience
 // runs out; what is left is then dropped and counted.
 func (d *datagramOut) send(r *report, last bool) {
-	deadline := time.Now().Add(datagramPatience)
+	// The patience is time slept waiting for the relay: a sender starved of
+	// CPU (a thousand processes flushing at once) is not a full socket.
+	patience := datagramPatience
 	pause := datagramFirstPause
 	var first error
 	for i, p := range r.parts {
@@ -74,14 +78,14 @@ func (d *datagramOut) send(r *report, last bool) {
 		if last && i == len(r.parts)-1 {
 			flags = writer.FlagFinal
 		}
-		err := d.write(p, flags, deadline)
-		for errors.Is(err, dgram.ErrNoRelay) && time.Now().Add(pause).Before(deadline) && d.ctx.Err() == nil {
+		err := d.write(p, flags, &patience)
+		for errors.Is(err, dgram.ErrNoRelay) && patience >= pause && d.ctx.Err() == nil {
 			d.ctr.payloadsFailed.Add(1)
 			// Jittered: a host's senders that lost the relay together must
 			// not retry together.
-			d.sleep(pause/2 + rand.N(pause/2+1))
+			d.sleep(take(&patience, pause/2+rand.N(pause/2+1)))
 			pause = min(2*pause, datagramMaxPause)
-			err = d.write(p, flags, deadline)
+			err = d.write(p, flags, &patience)
 		}
 		if err != nil {
 			d.ctr.noteError(err)
@@ -105,7 +109,7 @@ func (d *datagramOut) send(r *report, last bool) {
 // room the consumer left before the payload; the sequence advances only
 // when the datagram is written, so the relay's gaps count what the network
 // lost and the envelope what this sender dropped, never both.
-func (d *datagramOut) write(p part, flags uint8, deadline time.Time) error {
+func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error {
 	if d.conn == nil {
 		if err := d.dial(); err != nil {
 			return err
@@ -118,13 +122,17 @@ func (d *datagramOut) write(p part, flags uint8, deadline time.Time) error {
 		DroppedSpans:    sat32(d.droppedSpans),
 	})
 	err := d.conn.Write(p.body)
-	if errors.Is(err, dgram.ErrWouldBlock) {
-		// A full socket is waited for in the netpoller: the kernel wakes
-		// the sender when the relay reads. It wakes every waiting sender at
-		// each read, so first step aside for a random part of the patience:
-		// a burst of senders then waits in a trickle, not a herd.
-		d.sleep(rand.N(datagramPatience / 2))
-		err = d.conn.WriteWait(p.body, deadline)
+	// A full socket (the relay's queue: net.unix.max_dgram_qlen, often 10)
+	// is retried after short jittered pauses, not waited for in the
+	// netpoller: the kernel wakes every waiting sender at each read, and a
+	// burst of senders woken together spends its patience in a herd
+	// (TestBurstOfThousandSenders).
+	for pause := datagramFirstPause; errors.Is(err, dgram.ErrWouldBlock); pause = min(2*pause, datagramBusyPause) {
+		if *patience <= 0 || d.ctx.Err() != nil {
+			break
+		}
+		d.sleep(take(patience, pause/2+rand.N(pause/2+1)))
+		err = d.conn.Write(p.body)
 	}
 	if errors.Is(err, dgram.ErrNoRelay) {
 		// The relay went away (or restarted on a new socket): dial again
@@ -141,6 +149,13 @@ func (d *datagramOut) write(p part, flags uint8, deadline time.Time) error {
 	d.ctr.bytesSent.Add(uint64(len(p.body)))
 	d.ctr.spansSent.Add(p.hits)
 	return nil
+}
+
+// take spends up to d of the patience left and returns what it spent.
+func take(patience *time.Duration, d time.Duration) time.Duration {
+	d = min(d, *patience)
+	*patience -= d
+	return d
 }
 
 func sat32(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }
