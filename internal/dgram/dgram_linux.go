@@ -2,12 +2,10 @@ package dgram
 
 import (
 	"encoding/binary"
-	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -230,7 +228,6 @@ type senderSys struct {
 	p     []byte
 	errno syscall.Errno
 	send  func(fd uintptr) bool // s.sendto, bound once (see batchSys.recv)
-	wait  func(fd uintptr) bool // s.sendtoOrWait, likewise
 }
 
 func (s *senderSys) init(path string) {
@@ -238,15 +235,6 @@ func (s *senderSys) init(path string) {
 		s.to = &unix.SockaddrUnix{Name: path}
 	}
 	s.send = s.sendto
-	s.wait = s.sendtoOrWait
-}
-
-// sendtoOrWait runs inside RawConn.Write and returns false on EAGAIN, so the
-// goroutine parks in the netpoller until the socket is writable: for a
-// connected Unix datagram socket, until the relay's queue has room.
-func (s *senderSys) sendtoOrWait(fd uintptr) bool {
-	s.sendto(fd)
-	return s.errno != unix.EAGAIN
 }
 
 // sendto runs inside RawConn.Write and always returns true: Write never waits
@@ -262,32 +250,13 @@ func (s *senderSys) sendto(fd uintptr) bool {
 	}
 }
 
-// WriteWait sends b as one datagram, waiting until deadline while the
-// relay's queue or the send buffer is full (parked in the netpoller, woken
-// when the relay reads: no polling). Past the deadline the error matches
-// ErrWouldBlock; otherwise errors are Write's.
-func (s *Sender) WriteWait(b []byte, deadline time.Time) error {
-	if err := s.conn.SetWriteDeadline(deadline); err != nil {
-		return err
-	}
-	defer s.conn.SetWriteDeadline(time.Time{}) // Write never waits, never times out
-	err := s.write(b, s.sys.wait)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return &sendErrors[0] // still full at the deadline
-	}
-	return err
-}
-
 // Write sends b as one datagram without waiting. The error matches
 // ErrWouldBlock when the send buffer or the relay's queue is full, ErrNoRelay
 // when nothing listens at the relay's address, and net.ErrClosed after Close.
-func (s *Sender) Write(b []byte) error { return s.write(b, s.sys.send) }
-
-// write sends b with the RawConn callback f (sendto, or sendtoOrWait).
-func (s *Sender) write(b []byte, f func(fd uintptr) bool) error {
+func (s *Sender) Write(b []byte) error {
 	s.sys.mu.Lock()
 	s.sys.p, s.sys.errno = b, 0
-	err := s.rc.Write(f)
+	err := s.rc.Write(s.sys.send)
 	errno := s.sys.errno
 	s.sys.p = nil
 	s.sys.mu.Unlock()

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
-	"time"
 )
 
 func controlUnixgram(_, _ string, _ syscall.RawConn) error { return nil }
@@ -67,20 +65,6 @@ func (s *senderSys) init(string) {}
 // Write sends b as one datagram. Here it may wait while the socket's send
 // buffer is full; the errors match ErrWouldBlock (EAGAIN, ENOBUFS: a full
 // Unix datagram queue on the BSDs), ErrNoRelay and net.ErrClosed as on Linux.
-// WriteWait sends b as one datagram, waiting until deadline while the
-// socket is full; past it the error matches ErrWouldBlock.
-func (s *Sender) WriteWait(b []byte, deadline time.Time) error {
-	if err := s.conn.SetWriteDeadline(deadline); err != nil {
-		return err
-	}
-	defer s.conn.SetWriteDeadline(time.Time{})
-	err := s.Write(b)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: %w", ErrWouldBlock, err)
-	}
-	return err
-}
-
 func (s *Sender) Write(b []byte) error {
 	_, err := s.conn.Write(b)
 	if err == nil {
