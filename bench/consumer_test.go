@@ -5,7 +5,6 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/inbox"
-	"github.com/spanstats/spanstats/stats"
 )
 
 // consumerBatch is how many spans BenchmarkConsumer queues, outside the
@@ -52,7 +51,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 			if !ok {
 				b.Fatal("inbox full")
 			}
-			snapshot(c.Value(), s)
+			s.Snapshot(c.Value()) // as Publish
 			c.Commit()
 		}
 	}
@@ -83,15 +82,4 @@ func benchConsumer(b *testing.B, w *Workload) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(table.CollapsedSpans())/float64(b.N+WarmupSpans), "collapsed/op")
-}
-
-// snapshot copies what Publish copies into the inbox.
-func snapshot(d *aggregate.Record, s *stats.Span) {
-	*d = aggregate.Record{
-		Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
-		HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
-		ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Duration: s.Duration,
-		Error: s.Error, TopLevel: s.TopLevel, TraceRoot: s.TraceRoot, Synthetics: s.Synthetics,
-	}
-	d.SetPeerTags(s.PeerTags)
 }

@@ -53,7 +53,7 @@ func (d *inlineSDK) Publish(_ int, s *stats.Span) {
 		d.other++
 		return
 	}
-	snapshotFields(c.Value(), s)
+	s.Snapshot(c.Value()) // Publish's own copy; Counts has no place for the cuts
 	c.Commit()
 	if d.ring.Len() >= drainBatch {
 		d.drain()
@@ -87,19 +87,4 @@ func (d *inlineSDK) Close() {}
 func (d *inlineSDK) Counts() Counts {
 	d.drain()
 	return Counts{Published: d.counted + d.other, Counted: d.counted, Ineligible: d.other}
-}
-
-// snapshotFields copies what Publish copies into a claimed (zeroed) slot,
-// field by field as Publish does, leaving the zero fields unwritten.
-func snapshotFields(r *aggregate.Record, s *stats.Span) {
-	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
-	r.SpanKind = s.SpanKind
-	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
-	r.ServiceSource = s.ServiceSource
-	r.HTTPStatusCode = s.HTTPStatusCode
-	r.Duration = s.Duration
-	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
-	if len(s.PeerTags) > 0 && (s.SpanKind == "client" || s.SpanKind == "producer" || s.SpanKind == "consumer") {
-		r.SetPeerTags(s.PeerTags)
-	}
 }

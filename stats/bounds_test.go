@@ -123,9 +123,9 @@ func TestEveryLabelTruncated(t *testing.T) {
 		s.PeerTags[i] = "k:" + over(MaxTagLen-2)
 	}
 	var r aggregate.Record
-	cut := s.snapshot(&r)
-	if want := 7 + len(s.PeerTags); cut.labels != want {
-		t.Fatalf("truncated %d labels, want %d", cut.labels, want)
+	_, cut := s.Snapshot(&r)
+	if want := 7 + len(s.PeerTags); cut != want {
+		t.Fatalf("truncated %d labels, want %d", cut, want)
 	}
 	for _, c := range []struct {
 		name string

@@ -171,17 +171,9 @@ func (c *consumer) run() {
 			c.quiet = false
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
-			select {
-			case <-c.timer.C:
-				c.tick()
-			case done := <-c.flushCh:
-				c.flush(done)
-			case <-c.clearCh:
-				c.clear()
-			case <-c.stopCh:
+			if c.await(noWait, nil) {
 				c.finish()
 				return
-			default:
 			}
 			continue
 		}
@@ -203,24 +195,43 @@ func (c *consumer) run() {
 		if poll != nil {
 			c.poll.Reset(drainPeriod)
 		}
-		select {
-		case <-c.in.Wake():
-		case <-poll:
-			c.quiet = c.in.Len() == 0
-		case <-c.timer.C:
-			c.tick()
-		case done := <-c.flushCh:
-			c.flush(done)
-		case <-c.clearCh:
-			c.clear()
-		case <-c.stopCh:
-			c.in.Unpark()
+		stopped := c.await(c.in.Wake(), poll)
+		c.in.Unpark()
+		if stopped {
 			c.finish()
 			return
 		}
-		c.in.Unpark()
 		c.wakeups.Add(1)
 	}
+}
+
+// noWait is closed, so always ready: as await's wake it makes await look
+// at the signals without waiting. A signal that is ready too may then wait
+// for the next batch (select picks at random), as one a moment later would.
+var noWait = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// await waits for wake, poll (nil: never) or one of the consumer's
+// signals, handles it, and reports whether it was Stop's, which the caller
+// finishes on.
+func (c *consumer) await(wake <-chan struct{}, poll <-chan time.Time) (stop bool) {
+	select {
+	case <-wake:
+	case <-poll:
+		c.quiet = c.in.Len() == 0
+	case <-c.timer.C:
+		c.tick()
+	case done := <-c.flushCh:
+		c.flush(done)
+	case <-c.clearCh:
+		c.clear()
+	case <-c.stopCh:
+		return true
+	}
+	return false
 }
 
 // consume aggregates up to one batch of spans in place in the inbox. Once

@@ -140,8 +140,21 @@ func spanEnd(start, duration int64) int64 {
 	return max(end, 1)
 }
 
-// snapshot copies the span's key fields and measurements into the inbox
-// record, and returns what it cut.
+// Snapshot writes into r what Publish queues in the inbox for s: its key
+// fields and measurements, its end, the peer tags of a client, producer or
+// consumer span up to MaxPeerTags, and each label cut to its limit. r must
+// be zero, as a claimed inbox slot is: fields that stay zero are not
+// written. It returns how many peer tags it left out and how many labels it
+// cut (Health.PeerTagsCut, Health.LabelsTruncated). It is for feeding an
+// aggregate.Table of one's own the records Publish would; s should be
+// Eligible, as every span Publish queues is.
+func (s *Span) Snapshot(r *aggregate.Record) (peerTagsCut, labelsCut int) {
+	cut := s.snapshot(r)
+	return cut.peerTags, cut.labels
+}
+
+// snapshot is Snapshot with the cuts as one value, which Publish compares
+// with zero before it counts them.
 func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
 	r.SpanKind = s.SpanKind

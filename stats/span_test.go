@@ -60,8 +60,8 @@ func TestPeerTagsAreCapped(t *testing.T) {
 		tags[i] = fmt.Sprintf("peer.tag%d:v", i)
 	}
 	var r aggregate.Record
-	if cut := (&Span{SpanKind: "client", PeerTags: tags}).snapshot(&r); cut.peerTags != len(tags)-MaxPeerTags {
-		t.Fatalf("cut %d, want %d", cut.peerTags, len(tags)-MaxPeerTags)
+	if cut, _ := (&Span{SpanKind: "client", PeerTags: tags}).Snapshot(&r); cut != len(tags)-MaxPeerTags {
+		t.Fatalf("cut %d, want %d", cut, len(tags)-MaxPeerTags)
 	}
 	if n := int(r.NumPeerTags) + len(r.ExtraPeerTags); n != MaxPeerTags {
 		t.Fatalf("record holds %d tags, want %d", n, MaxPeerTags)
