@@ -142,7 +142,7 @@ func TestDatagramsToRelay(t *testing.T) {
 func TestDatagramFullSocketDropsAndTells(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, SendQueue: 64})
-	const reports = 40 // > net.unix.max_dgram_qlen (10): the queue fills
+	const reports = 16 // > net.unix.max_dgram_qlen (10): the queue fills
 	for i := range reports {
 		publishN(a, 2, "r")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
