@@ -1,13 +1,11 @@
 package stats
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"reflect"
 	"runtime"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
-	"github.com/spanstats/spanstats/writer"
 )
 
 // Defaults for the zero values of Config.
@@ -406,53 +403,6 @@ const minDatagramBytes = 40 << 10
 
 // minPayloadBytes leaves room for the header and one large group.
 const minPayloadBytes = 64 << 10
-
-// target is where reports go: the agent over HTTP, or a relay's datagram
-// socket (network "unixgram" or "udp").
-type target struct {
-	http             agentclient.Endpoint
-	network, address string
-}
-
-func parseAgentURL(raw string) (target, error) {
-	u, err := url.Parse(raw)
-	if err == nil {
-		switch u.Scheme {
-		case "unixgram":
-			p := cmp.Or(u.Path, u.Opaque)
-			if p == "" {
-				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
-			}
-			return target{network: "unixgram", address: p}, nil
-		case "udp":
-			if u.Host == "" || u.Port() == "" {
-				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port", ErrBadConfig, raw)
-			}
-			return target{network: "udp", address: u.Host}, nil
-		}
-	}
-	ep, err := agentclient.ParseURL(raw)
-	if err != nil {
-		return target{}, fmt.Errorf("%w: AgentURL: %v (use http, https, unix, unixgram or udp)", ErrBadConfig, err)
-	}
-	return target{http: ep}, nil
-}
-
-// reserve is the room left before each payload for the datagram envelope.
-func (t target) reserve() int {
-	if t.network == "" {
-		return 0
-	}
-	return writer.EnvelopeSize
-}
-
-// maxPayload is the largest payload body a report may be split into.
-func (t target) maxPayload(cfg *Config) int {
-	if t.network == "" {
-		return cfg.MaxPayloadBytes
-	}
-	return cfg.MaxDatagramBytes - writer.EnvelopeSize
-}
 
 func newRuntimeID() string {
 	var b [16]byte

@@ -1,0 +1,96 @@
+// This file holds the consumer's reports: the buckets of an interval
+// packed into payloads and handed to the sender, never waiting for it but
+// at Stop.
+
+package stats
+
+import "github.com/spanstats/spanstats/writer"
+
+// report encodes c.buckets[:n], whose groups are the entries of c.tabs[:n]
+// hit in them, into payloads no larger than the packer's limit, resets
+// those tables for their next interval and queues the payloads for the
+// sender. It never waits for the sender, but for Stop's final report: the
+// consumer has nothing else left to do, and a send queue full for a moment
+// (the sender finishing a request) must not lose the last interval. That
+// wait ends when the sender takes the report or when Stop's context gives
+// up (abort), and the report is then counted as dropped.
+func (c *consumer) report(n int, done chan error) {
+	c.touched = c.tabs[0].Touched(c.touched[:0])
+	c.buckets[0].Groups = c.touched
+	if n > 1 {
+		c.touched1 = c.tabs[1].Touched(c.touched1[:0])
+		c.buckets[1].Groups = c.touched1
+	}
+	// Empty buckets are left out of the payload.
+	m := 0
+	for i := range n {
+		if len(c.buckets[i].Groups) > 0 {
+			c.buckets[m] = c.buckets[i]
+			m++
+		}
+	}
+	defer func() {
+		for i := range n {
+			c.tabs[i].Rotate()
+			c.tabs[i] = nil
+		}
+		c.buckets = [2]writer.Bucket{}
+		clear(c.touched) // do not pin entries the table may discard
+		clear(c.touched1)
+	}()
+	var err error
+	switch {
+	case m == 0:
+	case c.off.Load(): // the agent would refuse it
+		for _, b := range c.buckets[:m] {
+			c.discard(b.Groups)
+		}
+		err = ErrAgentOff
+	case c.stopping && c.halt.Load(): // no time left to encode it
+		var hits uint64
+		for _, b := range c.buckets[:m] {
+			for _, e := range b.Groups {
+				hits += e.Hits
+			}
+		}
+		c.ctr.payloadsDropped.Add(1)
+		c.ctr.spansUnsent.Add(hits)
+	default:
+		c.send(m, done)
+		return
+	}
+	if done != nil {
+		done <- err
+	}
+}
+
+// send packs c.buckets[:m] and queues the payloads for the sender.
+func (c *consumer) send(m int, done chan error) {
+	r := &report{done: done}
+	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
+		r.parts = append(r.parts, part{body: body, hits: hits})
+	})
+	select {
+	case c.out <- r:
+		return
+	default:
+	}
+	if c.stopping {
+		select {
+		case c.out <- r:
+			return
+		case <-c.abort:
+		}
+	}
+	if len(r.parts) > 0 {
+		c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
+	}
+	for _, p := range r.parts {
+		c.ctr.payloadsDropped.Add(1)
+		c.ctr.spansUnsent.Add(p.hits)
+		c.bufs.put(p.body)
+	}
+	if done != nil {
+		done <- ErrSendQueueFull
+	}
+}

@@ -1,0 +1,60 @@
+// This file holds target: where a Config sends its reports, the agent
+// over HTTP or a relay's datagram socket, and the sizes that follow.
+
+package stats
+
+import (
+	"cmp"
+	"fmt"
+	"net/url"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// target is where reports go: the agent over HTTP, or a relay's datagram
+// socket (network "unixgram" or "udp").
+type target struct {
+	http             agentclient.Endpoint
+	network, address string
+}
+
+func parseAgentURL(raw string) (target, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		switch u.Scheme {
+		case "unixgram":
+			p := cmp.Or(u.Path, u.Opaque)
+			if p == "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
+			}
+			return target{network: "unixgram", address: p}, nil
+		case "udp":
+			if u.Host == "" || u.Port() == "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port", ErrBadConfig, raw)
+			}
+			return target{network: "udp", address: u.Host}, nil
+		}
+	}
+	ep, err := agentclient.ParseURL(raw)
+	if err != nil {
+		return target{}, fmt.Errorf("%w: AgentURL: %v (use http, https, unix, unixgram or udp)", ErrBadConfig, err)
+	}
+	return target{http: ep}, nil
+}
+
+// reserve is the room left before each payload for the datagram envelope.
+func (t target) reserve() int {
+	if t.network == "" {
+		return 0
+	}
+	return writer.EnvelopeSize
+}
+
+// maxPayload is the largest payload body a report may be split into.
+func (t target) maxPayload(cfg *Config) int {
+	if t.network == "" {
+		return cfg.MaxPayloadBytes
+	}
+	return cfg.MaxDatagramBytes - writer.EnvelopeSize
+}
