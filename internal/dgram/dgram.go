@@ -218,6 +218,12 @@ func (c *Conn) Drain() error {
 	return c.pc.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting ReadBatch
 }
 
+// SetReadDeadline makes a ReadBatch that would wait past t return an error
+// matching os.ErrDeadlineExceeded instead; the zero t waits for ever. The
+// reading goroutine sets it between its ReadBatch calls: ReadBatch looks at
+// Drain before it waits, so no deadline can undo a Drain.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.pc.SetReadDeadline(t) }
+
 // drained maps the wake-up Drain causes to ErrDrained.
 func (c *Conn) drained(err error) bool {
 	return c.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded)

@@ -99,7 +99,6 @@ type batchSys struct {
 	// Set for one ReadBatch.
 	c     *Conn
 	errno syscall.Errno
-	idle  func() // ReadBatchIdle's hook, until it runs
 	// recv is b.recvmmsg, bound once: a closure made per ReadBatch would
 	// escape into the RawConn interface and allocate.
 	recv func(fd uintptr) bool
@@ -125,20 +124,14 @@ func (s *batchSys) init(b *Batch) {
 // ReadBatch waits for at least one datagram, then fills b with as many as
 // are queued, up to b.Cap(), in one recvmmsg. It returns the number read
 // (b.Datagrams()); after Close the error matches net.ErrClosed.
-func (c *Conn) ReadBatch(b *Batch) (int, error) { return c.ReadBatchIdle(b, nil) }
-
-// ReadBatchIdle is ReadBatch, but when the socket is empty it first calls
-// idle (if not nil), once, and then waits: a reader hands on what it holds
-// at the moment it has nothing else to do, without a syscall to learn it.
-// idle runs on the calling goroutine and must not wait for this Conn.
-func (c *Conn) ReadBatchIdle(b *Batch, idle func()) (int, error) {
+func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	b.n = 0
 	s := &b.sys
 	for i := range s.msgs {
 		s.msgs[i].Hdr.SetControllen(c.sys.ctrlLen) // the kernel overwrote them with the lengths used
 		s.msgs[i].Hdr.Flags = 0
 	}
-	s.c, s.errno, s.idle = c, 0, idle
+	s.c, s.errno = c, 0
 	var err error
 	if !c.draining.Load() {
 		err = c.rc.Read(s.recv)
@@ -150,7 +143,7 @@ func (c *Conn) ReadBatchIdle(b *Batch, idle func()) (int, error) {
 			err = ErrDrained
 		}
 	}
-	s.c, s.idle = nil, nil
+	s.c = nil
 	if err != nil {
 		return 0, err
 	}
@@ -174,12 +167,6 @@ func (b *Batch) recvmmsg(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			if f := s.idle; f != nil {
-				// No retry after it: a datagram that arrived since the
-				// EAGAIN has made the poller ready, so the wait is brief.
-				s.idle = nil
-				f()
-			}
 			return false
 		case 0:
 			b.fill(int(r))

@@ -28,26 +28,6 @@ func TestReadBatchReadsQueuedDatagramsAtOnce(t *testing.T) {
 	}
 }
 
-// TestReadBatchIdle: the hook runs once, before the wait, only when the
-// socket is empty; queued datagrams are read without it.
-func TestReadBatchIdle(t *testing.T) {
-	r := listenUnixgram(t)
-	b := NewBatch(4, 1024)
-	calls := 0
-	idle := func() { calls++ }
-	r.send.Write(payload(0, 100))
-	if got, err := r.conn.ReadBatchIdle(b, idle); err != nil || got != 1 || calls != 0 {
-		t.Fatalf("queued: ReadBatchIdle = %d, %v with %d idle calls; want 1, nil, 0", got, err, calls)
-	}
-	time.AfterFunc(50*time.Millisecond, func() { r.send.Write(payload(1, 100)) })
-	if got, err := r.conn.ReadBatchIdle(b, idle); err != nil || got != 1 || calls != 1 {
-		t.Fatalf("empty: ReadBatchIdle = %d, %v with %d idle calls; want 1, nil, 1", got, err, calls)
-	}
-	if !slices.Equal(b.Datagrams()[0].Data, payload(1, 100)) {
-		t.Fatal("read the wrong datagram")
-	}
-}
-
 func TestReadBatchPID(t *testing.T) {
 	r := listenUnixgram(t)
 	if err := r.send.Write([]byte("who")); err != nil {

@@ -29,15 +29,6 @@ type batchSys struct{}
 
 func (s *batchSys) init(*Batch) {}
 
-// ReadBatchIdle calls idle (if not nil), then ReadBatch: a read here cannot
-// tell beforehand that it would wait.
-func (c *Conn) ReadBatchIdle(b *Batch, idle func()) (int, error) {
-	if idle != nil {
-		idle()
-	}
-	return c.ReadBatch(b)
-}
-
 // ReadBatch waits for a datagram and reads it into b's first slot: one per
 // call here (no recvmmsg), and no credentials (PID is 0). After Close the
 // error matches net.ErrClosed.

@@ -300,3 +300,47 @@ func TestSenderClosed(t *testing.T) {
 		t.Errorf("write after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestSetReadDeadline: a ReadBatch on an empty socket returns at the
+// deadline with os.ErrDeadlineExceeded, reads again once it is cleared, and
+// a deadline set after Drain does not undo the drain's wake-up.
+func TestSetReadDeadline(t *testing.T) {
+	r := listenUnixgram(t)
+	b := NewBatch(4, 1024)
+	start := time.Now()
+	if err := r.conn.SetReadDeadline(start.Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.conn.ReadBatch(b); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("empty socket past the deadline: ReadBatch = %d, %v; want 0, os.ErrDeadlineExceeded", n, err)
+	}
+	if waited := time.Since(start); waited < 20*time.Millisecond {
+		t.Fatalf("ReadBatch returned after %v, before the 20ms deadline", waited)
+	}
+	if err := r.conn.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(30*time.Millisecond, func() { r.send.Write(payload(1, 100)) })
+	if n, err := r.conn.ReadBatch(b); n != 1 || err != nil {
+		t.Fatalf("deadline cleared: ReadBatch = %d, %v; want the datagram sent 30ms later", n, err)
+	}
+
+	if err := r.conn.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.conn.SetReadDeadline(time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.conn.ReadBatch(b); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrDrained) {
+			t.Fatalf("after Drain and a later deadline: ReadBatch = %v, want ErrDrained", err)
+		}
+	case <-time.After(5 * time.Second):
+		r.conn.Close()
+		<-done
+		t.Fatal("a deadline set after Drain made ReadBatch wait: the drain was undone")
+	}
+}

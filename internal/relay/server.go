@@ -157,9 +157,13 @@ func (p *batchStack) pop() *dgram.Batch {
 	return b
 }
 
-// maxHeld is how many read batches a reader holds back while the queue is
-// empty and the socket still has datagrams (see Server.read).
-const maxHeld = 4
+// A reader holds back at most maxHeld read batches, for at most holdFor,
+// while the queue is empty (see Server.read). The relay forwards every
+// interval: a millisecond more before a datagram is merged costs nothing.
+const (
+	maxHeld = 4
+	holdFor = time.Millisecond
+)
 
 // job is one read batch and the socket it came from.
 type job struct {
@@ -278,22 +282,27 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // the pressure), and the wait is counted.
 //
 // A batch read while the queue is empty (the workers are idle or about to
-// be) is held back until the socket is empty, maxHeld are held, or no free
-// batch is left: waking idle workers costs more than rejecting a batch, so
-// they are woken once per burst (the runtime wakes one thread for the
-// burst's sends), not once per batch. A non-empty queue wakes nobody, so
-// batches then go at once.
+// be) is held back until maxHeld are held, no free batch is left, or
+// holdFor has passed since the first was held: waking an idle worker costs
+// more than rejecting a batch, and the socket empties between the bursts
+// of any sender (a Unix socket holds ten datagrams), so handing on at each
+// empty socket would wake a worker per burst. A non-empty queue wakes
+// nobody, so batches then go at once.
 func (s *Server) read(c *dgram.Conn, t Transport) {
 	var held [maxHeld]*dgram.Batch
 	n := 0
+	holding := false // c has the hold's read deadline
 	hand := func() {
 		for _, b := range held[:n] {
 			s.queue <- job{b: b, t: t}
 		}
 		n = 0
+		if holding {
+			holding = false
+			_ = c.SetReadDeadline(time.Time{})
+		}
 	}
 	for {
-		var b *dgram.Batch
 		select {
 		case <-s.free.avail:
 		default:
@@ -302,13 +311,17 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 			<-s.free.avail
 			s.wait[t].Add(int64(time.Since(start)))
 		}
-		b = s.free.pop()
-		var idle func()
-		if n > 0 {
-			idle = hand
+		b := s.free.pop()
+		if n > 0 && !holding {
+			holding = true
+			_ = c.SetReadDeadline(time.Now().Add(holdFor))
 		}
-		if _, err := c.ReadBatchIdle(b, idle); err != nil {
+		if _, err := c.ReadBatch(b); err != nil {
 			s.free.put(b)
+			if holding && errors.Is(err, os.ErrDeadlineExceeded) {
+				hand() // the hold is over: the socket stayed empty
+				continue
+			}
 			hand()
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
 				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
