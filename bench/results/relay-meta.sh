@@ -1,4 +1,4 @@
-relay_started="2026-12-01 05:40:07 UTC"
-relay_elapsed="419"
-relay_commit="9d83df1"
+relay_started="2026-12-01 06:49:58 UTC"
+relay_elapsed="395"
+relay_commit="a87e777"
 relay_count="5" relay_benchtime="2s"
