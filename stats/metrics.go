@@ -55,12 +55,16 @@ func (m *emitter) emit(h Health) {
 	count("spans.dropped", h.StopUndrained, l.StopUndrained, "reason:stop_deadline")
 	count("spans.overflowed", h.Overflowed, l.Overflowed)
 	count("spans.cleared", h.Cleared, l.Cleared)
+	count("spans.late", h.LateSpans, l.LateSpans)
+	count("peer_tags.cut", h.PeerTagsCut, l.PeerTagsCut)
+	count("labels.truncated", h.LabelsTruncated, l.LabelsTruncated)
 	for f := range aggregate.NumFields {
 		count("collapsed", h.Collapsed[f], l.Collapsed[f], "field:"+f.String())
 	}
 	count("payloads.sent", h.PayloadsSent, l.PayloadsSent)
 	count("payloads.failed", h.PayloadsFailed, l.PayloadsFailed)
 	count("payloads.retried", h.PayloadsRetried, l.PayloadsRetried)
+	count("payloads.retried_after_timeout", h.RetriesAfterTimeout, l.RetriesAfterTimeout)
 	count("payloads.split", h.PayloadsSplit, l.PayloadsSplit)
 	count("payloads.dropped", h.PayloadsDropped, l.PayloadsDropped)
 	count("bytes.sent", h.BytesSent, l.BytesSent)

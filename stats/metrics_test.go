@@ -66,3 +66,32 @@ func TestMetricsNoDoublePrefix(t *testing.T) {
 		rec.mu.Unlock()
 	}
 }
+
+// TestMetricsCuts: the labels cut to their limits and the peer tags left
+// out reach DogStatsD, not only Health.
+func TestMetricsCuts(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
+	a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec})
+	tags := make([]string, MaxPeerTags+3)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("peer.service:s%d", i)
+	}
+	a.Publish(&Span{Service: "svc", Name: "op", Resource: strings.Repeat("r", MaxResourceLen+1),
+		SpanKind: "client", PeerTags: tags, Duration: 1, TopLevel: true})
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for name, want := range map[string]int64{
+		"datadog.tracer.stats.labels.truncated[]": 1,
+		"datadog.tracer.stats.peer_tags.cut[]":    3,
+	} {
+		if rec.counts[name] != want {
+			t.Errorf("%s = %d, want %d", name, rec.counts[name], want)
+		}
+	}
+}

@@ -8,9 +8,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -135,7 +137,25 @@ func publishDemo(ctx context.Context, a *stats.Aggregator, seed int) uint64 {
 }
 
 func printCounters(out io.Writer, st relay.Stats) {
-	fmt.Fprintf(out, "relay: datagrams unix %d udp %d, rejected %v, spans received %d forwarded %d pending %d dropped %v, groups %d, senders %d\n",
-		st.Datagrams[relay.Unix], st.Datagrams[relay.UDP], st.Rejected, st.SpansReceived, st.SpansForwarded,
-		st.SpansPending, st.SpansDropped, st.Groups, st.Senders)
+	rejected := map[string]uint64{}
+	for r, n := range st.Rejected {
+		rejected[relay.Reason(r).String()] = n
+	}
+	fmt.Fprintf(out, "relay: datagrams unix %d udp %d, rejected %s, spans received %d forwarded %d pending %d dropped %s, groups %d, senders %d\n",
+		st.Datagrams[relay.Unix], st.Datagrams[relay.UDP], byReason(rejected), st.SpansReceived, st.SpansForwarded,
+		st.SpansPending, byReason(st.SpansDropped), st.Groups, st.Senders)
+}
+
+// byReason is "none", or the non-zero counts as "reason n, ..." by reason.
+func byReason(counts map[string]uint64) string {
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(counts)) {
+		if counts[r] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r, counts[r]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
