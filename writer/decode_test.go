@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -274,6 +276,12 @@ func FuzzDecodePayload(f *testing.F) {
 	f.Add([]byte(oneGroup(1, mp(nil).key("PeerTags").raw(0xc0))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePayload(b)
+		// The aliasing decoder accepts and rejects the same inputs, with
+		// the same values.
+		if pa, errA := DecodePayloadAlias(b, MaxGroups); (err == nil) != (errA == nil) ||
+			err != nil && err.Error() != errA.Error() || !reflect.DeepEqual(p, pa) {
+			t.Fatalf("DecodePayloadAlias = %v, %v; DecodePayload = %v, %v", pa, errA, p, err)
+		}
 		if err != nil {
 			return
 		}
@@ -299,4 +307,38 @@ func FuzzDecodePayload(f *testing.F) {
 			checkParts(t, parts, p.Buckets, &p.Header, math.MaxInt)
 		}
 	})
+}
+
+// TestDecodePayloadAlias: the aliasing decoder's strings are views of its
+// input, and DecodePayload's are not.
+func TestDecodePayloadAlias(t *testing.T) {
+	b := AppendPayload(nil, &testHeader, []Bucket{{Groups: []*aggregate.Entry{&goldenEntry}}})
+	inside := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		start := uintptr(unsafe.Pointer(&b[0]))
+		return p >= start && p < start+uintptr(len(b))
+	}
+	copied, err := DecodePayload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliased, err := DecodePayloadAlias(b, MaxGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(copied, aliased) {
+		t.Fatalf("DecodePayloadAlias = %+v, want %+v", aliased, copied)
+	}
+	for _, c := range []struct {
+		name            string
+		copied, aliased string
+	}{
+		{"Hostname", copied.Hostname, aliased.Hostname},
+		{"Resource", copied.Buckets[0].Groups[0].Resource, aliased.Buckets[0].Groups[0].Resource},
+		{"Tags[0]", copied.Tags[0], aliased.Tags[0]},
+	} {
+		if c.aliased == "" || !inside(c.aliased) || inside(c.copied) {
+			t.Errorf("%s: aliased inside the input %v, copied inside %v; want true, false", c.name, inside(c.aliased), inside(c.copied))
+		}
+	}
 }

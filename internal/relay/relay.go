@@ -184,7 +184,7 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	// Groups of fewer wire bytes than a tracer writes would cost far more
 	// decoded than received: the bound keeps a hostile datagram's cost a
 	// small multiple of its size.
-	p, err := writer.DecodePayloadMax(body, len(body)/writer.MinWireGroupBytes+1)
+	p, err := writer.DecodePayloadAlias(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
 		return decodeReason(err), err
 	}
