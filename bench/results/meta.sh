@@ -1,4 +1,4 @@
-started="2026-11-30 15:48:51 UTC"
-elapsed="1231"
-commit="7dc039a"
-COUNT="6" BENCHTIME="4s" BENCH="."
+started="2026-12-01 07:17:08 UTC"
+elapsed="627"
+commit="fe0b6b6"
+COUNT="5" BENCHTIME="2s" BENCH="."

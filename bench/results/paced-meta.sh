@@ -1,4 +1,4 @@
-paced_started="2026-12-01 05:24:45 UTC"
-paced_elapsed="501"
-paced_commit="97f33d2"
+paced_started="2026-12-01 07:09:02 UTC"
+paced_elapsed="486"
+paced_commit="fe0b6b6"
 paced_count="5" paced_benchtime="2s"
