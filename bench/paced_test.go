@@ -7,9 +7,9 @@ import (
 
 // PacedRate is the offered load of BenchmarkPaced, in spans per second
 // from all producers together: well below what the SDK counts per second on
-// any workload here (6–7 M under attack, 13–14 M in the steady state on 2
-// cores, at 83e424b), so that hardly a span is shed and every one costs
-// what it costs.
+// any workload here (BenchmarkSteadyState and BenchmarkAdversarial in
+// bench/RESULTS.md), so that hardly a span is shed and every one costs what
+// it costs.
 const PacedRate = 2_000_000
 
 // pacedTick is how often a paced producer sleeps: it publishes a tick's
