@@ -2,7 +2,6 @@ package writer
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -86,9 +85,50 @@ func DecodePayloadAlias(b []byte, maxGroups int) (*Payload, error) {
 	return decodePayload(b, decoder{groups: min(maxGroups, MaxGroups), alias: true})
 }
 
+// maxSpareSketches bounds the emptied sketches a Decoder keeps: with at
+// most MaxDecodedBins bins each, what it holds between payloads stays
+// bounded whatever its input.
+const maxSpareSketches = 256
+
+// A Decoder decodes payloads as DecodePayloadAlias does, and keeps its
+// memory from one Decode to the next: the Payload it returns and the
+// sketches in it are valid only until its next Decode, which empties and
+// reuses the sketches still in the payload. A caller that keeps a sketch
+// takes it out (sets the group's pointer to nil). A Decoder is for one
+// goroutine at a time; its zero value is ready to use.
+type Decoder struct {
+	p      Payload
+	spares []*aggregate.Sketch
+}
+
+// Decode is DecodePayloadAlias(b, maxGroups) into the Decoder's memory.
+func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
+	for i := range dec.p.Buckets {
+		gs := dec.p.Buckets[i].Groups
+		for j := range gs {
+			for _, sk := range [...]*aggregate.Sketch{gs[j].Ok, gs[j].Err} {
+				if sk != nil && len(dec.spares) < maxSpareSketches {
+					sk.Reset()
+					dec.spares = append(dec.spares, sk)
+				}
+			}
+		}
+	}
+	dec.p = Payload{}
+	d := decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares}
+	p, err := decodeInto(b, d, &dec.p)
+	if err != nil {
+		dec.p = Payload{} // what it decoded before the error is not handed out
+	}
+	return p, err
+}
+
 func decodePayload(b []byte, d decoder) (*Payload, error) {
+	return decodeInto(b, d, new(Payload))
+}
+
+func decodeInto(b []byte, d decoder, p *Payload) (*Payload, error) {
 	d.path = d.pathBuf[:0]
-	p := new(Payload)
 	rest, err := d.payload(b, p)
 	if w, ok := err.(wrapped); ok {
 		return nil, w.error
@@ -103,7 +143,8 @@ func decodePayload(b []byte, d decoder) (*Payload, error) {
 // groups the payload may still carry, for MaxGroups.
 type decoder struct {
 	groups  int
-	alias   bool // strings alias the input (DecodePayloadAlias)
+	alias   bool                 // strings alias the input (DecodePayloadAlias)
+	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	path    []step
 	pathBuf [6]step // payload key, bucket, bucket key, group, group key, string
 }
@@ -308,9 +349,9 @@ func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
 		case "Duration":
 			g.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case "OkSummary":
-			g.Ok, b, err = readSummary(b)
+			g.Ok, b, err = d.readSummary(b)
 		case "ErrorSummary":
-			g.Err, b, err = readSummary(b)
+			g.Err, b, err = d.readSummary(b)
 		case "Synthetics":
 			k.Synthetics, b, err = msgp.ReadBoolBytes(b)
 		case "TopLevelHits":
@@ -344,7 +385,7 @@ func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
 
 // readSummary reads a bin (or nil) summary and decodes its sketch; an empty
 // sketch is nil, as an entry's sketch stays nil until its first value.
-func readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
+func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -352,12 +393,19 @@ func readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	if err != nil || len(v) == 0 || bytes.Equal(v, emptySketch) {
 		return nil, b, err
 	}
-	s := new(aggregate.Sketch)
-	if err := DecodeSketch(v, s); err != nil {
-		return nil, b, err
+	var s *aggregate.Sketch
+	if d.spares != nil && len(*d.spares) > 0 {
+		sp := *d.spares
+		s, *d.spares = sp[len(sp)-1], sp[:len(sp)-1]
+	} else {
+		s = new(aggregate.Sketch)
 	}
-	if s.Count() == 0 {
-		return nil, b, nil
+	if err := DecodeSketch(v, s); err != nil || s.Count() == 0 {
+		if d.spares != nil && len(*d.spares) < maxSpareSketches {
+			s.Reset()
+			*d.spares = append(*d.spares, s)
+		}
+		return nil, b, err
 	}
 	return s, b, nil
 }
@@ -372,63 +420,9 @@ func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 	})
 }
 
-// fits returns msgp.ErrShortBytes if the str32, bin32 or ext32 at the start
-// of b declares more bytes than b holds. msgp converts such a length to int,
-// which on 32-bit platforms is negative from 2 GiB up, and slices with it:
-// a crafted payload would panic the decoder there. Every length-prefixed read
-// below goes through fits first.
-func fits(b []byte) error {
-	if len(b) >= 5 {
-		switch b[0] {
-		case 0xdb, 0xc6, 0xc9: // str32, bin32, ext32
-			if uint64(binary.BigEndian.Uint32(b[1:])) > uint64(len(b)-5) {
-				return msgp.ErrShortBytes
-			}
-		}
-	}
-	return nil
-}
-
-// readString reads a str, a copy or (alias) a view of b.
-func (d *decoder) readString(b []byte) (string, []byte, error) {
-	if !d.alias {
-		return readString(b)
-	}
-	if err := fits(b); err != nil {
-		return "", b, err
-	}
-	v, b, err := msgp.ReadStringZC(b)
-	return msgp.UnsafeString(v), b, err
-}
-
 func readString(b []byte) (string, []byte, error) {
 	if err := fits(b); err != nil {
 		return "", b, err
 	}
 	return msgp.ReadStringBytes(b)
-}
-
-func readMapKey(b []byte) ([]byte, []byte, error) {
-	if err := fits(b); err != nil {
-		return nil, b, err
-	}
-	return msgp.ReadMapKeyZC(b)
-}
-
-func readBytes(b []byte) ([]byte, []byte, error) {
-	if err := fits(b); err != nil {
-		return nil, b, err
-	}
-	return msgp.ReadBytesZC(b)
-}
-
-// skip skips one object of b (the value of an unknown key). msgp skips what
-// is nested inside it without fits; its sizes there are uintptr sums, which
-// on a 32-bit platform wrap around for 4 GiB lengths rather than go
-// negative: the skip ends early and the decode fails or reads garbage.
-func skip(b []byte) ([]byte, error) {
-	if err := fits(b); err != nil {
-		return b, err
-	}
-	return msgp.Skip(b)
 }

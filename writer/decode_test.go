@@ -3,6 +3,7 @@ package writer
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"runtime"
@@ -282,6 +283,15 @@ func FuzzDecodePayload(f *testing.F) {
 			err != nil && err.Error() != errA.Error() || !reflect.DeepEqual(p, pa) {
 			t.Fatalf("DecodePayloadAlias = %v, %v; DecodePayload = %v, %v", pa, errA, p, err)
 		}
+		// So does a Decoder reusing the sketches of an earlier payload.
+		var dec Decoder
+		if _, err := dec.Decode(smallPayload(), MaxGroups); err != nil {
+			t.Fatal(err)
+		}
+		if pd, errD := dec.Decode(b, MaxGroups); (err == nil) != (errD == nil) ||
+			err == nil && !reflect.DeepEqual(p, pd) {
+			t.Fatalf("Decoder.Decode after another payload = %v, %v; DecodePayload = %v, %v", pd, errD, p, err)
+		}
 		if err != nil {
 			return
 		}
@@ -340,5 +350,73 @@ func TestDecodePayloadAlias(t *testing.T) {
 		if c.aliased == "" || !inside(c.aliased) || inside(c.copied) {
 			t.Errorf("%s: aliased inside the input %v, copied inside %v; want true, false", c.name, inside(c.aliased), inside(c.copied))
 		}
+	}
+}
+
+// sketchPayload is a payload of n groups, each with both sketches, whose
+// values depend on seed.
+func sketchPayload(n int, seed float64) []byte {
+	gs := make([]*aggregate.Entry, n)
+	for i := range gs {
+		gs[i] = &aggregate.Entry{Key: aggregate.Key{Service: "s", Name: "op", Resource: fmt.Sprint("r", i)},
+			Hits: 4, Errors: 1, Duration: 10,
+			Ok: sketchOf(seed*float64(i+1), 2e6, 3e6), Err: sketchOf(seed * 7e5)}
+	}
+	return AppendPayload(nil, &Header{Hostname: "h"}, []Bucket{{Start: 1, Duration: 10, Groups: gs}})
+}
+
+// TestDecoderReuse: payload after payload, a Decoder gives what
+// DecodePayload gives, though it decodes into the sketches the previous
+// payload left it (some taken out by the caller, as the relay takes those
+// of a new group), and saves exactly their allocations; the emptied
+// sketches it keeps stay within maxSpareSketches.
+func TestDecoderReuse(t *testing.T) {
+	var dec Decoder
+	inputs := [][]byte{sketchPayload(3, 1e3), smallPayload(), sketchPayload(5, 2e4), AppendPayload(nil, nil, nil), sketchPayload(3, 5e5)}
+	for round := range 2 {
+		for i, b := range inputs {
+			want, err := DecodePayload(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := dec.Decode(b, MaxGroups)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, payload %d: Decode = %+v, %v; want %+v", round, i, got, err, want)
+			}
+			if len(got.Buckets) > 0 && len(got.Buckets[0].Groups) > 1 {
+				got.Buckets[0].Groups[1].Ok = nil // kept by the caller: not reused
+			}
+		}
+	}
+
+	// Reusing, a payload costs what the same payload without sketches costs
+	// fresh, less the Payload itself.
+	b := sketchPayload(4, 1e3)
+	noSketches, err := DecodePayload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range noSketches.Buckets[0].Groups {
+		g := &noSketches.Buckets[0].Groups[i]
+		g.Ok, g.Err = nil, nil
+	}
+	plain := noSketches.Append(nil)
+	bare := testing.AllocsPerRun(20, func() { _, _ = DecodePayloadAlias(plain, MaxGroups) })
+	reused := testing.AllocsPerRun(20, func() { _, _ = dec.Decode(b, MaxGroups) })
+	if reused != bare-1 {
+		t.Errorf("allocations per payload: %v reusing, %v fresh without sketches; want 1 fewer", reused, bare)
+	}
+
+	big := sketchPayload(maxSpareSketches, 1e3) // twice as many sketches as spares
+	for range 3 {
+		if _, err := dec.Decode(big, MaxGroups); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dec.Decode(AppendPayload(nil, nil, nil), MaxGroups); err != nil {
+		t.Fatal(err)
+	}
+	if len(dec.spares) != maxSpareSketches {
+		t.Errorf("%d spare sketches after payloads of %d; want the cap, %d", len(dec.spares), 2*maxSpareSketches, maxSpareSketches)
 	}
 }

@@ -25,9 +25,10 @@ func asSet(v []string) []string {
 // appended to buf and hashed in one Write: xxhash's per-call cost exceeds
 // its per-byte cost for short fields (BenchmarkAccept).
 type hasher struct {
-	d    xxhash.Digest
-	seed uint64
-	buf  []byte
+	d      xxhash.Digest
+	seed   uint64
+	buf    []byte
+	hashes []uint64 // prepare's, for every group of one payload
 }
 
 func (h *hasher) reset() {

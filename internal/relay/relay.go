@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,9 @@ type Relay struct {
 	now         func() time.Time
 	seed        uint64
 	ov          overflowHashes
-	hashers     sync.Pool // *hasher: its buffer is reused
+	// Per-datagram scratch, reused: *hasher (its buffers) and
+	// *writer.Decoder (its payload and sketches), held until the merge ends.
+	hashers, decoders sync.Pool
 
 	datagrams, bytes [NumTransports]atomic.Uint64
 	rejected         [NumReasons]atomic.Uint64
@@ -127,6 +130,7 @@ func New(c Config) *Relay {
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup)
 	r.hashers.New = func() any { return &hasher{seed: r.seed} }
+	r.decoders.New = func() any { return new(writer.Decoder) }
 	return r
 }
 
@@ -184,7 +188,9 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	// Groups of fewer wire bytes than a tracer writes would cost far more
 	// decoded than received: the bound keeps a hostile datagram's cost a
 	// small multiple of its size.
-	p, err := writer.DecodePayloadAlias(body, len(body)/writer.MinWireGroupBytes+1)
+	dec := r.decoders.Get().(*writer.Decoder)
+	defer r.decoders.Put(dec)
+	p, err := dec.Decode(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
 		return decodeReason(err), err
 	}
@@ -200,7 +206,9 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 			p.ContainerID = id
 		}
 	}
-	pp := r.prepare(p)
+	h := r.hashers.Get().(*hasher)
+	defer r.hashers.Put(h)
+	pp := prepare(p, h)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -228,9 +236,7 @@ func mapHeader(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 // prepare makes p's tag lists sets and hashes its identity and the groups
 // that have hits (the only ones merged): hostile groups of no hits cost no
 // hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
-func (r *Relay) prepare(p *writer.Payload) prepared {
-	h := r.hashers.Get().(*hasher)
-	defer r.hashers.Put(h)
+func prepare(p *writer.Payload, h *hasher) prepared {
 	p.Tags = asSet(p.Tags)
 	pp := prepared{p: p, idHash: h.identity(&p.Header)}
 	n := 0
@@ -241,7 +247,8 @@ func (r *Relay) prepare(p *writer.Payload) prepared {
 			}
 		}
 	}
-	hashes := make([]uint64, 2*n) // one allocation for every group's two hashes
+	h.hashes = slices.Grow(h.hashes[:0], 2*n)
+	hashes := h.hashes[:2*n] // h's: valid until h goes back to the pool
 	pp.full, pp.typeless = hashes[:0:n], hashes[n:n:2*n]
 	for bi := range p.Buckets {
 		gs := p.Buckets[bi].Groups

@@ -1,0 +1,64 @@
+// This file holds the bounds-checked msgpack reads the payload decoder is
+// built on: every length-prefixed value is checked against the input first.
+
+package writer
+
+import (
+	"encoding/binary"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// fits returns msgp.ErrShortBytes if the str32, bin32 or ext32 at the start
+// of b declares more bytes than b holds. msgp converts such a length to int,
+// which on 32-bit platforms is negative from 2 GiB up, and slices with it:
+// a crafted payload would panic the decoder there. Every length-prefixed read
+// below goes through fits first.
+func fits(b []byte) error {
+	if len(b) >= 5 {
+		switch b[0] {
+		case 0xdb, 0xc6, 0xc9: // str32, bin32, ext32
+			if uint64(binary.BigEndian.Uint32(b[1:])) > uint64(len(b)-5) {
+				return msgp.ErrShortBytes
+			}
+		}
+	}
+	return nil
+}
+
+// readString reads a str, a copy or (alias) a view of b.
+func (d *decoder) readString(b []byte) (string, []byte, error) {
+	if !d.alias {
+		return readString(b)
+	}
+	if err := fits(b); err != nil {
+		return "", b, err
+	}
+	v, b, err := msgp.ReadStringZC(b)
+	return msgp.UnsafeString(v), b, err
+}
+
+func readMapKey(b []byte) ([]byte, []byte, error) {
+	if err := fits(b); err != nil {
+		return nil, b, err
+	}
+	return msgp.ReadMapKeyZC(b)
+}
+
+func readBytes(b []byte) ([]byte, []byte, error) {
+	if err := fits(b); err != nil {
+		return nil, b, err
+	}
+	return msgp.ReadBytesZC(b)
+}
+
+// skip skips one object of b (the value of an unknown key). msgp skips what
+// is nested inside it without fits; its sizes there are uintptr sums, which
+// on a 32-bit platform wrap around for 4 GiB lengths rather than go
+// negative: the skip ends early and the decode fails or reads garbage.
+func skip(b []byte) ([]byte, error) {
+	if err := fits(b); err != nil {
+		return b, err
+	}
+	return msgp.Skip(b)
+}
