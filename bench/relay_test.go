@@ -205,6 +205,19 @@ func settle(count func() uint64) uint64 {
 	}
 }
 
+// runRounds times b.N datagrams through sides, in abRounds alternating
+// rounds: a change of the host's speed hits every side alike.
+func runRounds(b *testing.B, sides []*receiver) {
+	b.ReportAllocs()
+	b.StopTimer()
+	b.ResetTimer()
+	for r := range abRounds {
+		for _, s := range sides {
+			s.round(b, share(b.N, abRounds, r), b.StartTimer, b.StopTimer)
+		}
+	}
+}
+
 // report adds r's figures to b's, each unit suffixed with "-" + r.name.
 func (r *receiver) report(b *testing.B, kind string) {
 	if r.datagrams == 0 || r.elapsed <= 0 {
@@ -255,14 +268,7 @@ func BenchmarkRelayReceive(b *testing.B) {
 					openDrain(b, "drain1", kind, 1, d),
 					openRelay(b, "relay-reject", kind, d, true, 0),
 				}
-				b.ReportAllocs()
-				b.StopTimer()
-				b.ResetTimer()
-				for r := range abRounds {
-					for _, s := range sides {
-						s.round(b, share(b.N, abRounds, r), b.StartTimer, b.StopTimer)
-					}
-				}
+				runRounds(b, sides)
 				for _, s := range sides {
 					s.close(b)
 					s.report(b, kind)
@@ -298,14 +304,7 @@ func BenchmarkRelayBatch(b *testing.B) {
 				for _, n := range []int{4, 8, 16} {
 					sides = append(sides, openRelay(b, fmt.Sprintf("reject-%d", n), kind, d, true, n))
 				}
-				b.ReportAllocs()
-				b.StopTimer()
-				b.ResetTimer()
-				for r := range abRounds {
-					for _, s := range sides {
-						s.round(b, share(b.N, abRounds, r), b.StartTimer, b.StopTimer)
-					}
-				}
+				runRounds(b, sides)
 				for _, s := range sides {
 					s.close(b)
 				}
