@@ -59,7 +59,7 @@ type Payload struct {
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
 func DecodePayload(b []byte) (*Payload, error) {
-	return DecodePayloadMax(b, MaxGroups)
+	return decodeInto(b, decoder{groups: MaxGroups}, new(Payload))
 }
 
 // MinWireGroupBytes is the least a group takes on the wire from a tracer
@@ -69,39 +69,26 @@ func DecodePayload(b []byte) (*Payload, error) {
 // the decoder allocate far more than its size.
 const MinWireGroupBytes = 48
 
-// DecodePayloadMax is DecodePayload with at most maxGroups groups: a
-// decoder of untrusted input (the relay) passes len(b)/MinWireGroupBytes,
-// so that what it allocates stays a small multiple of what it received.
-func DecodePayloadMax(b []byte, maxGroups int) (*Payload, error) {
-	return decodePayload(b, decoder{groups: min(maxGroups, MaxGroups)})
-}
-
-// DecodePayloadAlias is DecodePayloadMax without copying the strings: they
-// alias b, so they are valid only while b is not modified, and a caller
-// copies those it keeps. A receiver that reuses its buffers and keeps few
-// of the strings it reads (the relay keeps a group's only when the group is
-// new) saves an allocation per string (BenchmarkAccept in internal/relay).
-func DecodePayloadAlias(b []byte, maxGroups int) (*Payload, error) {
-	return decodePayload(b, decoder{groups: min(maxGroups, MaxGroups), alias: true})
-}
-
 // maxSpareSketches bounds the emptied sketches a Decoder keeps: with at
 // most MaxDecodedBins bins each, what it holds between payloads stays
 // bounded whatever its input.
 const maxSpareSketches = 256
 
-// A Decoder decodes payloads as DecodePayloadAlias does, and keeps its
-// memory from one Decode to the next: the Payload it returns and the
-// sketches in it are valid only until its next Decode, which empties and
-// reuses the sketches still in the payload. A caller that keeps a sketch
-// takes it out (sets the group's pointer to nil). A Decoder is for one
-// goroutine at a time; its zero value is ready to use.
+// A Decoder decodes payloads for a receiver of many (the relay) into memory
+// it keeps from one Decode to the next. A caller takes out (sets to nil)
+// the sketches it keeps and copies the strings it keeps. A Decoder is for
+// one goroutine at a time; its zero value is ready to use.
 type Decoder struct {
 	p      Payload
 	spares []*aggregate.Sketch
 }
 
-// Decode is DecodePayloadAlias(b, maxGroups) into the Decoder's memory.
+// Decode decodes b as DecodePayload does, with three differences. Its
+// strings alias b, valid only while b is not modified. The Payload it returns
+// is the Decoder's own, valid until the next Decode, which empties and
+// reuses the sketches still in it. It takes at most maxGroups groups: a
+// decoder of untrusted input passes len(b)/MinWireGroupBytes, so that what
+// it allocates stays a small multiple of what it received.
 func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 	for i := range dec.p.Buckets {
 		gs := dec.p.Buckets[i].Groups
@@ -123,10 +110,6 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 	return p, err
 }
 
-func decodePayload(b []byte, d decoder) (*Payload, error) {
-	return decodeInto(b, d, new(Payload))
-}
-
 func decodeInto(b []byte, d decoder, p *Payload) (*Payload, error) {
 	d.path = d.pathBuf[:0]
 	rest, err := d.payload(b, p)
@@ -143,7 +126,7 @@ func decodeInto(b []byte, d decoder, p *Payload) (*Payload, error) {
 // groups the payload may still carry, for MaxGroups.
 type decoder struct {
 	groups  int
-	alias   bool                 // strings alias the input (DecodePayloadAlias)
+	alias   bool                 // strings alias the input (Decoder)
 	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	path    []step
 	pathBuf [6]step // payload key, bucket, bucket key, group, group key, string

@@ -277,11 +277,11 @@ func FuzzDecodePayload(f *testing.F) {
 	f.Add([]byte(oneGroup(1, mp(nil).key("PeerTags").raw(0xc0))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePayload(b)
-		// The aliasing decoder accepts and rejects the same inputs, with
+		// A Decoder accepts and rejects the same inputs, with
 		// the same values.
-		if pa, errA := DecodePayloadAlias(b, MaxGroups); (err == nil) != (errA == nil) ||
+		if pa, errA := new(Decoder).Decode(b, MaxGroups); (err == nil) != (errA == nil) ||
 			err != nil && err.Error() != errA.Error() || !reflect.DeepEqual(p, pa) {
-			t.Fatalf("DecodePayloadAlias = %v, %v; DecodePayload = %v, %v", pa, errA, p, err)
+			t.Fatalf("Decoder.Decode = %v, %v; DecodePayload = %v, %v", pa, errA, p, err)
 		}
 		// So does a Decoder reusing the sketches of an earlier payload.
 		var dec Decoder
@@ -319,9 +319,9 @@ func FuzzDecodePayload(f *testing.F) {
 	})
 }
 
-// TestDecodePayloadAlias: the aliasing decoder's strings are views of its
+// TestDecoderAliases: a Decoder's strings are views of its
 // input, and DecodePayload's are not.
-func TestDecodePayloadAlias(t *testing.T) {
+func TestDecoderAliases(t *testing.T) {
 	b := AppendPayload(nil, &testHeader, []Bucket{{Groups: []*aggregate.Entry{&goldenEntry}}})
 	inside := func(s string) bool {
 		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
@@ -332,12 +332,12 @@ func TestDecodePayloadAlias(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aliased, err := DecodePayloadAlias(b, MaxGroups)
+	aliased, err := new(Decoder).Decode(b, MaxGroups)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(copied, aliased) {
-		t.Fatalf("DecodePayloadAlias = %+v, want %+v", aliased, copied)
+		t.Fatalf("Decoder.Decode = %+v, want %+v", aliased, copied)
 	}
 	for _, c := range []struct {
 		name            string
@@ -401,7 +401,7 @@ func TestDecoderReuse(t *testing.T) {
 		g.Ok, g.Err = nil, nil
 	}
 	plain := noSketches.Append(nil)
-	bare := testing.AllocsPerRun(20, func() { _, _ = DecodePayloadAlias(plain, MaxGroups) })
+	bare := testing.AllocsPerRun(20, func() { _, _ = new(Decoder).Decode(plain, MaxGroups) })
 	reused := testing.AllocsPerRun(20, func() { _, _ = dec.Decode(b, MaxGroups) })
 	if reused != bare-1 {
 		t.Errorf("allocations per payload: %v reusing, %v fresh without sketches; want 1 fewer", reused, bare)

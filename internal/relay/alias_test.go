@@ -9,7 +9,7 @@ import (
 )
 
 // TestAcceptKeepsNoViewOfTheDatagram: Accept decodes strings as views of
-// the datagram (DecodePayloadAlias) and a reader reuses its buffers, so
+// the datagram (writer.Decoder) and a reader reuses its buffers, so
 // whatever the relay keeps — the identity's header, a new group's labels,
 // the sender's runtime id — must be a copy. The first datagram's bytes are
 // overwritten before the second (same sender, identity and group) and the
