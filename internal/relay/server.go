@@ -160,10 +160,9 @@ func (p *batchStack) pop() *dgram.Batch {
 // A reader holds back at most maxHeld read batches, for at most holdFor,
 // while the queue is empty (see Server.read). The relay forwards every
 // interval: a millisecond more before a datagram is merged costs nothing.
-// maxHeld is more than the default pool (DefaultQueue + workers + readers):
-// by default a reader holds until no batch is free, as a worker woken
-// for 4 batches instead of 12 cost 0.5–1.5 µs more CPU per datagram on
-// 2 cores (BenchmarkRelayReceive, relay rejecting at byte 0).
+// maxHeld exceeds the default pool (DefaultQueue + workers + readers), so
+// by default a reader holds until no batch is free: each hand wakes a
+// worker, and fewer hands cost less (BenchmarkRelayReceive, rejecting).
 const (
 	maxHeld = 16
 	holdFor = time.Millisecond
@@ -296,9 +295,8 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // empty socket would wake a worker per burst. A non-empty queue wakes
 // nobody, so batches then go at once. A reader that never finds its
 // socket empty thus waits for a worker after each hand of the whole pool,
-// and statsrelay_reader_wait_seconds_total counts that wait too: handing
-// on while 2 batches were still free, so as to read on meanwhile, cost
-// 200–700 ns more CPU per datagram (BenchmarkRelayReceive, rejecting).
+// and statsrelay_reader_wait_seconds_total counts that wait too; handing
+// on earlier, to read on meanwhile, cost more (BenchmarkRelayReceive).
 func (s *Server) read(c *dgram.Conn, t Transport) {
 	held := job{t: t}
 	holding := false // c has the hold's read deadline
