@@ -47,7 +47,8 @@ func (p Pacing) String() string {
 // PacedSide is one implementation RunPaced compares: its name in the
 // metrics, and how to open it. Inline, if set, opens the side's own work
 // without the handoff to another goroutine (OpenInlineSDK), which RunPaced
-// runs in the same rounds from one goroutine, unpaced.
+// runs in the same rounds from one goroutine twice: unpaced, and paced at
+// the same offered load.
 type PacedSide struct {
 	Name   string
 	Open   OpenFunc
@@ -59,6 +60,13 @@ type PacedSide struct {
 // disturbed, and that neighbouring rounds meet the same host.
 const PacedRounds = 8
 
+// How RunPaced publishes a side's spans.
+const (
+	paced   = iota // from Producers goroutines at the offered load
+	unpaced        // from one goroutine, back to back
+	solo           // from one goroutine at the offered load
+)
+
 // RunPaced publishes b.N spans of w through each side at the offered load
 // p, in PacedRounds alternating rounds, beside a driver that only counts
 // (the harness: the producers' walk and their pacing). It measures each
@@ -67,11 +75,16 @@ const PacedRounds = 8
 // reports for each side the median over the rounds of its figure in that
 // round (so less the harness's in that same round):
 //
-//	cpu-ns/span-<name>  CPU per published span, less the harness's
-//	shed/op-<name>      fraction of the published spans shed
-//	work-ns/span-<name> with Inline: CPU per span of the inline driver,
-//	                    less a counting driver's walked the same way
-//	work-ratio-<name>   cpu-ns/span-<name> ÷ work-ns/span-<name>
+//	cpu-ns/span-<name>    CPU per published span, less the harness's
+//	shed/op-<name>        fraction of the published spans shed
+//	work-ns/span-<name>   with Inline: CPU per span of the inline driver
+//	                      fed back to back from one goroutine, less a
+//	                      counting driver's fed the same way
+//	work-ratio-<name>     cpu-ns/span-<name> ÷ work-ns/span-<name>
+//	solo-ns/span-<name>   with Inline: the same, the one goroutine paced at
+//	                      the offered load (its bursts sleeping between
+//	                      them, no handoff)
+//	solo-ratio-<name>     cpu-ns/span-<name> ÷ solo-ns/span-<name>
 //
 // and harness-ns/span, and with two sides "ratio": the first side's
 // cpu-ns/span ÷ the second's. The rounds rotate which side goes first, and
@@ -80,35 +93,43 @@ const PacedRounds = 8
 // side that allocates per span).
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	type side struct {
-		name   string
-		d      Driver
-		inline bool
-		walks  []*Producer
-		base   Counts
-		per    []float64 // CPU per span, by round
-		spans  int
+		name  string
+		d     Driver
+		how   int
+		walks []*Producer
+		base  Counts
+		per   []float64 // CPU per span, by round
+		spans int
 	}
 	var all []*side
-	open := func(name string, o OpenFunc, inline bool) {
+	open := func(name string, o OpenFunc, how int) *side {
 		d, err := o(w)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(d.Close)
-		all = append(all, &side{name: name, d: d, inline: inline, base: warmUp(b, w, d), walks: allWalks(w)})
+		walks := allWalks(w)
+		if how == solo {
+			walks = walks[:1]
+		}
+		s := &side{name: name, d: d, how: how, base: warmUp(b, w, d), walks: walks}
+		all = append(all, s)
+		return s
 	}
-	open("harness", openNull, false)
+	var harness [solo + 1]*side // by how it is fed
+	harness[paced] = open("harness", openNull, paced)
+	var impls []*side
+	inlines := map[*side][2]*side{} // an impl's unpaced and solo inline sides
 	for _, ps := range sides {
-		open(ps.Name, ps.Open, false)
-	}
-	paced := len(all)
-	for _, ps := range sides {
+		s := open(ps.Name, ps.Open, paced)
+		impls = append(impls, s)
 		if ps.Inline != nil {
-			open(ps.Name, ps.Inline, true)
+			inlines[s] = [2]*side{open(ps.Name, ps.Inline, unpaced), open(ps.Name, ps.Inline, solo)}
 		}
 	}
-	if len(all) > paced {
-		open("harness", openNull, true)
+	if len(inlines) > 0 {
+		harness[unpaced] = open("harness", openNull, unpaced)
+		harness[solo] = open("harness", openNull, solo)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -120,7 +141,7 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 			runtime.GC()
 			b.StartTimer()
 			cpu0 := cpuTime()
-			if s.inline {
+			if s.how == unpaced {
 				publishInline(b, s.d, s.walks, n)
 			} else {
 				publishPaced(b, s.d, s.walks, n, p)
@@ -146,33 +167,37 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.name, s.spans, c.Accounted(), c.Lost, c)
 		}
 	}
-	// less is the median over the rounds of s's figure less h's.
-	less := func(s, h *side) float64 {
+	// less is the median over the rounds of s's figure less that of the
+	// harness run the same way.
+	less := func(s *side) float64 {
+		h := harness[s.how]
 		d := make([]float64, len(s.per))
 		for r := range d {
 			d[r] = s.per[r] - h.per[r]
 		}
 		return median(d)
 	}
-	per := make([]float64, len(all))
-	b.ReportMetric(median(slices.Clone(all[0].per)), "harness-ns/span")
-	for i := 1; i < paced; i++ {
-		c := all[i].d.Counts().Sub(all[i].base)
-		per[i] = less(all[i], all[0])
-		b.ReportMetric(per[i], "cpu-ns/span-"+all[i].name)
-		b.ReportMetric(float64(c.Shed)/float64(all[i].spans), "shed/op-"+all[i].name)
-	}
-	for i := paced; i < len(all)-1; i++ { // the last is the inline harness
-		work := less(all[i], all[len(all)-1])
-		b.ReportMetric(work, "work-ns/span-"+all[i].name)
-		for j := 1; j < paced; j++ {
-			if all[j].name == all[i].name && work > 0 {
-				b.ReportMetric(per[j]/work, "work-ratio-"+all[i].name)
+	b.ReportMetric(median(slices.Clone(harness[paced].per)), "harness-ns/span")
+	per := make([]float64, len(impls))
+	for i, s := range impls {
+		c := s.d.Counts().Sub(s.base)
+		per[i] = less(s)
+		b.ReportMetric(per[i], "cpu-ns/span-"+s.name)
+		b.ReportMetric(float64(c.Shed)/float64(s.spans), "shed/op-"+s.name)
+		in, ok := inlines[s]
+		if !ok {
+			continue
+		}
+		for j, unit := range [2]string{"work", "solo"} {
+			work := less(in[j])
+			b.ReportMetric(work, unit+"-ns/span-"+s.name)
+			if work > 0 {
+				b.ReportMetric(per[i]/work, unit+"-ratio-"+s.name)
 			}
 		}
 	}
-	if paced == 3 && per[2] > 0 {
-		b.ReportMetric(per[1]/per[2], "ratio")
+	if len(impls) == 2 && per[1] > 0 {
+		b.ReportMetric(per[0]/per[1], "ratio")
 	}
 }
 
@@ -192,7 +217,7 @@ func median(v []float64) float64 {
 func publishInline(b *testing.B, d Driver, walks []*Producer, n int) {
 	before := d.Counts().Accounted()
 	for i := range n {
-		d.Publish(walks[i%len(walks)].Next())
+		d.Publish(walks[i%len(walks)].Finished())
 	}
 	if err := d.Stop(); err != nil { // the inline drivers drain on Stop
 		b.Fatal(err)
@@ -221,7 +246,7 @@ func publishPaced(b *testing.B, d Driver, walks []*Producer, n int, p Pacing) {
 					}
 				}
 				for ; done < due; done++ {
-					d.Publish(w.Next())
+					d.Publish(w.Finished())
 				}
 				if wait := time.Until(start.Add(time.Duration(done) * every)); wait > 0 {
 					time.Sleep(wait)

@@ -30,7 +30,9 @@ func sideBySide(b *testing.B, w func() *bench.Workload) {
 // rounds (bench.RunPaced). cpu-ns/span-<impl> is the process CPU per
 // published span less the pacing driver's; ratio is the peer's ÷ the SDK's;
 // work-ns/span-spanstats is the SDK's Publish and consumer work on one
-// goroutine without the handoff, in the same rounds (bench.OpenInlineSDK).
+// goroutine without the handoff, in the same rounds (bench.OpenInlineSDK),
+// and solo-ns/span-spanstats the same work on one goroutine paced at the
+// cell's load.
 // The saturated benchmarks below are a throughput race under overload,
 // not this.
 func BenchmarkPaced(b *testing.B) {
