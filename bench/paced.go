@@ -92,8 +92,9 @@ const (
 // and harness-ns/span, and with two sides "ratio": the first side's
 // cpu-ns/span ÷ the second's. The rounds rotate which side goes first, and
 // a GC runs before each, outside the measurement: the garbage of one side
-// is not collected on another's time (which leaves out part of the cost of a
-// side that allocates per span).
+// is not collected on another's time. A side that allocates per span pays
+// for the cycles its allocation starts inside its window, not for the
+// collection of what is left when the window closes.
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	if b.N < PacedRounds {
 		return // the framework's first, calibrating call: a round is long
