@@ -22,9 +22,9 @@
 // CPU per span over a window of each round, once the driver is in its
 // steady state, less a driver that only counts, and beside a side's work
 // without the handoff to another goroutine (OpenInlineSDK: the SDK's
-// Publish and consumer on one goroutine, back to back and paced). SDK is the Driver of this
-// module's stats package;
-// Agent is the loopback agent it reports to.
+// Publish and consumer on one goroutine, back to back and paced). SDK is
+// the Driver of this module's stats package; Agent is the loopback agent
+// it reports to.
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -236,33 +237,55 @@ func publishInline(b *testing.B, d Driver, walks []*Producer, n int) {
 // the offered load p, and returns once d accounted for all of them.
 func publishPaced(b *testing.B, d Driver, walks []*Producer, n int, p Pacing) {
 	before := d.Counts().Accounted()
-	every := time.Duration(float64(time.Second) * float64(len(walks)) / float64(p.Rate)) // one producer's pace
-	perTick := max(1, int(p.Burst/every))
-	most := max(perTick, int(maxCatchUp/every))
+	pc := newPacer(p, len(walks))
 	var wg sync.WaitGroup
 	for i, w := range walks {
 		k := share(n, len(walks), i)
-		wg.Go(func() {
-			start, done := time.Now(), 0
-			for done < k {
-				due := min(k, done+perTick)
-				if late := int(time.Since(start) / every); late > due {
-					due = min(k, late, done+most)
-					if late > done+most { // too far behind: resume the pace from here
-						start = start.Add(time.Duration(late-due) * every)
-					}
-				}
-				for ; done < due; done++ {
-					d.Publish(w.Finished())
-				}
-				if wait := time.Until(start.Add(time.Duration(done) * every)); wait > 0 {
-					time.Sleep(wait)
-				}
-			}
-		})
+		wg.Go(func() { pc.run(d, w, time.Now(), k, time.Time{}, nil) })
 	}
 	wg.Wait()
 	awaitAccounted(b, d, before+uint64(n), backoff())
+}
+
+// pacer is one producer's pace at an offered load shared by several.
+type pacer struct {
+	every         time.Duration // between two of its spans
+	perTick, most int           // spans per burst; at most at once when late
+}
+
+func newPacer(p Pacing, producers int) pacer {
+	every := time.Duration(float64(time.Second) * float64(producers) / float64(p.Rate))
+	perTick := max(1, int(p.Burst/every))
+	return pacer{every: every, perTick: perTick, most: max(perTick, int(maxCatchUp/every))}
+}
+
+// run publishes w's spans through d at the pace from start, until it has
+// published k or end (if not zero) has passed, storing its count in c (if
+// not nil) after each burst.
+func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time, c *paddedCount) {
+	paceFrom, done := start, 0
+	for done < k {
+		now := time.Now()
+		if !end.IsZero() && !now.Before(end) {
+			return
+		}
+		due := min(k, done+pc.perTick)
+		if late := int(now.Sub(paceFrom) / pc.every); late > due {
+			due = min(k, late, done+pc.most)
+			if late > done+pc.most { // too far behind: resume the pace from here
+				paceFrom = paceFrom.Add(time.Duration(late-due) * pc.every)
+			}
+		}
+		for ; done < due; done++ {
+			d.Publish(w.Finished())
+		}
+		if c != nil {
+			c.Store(uint64(done))
+		}
+		if wait := time.Until(paceFrom.Add(time.Duration(done) * pc.every)); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
 }
 
 // publishWindow publishes through d from one goroutine per walk at the
@@ -278,38 +301,13 @@ func publishPaced(b *testing.B, d Driver, walks []*Producer, n int, p Pacing) {
 // the round.
 func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, window time.Duration) (published int, perSpan float64) {
 	before := d.Counts().Accounted()
-	every := time.Duration(float64(time.Second) * float64(len(walks)) / float64(p.Rate)) // one producer's pace
-	perTick := max(1, int(p.Burst/every))
-	most := max(perTick, int(maxCatchUp/every))
+	pc := newPacer(p, len(walks))
 	counts := make([]paddedCount, len(walks)) // spans published, by producer
 	start := time.Now()
 	end := start.Add(lead + window)
 	var wg sync.WaitGroup
 	for i, w := range walks {
-		c := &counts[i]
-		wg.Go(func() {
-			paceFrom, done := start, 0
-			for {
-				now := time.Now()
-				if !now.Before(end) {
-					return
-				}
-				due := done + perTick
-				if late := int(now.Sub(paceFrom) / every); late > due {
-					due = min(late, done+most)
-					if late > done+most { // too far behind: resume the pace from here
-						paceFrom = paceFrom.Add(time.Duration(late-due) * every)
-					}
-				}
-				for ; done < due; done++ {
-					d.Publish(w.Finished())
-				}
-				c.Store(uint64(done))
-				if wait := time.Until(paceFrom.Add(time.Duration(done) * every)); wait > 0 {
-					time.Sleep(wait)
-				}
-			}
-		})
+		wg.Go(func() { pc.run(d, w, start, math.MaxInt, end, &counts[i]) })
 	}
 	sum := func() (n uint64) {
 		for i := range counts {
