@@ -1,4 +1,4 @@
-started="2026-12-01 07:17:08 UTC"
-elapsed="627"
-commit="fe0b6b6"
+started="2026-12-02 03:43:31 UTC"
+elapsed="833"
+commit="fa3f785"
 COUNT="5" BENCHTIME="2s" BENCH="."
