@@ -233,20 +233,6 @@ func publishInline(b *testing.B, d Driver, walks []*Producer, n int) {
 	awaitAccounted(b, d, before+uint64(n), backoff())
 }
 
-// publishPaced publishes n spans through d from one goroutine per walk at
-// the offered load p, and returns once d accounted for all of them.
-func publishPaced(b *testing.B, d Driver, walks []*Producer, n int, p Pacing) {
-	before := d.Counts().Accounted()
-	pc := newPacer(p, len(walks))
-	var wg sync.WaitGroup
-	for i, w := range walks {
-		k := share(n, len(walks), i)
-		wg.Go(func() { pc.run(d, w, time.Now(), k, time.Time{}, nil) })
-	}
-	wg.Wait()
-	awaitAccounted(b, d, before+uint64(n), backoff())
-}
-
 // pacer is one producer's pace at an offered load shared by several.
 type pacer struct {
 	every         time.Duration // between two of its spans

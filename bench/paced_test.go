@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,34 +19,37 @@ const PacedRate = 2_000_000
 // next tick is due.
 const pacedTick = time.Millisecond
 
-// pacedRounds is how many rounds BenchmarkPaced alternates its sides.
-const pacedRounds = 4
-
 // BenchmarkPaced measures CPU per span at one offered load, PacedRate,
 // rather than at saturation: in Run's benchmarks both cores are always
 // busy (producers spin on a full inbox), so their CPU per counted span is
 // 2 cores ÷ throughput. Here the producers publish at PacedRate, the
 // consumer keeps up (and parks between bursts, as it does in a real
-// process), and the process's user+sys CPU over a round divided by the
-// spans published is what each span costs: the SDK's Publish and
-// aggregation, and the harness (the producers' walk and pacing), which the
-// same rounds through a driver that only counts measure, to subtract.
+// process), and the process's user+sys CPU over a round's window divided
+// by the spans published in it is what each span costs: the SDK's Publish
+// and aggregation, and the harness (the producers' walk and pacing), which
+// the same rounds through a driver that only counts measure, to subtract.
+// A round is measured as RunPaced's are (publishWindow: PacedLead
+// unmeasured, then a window of at least PacedWindow), PacedRounds of them.
 //
 // SteadyState and Adversarial through the SDK and through the counting
 // driver run in alternating rounds in one process, so that a change of the
-// host's speed hits all alike. It reports for each workload
-// cpu-ns/span-<workload> (process CPU per span), harness-ns/span-<workload>
-// (the same with the counting driver), sdk-ns/span-<workload> (the
-// difference: what the SDK costs per span), shed/op-<workload>, and
-// adversarial-ratio: sdk-ns/span of Adversarial ÷ that of SteadyState.
+// host's speed hits all alike. It reports for each workload, as medians
+// over the rounds, cpu-ns/span-<workload> (process CPU per span),
+// harness-ns/span-<workload> (the same with the counting driver),
+// sdk-ns/span-<workload> (the difference within each round: what the SDK
+// costs per span), shed/op-<workload>, and adversarial-ratio: sdk-ns/span
+// of Adversarial ÷ that of SteadyState.
 func BenchmarkPaced(b *testing.B) {
+	if b.N < PacedRounds {
+		return // the framework's first, calibrating call: a round is long
+	}
 	type side struct {
 		w       *Workload
 		d       Driver
 		harness bool
 		walks   []*Producer
 		base    Counts
-		cpu     time.Duration
+		per     []float64 // CPU per span, by round
 		spans   int
 	}
 	var sides []*side
@@ -63,19 +68,24 @@ func BenchmarkPaced(b *testing.B) {
 			sides = append(sides, s)
 		}
 	}
+	p := Pacing{Rate: PacedRate, Burst: pacedTick}
 	b.ReportAllocs()
 	b.ResetTimer()
-	for r := range pacedRounds {
-		n := share(b.N, pacedRounds, r)
-		for _, s := range sides {
-			cpu0 := cpuTime()
-			publishPaced(b, s.d, s.walks, n, Pacing{Rate: PacedRate, Burst: pacedTick})
-			s.cpu += cpuTime() - cpu0
-			s.spans += n
+	for r := range PacedRounds {
+		n := share(b.N, PacedRounds, r)
+		window := max(PacedWindow, time.Duration(float64(n)/float64(p.Rate)*float64(time.Second)))
+		for i := range sides {
+			s := sides[(i+r)%len(sides)]
+			b.StopTimer()
+			runtime.GC() // one side's garbage is not collected on another's time
+			b.StartTimer()
+			published, per := publishWindow(b, s.d, s.walks, p, PacedLead, window)
+			s.per = append(s.per, per)
+			s.spans += published
 		}
 	}
 	b.StopTimer()
-	sdk := map[string]float64{}
+	byName := map[string][2]*side{} // workload → SDK and harness sides
 	for _, s := range sides {
 		if err := s.d.Stop(); err != nil {
 			b.Fatalf("%s: stop: %v", s.w.Name, err)
@@ -84,25 +94,27 @@ func BenchmarkPaced(b *testing.B) {
 		if c.Accounted() != uint64(s.spans) || c.Lost != 0 {
 			b.Errorf("%s: published %d spans; the driver accounts for %d, lost %d: %+v", s.w.Name, s.spans, c.Accounted(), c.Lost, c)
 		}
-		if s.spans == 0 {
-			continue
-		}
-		per := float64(s.cpu.Nanoseconds()) / float64(s.spans)
+		pair := byName[s.w.Name]
 		if s.harness {
-			b.ReportMetric(per, "harness-ns/span-"+s.w.Name)
-			sdk[s.w.Name] -= per
+			pair[1] = s
+			b.ReportMetric(median(slices.Clone(s.per)), "harness-ns/span-"+s.w.Name)
 		} else {
-			b.ReportMetric(per, "cpu-ns/span-"+s.w.Name)
+			pair[0] = s
+			b.ReportMetric(median(slices.Clone(s.per)), "cpu-ns/span-"+s.w.Name)
 			b.ReportMetric(float64(c.Shed)/float64(s.spans), "shed/op-"+s.w.Name)
-			sdk[s.w.Name] += per
 		}
+		byName[s.w.Name] = pair
 	}
-	if b.N >= pacedRounds {
-		for name, v := range sdk {
-			b.ReportMetric(v, "sdk-ns/span-"+name)
+	sdk := map[string]float64{}
+	for name, pair := range byName {
+		d := make([]float64, len(pair[0].per))
+		for r := range d {
+			d[r] = pair[0].per[r] - pair[1].per[r]
 		}
-		if st := sdk[SteadyState().Name]; st > 0 {
-			b.ReportMetric(sdk[Adversarial().Name]/st, "adversarial-ratio")
-		}
+		sdk[name] = median(d)
+		b.ReportMetric(sdk[name], "sdk-ns/span-"+name)
+	}
+	if st := sdk[SteadyState().Name]; st > 0 {
+		b.ReportMetric(sdk[Adversarial().Name]/st, "adversarial-ratio")
 	}
 }
