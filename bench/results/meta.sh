@@ -1,4 +1,4 @@
-started="2026-12-02 03:43:31 UTC"
-elapsed="833"
-commit="fa3f785"
+started="2026-12-02 04:03:38 UTC"
+elapsed="865"
+commit="13b65cf"
 COUNT="5" BENCHTIME="2s" BENCH="."
