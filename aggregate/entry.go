@@ -31,10 +31,12 @@ type Entry struct {
 	Key
 	Hits, Errors, TopLevelHits uint64
 	Duration                   uint64 // sum of span durations, ns
-	// Ok and Err are the latency sketches of ok and error spans; each stays
-	// nil until its first span so an entry without errors pays nothing for Err.
-	// Once allocated a sketch is kept (emptied) across Rotate and recycling,
-	// so a reader must test Count, not nil, for "no values".
+	// Ok and Err are the latency sketches of ok and error spans. A table's
+	// entry has both from its creation, empty, each allocating its bins at
+	// its first span (an entry without errors pays nothing for Err's bins);
+	// a decoded entry's is nil when the payload had none. A sketch is kept
+	// (emptied) across Rotate and recycling, so a reader must test Count,
+	// not nil, for "no values".
 	Ok, Err *Sketch
 
 	key   string // encoded key (see Table.encodeKey); Key's strings alias it
@@ -71,7 +73,8 @@ func (e *Entry) recordBin(d int64, i int, zero, isErr, topLevel bool) {
 	}
 }
 
-// sketch is the sketch a span's latency goes to (nil until its first).
+// sketch is the sketch a span's latency goes to (nil, outside a table,
+// until its first).
 func (e *Entry) sketch(isErr bool) *Sketch {
 	if isErr {
 		return e.Err

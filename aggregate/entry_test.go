@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 func TestTableValues(t *testing.T) {
@@ -39,6 +40,9 @@ func TestTableValues(t *testing.T) {
 	}
 }
 
+// TestTableErrSketchLazy: a table's entry has both sketches from its
+// creation (next to it, see tableEntry), empty, and an entry without
+// errors pays nothing for the error sketch's bins.
 func TestTableErrSketchLazy(t *testing.T) {
 	tb := NewTable(0)
 	s := baseSpan()
@@ -46,23 +50,26 @@ func TestTableErrSketchLazy(t *testing.T) {
 		tb.Add(&s)
 	}
 	e := tb.Touched(nil)[0]
-	if e.Err != nil {
-		t.Fatal("Err sketch allocated before the first error")
+	if e.Err == nil || e.Err.Count() != 0 || e.Err.bins != nil {
+		t.Fatalf("Err sketch before the first error: %+v, want empty, without bins", e.Err)
 	}
 	if e.Ok == nil || e.Ok.Count() != 5 {
 		t.Fatalf("Ok sketch %v, want 5 values", e.Ok)
 	}
+	if te := (*tableEntry)(unsafe.Pointer(e)); e.Ok != &te.ok || e.Err != &te.err {
+		t.Fatal("a table entry's sketches are not its own tableEntry's")
+	}
 	s.Error = true
 	s.Duration = 7e6
 	tb.Add(&s)
-	if e.Err == nil || e.Err.Count() != 1 || e.Ok.Count() != 5 || e.Errors != 1 {
+	if e.Err.Count() != 1 || e.Err.bins == nil || e.Ok.Count() != 5 || e.Errors != 1 {
 		t.Fatalf("after one error: Err %v Ok %d Errors %d", e.Err, e.Ok.Count(), e.Errors)
 	}
-	// Only errors: Ok stays nil too.
+	// Only errors: the ok sketch stays without bins.
 	only := baseSpan()
 	only.Resource, only.Error = "only-errors", true
 	tb.Add(&only)
-	if e2 := find(tb, &only); e2.Ok != nil || e2.Err.Count() != 1 {
+	if e2 := find(tb, &only); e2.Ok.Count() != 0 || e2.Ok.bins != nil || e2.Err.Count() != 1 {
 		t.Fatalf("error-only entry: Ok %v Err %d", e2.Ok, e2.Err.Count())
 	}
 }

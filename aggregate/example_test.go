@@ -50,9 +50,10 @@ func ExampleTable() {
 	// touched after Rotate: 0 entries kept: 2 overflowed: 1
 }
 
-// median reads the ok sketch, or the error sketch for an entry with errors only.
+// median reads the ok sketch, or the error sketch for an entry with errors
+// only. A sketch may be there and empty: test its Count, not nil.
 func median(e *aggregate.Entry) float64 {
-	if e.Ok != nil {
+	if e.Ok != nil && e.Ok.Count() > 0 {
 		return e.Ok.Quantile(0.5)
 	}
 	return e.Err.Quantile(0.5)

@@ -182,7 +182,7 @@ func (t *Table) insert(h uint64, key []byte) *Entry {
 		idx int32
 	)
 	if len(t.entries) < t.maxEntries {
-		e = new(Entry)
+		e = newTableEntry()
 		t.entries = append(t.entries, e)
 		idx = int32(len(t.entries))
 	} else if i := t.idleEntry(); i >= 0 {
@@ -253,9 +253,28 @@ func (t *Table) unlink(h uint64, idx int32) {
 	t.slots[i] = slot{}
 }
 
+// tableEntry is a table's entry with its two sketches next to it: a hit
+// reads the entry, then the sketch it records into, and a sketch of its
+// own allocation was one more dependent cache miss per span once the
+// consumer's caches had gone cold between drains (BenchmarkPaced in
+// bench/peer; the agent reads a sketch's Count, not nil, for "no values",
+// as after a Rotate).
+type tableEntry struct {
+	Entry
+	ok, err Sketch
+}
+
+// newTableEntry returns an entry whose Ok and Err are its own tableEntry's.
+// A table never copies an entry, so they stay its own.
+func newTableEntry() *Entry {
+	te := new(tableEntry)
+	te.Ok, te.Err = &te.ok, &te.err
+	return &te.Entry
+}
+
 func (t *Table) overflowEntry() *Entry {
 	if t.overflow == nil {
-		t.overflow = new(Entry)
+		t.overflow = newTableEntry()
 		labels := t.overflow.labels()
 		for f := range labels {
 			labels[f] = BlockedValue
