@@ -1,4 +1,4 @@
-started="2026-12-02 04:03:38 UTC"
-elapsed="865"
-commit="13b65cf"
+started="2026-12-02 04:49:51 UTC"
+elapsed="863"
+commit="600b0f8"
 COUNT="5" BENCHTIME="2s" BENCH="."
