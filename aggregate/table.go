@@ -254,11 +254,9 @@ func (t *Table) unlink(h uint64, idx int32) {
 }
 
 // tableEntry is a table's entry with its two sketches next to it: a hit
-// reads the entry, then the sketch it records into, and a sketch of its
-// own allocation was one more dependent cache miss per span once the
-// consumer's caches had gone cold between drains (BenchmarkPaced in
-// bench/peer; the agent reads a sketch's Count, not nil, for "no values",
-// as after a Rotate).
+// reads the entry and then its sketch, and a sketch allocated apart is one
+// more dependent cache miss per span when the consumer's caches are cold
+// (BenchmarkPaced in bench/peer).
 type tableEntry struct {
 	Entry
 	ok, err Sketch

@@ -144,7 +144,7 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	for r := range PacedRounds {
 		// The window is PacedWindow, or longer if b.N asks for more spans.
 		n := share(b.N, PacedRounds, r)
-		window := max(PacedWindow, time.Duration(float64(n)/float64(p.Rate)*float64(time.Second)))
+		window := roundWindow(n, p)
 		n = max(n, int(window.Seconds()*float64(p.Rate)))
 		for i := range all {
 			s := all[(i+r)%len(all)]
@@ -207,6 +207,12 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	if len(impls) == 2 && per[1] > 0 {
 		b.ReportMetric(per[0]/per[1], "ratio")
 	}
+}
+
+// roundWindow is a paced round's measured window: PacedWindow, or longer
+// if the round's share of b.N, n spans, takes longer at p's rate.
+func roundWindow(n int, p Pacing) time.Duration {
+	return max(PacedWindow, time.Duration(float64(n)/float64(p.Rate)*float64(time.Second)))
 }
 
 // median sorts v and returns its median.

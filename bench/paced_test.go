@@ -72,8 +72,7 @@ func BenchmarkPaced(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for r := range PacedRounds {
-		n := share(b.N, PacedRounds, r)
-		window := max(PacedWindow, time.Duration(float64(n)/float64(p.Rate)*float64(time.Second)))
+		window := roundWindow(share(b.N, PacedRounds, r), p)
 		for i := range sides {
 			s := sides[(i+r)%len(sides)]
 			b.StopTimer()
