@@ -177,6 +177,13 @@ func (c *consumer) run() {
 			}
 			continue
 		}
+		if c.halt.Load() {
+			// Stop gave up while a batch was under way: the spans left stay
+			// unread, and parking cannot work while they fill the inbox past
+			// the mark (ParkUntil refuses), so finish now.
+			c.finish()
+			return
+		}
 		if idle < idleYields {
 			// Under overload the inbox empties only for a moment: yielding
 			// keeps the consumer runnable instead of parking until the mark.

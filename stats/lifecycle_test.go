@@ -79,3 +79,42 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	}
 	checkConservation(t, h)
 }
+
+// TestStopHaltedBeforeStopSeen: Stop's deadline can pass while the consumer
+// is inside a batch, before it has taken Stop's signal; AddBatch then stops
+// early and leaves a full inbox, which ParkUntil refuses to park on. The
+// consumer must still finish (it once spun there for good). Halt is set
+// before Start to make that order certain.
+func TestStopHaltedBeforeStopSeen(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
+		InboxSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1024
+	costlyInbox(t, a, n)
+	a.cons.halt.Store(true)
+	a.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(ctx) }()
+	select {
+	case err = <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return: the halted consumer never finished")
+	}
+	// Halted by hand, the consumer can finish before the deadline.
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want nil or the deadline's error", err)
+	}
+	h := a.Health()
+	if h.Published != n || h.Counted != 0 || h.StopUndrained != n {
+		t.Fatalf("published %d counted %d undrained %d, want %d 0 %d", h.Published, h.Counted, h.StopUndrained, n, n)
+	}
+	checkConservation(t, h)
+}
