@@ -59,7 +59,7 @@ type Payload struct {
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
 func DecodePayload(b []byte) (*Payload, error) {
-	return decodeInto(b, decoder{groups: MaxGroups}, new(Payload))
+	return decodeInto(b, &decoder{groups: MaxGroups}, new(Payload))
 }
 
 // MinWireGroupBytes is the least a group takes on the wire from a tracer
@@ -76,17 +76,37 @@ const maxSpareSketches = 256
 
 // A Decoder decodes payloads for a receiver of many (the relay) into memory
 // it keeps from one Decode to the next. A caller takes out (sets to nil)
-// the sketches it keeps and copies the strings it keeps. A Decoder is for
-// one goroutine at a time; its zero value is ready to use.
+// the sketches it keeps and copies the strings and slices it keeps. A
+// Decoder is for one goroutine at a time; its zero value is ready to use.
 type Decoder struct {
 	p      Payload
 	spares []*aggregate.Sketch
+	// The groups and the short string arrays of every Decode are carved
+	// from these, kept from one Decode to the next: allocating them anew
+	// was most of what a Decode allocated, and the GC work and write
+	// barriers that came with it (BenchmarkAccept).
+	buckets []DecodedBucket
+	groups  []Group
+	strs    []string
+	d       decoder // kept too: a decoder escapes to the heap
 }
+
+// A Decoder drops an arena grown past these between payloads, so that what
+// it keeps stays bounded whatever its input; real payloads of the relay's
+// 64 KiB datagrams hold a few hundred groups.
+const (
+	maxKeptGroups  = 1024
+	maxKeptStrings = 4096
+	// maxCarvedStrings is the longest string array carved from the arena;
+	// longer (rare) ones are allocated on their own.
+	maxCarvedStrings = 64
+	maxCarvedBuckets = 16
+)
 
 // Decode decodes b as DecodePayload does, with three differences. Its
 // strings alias b, valid only while b is not modified. The Payload it returns
 // is the Decoder's own, valid until the next Decode, which empties and
-// reuses the sketches still in it. It takes at most maxGroups groups: a
+// reuses the sketches still in it and writes over its slices. It takes at most maxGroups groups: a
 // decoder of untrusted input passes len(b)/MinWireGroupBytes, so that what
 // it allocates stays a small multiple of what it received.
 func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
@@ -102,15 +122,26 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 		}
 	}
 	dec.p = Payload{}
-	d := decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares}
-	p, err := decodeInto(b, d, &dec.p)
+	if cap(dec.groups) > maxKeptGroups {
+		dec.groups = nil
+	}
+	if cap(dec.buckets) > maxCarvedBuckets {
+		dec.buckets = nil
+	}
+	if cap(dec.strs) > maxKeptStrings {
+		dec.strs = nil
+	}
+	dec.buckets, dec.groups, dec.strs = dec.buckets[:0], dec.groups[:0], dec.strs[:0]
+	dec.d = decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares,
+		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
+	p, err := decodeInto(b, &dec.d, &dec.p)
 	if err != nil {
 		dec.p = Payload{} // what it decoded before the error is not handed out
 	}
 	return p, err
 }
 
-func decodeInto(b []byte, d decoder, p *Payload) (*Payload, error) {
+func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 	d.path = d.pathBuf[:0]
 	rest, err := d.payload(b, p)
 	if w, ok := err.(wrapped); ok {
@@ -125,11 +156,16 @@ func decodeInto(b []byte, d decoder, p *Payload) (*Payload, error) {
 // decoder tracks the path to the value it reads, for errors, and how many
 // groups the payload may still carry, for MaxGroups.
 type decoder struct {
-	groups  int
-	alias   bool                 // strings alias the input (Decoder)
-	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
-	path    []step
-	pathBuf [6]step // payload key, bucket, bucket key, group, group key, string
+	groups int
+	alias  bool                 // strings alias the input (Decoder)
+	spares *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
+	// Where bucket and group slices and short string arrays are carved
+	// (Decoder; nil: allocated).
+	bucketArena *[]DecodedBucket
+	groupArena  *[]Group
+	strArena    *[]string
+	path        []step
+	pathBuf     [6]step // payload key, bucket, bucket key, group, group key, string
 }
 
 // step is one step of a path: an array index, or a map key when index < 0.
@@ -206,9 +242,11 @@ func (d *decoder) decodeMap(b []byte, value func(key string, b []byte) ([]byte, 
 // with skipNil a nil element is skipped, as msgp does for the bucket and
 // group arrays. It preallocates for no more elements than the rest of b
 // could hold at minSize bytes each: a hostile header cannot make it
-// allocate beyond a small multiple of the input's size.
+// allocate beyond a small multiple of the input's size. The preallocation
+// is carved from arena when it is not nil and holds at most maxCarve
+// elements.
 func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil bool,
-	elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
+	arena *[]T, maxCarve int, elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -223,7 +261,12 @@ func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil 
 		return nil, b, nil
 	}
 	*budget -= int(n)
-	out := make([]T, 0, min(uint64(n), uint64(len(b)/minSize)))
+	var out []T
+	if c := int(min(uint64(n), uint64(len(b)/minSize))); arena != nil && c <= maxCarve {
+		out = carve(arena, c)
+	} else {
+		out = make([]T, 0, c)
+	}
 	d.path = append(d.path, step{})
 	for i := 0; i < int(n); i++ {
 		if skipNil && msgp.IsNil(b) {
@@ -238,6 +281,20 @@ func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil 
 	}
 	d.path = d.path[:len(d.path)-1]
 	return out, b, nil
+}
+
+// carve returns an empty slice of capacity n from the unused tail of
+// *arena, replacing the arena by a larger one when it has no room (slices
+// carved before keep the old one). An element may hold a stale value until
+// it is appended over.
+func carve[T any](arena *[]T, n int) []T {
+	a := *arena
+	if cap(a)-len(a) < n {
+		a = make([]T, 0, max(2*cap(a), n, 16))
+	}
+	l := len(a)
+	*arena = a[:l+n]
+	return a[l : l : l+n]
 }
 
 // minGroupPrealloc is the wire size per group assumed when preallocating a
@@ -259,7 +316,7 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 			h.Version, b, err = d.readString(b)
 		case "Stats":
 			buckets := MaxBuckets
-			p.Buckets, b, err = decodeArray(d, b, &buckets, 1, true, d.bucket)
+			p.Buckets, b, err = decodeArray(d, b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
 		case "Lang":
 			h.Lang, b, err = d.readString(b)
 		case "TracerVersion":
@@ -299,7 +356,7 @@ func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 		case "Duration":
 			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case "Stats":
-			bk.Groups, b, err = decodeArray(d, b, &d.groups, minGroupPrealloc, true, d.group)
+			bk.Groups, b, err = decodeArray(d, b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
 		case "AgentTimeShift":
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
 		default:
@@ -397,7 +454,7 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 // empty array is nil.
 func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 	budget := MaxStrings
-	return decodeArray(d, b, &budget, 1, false, func(b []byte, s *string) (_ []byte, err error) {
+	return decodeArray(d, b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
 		*s, b, err = d.readString(b)
 		return b, err
 	})

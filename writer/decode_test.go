@@ -389,22 +389,27 @@ func TestDecoderReuse(t *testing.T) {
 		}
 	}
 
-	// Reusing, a payload costs what the same payload without sketches costs
-	// fresh, less the Payload itself.
+	// Reusing, a payload allocates nothing: its sketches, buckets, groups
+	// and tag arrays are carved from what the previous payloads left, while
+	// a fresh Decoder allocates for them.
 	b := sketchPayload(4, 1e3)
-	noSketches, err := DecodePayload(b)
-	if err != nil {
+	if fresh := testing.AllocsPerRun(20, func() { _, _ = new(Decoder).Decode(b, MaxGroups) }); fresh < 4 {
+		t.Errorf("a fresh Decoder allocated %v times for a payload of 4 groups with 8 sketches", fresh)
+	}
+	if reused := testing.AllocsPerRun(20, func() { _, _ = dec.Decode(b, MaxGroups) }); reused != 0 {
+		t.Errorf("allocations per payload, reusing: %v; want 0", reused)
+	}
+
+	// An arena grown by one large payload is not kept past the next.
+	large := sketchPayload(2*maxKeptGroups, 1e3)
+	if got, err := dec.Decode(large, MaxGroups); err != nil || len(got.Buckets[0].Groups) != 2*maxKeptGroups {
+		t.Fatalf("large payload: %v", err)
+	}
+	if _, err := dec.Decode(smallPayload(), MaxGroups); err != nil {
 		t.Fatal(err)
 	}
-	for i := range noSketches.Buckets[0].Groups {
-		g := &noSketches.Buckets[0].Groups[i]
-		g.Ok, g.Err = nil, nil
-	}
-	plain := noSketches.Append(nil)
-	bare := testing.AllocsPerRun(20, func() { _, _ = new(Decoder).Decode(plain, MaxGroups) })
-	reused := testing.AllocsPerRun(20, func() { _, _ = dec.Decode(b, MaxGroups) })
-	if reused != bare-1 {
-		t.Errorf("allocations per payload: %v reusing, %v fresh without sketches; want 1 fewer", reused, bare)
+	if cap(dec.groups) > maxKeptGroups {
+		t.Errorf("after a small payload the Decoder keeps room for %d groups; want at most %d", cap(dec.groups), maxKeptGroups)
 	}
 
 	big := sketchPayload(maxSpareSketches, 1e3) // twice as many sketches as spares
