@@ -51,27 +51,17 @@ func readMapKey(b []byte) ([]byte, []byte, error) {
 	return msgp.ReadMapKeyZC(b)
 }
 
-// shortStr reads a whole fixstr or str8 at the start of b, what every key
-// and most labels are, without msgp's general path (a third of a group's
+// shortStr reads a whole fixstr at the start of b, what every key and
+// most labels are, without msgp's general path (a third of a group's
 // decode went to it; BenchmarkAccept); ok is false for anything else,
-// which the caller reads the general way.
+// which the caller reads the general way. Small enough to be inlined.
 func shortStr(b []byte) (v, rest []byte, ok bool) {
-	if len(b) == 0 {
-		return nil, b, false
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 {
+		if end := 1 + int(b[0]&0x1f); end <= len(b) {
+			return b[1:end], b[end:], true
+		}
 	}
-	var start, end int
-	switch c := b[0]; {
-	case c&0xe0 == 0xa0: // fixstr
-		start, end = 1, 1+int(c&0x1f)
-	case c == 0xd9 && len(b) >= 2: // str8
-		start, end = 2, 2+int(b[1])
-	default:
-		return nil, b, false
-	}
-	if end > len(b) {
-		return nil, b, false
-	}
-	return b[start:end], b[end:], true
+	return nil, b, false
 }
 
 func readBytes(b []byte) ([]byte, []byte, error) {
