@@ -491,6 +491,72 @@ func TestDrainClosedWaitsForInflightWrite(t *testing.T) {
 	}
 }
 
+// TestDiscardClosed: on a closed ring that has wrapped, DiscardClosed drops
+// every item (returning their count), leaves no slot pointing at one, and
+// leaves the ring empty for good; on an open ring it drops nothing.
+func TestDiscardClosed(t *testing.T) {
+	r := New[*int](8)
+	vals := make([]int, 13)
+	dst := make([]*int, 8)
+	for i := range 5 {
+		p := &vals[i]
+		r.Push(&p)
+	}
+	if n := r.Drain(dst); n != 5 { // the head moves on: the next pushes wrap
+		t.Fatalf("Drain = %d, want 5", n)
+	}
+	for i := 5; i < 13; i++ {
+		if p := &vals[i]; !r.Push(&p) {
+			t.Fatalf("push %d refused", i)
+		}
+	}
+	if n := r.DiscardClosed(); n != 0 || r.Len() != 8 {
+		t.Fatalf("DiscardClosed on an open ring = %d, Len %d; want 0, 8", n, r.Len())
+	}
+	r.Close()
+	if n := r.DiscardClosed(); n != 8 {
+		t.Fatalf("DiscardClosed = %d, want 8", n)
+	}
+	for i := range r.buf {
+		if r.buf[i].val != nil {
+			t.Fatalf("slot %d still points at an item", i)
+		}
+	}
+	if n, l := r.DrainClosed(dst), r.Len(); n != 0 || l != 0 {
+		t.Fatalf("after DiscardClosed: DrainClosed = %d, Len = %d; want 0, 0", n, l)
+	}
+	if n := r.DiscardClosed(); n != 0 {
+		t.Fatalf("second DiscardClosed = %d, want 0", n)
+	}
+}
+
+func TestDiscardClosedWaitsForInflightWrite(t *testing.T) {
+	r := New[*int](4)
+	x, y := 10, 20
+	px := &x
+	r.Push(&px)
+	pos := r.tail.Add(1) - 1 // a producer that claimed before Close, not yet written
+	r.Close()
+	got := make(chan int)
+	go func() { got <- r.DiscardClosed() }()
+	select {
+	case n := <-got:
+		t.Fatalf("DiscardClosed returned %d before the claimed slot was written", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	s := &r.buf[pos&r.mask]
+	s.val = &y
+	s.seq.Store(pos + 1)
+	select {
+	case n := <-got:
+		if n != 2 || s.val != nil {
+			t.Fatalf("DiscardClosed = %d, slot %v; want 2 and the slot zeroed", n, s.val)
+		}
+	case <-time.After(wakeTimeout):
+		t.Fatal("DiscardClosed did not return")
+	}
+}
+
 func TestDrainClosedOnOpenRingActsLikeDrain(t *testing.T) {
 	r := New[int](4)
 	x := 3

@@ -361,14 +361,7 @@ func (c *consumer) finish() {
 		}
 		c.batch[0] = aggregate.Record{} // do not pin the span's strings
 	}
-	for {
-		n := c.in.DrainClosed(c.batch)
-		if n == 0 {
-			break
-		}
-		c.ctr.stopUndrained.Add(uint64(n))
-		clear(c.batch[:n])
-	}
+	c.ctr.stopUndrained.Add(uint64(c.in.DiscardClosed()))
 	c.stopping = true
 	c.reportAll(c.clock(), nil)
 	close(c.out)
