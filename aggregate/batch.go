@@ -27,13 +27,7 @@ func (t *Table) AddBatch(spans []*Record) int {
 	case !t.Attacked() && havePrefetch:
 		return t.addHits(spans)
 	case !t.Attacked():
-		for i, s := range spans {
-			if t.halted() {
-				return i
-			}
-			t.Add(s)
-		}
-		return len(spans)
+		return t.addPlain(spans)
 	case havePrefetch:
 		return t.addPrefetching(spans)
 	default:
@@ -110,6 +104,19 @@ func (t *Table) addHits(spans []*Record) int {
 	}
 	for ; head != tail; head++ {
 		q[head%recordLag].record()
+	}
+	return len(spans)
+}
+
+// addPlain is AddBatch off attack without prefetch instructions: Add span
+// by span. As in addHits, a halt stops it only at a span the recent-span
+// cache misses.
+func (t *Table) addPlain(spans []*Record) int {
+	for i, s := range spans {
+		if t.halted() && t.recentEntry(s) == nil {
+			return i
+		}
+		t.Add(s)
 	}
 	return len(spans)
 }

@@ -123,7 +123,7 @@ func TestAddBatchHalts(t *testing.T) {
 		name string
 		add  func(*Table, []*Record) int
 	}{
-		{"AddBatch", (*Table).AddBatch}, {"hits", (*Table).addHits},
+		{"AddBatch", (*Table).AddBatch}, {"hits", (*Table).addHits}, {"plain", (*Table).addPlain},
 		{"prefetching", (*Table).addPrefetching}, {"touching", (*Table).addTouching},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
