@@ -90,7 +90,8 @@ type Relay struct {
 	seed        uint64
 	ov          overflowHashes
 	// Per-datagram scratch, reused: *hasher (its buffers) and
-	// *writer.Decoder (its payload and sketches), held until the merge ends.
+	// *writer.Decoder (its payload, sketches and slices: at most ~400 KB
+	// kept each, see writer.maxKeptGroups), held until the merge ends.
 	hashers, decoders sync.Pool
 
 	datagrams, bytes [NumTransports]atomic.Uint64
