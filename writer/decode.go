@@ -142,10 +142,9 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 }
 
 func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
-	d.path = d.pathBuf[:0]
 	rest, err := d.payload(b, p)
-	if w, ok := err.(wrapped); ok {
-		return nil, w.error
+	if err != nil {
+		return nil, asPathError(err).wrap()
 	}
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTrailingBytes, len(rest))
@@ -153,8 +152,8 @@ func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 	return p, nil
 }
 
-// decoder tracks the path to the value it reads, for errors, and how many
-// groups the payload may still carry, for MaxGroups.
+// decoder tracks how many groups the payload may still carry, for
+// MaxGroups, and where to put what it decodes.
 type decoder struct {
 	groups int
 	alias  bool                 // strings alias the input (Decoder)
@@ -164,8 +163,6 @@ type decoder struct {
 	bucketArena *[]DecodedBucket
 	groupArena  *[]Group
 	strArena    *[]string
-	path        []step
-	pathBuf     [6]step // payload key, bucket, bucket key, group, group key, string
 }
 
 // step is one step of a path: an array index, or a map key when index < 0.
@@ -174,26 +171,46 @@ type step struct {
 	index int
 }
 
-// wrapped is an error that carries its full path already: the levels it
-// passes on its way out leave it alone. (msgp cannot add to the path of
-// every error it wraps: the context of a wrapped foreign error, or of
-// UintBelowZero, is set once, so the whole path is added at the innermost
-// level.)
-type wrapped struct{ error }
+// pathError is an error on its way out of the decoder: each level it
+// leaves adds its step, so that a payload that decodes pays nothing for
+// paths (keeping one as the decoder went cost ~5 % of a decode;
+// BenchmarkAccept). At the top, wrap hands the whole path to msgp.WrapError
+// at once: msgp cannot add to the path of every error it wraps (the
+// context of a wrapped foreign error, or of UintBelowZero, is set once).
+type pathError struct {
+	err   error
+	steps []step // innermost first
+}
 
-// wrap adds the path of the value being read to err, once.
-func (d *decoder) wrap(err error) error {
-	if _, ok := err.(wrapped); ok {
-		return err
+func (e *pathError) Error() string { return e.wrap().Error() }
+
+// at returns err (a pathError or not yet) with s added as the step outside
+// the ones it has.
+func at(err error, s step) error {
+	e := asPathError(err)
+	e.steps = append(e.steps, s)
+	return e
+}
+
+// asPathError returns err as a pathError, making it one if needed.
+func asPathError(err error) *pathError {
+	if e, ok := err.(*pathError); ok {
+		return e
 	}
-	ctx := make([]any, len(d.path))
-	for i, s := range d.path {
-		ctx[i] = s.index
+	return &pathError{err: err}
+}
+
+// wrap returns the error with its path, as msgp would have wrapped it.
+func (e *pathError) wrap() error {
+	ctx := make([]any, len(e.steps))
+	for i, s := range e.steps {
+		c := any(s.index)
 		if s.index < 0 {
-			ctx[i] = fieldName(s.key)
+			c = fieldName(s.key)
 		}
+		ctx[len(ctx)-1-i] = c
 	}
-	return wrapped{msgp.WrapError(err, ctx...)}
+	return msgp.WrapError(e.err, ctx...)
 }
 
 // fieldName is the context for an error in the value of key k: the key, or
@@ -220,19 +237,17 @@ func fieldName(k string) any {
 func (d *decoder) decodeMap(b []byte, value func(key string, b []byte) ([]byte, error)) ([]byte, error) {
 	n, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
-		return b, d.wrap(err)
+		return b, asPathError(err)
 	}
 	for ; n > 0; n-- {
 		var key []byte
 		if key, b, err = readMapKey(b); err != nil {
-			return b, d.wrap(err)
+			return b, asPathError(err)
 		}
 		k := msgp.UnsafeString(key)
-		d.path = append(d.path, step{key: k, index: -1})
 		if b, err = value(k, b); err != nil {
-			return b, d.wrap(err)
+			return b, at(err, step{key: k, index: -1})
 		}
-		d.path = d.path[:len(d.path)-1]
 	}
 	return b, nil
 }
@@ -245,17 +260,17 @@ func (d *decoder) decodeMap(b []byte, value func(key string, b []byte) ([]byte, 
 // allocate beyond a small multiple of the input's size. The preallocation
 // is carved from arena when it is not nil and holds at most maxCarve
 // elements.
-func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil bool,
+func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 	arena *[]T, maxCarve int, elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
-		return nil, b, d.wrap(err)
+		return nil, b, asPathError(err)
 	}
 	if uint64(n) > uint64(*budget) {
-		return nil, b, d.wrap(msgp.ErrLimitExceeded)
+		return nil, b, asPathError(msgp.ErrLimitExceeded)
 	}
 	if n == 0 {
 		return nil, b, nil
@@ -267,19 +282,16 @@ func decodeArray[T any](d *decoder, b []byte, budget *int, minSize int, skipNil 
 	} else {
 		out = make([]T, 0, c)
 	}
-	d.path = append(d.path, step{})
 	for i := 0; i < int(n); i++ {
 		if skipNil && msgp.IsNil(b) {
 			b = b[1:]
 			continue
 		}
-		d.path[len(d.path)-1].index = i
 		out = append(out, *new(T))
 		if b, err = elem(b, &out[len(out)-1]); err != nil {
-			return nil, b, d.wrap(err)
+			return nil, b, at(err, step{index: i})
 		}
 	}
-	d.path = d.path[:len(d.path)-1]
 	return out, b, nil
 }
 
@@ -316,7 +328,7 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 			h.Version, b, err = d.readString(b)
 		case "Stats":
 			buckets := MaxBuckets
-			p.Buckets, b, err = decodeArray(d, b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
+			p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
 		case "Lang":
 			h.Lang, b, err = d.readString(b)
 		case "TracerVersion":
@@ -356,7 +368,7 @@ func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 		case "Duration":
 			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case "Stats":
-			bk.Groups, b, err = decodeArray(d, b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
+			bk.Groups, b, err = decodeArray(b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
 		case "AgentTimeShift":
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
 		default:
@@ -454,7 +466,7 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 // empty array is nil.
 func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 	budget := MaxStrings
-	return decodeArray(d, b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
+	return decodeArray(b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
 		*s, b, err = d.readString(b)
 		return b, err
 	})
