@@ -27,6 +27,9 @@ const (
 	DefaultUDPRcvBuf  = 4 << 20
 	DefaultAgentURL   = "http://127.0.0.1:8126"
 	DefaultGrace      = 3 * time.Second
+	// DefaultStopDrain bounds how long the readers go on taking what the
+	// kernel queued once Run's context ends.
+	DefaultStopDrain = time.Second
 	// DefaultQueue is how many read batches may wait for a decode worker
 	// before the readers wait (and the kernel queues): each holds
 	// BatchSize buffers of MaxDatagram bytes, so it is memory, and more of
@@ -68,7 +71,13 @@ type ServerConfig struct {
 	Workers, Queue, BatchSize int
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
-	Logger          *slog.Logger `json:"-"`
+	// StopDrain is how long, once Run's context ends, the readers go on
+	// taking what the kernel queued before the sockets close (zero:
+	// DefaultStopDrain). Senders that never let a socket empty would
+	// otherwise keep the relay from stopping; what they still queue past
+	// it is not read.
+	StopDrain time.Duration
+	Logger    *slog.Logger `json:"-"`
 	// Now is the clock (nil: time.Now); tests move it.
 	Now func() time.Time `json:"-"`
 }
@@ -95,6 +104,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
+	if c.StopDrain <= 0 {
+		c.StopDrain = DefaultStopDrain
+	}
 	if c.Grace < 0 {
 		c.Grace = 0
 	}
@@ -117,6 +129,7 @@ type Server struct {
 	origins *Origins
 	ep      agentclient.Endpoint
 	conns   [NumTransports]*dgram.Conn
+	closing sync.Once // of conns
 	log     *slog.Logger
 
 	queue chan job // read batches for the decode workers
@@ -237,11 +250,13 @@ func (s *Server) Addr(t Transport) string {
 }
 
 func (s *Server) closeConns() {
-	for _, c := range s.conns {
-		if c != nil {
-			c.Close()
+	s.closing.Do(func() {
+		for _, c := range s.conns {
+			if c != nil {
+				c.Close()
+			}
 		}
-	}
+	})
 }
 
 // Run serves until ctx ends, then stops the readers, decodes what they
@@ -270,7 +285,9 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 			c.Drain() // the readers take what the kernel queued, then end
 		}
 	}
+	cut := time.AfterFunc(s.cfg.StopDrain, s.closeConns) // or are cut off
 	readers.Wait()
+	cut.Stop()
 	s.closeConns()
 	close(s.queue)
 	workers.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,6 +186,60 @@ func TestBurstOfThousandSenders(t *testing.T) {
 		t.Fatalf("agent received %d hits, want %d", hits, senders)
 	}
 	checkIdentity(t, st)
+}
+
+// TestStopDrainIsBounded: senders that never let the UDP socket empty do
+// not keep the relay from stopping: Run returns about StopDrain after its
+// context ends (the readers, one datagram per recvmmsg, then close the
+// socket), and what it took is accounted for.
+func TestStopDrainIsBounded(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	const drain = 100 * time.Millisecond
+	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: drain, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, 5*time.Second)
+	}()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			c, err := net.Dial("udp", s.Addr(relay.UDP))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			d := validDatagram(uint64(g)<<32+1, 5)
+			for !stop.Load() {
+				_, _ = c.Write(d) // refused once the relay closes: kept sending
+			}
+		})
+	}
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	waitFor(t, "the flood to reach the relay", func() bool { return s.Relay().Stats().Datagrams[relay.UDP] > 1000 })
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still serving 10 s after its context ended, under a flood")
+	}
+	// Slack for a loaded machine: the forward after the drain, to a live agent.
+	if took := time.Since(start); took > drain+2*time.Second {
+		t.Fatalf("Run took %s to stop under a flood, StopDrain %s", took, drain)
+	}
+	checkIdentity(t, s.Relay().Stats())
 }
 
 // validDatagram is an enveloped payload of one group of hits spans.
