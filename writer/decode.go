@@ -292,6 +292,9 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 			return nil, b, at(err, step{index: i})
 		}
 	}
+	if len(out) == 0 { // every element nil: empty, so nil whatever was carved
+		return nil, b, nil
+	}
 	return out, b, nil
 }
 
