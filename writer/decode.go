@@ -81,8 +81,8 @@ const maxSpareSketches = 256
 type Decoder struct {
 	p      Payload
 	spares []*aggregate.Sketch
-	// The groups and the short string arrays of every Decode are carved
-	// from these, kept from one Decode to the next: allocating them anew
+	// The buckets, groups and short string arrays of every Decode are
+	// carved from these, kept from one Decode to the next: allocating them anew
 	// was most of what a Decode allocated, and the GC work and write
 	// barriers that came with it (BenchmarkAccept).
 	buckets []DecodedBucket
@@ -100,15 +100,18 @@ const (
 	// maxCarvedStrings is the longest string array carved from the arena;
 	// longer (rare) ones are allocated on their own.
 	maxCarvedStrings = 64
+	// maxCarvedBuckets is the longest bucket array carved and the most
+	// buckets kept: a payload carries one or two.
 	maxCarvedBuckets = 16
 )
 
 // Decode decodes b as DecodePayload does, with three differences. Its
 // strings alias b, valid only while b is not modified. The Payload it returns
 // is the Decoder's own, valid until the next Decode, which empties and
-// reuses the sketches still in it and writes over its slices. It takes at most maxGroups groups: a
-// decoder of untrusted input passes len(b)/MinWireGroupBytes, so that what
-// it allocates stays a small multiple of what it received.
+// reuses the sketches still in it and writes over its slices. It takes at
+// most maxGroups groups: a decoder of untrusted input passes
+// len(b)/MinWireGroupBytes, so that what it allocates stays a small multiple
+// of what it received.
 func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 	for i := range dec.p.Buckets {
 		gs := dec.p.Buckets[i].Groups
