@@ -259,10 +259,10 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 // whole rather than with the SetClear function, and leaves the slots'
 // sequence numbers as the producers published them (a producer holding a
 // position from before Close then sees a taken slot, rereads the tail and
-// finds the ring closed). A full ring dropped when Stop's deadline has
-// passed cost a copy of every item before (a hundred ms under the race
-// detector; TestStopDeadlineWithCostlyInbox). On a ring that is not closed
-// it does nothing and returns 0. Consumer goroutine only.
+// finds the ring closed): Stop, past its deadline, drops a full ring at
+// the cost of one write per item (TestStopDeadlineWithCostlyInbox). On a
+// ring that is not closed it does nothing and returns 0. Consumer
+// goroutine only.
 func (r *Ring[T]) DiscardClosed() int {
 	t := r.tail.Load()
 	if t&closedBit == 0 {

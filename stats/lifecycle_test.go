@@ -83,8 +83,8 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 // TestStopHaltedBeforeStopSeen: Stop's deadline can pass while the consumer
 // is inside a batch, before it has taken Stop's signal; AddBatch then stops
 // early and leaves a full inbox, which ParkUntil refuses to park on. The
-// consumer must still finish (it once spun there for good). Halt is set
-// before Start to make that order certain.
+// consumer must still finish rather than spin. Halt is set before Start to
+// make that order certain.
 func TestStopHaltedBeforeStopSeen(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()

@@ -176,10 +176,10 @@ type step struct {
 
 // pathError is an error on its way out of the decoder: each level it
 // leaves adds its step, so that a payload that decodes pays nothing for
-// paths (keeping one as the decoder went cost ~5 % of a decode;
-// BenchmarkAccept). At the top, wrap hands the whole path to msgp.WrapError
-// at once: msgp cannot add to the path of every error it wraps (the
-// context of a wrapped foreign error, or of UintBelowZero, is set once).
+// paths (BenchmarkAccept). At the top, wrap hands the whole path to
+// msgp.WrapError at once: msgp cannot add to the path of every error it
+// wraps (the context of a wrapped foreign error, or of UintBelowZero, is
+// set once).
 type pathError struct {
 	err   error
 	steps []step // innermost first

@@ -52,9 +52,9 @@ func readMapKey(b []byte) ([]byte, []byte, error) {
 }
 
 // shortStr reads a whole fixstr at the start of b, what every key and
-// most labels are, without msgp's general path (a third of a group's
-// decode went to it; BenchmarkAccept); ok is false for anything else,
-// which the caller reads the general way. Small enough to be inlined.
+// most labels are, without msgp's general path (BenchmarkAccept); ok is
+// false for anything else, which the caller reads the general way. Small
+// enough to be inlined.
 func shortStr(b []byte) (v, rest []byte, ok bool) {
 	if len(b) > 0 && b[0]&0xe0 == 0xa0 {
 		if end := 1 + int(b[0]&0x1f); end <= len(b) {

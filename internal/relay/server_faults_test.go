@@ -196,17 +196,8 @@ func TestStopDrainIsBounded(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	const drain = 100 * time.Millisecond
-	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
 		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: drain, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx, 5*time.Second)
-	}()
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for g := range 3 {
@@ -229,7 +220,11 @@ func TestStopDrainIsBounded(t *testing.T) {
 	}()
 	waitFor(t, "the flood to reach the relay", func() bool { return s.Relay().Stats().Datagrams[relay.UDP] > 1000 })
 	start := time.Now()
-	cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopRelay()
+	}()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
