@@ -89,9 +89,20 @@ const (
 //	                      the offered load (its bursts sleeping between
 //	                      them, no handoff)
 //	solo-ratio-<name>     cpu-ns/span-<name> ÷ solo-ns/span-<name>
+//	load-<name>           spans published in the window ÷ those offered
+//	bursts/span-<name>    the producers' wake-ups per span in the window
+//	pacing-ratio-<name>   bursts/span-<name> ÷ the harness's
 //
-// and harness-ns/span, and with two sides "ratio": the first side's
-// cpu-ns/span ÷ the second's. The rounds rotate which side goes first, and
+// and harness-ns/span, harness-bursts/span, harness-load, and with two
+// sides "ratio": the first side's cpu-ns/span ÷ the second's.
+//
+// Subtracting the harness's CPU is sound only when a side's producers wake
+// as often per span as the harness's: each wake-up costs the process
+// microseconds. Where a side's Publish holds a producer past its next due
+// time, that producer publishes more spans per wake-up than the harness's
+// (pacing-ratio below 1) and the harness's cost over-corrects the side's,
+// as when the Go timer cannot pace spread arrivals at 1 M spans/s; a load
+// below 1 says a side fell behind the offered load. The rounds rotate which side goes first, and
 // a GC runs before each, outside the measurement: the garbage of one side
 // is not collected on another's time. A side that allocates per span pays
 // for the cycles its allocation starts inside its window, not for the
@@ -108,6 +119,8 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		base  Counts
 		per   []float64 // CPU per span, by round
 		spans int
+		// By paced round: wake-ups per span, and the load achieved.
+		bursts, load []float64
 	}
 	var all []*side
 	open := func(name string, o OpenFunc, how int) *side {
@@ -158,9 +171,11 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 				s.spans += n
 				continue
 			}
-			published, per := publishWindow(b, s.d, s.walks, p, PacedLead, window)
-			s.per = append(s.per, per)
-			s.spans += published
+			c := publishWindow(b, s.d, s.walks, p, PacedLead, window)
+			s.per = append(s.per, c.perSpan)
+			s.bursts = append(s.bursts, c.burstsPerSpan)
+			s.load = append(s.load, c.load)
+			s.spans += c.published
 		}
 	}
 	b.StopTimer()
@@ -185,13 +200,23 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		}
 		return median(d)
 	}
-	b.ReportMetric(median(slices.Clone(harness[paced].per)), "harness-ns/span")
+	h := harness[paced]
+	b.ReportMetric(median(slices.Clone(h.per)), "harness-ns/span")
+	b.ReportMetric(median(slices.Clone(h.bursts)), "harness-bursts/span")
+	b.ReportMetric(median(slices.Clone(h.load)), "harness-load")
 	per := make([]float64, len(impls))
 	for i, s := range impls {
 		c := s.d.Counts().Sub(s.base)
 		per[i] = less(s)
 		b.ReportMetric(per[i], "cpu-ns/span-"+s.name)
 		b.ReportMetric(float64(c.Shed)/float64(s.spans), "shed/op-"+s.name)
+		b.ReportMetric(median(slices.Clone(s.load)), "load-"+s.name)
+		b.ReportMetric(median(slices.Clone(s.bursts)), "bursts/span-"+s.name)
+		pacing := make([]float64, len(s.bursts))
+		for r := range pacing {
+			pacing[r] = s.bursts[r] / h.bursts[r]
+		}
+		b.ReportMetric(median(pacing), "pacing-ratio-"+s.name)
 		in, ok := inlines[s]
 		if !ok {
 			continue
@@ -252,9 +277,10 @@ func newPacer(p Pacing, producers int) pacer {
 }
 
 // run publishes w's spans through d at the pace from start, until it has
-// published k or end (if not zero) has passed, storing its count in c (if
-// not nil) after each burst.
-func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time, c *paddedCount) {
+// published k or end (if not zero) has passed, storing its count in c after
+// each burst and adding one to bursts: a burst is one wake-up that
+// publishes, so bursts per span is what the pacing's sleeps cost per span.
+func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time, c, bursts *paddedCount) {
 	paceFrom, done := start, 0
 	for done < k {
 		now := time.Now()
@@ -271,13 +297,23 @@ func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time
 		for ; done < due; done++ {
 			d.Publish(w.Finished())
 		}
-		if c != nil {
-			c.Store(uint64(done))
-		}
+		c.Store(uint64(done))
+		bursts.Add(1)
 		if wait := time.Until(paceFrom.Add(time.Duration(done) * pc.every)); wait > 0 {
 			time.Sleep(wait)
 		}
 	}
+}
+
+// windowCost is what publishWindow measured over a window.
+type windowCost struct {
+	published int     // spans published, lead and window
+	perSpan   float64 // process CPU per span published in the window
+	// burstsPerSpan is the producers' wake-ups per span in the window; load
+	// is the spans published in it over those the offered load asks for.
+	// Both depend on the side: a producer that a slow Publish holds up past
+	// its next due time publishes more spans per wake-up, or falls behind.
+	burstsPerSpan, load float64
 }
 
 // publishWindow publishes through d from one goroutine per walk at the
@@ -291,31 +327,38 @@ func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time
 // sides' rounds, the last ones drained at a timer) is not a cost per span
 // of a process publishing at that load, and it weighed more, the shorter
 // the round.
-func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, window time.Duration) (published int, perSpan float64) {
+func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, window time.Duration) windowCost {
 	before := d.Counts().Accounted()
 	pc := newPacer(p, len(walks))
 	counts := make([]paddedCount, len(walks)) // spans published, by producer
+	bursts := make([]paddedCount, len(walks))
 	start := time.Now()
 	end := start.Add(lead + window)
 	var wg sync.WaitGroup
 	for i, w := range walks {
-		wg.Go(func() { pc.run(d, w, start, math.MaxInt, end, &counts[i]) })
+		wg.Go(func() { pc.run(d, w, start, math.MaxInt, end, &counts[i], &bursts[i]) })
 	}
-	sum := func() (n uint64) {
-		for i := range counts {
-			n += counts[i].Load()
+	sum := func(c []paddedCount) (n uint64) {
+		for i := range c {
+			n += c[i].Load()
 		}
 		return n
 	}
 	time.Sleep(time.Until(start.Add(lead)))
-	cpu0, n0 := cpuTime(), sum()
+	cpu0, n0, b0, t0 := cpuTime(), sum(counts), sum(bursts), time.Now()
 	wg.Wait()
-	cpu1, n1 := cpuTime(), sum()
+	cpu1, n1, b1, t1 := cpuTime(), sum(counts), sum(bursts), time.Now()
 	awaitAccounted(b, d, before+n1, backoff())
 	if n1 == n0 {
 		b.Fatalf("no span published in a %v window at %d spans/s", window, p.Rate)
 	}
-	return int(n1), float64((cpu1 - cpu0).Nanoseconds()) / float64(n1-n0)
+	n := float64(n1 - n0)
+	return windowCost{
+		published:     int(n1),
+		perSpan:       float64((cpu1 - cpu0).Nanoseconds()) / n,
+		burstsPerSpan: float64(b1-b0) / n,
+		load:          n / (t1.Sub(t0).Seconds() * float64(p.Rate)),
+	}
 }
 
 // PacedLead and PacedWindow time each paced round of RunPaced: a lead at

@@ -78,9 +78,9 @@ func BenchmarkPaced(b *testing.B) {
 			b.StopTimer()
 			runtime.GC() // one side's garbage is not collected on another's time
 			b.StartTimer()
-			published, per := publishWindow(b, s.d, s.walks, p, PacedLead, window)
-			s.per = append(s.per, per)
-			s.spans += published
+			c := publishWindow(b, s.d, s.walks, p, PacedLead, window)
+			s.per = append(s.per, c.perSpan)
+			s.spans += c.published
 		}
 	}
 	b.StopTimer()
