@@ -20,15 +20,16 @@ import (
 	"github.com/spanstats/spanstats/internal/relay"
 )
 
-// stopTimeout bounds the final forward after a signal: the agent's retries
-// must not keep a stopping relay alive for long.
-const stopTimeout = 10 * time.Second
+// defaultStopTimeout bounds the final forward after a signal: the agent's
+// retries must not keep a stopping relay alive for long.
+const defaultStopTimeout = 10 * time.Second
 
 type options struct {
-	cfg      relay.ServerConfig
-	mode     string
-	httpAddr string
-	demo     bool
+	cfg         relay.ServerConfig
+	mode        string
+	httpAddr    string
+	stopTimeout time.Duration
+	demo        bool
 }
 
 func main() {
@@ -72,6 +73,8 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.BoolVar(&c.Origin, "origin", true, "read each Unix sender's container id from <proc-root>/<pid>/cgroup")
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "where <pid>/cgroup is read")
 	fs.IntVar(&c.MaxGroups, "max-groups", relay.DefaultMaxGroups, "groups held across all senders; beyond, spans fold into an overflow group")
+	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM, how long the readers go on taking what the kernel queued")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -115,6 +118,10 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
 	case c.UDPRcvBuf < 0:
 		return o, fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
+	case c.StopDrain <= 0 || c.StopDrain > time.Minute:
+		return o, fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
+	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:
+		return o, fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
 	}
 	return o, nil
 }
@@ -138,7 +145,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
 		"agent", o.cfg.AgentURL, "interval", o.cfg.Interval, "http", o.httpAddr)
-	err = srv.Run(ctx, stopTimeout)
+	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
 	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,
 		"spans_dropped", st.SpansDropped, "spans_pending", st.SpansPending)
