@@ -1,4 +1,4 @@
-started="2026-12-02 04:49:51 UTC"
-elapsed="863"
-commit="600b0f8"
-COUNT="5" BENCHTIME="2s" BENCH="."
+started="2026-12-02 08:29:29 UTC"
+elapsed="1379"
+commit="8b16620"
+COUNT="5" BENCHTIME="4s" BENCH="."
