@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -61,9 +62,111 @@ var (
 // field with the wrong wire type for an unknown one, which this decoder
 // rejects.
 func DecodeSketch(b []byte, into *aggregate.Sketch) error {
-	if len(b) == 0 {
+	if len(b) == 0 || decodeCanonical(b, into) {
 		return nil
 	}
+	return decodeGeneral(b, into)
+}
+
+// decodeCanonical decodes b, if it is laid out exactly as AppendSketch
+// writes it and valid, in one pass over its counts and without the field
+// walks, and reports whether it did; on false into is unchanged and the
+// general decoder decides (and names the error). It adds to into in the
+// general decoder's order, so the two leave into alike (FuzzDecodeSketch
+// compares them). It is most of what the relay decodes (BenchmarkAccept).
+func decodeCanonical(b []byte, into *aggregate.Sketch) bool {
+	rest, ok := bytes.CutPrefix(b, emptySketch)
+	if !ok {
+		return false
+	}
+	var counts []byte // the positive store's contiguous counts
+	offset := 0
+	if len(rest) > 0 && rest[0] == tagPositive {
+		var store []byte
+		if store, rest, ok = cutLen(rest[1:]); !ok || len(store) == 0 || store[0] != tagContiguous {
+			return false
+		}
+		if counts, store, ok = cutLen(store[1:]); !ok || len(counts)%8 != 0 {
+			return false
+		}
+		if len(store) > 0 {
+			v, n := protowire.ConsumeVarint(store[1:])
+			if store[0] != tagContiguousOffset || n < 0 || 1+n != len(store) {
+				return false
+			}
+			offset = sint32(v)
+		}
+	}
+	var zeros uint64
+	if len(rest) > 0 && rest[0] == tagZeroCount {
+		var err error
+		if len(rest) != 9 {
+			return false
+		}
+		if zeros, err = count(binary.LittleEndian.Uint64(rest[1:])); err != nil {
+			return false
+		}
+		rest = nil
+	}
+	if len(rest) != 0 || len(counts)/8 > MaxDecodedBins {
+		return false
+	}
+	first, last := -1, -1
+	for i := 0; i < len(counts); i += 8 {
+		bits := binary.LittleEndian.Uint64(counts[i:])
+		if bits == 0 {
+			continue
+		}
+		c, err := countSlow(bits)
+		if err != nil {
+			return false
+		}
+		if c > 0 {
+			if first < 0 {
+				first = i / 8
+			}
+			last = i / 8
+		}
+	}
+	if first >= 0 && (offset+first < minBinIndex || offset+last > maxBinIndex) {
+		return false
+	}
+	if into == nil {
+		return true
+	}
+	if first >= 0 {
+		// As placeContiguous: the highest and lowest first, so that the
+		// store is sized once.
+		c, _ := count(binary.LittleEndian.Uint64(counts[8*last:]))
+		into.AddIndex(offset+last, c)
+		if first != last {
+			c, _ := count(binary.LittleEndian.Uint64(counts[8*first:]))
+			into.AddIndex(offset+first, c)
+		}
+		for q := first + 1; q < last; q++ {
+			if bits := binary.LittleEndian.Uint64(counts[8*q:]); bits != 0 {
+				c, _ := countSlow(bits)
+				into.AddIndex(offset+q, c) // a no-op for a count rounded to 0
+			}
+		}
+	}
+	if zeros > 0 {
+		into.AddZeros(zeros)
+	}
+	return true
+}
+
+// cutLen splits b after a varint length and that many bytes.
+func cutLen(b []byte) (v, rest []byte, ok bool) {
+	l, n := protowire.ConsumeVarint(b)
+	if n < 0 || l > uint64(len(b)-n) {
+		return nil, nil, false
+	}
+	return b[n : n+int(l)], b[n+int(l):], true
+}
+
+// decodeGeneral is DecodeSketch for any field order and form.
+func decodeGeneral(b []byte, into *aggregate.Sketch) error {
 	var r sketchReader
 	if err := r.message(b); err != nil {
 		return err

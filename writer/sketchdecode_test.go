@@ -292,6 +292,19 @@ func FuzzDecodeSketch(f *testing.F) {
 		f.Add(b[:n])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// Where the canonical fast path takes the input, the general
+		// decoder accepts it and leaves its sketch alike.
+		fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
+		if decodeCanonical(b, fast) {
+			if err := decodeGeneral(b, general); err != nil {
+				t.Fatalf("the fast path took what the general decoder rejects: %v", err)
+			}
+			if !sameWire(fast, general) || fast.Count() != general.Count() {
+				t.Fatalf("fast path: %d values, general: %d, or other bins", fast.Count(), general.Count())
+			}
+		} else if fast.Count() != 0 {
+			t.Fatal("the fast path declined the input but modified the sketch")
+		}
 		s := new(aggregate.Sketch)
 		if err := DecodeSketch(b, s); err != nil {
 			if s.Count() != 0 {
@@ -310,4 +323,41 @@ func FuzzDecodeSketch(f *testing.F) {
 			t.Fatal("re-encoded sketch differs")
 		}
 	})
+}
+
+// TestDecodeCanonicalTakesAppendSketch: every sketch AppendSketch writes
+// goes through the fast path (not only the general decoder) and decodes
+// to its bins, and a store whose fields come in another order does not.
+func TestDecodeCanonicalTakesAppendSketch(t *testing.T) {
+	for name, s := range testSketches() {
+		b := AppendSketch(nil, s)
+		got := new(aggregate.Sketch)
+		if !decodeCanonical(b, got) {
+			t.Errorf("%s: the fast path declined AppendSketch's bytes", name)
+			continue
+		}
+		if !sameWire(got, s) {
+			t.Errorf("%s: decoded bins differ", name)
+		}
+		if !decodeCanonical(b, nil) {
+			t.Errorf("%s: the fast path declined to validate AppendSketch's bytes", name)
+		}
+	}
+	// The offset before the counts: valid, but not AppendSketch's order.
+	store := protowire.AppendTag(nil, fieldOffset, protowire.VarintType)
+	store = protowire.AppendVarint(store, protowire.EncodeZigZag(700))
+	store = protowire.AppendTag(store, fieldContiguous, protowire.BytesType)
+	store = protowire.AppendBytes(store, binary.LittleEndian.AppendUint64(nil, math.Float64bits(2)))
+	b := protowire.AppendTag(append([]byte(nil), emptySketch...), fieldPositive, protowire.BytesType)
+	b = protowire.AppendBytes(b, store)
+	if decodeCanonical(b, new(aggregate.Sketch)) {
+		t.Error("the fast path took a store with its offset first")
+	}
+	got := new(aggregate.Sketch)
+	if err := DecodeSketch(b, got); err != nil || got.Count() != 2 {
+		t.Errorf("offset first: %v, %d values, want 2", err, got.Count())
+	}
+	if lo, _ := got.Bins(); lo != 700 {
+		t.Errorf("offset first: lowest bin %d, want 700", lo)
+	}
 }
