@@ -100,13 +100,17 @@ const (
 // as often per span as the harness's: each wake-up costs the process
 // microseconds. Where a side's Publish holds a producer past its next due
 // time, that producer publishes more spans per wake-up than the harness's
-// (pacing-ratio below 1) and the harness's cost over-corrects the side's,
-// as when the Go timer cannot pace spread arrivals at 1 M spans/s; a load
-// below 1 says a side fell behind the offered load. The rounds rotate which side goes first, and
-// a GC runs before each, outside the measurement: the garbage of one side
-// is not collected on another's time. A side that allocates per span pays
-// for the cycles its allocation starts inside its window, not for the
-// collection of what is left when the window closes.
+// (pacing-ratio below 1: the harness's cost over-corrects the side's, as
+// when the Go timer cannot pace spread arrivals at 1 M spans/s); where a
+// side keeps the process busy, the timer wakes its sleeping producers
+// closer to their due times (above 1: under-corrects). A load below 1 says
+// a side fell behind the offered load.
+//
+// The rounds rotate which side goes first, and a GC runs before each,
+// outside the measurement: the garbage of one side is not collected on
+// another's time. A side that allocates per span pays for the cycles its
+// allocation starts inside its window, not for the collection of what is
+// left when the window closes.
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	if b.N < PacedRounds {
 		return // the framework's first, calibrating call: a round is long
@@ -318,8 +322,8 @@ type windowCost struct {
 
 // publishWindow publishes through d from one goroutine per walk at the
 // offered load p for lead, then for window, and returns once d accounted
-// for every span: how many it published, and the process CPU per span over
-// the window alone. The lead brings the side to its steady state (its
+// for every span: how many it published, and the process CPU per span, the
+// wake-ups per span and the load reached over the window alone. The lead brings the side to its steady state (its
 // consumer draining on its own rhythm, its caches as that rhythm leaves
 // them) before the window opens, and the window closes when the producers
 // stop, before the side drains what they left: what a round costs at its
