@@ -1,3 +1,6 @@
+// This file tests the harness itself: how the paced producers wake and
+// what the warm-up hands the implementation.
+
 package bench
 
 import (
@@ -36,5 +39,25 @@ func TestPacerBursts(t *testing.T) {
 				t.Errorf("%d bursts for 1000 spans, want %d to %d", got, tc.minBursts, tc.maxBursts)
 			}
 		})
+	}
+}
+
+// TestWarmUpShedsNothing: the warm-up reaches the aggregator whole, none
+// of it shed at a full inbox, so that the steady state it is there for is
+// the one measured.
+func TestWarmUpShedsNothing(t *testing.T) {
+	for _, w := range []*Workload{SteadyState(), HighCardinalityResource()} {
+		d, err := NewSDK(w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := warmUp(t, w, d)
+		if err := d.Stop(); err != nil {
+			t.Error(err)
+		}
+		d.Close()
+		if c.Shed != 0 || c.Accounted() != WarmupSpans {
+			t.Errorf("%s: warm-up of %d spans: shed %d, accounted %d", w.Name, WarmupSpans, c.Shed, c.Accounted())
+		}
 	}
 }
