@@ -1,4 +1,4 @@
-paced_started="2026-12-02 08:06:00 UTC"
-paced_elapsed="931"
-paced_commit="ab9fe4f"
+paced_started="2026-12-02 09:25:17 UTC"
+paced_elapsed="922"
+paced_commit="278b791"
 paced_count="5" paced_benchtime="2s"
