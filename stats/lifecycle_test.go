@@ -14,6 +14,24 @@ import (
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
+// costlyAggregator returns an aggregator, not started, with an inbox of n
+// spans filled by costlyInbox, reporting to a loopback agent; the test
+// fails if a goroutine outlives it.
+func costlyAggregator(t *testing.T, n int) *Aggregator {
+	t.Helper()
+	ag := statstest.New()
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	t.Cleanup(ag.Close) // first: cleanups run last in, first out
+	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
+		InboxSize: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	costlyInbox(t, a, n)
+	return a
+}
+
 // costlyInbox fills a's inbox (not started) with n spans that each cost the
 // consumer a long time: a new key of MaxPeerTags peer tags of MaxTagLen
 // bytes (the most Publish keeps; the strings shared, so not copied), which
@@ -43,23 +61,14 @@ var unlimited = aggregate.Limits{Resource: -1, Service: -1, Operation: -1, Type:
 // its error, the spans it left in the inbox are counted in StopUndrained,
 // and both identities of Health hold.
 func TestStopDeadlineWithCostlyInbox(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	leaks := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
-	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
-		InboxSize: MaxInboxSize})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = MaxInboxSize
-	costlyInbox(t, a, n)
+	a := costlyAggregator(t, n)
 	a.Start()
 	const deadline = 20 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
-	err = a.Stop(ctx)
+	err := a.Stop(ctx)
 	took := time.Since(start)
 	t.Logf("Stop took %s", took)
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -86,23 +95,15 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 // consumer must still finish rather than spin. Halt is set before Start to
 // make that order certain.
 func TestStopHaltedBeforeStopSeen(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	leaks := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
-	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
-		InboxSize: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 1024
-	costlyInbox(t, a, n)
+	a := costlyAggregator(t, n)
 	a.cons.halt.Store(true)
 	a.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.Stop(ctx) }()
+	var err error
 	select {
 	case err = <-stopped:
 	case <-time.After(10 * time.Second):
