@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
@@ -48,5 +50,67 @@ func TestAcceptKeepsNoViewOfTheDatagram(t *testing.T) {
 	wantKey.PeerTags = []string{"peer.hostname:h2", "peer.service:db"} // a sorted set
 	if !reflect.DeepEqual(g.Key, wantKey) || g.Hits != 6 || g.Errors != 2 {
 		t.Errorf("forwarded group %+v, %d hits, %d errors; want %+v, 6, 2", g.Key, g.Hits, g.Errors, wantKey)
+	}
+}
+
+// TestHeldStringsPinNoDatagram: no string or slice the relay holds points
+// into a datagram it accepted — not even an empty one, whose pointer the
+// GC follows all the same: a held group of an empty label decoded as a view
+// would keep its whole read buffer (64 KiB) alive for the interval.
+func TestHeldStringsPinNoDatagram(t *testing.T) {
+	r := newTestRelay(Config{})
+	var bufs [][]byte
+	for i := range 3 {
+		k := aggregate.Key{Resource: fmt.Sprint("GET /", i), Service: "web", PeerTags: []string{"", "peer.service:db"}}
+		h := header(fmt.Sprint("rt-", i))
+		h.Tags = []string{"", "a:1"}
+		d := datagram(1, h, bucket(w0, 10*sec, entry(k, 1, 0, 5)))
+		mustAccept(t, r, d, 0, UDP)
+		bufs = append(bufs, d)
+	}
+	if s := r.Stats(); s.Groups != 3 {
+		t.Fatalf("%d groups held, want 3", s.Groups)
+	}
+	views := 0
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		var p uintptr
+		switch v.Kind() {
+		case reflect.Pointer:
+			if !v.IsNil() {
+				walk(v.Elem(), path)
+			}
+			return
+		case reflect.Struct:
+			for i := range v.NumField() {
+				walk(v.Field(i), path+"."+v.Type().Field(i).Name)
+			}
+			return
+		case reflect.Map:
+			for it := v.MapRange(); it.Next(); {
+				walk(it.Value(), path+"[k]")
+			}
+			return
+		case reflect.Slice:
+			for i := range v.Len() {
+				walk(v.Index(i), fmt.Sprint(path, "[", i, "]"))
+			}
+			p = v.Pointer()
+		case reflect.String:
+			p = uintptr(unsafe.Pointer(unsafe.StringData(v.String())))
+		default:
+			return
+		}
+		for _, b := range bufs {
+			if start := uintptr(unsafe.Pointer(unsafe.SliceData(b))); p >= start && p <= start+uintptr(cap(b)) {
+				views++
+				t.Errorf("%s (%s) points into an accepted datagram", path, v.Type())
+			}
+		}
+	}
+	walk(reflect.ValueOf(&r.st).Elem(), "state")
+	walk(reflect.ValueOf(&r.senders).Elem(), "senders")
+	if views == 0 {
+		harvestAll(t, r) // and the harvest still finds every group
 	}
 }
