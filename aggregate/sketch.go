@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
 )
@@ -277,6 +278,38 @@ func (s *Sketch) resize(n int, shiftUp bool) []uint32 {
 		clear(b[old:])
 	}
 	return b
+}
+
+// MaxSketchBytes is the most a Sketch holds: the struct and a store of
+// MaxBins bins with its growth slack. A holder that bounds its memory (the
+// relay) can reserve it for a sketch whose growth it does not track.
+const MaxSketchBytes = int(unsafe.Sizeof(Sketch{})) + 4*(MaxBins+binSlack)
+
+// HeapBytes is the memory s holds: the struct and its store's capacity.
+func (s *Sketch) HeapBytes() int { return int(unsafe.Sizeof(*s)) + 4*cap(s.bins) }
+
+// MergeGrows reports whether s.Merge(o) would allocate a larger store,
+// raising s.HeapBytes; merging a sketch whose bins s covers costs no memory.
+func (s *Sketch) MergeGrows(o *Sketch) bool {
+	if o == nil {
+		return false
+	}
+	lo, counts := o.Bins()
+	if len(counts) == 0 {
+		return false // zeros only, or empty
+	}
+	hi := lo + len(counts) - 1
+	if len(s.bins) > 0 {
+		// The store Merge leaves: up to the higher top, down to the lower
+		// bottom (a collapsed store folds lower bins into its lowest),
+		// never longer than MaxBins. Each resize on the way is shorter.
+		hi = max(hi, s.offset+len(s.bins)-1)
+		lo = min(lo, s.offset)
+		if s.collapsed {
+			lo = s.offset
+		}
+	}
+	return min(hi-lo+1, MaxBins) > cap(s.bins)
 }
 
 // Count is the number of values recorded.

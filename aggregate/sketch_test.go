@@ -419,3 +419,54 @@ func TestSketchClampsHugeValues(t *testing.T) {
 		t.Fatalf("count %d, bins [%d, %d] (top bin %d) with %d in the top one", s.Count(), lo, lo+len(counts)-1, top, counts[len(counts)-1])
 	}
 }
+
+// TestSketchMergeGrows: MergeGrows predicts exactly whether Merge raises
+// HeapBytes, over sketches narrow and wide, empty, collapsed and reset
+// (with a store larger than their values), and HeapBytes never exceeds
+// MaxSketchBytes.
+func TestSketchMergeGrows(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	ranges := [][2]float64{{1e6, 1.05e6}, {1e3, 1e6}, {1e6, 1e9}, {1, 1e12}, {1e-3, 1e18}, {1e9, 2e9}}
+	randomSketch := func() *Sketch {
+		s := new(Sketch)
+		switch r.IntN(5) {
+		case 0: // empty
+		case 1: // reset: no values, a store kept
+			for _, v := range logUniform(r, 1+r.IntN(50), 1, 1e12) {
+				s.Add(v)
+			}
+			s.Reset()
+		default:
+			rg := ranges[r.IntN(len(ranges))]
+			for _, v := range logUniform(r, 1+r.IntN(300), rg[0], rg[1]) {
+				s.Add(v)
+			}
+			if r.IntN(4) == 0 {
+				s.AddZeros(3)
+			}
+		}
+		return s
+	}
+	grew := 0
+	for i := range 20000 {
+		s, o := randomSketch(), randomSketch()
+		want := s.HeapBytes()
+		predicted := s.MergeGrows(o)
+		s.Merge(o)
+		if got := s.HeapBytes() > want; got != predicted {
+			t.Fatalf("case %d: MergeGrows = %v, HeapBytes %d -> %d", i, predicted, want, s.HeapBytes())
+		}
+		if s.HeapBytes() > MaxSketchBytes {
+			t.Fatalf("case %d: HeapBytes %d > MaxSketchBytes %d", i, s.HeapBytes(), MaxSketchBytes)
+		}
+		if predicted {
+			grew++
+		}
+	}
+	if grew < 2000 || grew > 18000 {
+		t.Fatalf("%d of 20000 merges grew: the cases do not cover both outcomes", grew)
+	}
+	if new(Sketch).MergeGrows(nil) || new(Sketch).MergeGrows(new(Sketch)) {
+		t.Fatal("merging nothing grows")
+	}
+}

@@ -30,6 +30,7 @@ func (s *state) harvest(boundary uint64, dst []Batch) []Batch {
 				dst = append(dst, b)
 			}
 			if len(cur.windows) == 0 { // unlink
+				s.bytes -= cur.bytes
 				if prev == nil {
 					s.ids[h] = cur.next
 				} else {
@@ -65,6 +66,7 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 		b.Hits += w.hits
 		s.hits -= w.hits
 		s.groups -= len(w.groups)
+		s.bytes -= w.bytes
 	}
 	return b, true
 }

@@ -62,7 +62,8 @@ func mustAccept(t testing.TB, r *Relay, d []byte, pid int32, tr Transport) {
 	}
 }
 
-// checkAccounting asserts received = forwarded + dropped + pending.
+// checkAccounting asserts received = forwarded + dropped + pending, and
+// that held bytes are counted exactly when groups are held.
 func checkAccounting(t testing.TB, r *Relay) Stats {
 	t.Helper()
 	s := r.Stats()
@@ -73,6 +74,9 @@ func checkAccounting(t testing.TB, r *Relay) Stats {
 	if s.SpansReceived != s.SpansForwarded+dropped+s.SpansPending {
 		t.Fatalf("accounting: received %d != forwarded %d + dropped %d + pending %d",
 			s.SpansReceived, s.SpansForwarded, dropped, s.SpansPending)
+	}
+	if s.HeldBytes < 0 || (s.HeldBytes == 0) != (s.Groups == 0) {
+		t.Fatalf("accounting: %d bytes held in %d groups", s.HeldBytes, s.Groups)
 	}
 	return s
 }

@@ -84,6 +84,13 @@ func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	return h.sum(), typeless
 }
 
+// runtimeID returns the hash of a sender's RuntimeID (see senders).
+func (h *hasher) runtimeID(id string) uint64 {
+	h.reset()
+	h.str(id)
+	return h.sum()
+}
+
 // identity returns the hash of every field of hd but RuntimeID and
 // Sequence; hd.Tags must be a set.
 func (h *hasher) identity(hd *writer.Header) uint64 {

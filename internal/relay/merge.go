@@ -1,6 +1,9 @@
 package relay
 
 import (
+	"unsafe"
+
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -9,10 +12,71 @@ import (
 // overflowReserve).
 const DropMaxGroups = "max_groups"
 
+// DropMaxBytes is the Dropped reason of spans the relay could not hold
+// within MaxHeldBytes: no room left even for an overflow group.
+const DropMaxBytes = "max_bytes"
+
 // overflowReserve is how many of max groups are kept for overflow groups,
 // one per identity and window at the bound: a new label group is created only
 // below max-reserve, an overflow group only below max.
 func overflowReserve(max int) int { return max/64 + 1 }
+
+// bytesReserve is the part of MaxHeldBytes kept for overflow groups (and the
+// identities and windows they need), as overflowReserve is of MaxGroups.
+func bytesReserve(max int) int { return max / 16 }
+
+// What held state costs besides its strings and sketches, approximately:
+// the structs, a group's hashes and link, a map entry of its index.
+const (
+	groupOverhead    = int(unsafe.Sizeof(writer.Group{})) + 8 + 8 + 4 + 32
+	windowOverhead   = int(unsafe.Sizeof(window{})) + 64
+	identityOverhead = int(unsafe.Sizeof(identity{})) + 64
+	// An overflow group's two sketches are reserved at their largest
+	// when it is created; their growth is then not tracked.
+	overflowBytes = groupOverhead + 2*aggregate.MaxSketchBytes
+)
+
+// sketchBytes is what a held sketch (nil: none) takes.
+func sketchBytes(s *aggregate.Sketch) int {
+	if s == nil {
+		return 0
+	}
+	return s.HeapBytes()
+}
+
+// labelBytes is what a group's strings take once owned: their bytes and the
+// headers of its tag lists.
+func labelBytes(g *writer.Group) int {
+	return groupBytes(g) + 16*(len(g.PeerTags)+len(g.SpanDerivedPrimaryTags)+len(g.AdditionalMetricTags))
+}
+
+// newGroupBytes is what holding g as a new label group costs: its decoded
+// sketches move in with it.
+func newGroupBytes(g *writer.Group) int {
+	return groupOverhead + labelBytes(g) + sketchBytes(g.Ok) + sketchBytes(g.Err)
+}
+
+// mergeGrows reports whether merging g into held raises what held takes.
+func mergeGrows(held, g *writer.Group) bool {
+	grows := func(h, o *aggregate.Sketch) bool {
+		if o == nil || o.Count() == 0 {
+			return false
+		}
+		return h == nil || h.MergeGrows(o)
+	}
+	return grows(held.Ok, g.Ok) || grows(held.Err, g.Err)
+}
+
+// headerBytes is what an identity's owned header takes.
+func headerBytes(hd *writer.Header) int {
+	n := len(hd.Hostname) + len(hd.Env) + len(hd.Version) + len(hd.Lang) +
+		len(hd.TracerVersion) + len(hd.Service) + len(hd.ContainerID) + len(hd.GitCommitSha) +
+		len(hd.ImageTag) + len(hd.ProcessTags) + len(hd.AgentAggregation)
+	for _, t := range hd.Tags {
+		n += 16 + len(t)
+	}
+	return n
+}
 
 // identity is the held state of one payload identity.
 type identity struct {
@@ -20,6 +84,7 @@ type identity struct {
 	hash    uint64
 	next    *identity // same hash
 	windows map[uint64]*window
+	bytes   int // its own (not its windows'), counted in state.bytes
 }
 
 // window is the merged bucket of one identity and interval-aligned window.
@@ -31,6 +96,8 @@ type window struct {
 	next       []int32  // next group with the same full hash, -1 none
 	index      map[uint64]int32
 	hits       uint64
+	bytes      int   // its own and its groups', counted in state.bytes
+	overflow   int32 // the overflow group the relay created in it, -1 none
 }
 
 func (w *window) find(h uint64, g *writer.Group) int32 {
@@ -70,7 +137,9 @@ type state struct {
 	ids        map[uint64]*identity
 	interval   uint64 // ns
 	maxGroups  int
+	maxBytes   int
 	groups     int    // held, overflow groups included
+	bytes      int    // held, approximately (see MaxHeldBytes)
 	hits       uint64 // held
 	folded     uint64 // spans folded into overflow groups
 	overflowed uint64 // overflow groups created
@@ -102,24 +171,46 @@ func (s *state) identity(pp *prepared, create bool) *identity {
 	id = &identity{hdr: pp.p.Header, hash: pp.idHash, windows: make(map[uint64]*window)}
 	id.hdr.RuntimeID, id.hdr.Sequence = "", 0
 	ownHeader(&id.hdr)
+	id.bytes = identityOverhead + headerBytes(&id.hdr)
+	s.bytes += id.bytes
 	id.next = s.ids[pp.idHash]
 	s.ids[pp.idHash] = id
 	return id
 }
 
-// merge adds a prepared payload; it returns the spans dropped at the bound.
-func (s *state) merge(pp *prepared, ov overflowHashes) (dropped uint64) {
+// merge adds a prepared payload; it returns the spans dropped at the
+// bounds, by reason.
+//
+// A group of a new label key is created below both bounds less their
+// reserves, and a held group takes a merge that would grow its sketches
+// only then too; otherwise the group's spans fold into its identity and
+// window's overflow group, created below the full bounds. What even that
+// cannot take is dropped.
+func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBytes uint64) {
 	if s.ids == nil {
 		s.ids = make(map[uint64]*identity)
 	}
 	id := s.identity(pp, false)
 	next := 0 // index in pp.full of the next group with hits
+	groupLimit := s.maxGroups - overflowReserve(s.maxGroups)
+	byteLimit := s.maxBytes - bytesReserve(s.maxBytes)
 	for bi := range pp.p.Buckets {
 		b := &pp.p.Buckets[bi]
 		ws := b.Start - b.Start%s.interval
 		var w *window
 		if id != nil {
 			w = id.windows[ws]
+		}
+		// newCost is what creating a group of cost c in w costs, with the
+		// window and identity it may need.
+		newCost := func(c int) int {
+			if w == nil {
+				c += windowOverhead
+				if id == nil {
+					c += identityOverhead + headerBytes(&pp.p.Header)
+				}
+			}
+			return c
 		}
 		for gi := range b.Groups {
 			g := &b.Groups[gi]
@@ -132,41 +223,56 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (dropped uint64) {
 			if w != nil {
 				i = w.find(gh, g)
 			}
-			if i < 0 {
-				h, th, key := gh, gth, g
-				limit := s.maxGroups - overflowReserve(s.maxGroups)
-				if s.groups >= limit {
-					s.folded += g.Hits
-					h, th, key, limit = ov.full, ov.typeless, &overflowGroup, s.maxGroups
-					if w != nil {
-						i = w.find(h, key)
-					}
+			fold := false
+			switch {
+			case i >= 0:
+				fold = s.bytes > byteLimit && mergeGrows(&w.groups[i], g)
+			case s.groups >= groupLimit || s.bytes+newCost(newGroupBytes(g)) > byteLimit:
+				fold = true
+			default:
+				w, id = s.window(pp, id, w, ws, b)
+				i = w.add(g, gh, gth)
+				// The decoded sketches are ours: move them, not copy.
+				w.groups[i].Ok, w.groups[i].Err = g.Ok, g.Err
+				g.Ok, g.Err = nil, nil
+				s.groups++
+				s.hold(w, groupOverhead+labelBytes(g)+sketchBytes(w.groups[i].Ok)+sketchBytes(w.groups[i].Err))
+			}
+			if fold {
+				i = -1
+				if w != nil {
+					i = w.find(ov.full, &overflowGroup)
 				}
-				if i < 0 {
-					if s.groups >= limit {
-						s.folded -= g.Hits
-						dropped += g.Hits
+				switch {
+				case i >= 0:
+					if i != w.overflow && s.bytes > s.maxBytes && mergeGrows(&w.groups[i], g) {
+						// A sender's own overflow-keyed group, grown
+						// as any label group: no room left.
+						droppedBytes += g.Hits
 						continue
 					}
-					if w == nil {
-						if id == nil {
-							id = s.identity(pp, true)
-						}
-						w = &window{start: b.Start, end: b.Start + b.Duration, index: make(map[uint64]int32)}
-						id.windows[ws] = w
-					}
-					if key == &overflowGroup {
-						s.overflowed++
-					}
-					i = w.add(key, h, th)
+				case s.groups >= s.maxGroups:
+					droppedGroups += g.Hits
+					continue
+				case s.bytes+newCost(overflowBytes) > s.maxBytes:
+					droppedBytes += g.Hits
+					continue
+				default:
+					w, id = s.window(pp, id, w, ws, b)
+					i = w.add(&overflowGroup, ov.full, ov.typeless)
+					w.overflow = i
 					s.groups++
-					if key == g { // the decoded sketches are ours: move them, not copy
-						w.groups[i].Ok, w.groups[i].Err = g.Ok, g.Err
-						g.Ok, g.Err = nil, nil
-					}
+					s.overflowed++
+					s.hold(w, overflowBytes)
 				}
+				s.folded += g.Hits
 			}
-			w.groups[i].Merge(&g.Entry)
+			held := &w.groups[i]
+			before := sketchBytes(held.Ok) + sketchBytes(held.Err)
+			held.Merge(&g.Entry)
+			if i != w.overflow { // an overflow group's sketches are reserved
+				s.hold(w, sketchBytes(held.Ok)+sketchBytes(held.Err)-before)
+			}
 			w.hits += g.Hits
 			s.hits += g.Hits
 		}
@@ -175,5 +281,26 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (dropped uint64) {
 			w.end = max(w.end, b.Start+b.Duration)
 		}
 	}
-	return dropped
+	return droppedGroups, droppedBytes
+}
+
+// window returns w, or creates the window ws of bucket b in id (created
+// too if nil).
+func (s *state) window(pp *prepared, id *identity, w *window, ws uint64, b *writer.DecodedBucket) (*window, *identity) {
+	if w != nil {
+		return w, id
+	}
+	if id == nil {
+		id = s.identity(pp, true)
+	}
+	w = &window{start: b.Start, end: b.Start + b.Duration, index: make(map[uint64]int32), overflow: -1}
+	id.windows[ws] = w
+	s.hold(w, windowOverhead)
+	return w, id
+}
+
+// hold counts n more bytes held in w.
+func (s *state) hold(w *window, n int) {
+	w.bytes += n
+	s.bytes += n
 }

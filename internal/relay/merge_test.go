@@ -3,8 +3,10 @@ package relay
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,4 +225,113 @@ func TestKeysCoverEveryField(t *testing.T) {
 			t.Errorf("Group.%s: same typeless hash = %v", name, typeless)
 		}
 	})
+}
+
+// TestMaxHeldBytesFoldsIntoOverflow: groups of long labels fill the byte
+// bound long before the group bound; past it new keys fold into the
+// overflow group, nothing is lost, what is held stays within the bound, and
+// a harvest gives every byte back.
+func TestMaxHeldBytesFoldsIntoOverflow(t *testing.T) {
+	const maxBytes = 1 << 20
+	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+	long := strings.Repeat("x", 4000)
+	const n = 400 // 400 × 4 KB of resources: 1.6 MB of labels
+	for i := range n {
+		e := entry(key(fmt.Sprintf("%s/%d", long, i)), 2, 1, 1, 2)
+		mustAccept(t, r, datagram(uint64(i+1), header("a"), bucket(w0, 10*sec, e)), 0, UDP)
+	}
+	s := checkAccounting(t, r)
+	if s.HeldBytes > maxBytes || s.SpansPending != 2*n || s.OverflowGroups != 1 || s.FoldedSpans == 0 {
+		t.Fatalf("held %d bytes (bound %d), pending %d, overflow groups %d, folded %d",
+			s.HeldBytes, maxBytes, s.SpansPending, s.OverflowGroups, s.FoldedSpans)
+	}
+	labelled := uint64(s.Groups - 1)
+	if labelled*4000 > maxBytes-maxBytes/16 || labelled < 200 || s.FoldedSpans != 2*(n-labelled) {
+		t.Fatalf("%d label groups, %d spans folded", labelled, s.FoldedSpans)
+	}
+	// A known key still merges while its sketch has room.
+	mustAccept(t, r, datagram(n+1, header("a"), bucket(w0, 10*sec, entry(key(long+"/0"), 5, 0, 1))), 0, UDP)
+	if s2 := checkAccounting(t, r); s2.FoldedSpans != s.FoldedSpans || s2.Groups != s.Groups {
+		t.Fatalf("a known key folded: %d → %d folded", s.FoldedSpans, s2.FoldedSpans)
+	}
+	out := harvestAll(t, r)
+	gs := out[0].Buckets[0].Groups
+	if ov := gs[len(gs)-1]; ov.Resource != aggregate.BlockedValue || ov.Hits != s.FoldedSpans || ov.Ok.Count() != s.FoldedSpans {
+		t.Fatalf("overflow group %+v", ov)
+	}
+	if gs[0].Hits != 7 || gs[0].Ok.Count() != 3 {
+		t.Fatalf("first group %d hits, %d in its sketch", gs[0].Hits, gs[0].Ok.Count())
+	}
+	if s := r.Stats(); s.HeldBytes != 0 {
+		t.Fatalf("%d bytes held after the harvest", s.HeldBytes)
+	}
+}
+
+// TestMaxHeldBytesSketchGrowth: past the bound a held group whose sketch
+// would grow folds the span into the overflow group instead; one whose
+// sketch covers it merges in place.
+func TestMaxHeldBytesSketchGrowth(t *testing.T) {
+	const maxBytes = 1 << 20
+	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("narrow"), 1, 0, 10))), 0, UDP)
+	long := strings.Repeat("y", 8000)
+	for i := 0; r.Stats().HeldBytes <= maxBytes-maxBytes/16; i++ { // fill to the bound
+		mustAccept(t, r, datagram(uint64(i+2), header("a"), bucket(w0, 10*sec, entry(key(fmt.Sprint(long, i)), 1, 0))), 0, UDP)
+	}
+	before := checkAccounting(t, r)
+	// 10 ms again: the narrow group's one-bin store covers it.
+	mustAccept(t, r, datagram(1000, header("a"), bucket(w0, 10*sec, entry(key("narrow"), 1, 0, 10))), 0, UDP)
+	// 1 µs to 100 s: its store would grow by hundreds of bins.
+	mustAccept(t, r, datagram(1001, header("a"), bucket(w0, 10*sec, entry(key("narrow"), 2, 0, 1e-3, 1e5))), 0, UDP)
+	s := checkAccounting(t, r)
+	if s.FoldedSpans != before.FoldedSpans+2 || s.HeldBytes > maxBytes {
+		t.Fatalf("folded %d → %d, held %d", before.FoldedSpans, s.FoldedSpans, s.HeldBytes)
+	}
+	for _, g := range harvestAll(t, r)[0].Buckets[0].Groups {
+		switch g.Resource {
+		case "narrow":
+			if g.Hits != 2 || g.Ok.Count() != 2 {
+				t.Fatalf("narrow group: %d hits, %d in its sketch; want 2, 2", g.Hits, g.Ok.Count())
+			}
+		case aggregate.BlockedValue:
+			if g.Hits != s.FoldedSpans || g.Ok.Count() != 2 {
+				t.Fatalf("overflow group: %d hits, %d in its sketch", g.Hits, g.Ok.Count())
+			}
+		}
+	}
+}
+
+// TestHeldMemoryBoundedByBytes: a flood of datagrams each carrying a new
+// group of a 20 KB resource, a new identity of a 20 KB version and a 20 KB
+// RuntimeID (3 000 of them: 180 MB if held) keeps the relay's heap within MaxHeldBytes (16 MiB)
+// plus 16 MiB of slack for the decoders and the runtime.
+func TestHeldMemoryBoundedByBytes(t *testing.T) {
+	const maxBytes = 16 << 20
+	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	big := strings.Repeat("z", 20_000)
+	for i := range 3000 {
+		h := header(fmt.Sprint(i, big))
+		h.Version = fmt.Sprint(i, big)
+		e := entry(key(fmt.Sprint(i, big)), 1, 0, 1)
+		mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, e)), 0, UDP)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	s := checkAccounting(t, r)
+	// Each new identity needs room for itself and a group: past the bound
+	// there is none, even for an overflow group, and its span is dropped.
+	if s.HeldBytes > maxBytes || s.SpansPending+s.SpansDropped[DropMaxBytes] != 3000 || s.SpansPending < 300 {
+		t.Fatalf("held %d bytes (bound %d), pending %d, dropped %v", s.HeldBytes, maxBytes, s.SpansPending, s.SpansDropped)
+	}
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("held %d bytes (bound %d); heap grew by %d", s.HeldBytes, maxBytes, grew)
+	if grew > 2*maxBytes {
+		t.Fatalf("heap grew by %d MiB, bound %d MiB", grew>>20, 2*maxBytes>>20)
+	}
+	if s.SpansDropped[DropMaxBytes] == 0 || s.Senders != 3000 {
+		t.Fatalf("dropped %v, senders %d: the flood did not reach the bound", s.SpansDropped, s.Senders)
+	}
 }

@@ -61,7 +61,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 	counter("statsrelay_sender_dropped_spans_total", st.SenderDroppedSpans)
 	counter("statsrelay_spans_received_total", st.SpansReceived)
 	counter("statsrelay_spans_forwarded_total", st.SpansForwarded)
-	for _, reason := range []string{DropMaxGroups, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable} {
+	for _, reason := range []string{DropMaxGroups, DropMaxBytes, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable} {
 		counter(fmt.Sprintf(`statsrelay_spans_dropped_total{reason=%q}`, reason), st.SpansDropped[reason])
 	}
 	gauge("statsrelay_spans_pending", float64(st.SpansPending))
@@ -72,5 +72,6 @@ func (s *Server) snapshot(set *metrics.Set) {
 		return true
 	})
 	gauge("statsrelay_groups", float64(st.Groups))
+	gauge("statsrelay_held_bytes", float64(st.HeldBytes))
 	gauge("statsrelay_senders", float64(st.Senders))
 }

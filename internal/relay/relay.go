@@ -34,9 +34,14 @@ func (t Transport) String() string {
 
 // Defaults of Config.
 const (
-	DefaultInterval    = 10 * time.Second
-	DefaultMaxGroups   = 200000
-	DefaultMaxDatagram = 65536
+	DefaultInterval  = 10 * time.Second
+	DefaultMaxGroups = 200000
+	// DefaultMaxHeldBytes is well above what DefaultMaxGroups groups of a
+	// tracer's labels take (about 1.5 KB each, most of it their two
+	// sketches): the group bound binds first unless labels are long or
+	// sketches wide.
+	DefaultMaxHeldBytes = 512 << 20
+	DefaultMaxDatagram  = 65536
 )
 
 // Config configures a Relay; the zero value is usable.
@@ -45,6 +50,12 @@ type Config struct {
 	Interval time.Duration
 	// MaxGroups bounds the groups held over all identities (zero: 200 000).
 	MaxGroups int
+	// MaxHeldBytes bounds what the held groups take, their label strings
+	// and sketches included, approximately (zero: 512 MiB): without it
+	// MaxGroups groups of 64 KiB labels or 2048-bin sketches could hold
+	// gigabytes. Beyond it, as beyond MaxGroups, spans fold into overflow
+	// groups, which take at most another sixteenth.
+	MaxHeldBytes int
 	// MaxDatagram is the longest datagram accepted, envelope included
 	// (zero: 65 536); a longer one is Truncated.
 	MaxDatagram int
@@ -69,12 +80,14 @@ type Stats struct {
 	SpansDropped                                map[string]uint64 // by reason
 
 	Groups, Senders int
-	SeqGaps         uint64 // datagrams missing between two of one sender
-	SeqRestarts     uint64 // a sequence lower than (or equal to) the last
+	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
+	HeldBytes   int
+	SeqGaps     uint64 // datagrams missing between two of one sender
+	SeqRestarts uint64 // a sequence lower than (or equal to) the last
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.
 	SenderDroppedPayloads, SenderDroppedSpans uint64
-	// FoldedSpans went to an overflow group at MaxGroups; OverflowGroups is
+	// FoldedSpans went to an overflow group at MaxGroups or MaxHeldBytes; OverflowGroups is
 	// how many such groups were created.
 	FoldedSpans, OverflowGroups uint64
 	// ContainerMismatches counts payloads whose ContainerID differed from
@@ -120,12 +133,15 @@ func New(c Config) *Relay {
 	if c.MaxDatagram <= 0 {
 		c.MaxDatagram = DefaultMaxDatagram
 	}
+	if c.MaxHeldBytes <= 0 {
+		c.MaxHeldBytes = DefaultMaxHeldBytes
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	r := &Relay{
 		maxDatagram: c.MaxDatagram, origins: c.Origins, now: c.Now, seed: rand.Uint64(),
-		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups},
+		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups, maxBytes: c.MaxHeldBytes},
 		dropped: make(map[string]uint64),
 	}
 	h := hasher{seed: r.seed}
@@ -210,6 +226,7 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	h := r.hashers.Get().(*hasher)
 	defer r.hashers.Put(h)
 	pp := prepare(p, h)
+	sender := h.runtimeID(p.RuntimeID)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -218,15 +235,19 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	}
 	s := &r.senders
 	if sequenced && p.RuntimeID != "" {
-		s.observe(p.RuntimeID, env.Sequence, env.Final(), now.UnixNano())
+		s.observe(sender, env.Sequence, env.Final(), now.UnixNano())
 	} else {
 		s.unsequenced++
 	}
 	s.droppedPayloads += uint64(env.DroppedPayloads)
 	s.droppedSpans += uint64(env.DroppedSpans)
 	r.received += pp.hits
-	if lost := r.st.merge(&pp, r.ov); lost > 0 {
-		r.dropped[DropMaxGroups] += lost
+	groups, bytes := r.st.merge(&pp, r.ov)
+	if groups > 0 {
+		r.dropped[DropMaxGroups] += groups
+	}
+	if bytes > 0 {
+		r.dropped[DropMaxBytes] += bytes
 	}
 	return 0, nil
 }
@@ -325,7 +346,7 @@ func (r *Relay) Stats() Stats {
 	for k, v := range r.dropped {
 		s.SpansDropped[k] = v
 	}
-	s.Groups, s.Senders = r.st.groups, len(r.senders.m)
+	s.Groups, s.Senders, s.HeldBytes = r.st.groups, len(r.senders.m), r.st.bytes
 	s.SeqGaps, s.SeqRestarts = r.senders.gaps, r.senders.restarts
 	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
 	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed

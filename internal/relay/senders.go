@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"strings"
 	"time"
 )
 
@@ -21,9 +20,13 @@ type sender struct {
 	seen int64  // unix ns of its last datagram
 }
 
-// senders tracks sequence numbers per RuntimeID. Guarded by Relay.mu.
+// senders tracks sequence numbers per RuntimeID, keyed by its seeded hash:
+// a sender table of MaxSenders entries then takes a few MiB whatever the
+// RuntimeIDs' lengths (up to a datagram's), and a collision, which a
+// sender cannot aim for without the seed, would only blur two senders'
+// gap counts. Guarded by Relay.mu.
 type senders struct {
-	m                map[string]*sender
+	m                map[uint64]*sender
 	gaps, restarts   uint64
 	droppedPayloads  uint64
 	droppedSpans     uint64
@@ -31,13 +34,14 @@ type senders struct {
 	forgottenSenders uint64
 }
 
-// observe records datagram seq of the sender id at now. A sender seen for
+// observe records datagram seq of the sender whose RuntimeID hashes to id
+// at now. A sender seen for
 // the first time has no reference (it may predate the relay, or have been
 // forgotten), so its first sequence counts no gap. A final datagram forgets
 // the sender: it is stopping.
-func (s *senders) observe(id string, seq uint64, final bool, now int64) {
+func (s *senders) observe(id, seq uint64, final bool, now int64) {
 	if s.m == nil {
-		s.m = make(map[string]*sender)
+		s.m = make(map[uint64]*sender)
 	}
 	sd := s.m[id]
 	switch {
@@ -56,7 +60,7 @@ func (s *senders) observe(id string, seq uint64, final bool, now int64) {
 			}
 		}
 		sd = &sender{}
-		s.m[strings.Clone(id)] = sd // id aliases the decoded payload
+		s.m[id] = sd
 	case seq > sd.last && seq-sd.last > 1: // spelled out: last+1 may wrap
 		s.gaps += seq - sd.last - 1
 	case seq <= sd.last:

@@ -41,7 +41,7 @@ const (
 )
 
 // Reasons the forwarder drops spans (the reason label of
-// statsrelay_spans_dropped_total), beside DropMaxGroups.
+// statsrelay_spans_dropped_total), beside DropMaxGroups and DropMaxBytes.
 const (
 	DropRetryBudget    = "retry_budget"   // the agent failed past the retry budget
 	DropAgentOff       = "agent_off"      // the agent does not accept stats (404)
@@ -66,6 +66,8 @@ type ServerConfig struct {
 	Origin    bool
 	ProcRoot  string
 	MaxGroups int
+	// MaxHeldBytes bounds what held groups take (Config.MaxHeldBytes).
+	MaxHeldBytes int
 	// Workers decode datagrams (zero: GOMAXPROCS); Queue bounds the read
 	// batches waiting for them; BatchSize is the datagrams per recvmmsg.
 	Workers, Queue, BatchSize int
@@ -94,6 +96,7 @@ func (c *ServerConfig) withDefaults() {
 	or(&c.UDPRcvBuf, DefaultUDPRcvBuf)
 	or(&c.MaxDatagram, DefaultMaxDatagram)
 	or(&c.MaxGroups, DefaultMaxGroups)
+	or(&c.MaxHeldBytes, DefaultMaxHeldBytes)
 	or(&c.Workers, runtime.GOMAXPROCS(0))
 	or(&c.Queue, DefaultQueue)
 	or(&c.BatchSize, dgram.DefaultBatchSize)
@@ -206,7 +209,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.selfContained = id != ""
 		}
 	}
-	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxDatagram: cfg.MaxDatagram,
+	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxHeldBytes: cfg.MaxHeldBytes, MaxDatagram: cfg.MaxDatagram,
 		Origins: s.origins, Now: cfg.Now})
 	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
 		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
