@@ -369,13 +369,18 @@ func TestMetricsExposition(t *testing.T) {
 		`statsrelay_spans_forwarded_total 0`,
 		`statsrelay_spans_dropped_total{reason="retry_budget"} 0`,
 		`statsrelay_spans_pending 4`,
+		`statsrelay_spans_dropped_total{reason="max_bytes"} 0`,
 		`statsrelay_groups 1`,
+		`statsrelay_held_bytes `,
 		`statsrelay_senders 1`,
 		`statsrelay_reader_wait_seconds_total{transport="unix"} `,
 	} {
 		if !strings.Contains(text, line) {
 			t.Errorf("/metrics lacks %q", line)
 		}
+	}
+	if strings.Contains(text, "\nstatsrelay_held_bytes 0\n") {
+		t.Error("statsrelay_held_bytes is 0 with a group held")
 	}
 	if t.Failed() {
 		t.Log(text)
