@@ -204,15 +204,20 @@ func ownGroup(g *writer.Group) {
 	g.AdditionalMetricTags = a.strs(g.AdditionalMetricTags)
 }
 
-// ownHeader makes hd's strings its own.
-func ownHeader(hd *writer.Header) {
+// headerStrBytes is the bytes of hd's strings, tags included.
+func headerStrBytes(hd *writer.Header) int {
 	n := len(hd.Hostname) + len(hd.Env) + len(hd.Version) + len(hd.Lang) +
 		len(hd.TracerVersion) + len(hd.Service) + len(hd.ContainerID) + len(hd.GitCommitSha) +
 		len(hd.ImageTag) + len(hd.ProcessTags) + len(hd.AgentAggregation)
 	for _, t := range hd.Tags {
 		n += len(t)
 	}
-	a := arena{buf: make([]byte, 0, n)}
+	return n
+}
+
+// ownHeader makes hd's strings its own.
+func ownHeader(hd *writer.Header) {
+	a := arena{buf: make([]byte, 0, headerStrBytes(hd))}
 	for _, s := range [...]*string{&hd.Hostname, &hd.Env, &hd.Version, &hd.Lang,
 		&hd.TracerVersion, &hd.Service, &hd.ContainerID, &hd.GitCommitSha, &hd.ImageTag,
 		&hd.ProcessTags, &hd.AgentAggregation} {

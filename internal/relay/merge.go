@@ -67,16 +67,9 @@ func mergeGrows(held, g *writer.Group) bool {
 	return grows(held.Ok, g.Ok) || grows(held.Err, g.Err)
 }
 
-// headerBytes is what an identity's owned header takes.
-func headerBytes(hd *writer.Header) int {
-	n := len(hd.Hostname) + len(hd.Env) + len(hd.Version) + len(hd.Lang) +
-		len(hd.TracerVersion) + len(hd.Service) + len(hd.ContainerID) + len(hd.GitCommitSha) +
-		len(hd.ImageTag) + len(hd.ProcessTags) + len(hd.AgentAggregation)
-	for _, t := range hd.Tags {
-		n += 16 + len(t)
-	}
-	return n
-}
+// headerBytes is what an identity's owned header takes: its strings and
+// the headers of its tags.
+func headerBytes(hd *writer.Header) int { return headerStrBytes(hd) + 16*len(hd.Tags) }
 
 // identity is the held state of one payload identity.
 type identity struct {
