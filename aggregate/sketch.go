@@ -288,6 +288,16 @@ const MaxSketchBytes = int(unsafe.Sizeof(Sketch{})) + 4*(MaxBins+binSlack)
 // HeapBytes is the memory s holds: the struct and its store's capacity.
 func (s *Sketch) HeapBytes() int { return int(unsafe.Sizeof(*s)) + 4*cap(s.bins) }
 
+// Trim gives back the store capacity s does not use: a sketch reused (Reset)
+// keeps the store of its widest values, which a holder of many sketches,
+// each kept for its own values, should not pay for. It reallocates only
+// when the capacity exceeds twice the store's length plus the growth slack.
+func (s *Sketch) Trim() {
+	if n := len(s.bins); cap(s.bins) > 2*n+binSlack {
+		s.bins = append(make([]uint32, 0, n+binSlack), s.bins...)
+	}
+}
+
 // MergeGrows reports whether s.Merge(o) would allocate a larger store,
 // raising s.HeapBytes; merging a sketch whose bins s covers costs no memory.
 func (s *Sketch) MergeGrows(o *Sketch) bool {

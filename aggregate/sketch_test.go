@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 )
@@ -468,5 +469,33 @@ func TestSketchMergeGrows(t *testing.T) {
 	}
 	if new(Sketch).MergeGrows(nil) || new(Sketch).MergeGrows(new(Sketch)) {
 		t.Fatal("merging nothing grows")
+	}
+}
+
+// TestSketchTrim: a reused sketch's store shrinks to its values' range plus
+// slack, keeping every count; a fitting store is left alone.
+func TestSketchTrim(t *testing.T) {
+	s := new(Sketch)
+	for _, v := range logUniform(rand.New(rand.NewPCG(7, 8)), 500, 1e3, 1e12) {
+		s.Add(v)
+	}
+	wide := s.HeapBytes()
+	s.Reset()
+	s.Add(1e6)
+	s.Add(1.1e6)
+	lo, counts := s.Bins()
+	want := append([]uint32(nil), counts...)
+	s.Trim()
+	gotLo, got := s.Bins()
+	if s.HeapBytes() >= wide/4 || s.HeapBytes() > int(unsafe.Sizeof(*s))+4*(len(s.bins)+binSlack) {
+		t.Fatalf("HeapBytes %d after Trim (%d before), %d bins", s.HeapBytes(), wide, len(s.bins))
+	}
+	if gotLo != lo || !slices.Equal(got, want) || s.Count() != 2 {
+		t.Fatalf("bins from %d %v, count %d; want from %d %v, 2", gotLo, got, s.Count(), lo, want)
+	}
+	before := s.HeapBytes()
+	s.Trim()
+	if s.HeapBytes() != before {
+		t.Fatalf("a fitting store was reallocated: %d -> %d", before, s.HeapBytes())
 	}
 }

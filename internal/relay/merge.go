@@ -220,12 +220,23 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			switch {
 			case i >= 0:
 				fold = s.bytes > byteLimit && mergeGrows(&w.groups[i], g)
-			case s.groups >= groupLimit || s.bytes+newCost(newGroupBytes(g)) > byteLimit:
+			case s.groups >= groupLimit:
 				fold = true
 			default:
+				// A new group takes the decoded sketches (ours: moved, not
+				// copied), which the decoder may have built in a wide
+				// sketch's store: it keeps only what its values need.
+				for _, sk := range [...]*aggregate.Sketch{g.Ok, g.Err} {
+					if sk != nil {
+						sk.Trim()
+					}
+				}
+				if s.bytes+newCost(newGroupBytes(g)) > byteLimit {
+					fold = true
+					break
+				}
 				w, id = s.window(pp, id, w, ws, b)
 				i = w.add(g, gh, gth)
-				// The decoded sketches are ours: move them, not copy.
 				w.groups[i].Ok, w.groups[i].Err = g.Ok, g.Err
 				g.Ok, g.Err = nil, nil
 				s.groups++

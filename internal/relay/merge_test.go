@@ -335,3 +335,30 @@ func TestHeldMemoryBoundedByBytes(t *testing.T) {
 		t.Fatalf("dropped %v, senders %d: the flood did not reach the bound", s.SpansDropped, s.Senders)
 	}
 }
+
+// TestNewGroupSketchesFitTheirValues: the decoder reuses the sketches of
+// groups merged into held ones, stores and all; a new group decoded into
+// the store of a wide sketch holds no more than its own values need.
+func TestNewGroupSketchesFitTheirValues(t *testing.T) {
+	r := newTestRelay(Config{})
+	var wide []float64 // 1 µs .. 100 s: about 900 bins
+	for v := 1e-3; v < 1e5; v *= 1.5 {
+		wide = append(wide, v)
+	}
+	// The second merges into the first's group: its decoded sketch goes
+	// back to the decoder as a spare with a store of ~900 bins.
+	for seq := uint64(1); seq <= 2; seq++ {
+		mustAccept(t, r, datagram(seq, header("a"), bucket(w0, 10*sec, entry(key("wide"), uint64(len(wide)), 0, wide...))), 0, UDP)
+	}
+	before := r.Stats().HeldBytes
+	mustAccept(t, r, datagram(3, header("a"), bucket(w0, 10*sec, entry(key("narrow"), 2, 0, 10, 11))), 0, UDP)
+	s := checkAccounting(t, r)
+	if grew := s.HeldBytes - before; grew > 1024 {
+		t.Fatalf("a group of two close values holds %d bytes", grew)
+	}
+	for _, g := range harvestAll(t, r)[0].Buckets[0].Groups {
+		if want := map[string]uint64{"wide": 2 * uint64(len(wide)), "narrow": 2}[g.Resource]; g.Ok.Count() != want {
+			t.Errorf("%s: %d values, want %d", g.Resource, g.Ok.Count(), want)
+		}
+	}
+}
