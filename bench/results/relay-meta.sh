@@ -1,4 +1,4 @@
-relay_started="2026-12-02 09:10:28 UTC"
-relay_elapsed="323"
-relay_commit="feb9201"
-relay_count="5" relay_benchtime="2s"
+relay_started="2026-12-02 10:36:34 UTC"
+relay_elapsed="591"
+relay_commit="984e9a3"
+relay_count="6" relay_benchtime="4s"
