@@ -193,3 +193,46 @@ func TestDatagramNoRelay(t *testing.T) {
 	}
 	checkConservation(t, h)
 }
+
+// TestDatagramRelayRestart: the relay restarts (an upgrade of the
+// sidecar: its socket closed, a new one bound at the same path) while an
+// SDK has sent to the old one. The next report reaches the new relay
+// (on Linux each datagram is addressed to the path; elsewhere the sender
+// dials again when the old socket refuses), nothing is dropped, and the
+// sequence goes on where it was, so the new relay counts no gap.
+func TestDatagramRelayRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	old, err := dgram.ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relaySocket{conn: old, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+	a := newStarted(t, Config{AgentURL: "unixgram://" + path, SendJitter: -1})
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush to the first relay: %v", err)
+	}
+	if got := r.read(t); len(got) != 1 || got[0].hits != 3 || got[0].env.Sequence != 1 {
+		t.Fatalf("first relay got %+v; want one datagram of 3 spans, sequence 1", got)
+	}
+	old.Close()
+	renewed, err := dgram.ListenUnixgram(path, 0o600) // replaces the stale socket file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer renewed.Close()
+	r = &relaySocket{conn: renewed, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+	publishN(a, 4, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush after the restart: %v", err)
+	}
+	if got := r.read(t); len(got) != 1 || got[0].hits != 4 || got[0].env.Sequence != 2 || got[0].env.DroppedPayloads != 0 {
+		t.Fatalf("restarted relay got %+v; want one datagram of 4 spans, sequence 2, nothing dropped", got)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.SpansSent != 7 || h.PayloadsDropped != 0 {
+		t.Fatalf("sent %d spans, dropped %d payloads; want 7, 0", h.SpansSent, h.PayloadsDropped)
+	}
+	checkConservation(t, h)
+}
