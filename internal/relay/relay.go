@@ -53,8 +53,9 @@ type Config struct {
 	// MaxHeldBytes bounds what the held groups take, their label strings
 	// and sketches included, approximately (zero: 512 MiB): without it
 	// MaxGroups groups of 64 KiB labels or 2048-bin sketches could hold
-	// gigabytes. Beyond it, as beyond MaxGroups, spans fold into overflow
-	// groups, which take at most another sixteenth.
+	// gigabytes. Past fifteen sixteenths of it, new label keys and merges
+	// that would grow a held sketch fold into overflow groups, which the
+	// last sixteenth holds; past all of it spans are dropped (DropMaxBytes).
 	MaxHeldBytes int
 	// MaxDatagram is the longest datagram accepted, envelope included
 	// (zero: 65 536); a longer one is Truncated.
