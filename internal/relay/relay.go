@@ -88,8 +88,8 @@ type Stats struct {
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.
 	SenderDroppedPayloads, SenderDroppedSpans uint64
-	// FoldedSpans went to an overflow group at MaxGroups or MaxHeldBytes; OverflowGroups is
-	// how many such groups were created.
+	// FoldedSpans went to an overflow group at MaxGroups or MaxHeldBytes;
+	// OverflowGroups is how many such groups were created.
 	FoldedSpans, OverflowGroups uint64
 	// ContainerMismatches counts payloads whose ContainerID differed from
 	// their sender's credentials (corrected: credentials win).

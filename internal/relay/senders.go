@@ -1,8 +1,6 @@
 package relay
 
-import (
-	"time"
-)
+import "time"
 
 // Bounds of the sender table.
 const (
