@@ -37,7 +37,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.UnixPath != "/tmp/spanstats-relay.sock" || c.UDPAddr != "127.0.0.1:8127" || c.SocketMode != 0o660 ||
 		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
 		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" ||
-		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 512<<20 {
+		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 {
 		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
 	}
 	o, err = parse([]string{"-max-groups", "7"}, map[string]string{

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sort"
@@ -359,6 +360,42 @@ func TestNewGroupSketchesFitTheirValues(t *testing.T) {
 	for _, g := range harvestAll(t, r)[0].Buckets[0].Groups {
 		if want := map[string]uint64{"wide": 2 * uint64(len(wide)), "narrow": 2}[g.Resource]; g.Ok.Count() != want {
 			t.Errorf("%s: %d values, want %d", g.Resource, g.Ok.Count(), want)
+		}
+	}
+}
+
+// TestHeldBytesOfTypicalGroups: what a group of a tracer's labels holds,
+// by how many decades its 1 000 latencies span (the figures in
+// DefaultMaxHeldBytes's doc), and that DefaultMaxGroups such groups of up
+// to five decades fit DefaultMaxHeldBytes.
+func TestHeldBytesOfTypicalGroups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		decades  float64
+		min, max int // bytes per group
+	}{{1, 1000, 2000}, {3, 2800, 3800}, {5, 4300, 5400}, {6, 5300, 6500}} {
+		r := newTestRelay(Config{})
+		const groups = 200
+		for i := range groups {
+			e := entry(key(fmt.Sprint("GET /api/v1/items/", i)), 1020, 20)
+			e.Ok, e.Err = new(aggregate.Sketch), new(aggregate.Sketch)
+			for j := range 1020 {
+				v := 1e6 * math.Pow(10, tc.decades*rng.Float64()) // from 1 ms
+				if j < 20 {
+					e.Err.Add(v)
+				} else {
+					e.Ok.Add(v)
+				}
+			}
+			mustAccept(t, r, datagram(uint64(i+1), header("rt"), bucket(w0, 10*sec, e)), 0, UDP)
+		}
+		per := r.Stats().HeldBytes / groups
+		t.Logf("%v decades: %d bytes per group", tc.decades, per)
+		if per < tc.min || per > tc.max {
+			t.Errorf("%v decades: %d bytes per group, want %d..%d", tc.decades, per, tc.min, tc.max)
+		}
+		if tc.decades <= 5 && per*DefaultMaxGroups > DefaultMaxHeldBytes {
+			t.Errorf("%v decades: %d groups of %d bytes exceed DefaultMaxHeldBytes", tc.decades, DefaultMaxGroups, per)
 		}
 	}
 }

@@ -36,11 +36,12 @@ func (t Transport) String() string {
 const (
 	DefaultInterval  = 10 * time.Second
 	DefaultMaxGroups = 200000
-	// DefaultMaxHeldBytes is well above what DefaultMaxGroups groups of a
-	// tracer's labels take (about 1.5 KB each, most of it their two
-	// sketches): the group bound binds first unless labels are long or
-	// sketches wide.
-	DefaultMaxHeldBytes = 512 << 20
+	// DefaultMaxHeldBytes holds DefaultMaxGroups groups of a tracer's
+	// labels whose latencies span up to about five decades: a group takes
+	// about 1.5 KB over one decade, 3.3 KB over three, 5.9 KB over six,
+	// most of it its sketches (TestHeldBytesOfTypicalGroups). The group
+	// bound binds first unless labels are long or sketches wider.
+	DefaultMaxHeldBytes = 1 << 30
 	DefaultMaxDatagram  = 65536
 )
 
@@ -51,7 +52,7 @@ type Config struct {
 	// MaxGroups bounds the groups held over all identities (zero: 200 000).
 	MaxGroups int
 	// MaxHeldBytes bounds what the held groups take, their label strings
-	// and sketches included, approximately (zero: 512 MiB): without it
+	// and sketches included, approximately (zero: 1 GiB): without it
 	// MaxGroups groups of 64 KiB labels or 2048-bin sketches could hold
 	// gigabytes. Past fifteen sixteenths of it, new label keys and merges
 	// that would grow a held sketch fold into overflow groups, which the
