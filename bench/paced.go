@@ -323,14 +323,14 @@ type windowCost struct {
 // publishWindow publishes through d from one goroutine per walk at the
 // offered load p for lead, then for window, and returns once d accounted
 // for every span: how many it published, and the process CPU per span, the
-// wake-ups per span and the load reached over the window alone. The lead brings the side to its steady state (its
-// consumer draining on its own rhythm, its caches as that rhythm leaves
-// them) before the window opens, and the window closes when the producers
-// stop, before the side drains what they left: what a round costs at its
-// edges (the first spans waking a consumer that idled through the other
-// sides' rounds, the last ones drained at a timer) is not a cost per span
-// of a process publishing at that load, and it weighed more, the shorter
-// the round.
+// wake-ups per span and the load reached over the window alone. The lead
+// brings the side to its steady state (its consumer draining on its own
+// rhythm, its caches as that rhythm leaves them) before the window opens,
+// and the window closes when the producers stop, before the side drains
+// what they left: what a round costs at its edges (the first spans waking
+// a consumer that idled through the other sides' rounds, the last ones
+// drained at a timer) is not a cost per span of a process publishing at
+// that load, and it weighed more, the shorter the round.
 func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, window time.Duration) windowCost {
 	before := d.Counts().Accounted()
 	pc := newPacer(p, len(walks))

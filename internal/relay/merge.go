@@ -231,7 +231,8 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 						sk.Trim()
 					}
 				}
-				if s.bytes+newCost(newGroupBytes(g)) > byteLimit {
+				cost := newGroupBytes(g)
+				if s.bytes+newCost(cost) > byteLimit {
 					fold = true
 					break
 				}
@@ -240,7 +241,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				w.groups[i].Ok, w.groups[i].Err = g.Ok, g.Err
 				g.Ok, g.Err = nil, nil
 				s.groups++
-				s.hold(w, groupOverhead+labelBytes(g)+sketchBytes(w.groups[i].Ok)+sketchBytes(w.groups[i].Err))
+				s.hold(w, cost)
 			}
 			if fold {
 				i = -1

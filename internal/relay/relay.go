@@ -37,9 +37,8 @@ const (
 	DefaultInterval  = 10 * time.Second
 	DefaultMaxGroups = 200000
 	// DefaultMaxHeldBytes holds DefaultMaxGroups groups of a tracer's
-	// labels whose latencies span up to about five decades: a group takes
-	// about 1.5 KB over one decade, 3.3 KB over three, 5.9 KB over six,
-	// most of it its sketches (TestHeldBytesOfTypicalGroups). The group
+	// labels whose latencies span up to about five decades, most of a
+	// group being its sketches (TestHeldBytesOfTypicalGroups): the group
 	// bound binds first unless labels are long or sketches wider.
 	DefaultMaxHeldBytes = 1 << 30
 	DefaultMaxDatagram  = 65536
