@@ -1,4 +1,4 @@
-paced_started="2026-12-02 09:25:17 UTC"
-paced_elapsed="922"
-paced_commit="278b791"
-paced_count="5" paced_benchtime="2s"
+paced_started="2026-12-02 11:45:42 UTC"
+paced_elapsed="1129"
+paced_commit="3bf36bd"
+paced_count="6" paced_benchtime="2s"

@@ -1,4 +1,4 @@
-relay_started="2026-12-02 10:36:34 UTC"
-relay_elapsed="591"
-relay_commit="984e9a3"
+relay_started="2026-12-02 12:04:31 UTC"
+relay_elapsed="596"
+relay_commit="3bf36bd"
 relay_count="6" relay_benchtime="4s"
