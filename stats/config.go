@@ -129,8 +129,9 @@ var minBucketInterval, minInfoRefresh = MinBucketInterval, MinInfoRefresh
 type Config struct {
 	// AgentURL is where payloads go: the agent at "http://host:port" or
 	// "unix:///path/to/apm.socket", or a relay (cmd/statsrelay) at
-	// "unixgram:///path/to/relay.sock" or "udp://host:port". Default
-	// DefaultAgentURL.
+	// "unixgram:///path/to/relay.sock" or "udp://host:port". Left empty,
+	// it comes from the environment (SPANSTATS_RELAY_URL, then the Datadog
+	// tracers' variables: see EnvRelayURL), else DefaultAgentURL.
 	AgentURL string
 
 	// Payload-level identity, written into every ClientStatsPayload. New

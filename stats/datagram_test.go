@@ -3,11 +3,13 @@ package stats
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -133,6 +135,34 @@ func TestDatagramsToRelay(t *testing.T) {
 			checkConservation(t, h)
 		})
 	}
+}
+
+// TestRelayURLFromEnvironment: with SPANSTATS_RELAY_URL naming a relay's
+// Unix socket and DD_TRACE_AGENT_URL an HTTP agent (as the tracer needs it
+// for traces), a Config that names neither sends its report to the relay as
+// a sequenced datagram, and the agent receives nothing.
+func TestRelayURLFromEnvironment(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	agent := statstest.New()
+	defer agent.Close()
+	t.Setenv(EnvRelayURL, r.url)
+	t.Setenv(EnvAgentURL, agent.URL())
+	a := newStarted(t, Config{Logger: slog.New(slog.DiscardHandler)})
+	publishN(a, 7, "GET /env")
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(context.Background()) }()
+	got := r.read(t)
+	if err := <-flushed; err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	stop(t, a)
+	if len(got) != 1 || got[0].hits != 7 || got[0].env.Sequence != 1 {
+		t.Fatalf("relay got %+v, want one datagram of 7 hits, sequence 1", got)
+	}
+	if n := len(agent.Requests()); n != 0 {
+		t.Fatalf("the HTTP agent got %d requests, want none", n)
+	}
+	checkConservation(t, a.Health())
 }
 
 // TestDatagramFullSocketDropsAndTells: a relay that does not read fills its

@@ -1,6 +1,7 @@
 // This file fills Config from the environment variables the Datadog
 // tracers read, so a service configured for dd-trace-go or dd-trace-java
-// reports to the same agent with the same identity.
+// reports to the same agent with the same identity, and from
+// SPANSTATS_RELAY_URL, which sends it to a relay instead.
 
 package stats
 
@@ -19,6 +20,7 @@ import (
 
 // Environment variables read for the Config fields left at their zero value.
 const (
+	EnvRelayURL   = "SPANSTATS_RELAY_URL" // AgentURL: a relay's unixgram:///path or udp://host:port (wins over the DD_ variables)
 	EnvAgentURL   = "DD_TRACE_AGENT_URL"  // AgentURL: http://host:port or unix:///path (wins over host and port)
 	EnvAgentHost  = "DD_AGENT_HOST"       // AgentURL's host (default localhost)
 	EnvAgentPort  = "DD_TRACE_AGENT_PORT" // AgentURL's port (default 8126)
@@ -98,7 +100,17 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 // agentURLFromEnv resolves the agent as dd-trace-go does: DD_TRACE_AGENT_URL,
 // else DD_AGENT_HOST and DD_TRACE_AGENT_PORT, else the default socket if it
 // exists; "" leaves DefaultAgentURL.
+//
+// SPANSTATS_RELAY_URL comes first: it points the stats of every process of a
+// host or pod at a statsrelay without changing DD_TRACE_AGENT_URL, which the
+// tracer itself reads to send traces and which must stay an HTTP agent.
 func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignore func(name, value, why string)) string {
+	if raw := strings.TrimSpace(getenv(EnvRelayURL)); raw != "" {
+		if t, err := parseAgentURL(raw); err == nil && t.network != "" {
+			return raw
+		}
+		ignore(EnvRelayURL, raw, "want unixgram:///path/to/relay.sock or udp://host:port")
+	}
 	if raw := strings.TrimSpace(getenv(EnvAgentURL)); raw != "" {
 		if _, err := parseAgentURL(raw); err == nil {
 			return raw

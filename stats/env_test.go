@@ -60,7 +60,8 @@ func TestEnvConfigWins(t *testing.T) {
 	}
 }
 
-// TestEnvAgentURL: the URL variable wins over host and port; host and port
+// TestEnvAgentURL: the relay variable wins over the agent's; the URL
+// variable wins over host and port; host and port
 // each default; the default socket is used only when nothing names the
 // agent; "" leaves DefaultAgentURL to withDefaults.
 func TestEnvAgentURL(t *testing.T) {
@@ -70,6 +71,8 @@ func TestEnvAgentURL(t *testing.T) {
 		want   string
 	}{
 		{map[string]string{EnvAgentURL: "http://a:1", EnvAgentHost: "b", EnvAgentPort: "2"}, true, "http://a:1"},
+		{map[string]string{EnvRelayURL: "unixgram:///run/relay.sock", EnvAgentURL: "http://a:1"}, true, "unixgram:///run/relay.sock"},
+		{map[string]string{EnvRelayURL: " udp://127.0.0.1:8127 ", EnvAgentHost: "b"}, false, "udp://127.0.0.1:8127"},
 		{map[string]string{EnvAgentHost: "agent.local"}, false, "http://agent.local:8126"},
 		{map[string]string{EnvAgentPort: "9126"}, false, "http://localhost:9126"},
 		{map[string]string{EnvAgentHost: "::1", EnvAgentPort: "9"}, false, "http://[::1]:9"},
@@ -91,6 +94,10 @@ func TestEnvBadValues(t *testing.T) {
 		check       func(Config) bool
 	}{
 		{EnvAgentURL, "ftp://agent", func(c Config) bool { return c.AgentURL == "" }},
+		// Not a relay: an HTTP agent belongs in DD_TRACE_AGENT_URL.
+		{EnvRelayURL, "http://agent:8126", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvRelayURL, "udp://no-port", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvRelayURL, "unixgram://", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvAgentPort, "http", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvAgentPort, "70000", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvResourceLimit, "lots", func(c Config) bool { return c.CardinalityLimits.Resource == 0 }},
