@@ -87,37 +87,72 @@ func TestRejectReasons(t *testing.T) {
 	})
 }
 
+// TestSequences: a sequence missing at two harvests in a row is a gap, so
+// datagrams the decode workers merge out of order count none; a sender
+// first seen mid-stream counts nothing below its first sequence; a
+// sequence seen twice is a restart; a jump past the window counts what
+// left it at once; a stopping sender is forgotten at the next harvest,
+// after its late datagrams; an idle one after SenderIdle.
 func TestSequences(t *testing.T) {
 	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
 	send := func(id string, e writer.Envelope) {
 		t.Helper()
 		d := writer.AppendEnvelope(nil, e)
 		h := header(id)
 		mustAccept(t, r, writer.AppendPayload(d, &h, []writer.Bucket{bucket(w0, 10*sec, entry(key("r"), 1, 0))}), 0, Unix)
 	}
-	send("a", writer.Envelope{Sequence: 1})
-	send("a", writer.Envelope{Sequence: 2})
+	seqs := func(id string, flags uint8, seqs ...uint64) {
+		t.Helper()
+		for _, q := range seqs {
+			send(id, writer.Envelope{Sequence: q, Flags: flags})
+		}
+	}
+	expect := func(what string, gaps, restarts uint64, senders int) {
+		t.Helper()
+		s := checkAccounting(t, r)
+		if s.SeqGaps != gaps || s.SeqRestarts != restarts || s.Senders != senders {
+			t.Fatalf("%s: gaps %d restarts %d senders %d, want %d %d %d", what, s.SeqGaps, s.SeqRestarts, s.Senders, gaps, restarts, senders)
+		}
+	}
+	harvest := func() { now = now.Add(10 * time.Second); r.Harvest(now) }
+
+	seqs("a", 0, 1, 2)
 	send("a", writer.Envelope{Sequence: 5, DroppedPayloads: 2, DroppedSpans: 40}) // 3, 4 lost; 2 reported dropped
-	send("b", writer.Envelope{Sequence: 9})                                       // first seen mid-stream: no reference, no gap
+	seqs("b", 0, 9)                                                               // first seen mid-stream: no reference, no gap
 	send("b", writer.Envelope{Sequence: 10, DroppedPayloads: 1, DroppedSpans: 2})
-	s := checkAccounting(t, r)
-	if s.SeqGaps != 2 || s.SeqRestarts != 0 || s.Senders != 2 || s.SenderDroppedPayloads != 3 || s.SenderDroppedSpans != 42 {
-		t.Fatalf("gaps %d restarts %d senders %d dropped %d/%d", s.SeqGaps, s.SeqRestarts, s.Senders, s.SenderDroppedPayloads, s.SenderDroppedSpans)
+	seqs("b", 0, 13, 12, 11, 8) // out of order, and one from before its first
+	expect("before a harvest", 0, 0, 2)
+	harvest()
+	expect("3 and 4 missing at one harvest", 0, 0, 2)
+	seqs("a", 0, 7, 6)
+	harvest()
+	expect("3 and 4 missing at two", 2, 0, 2)
+	seqs("a", 0, 3) // too late: already counted, not a restart
+	harvest()
+	expect("3 arriving late", 2, 0, 2)
+	if s := r.Stats(); s.SenderDroppedPayloads != 3 || s.SenderDroppedSpans != 42 {
+		t.Fatalf("senders' own drops %d/%d, want 3/42", s.SenderDroppedPayloads, s.SenderDroppedSpans)
 	}
-	send("a", writer.Envelope{Sequence: 1})                          // restarted
-	send("a", writer.Envelope{Sequence: 2, Flags: writer.FlagFinal}) // and stops: forgotten
-	s = checkAccounting(t, r)
-	if s.SeqGaps != 2 || s.SeqRestarts != 1 || s.Senders != 1 || s.SpansReceived != 7 {
-		t.Fatalf("gaps %d restarts %d senders %d received %d", s.SeqGaps, s.SeqRestarts, s.Senders, s.SpansReceived)
-	}
-	// Idle senders are forgotten at a harvest.
-	now := t0
-	r.now = func() time.Time { return now }
-	now = t0.Add(SenderIdle)
-	r.Harvest(t0)
-	if s := r.Stats(); s.Senders != 0 {
-		t.Fatalf("%d senders after %v idle", s.Senders, SenderIdle)
-	}
+
+	seqs("a", 0, 1)                // seen before: restarted
+	seqs("a", writer.FlagFinal, 3) // and stops, its 2 still in flight
+	seqs("a", 0, 2)                // merged after the final one
+	expect("a restarted and stopping", 2, 1, 2)
+	harvest()
+	expect("a stopped", 2, 1, 1)
+
+	seqs("c", 0, 1, 100) // 2..99 missing: 35 left the window at once
+	expect("a jump past the window", 37, 1, 2)
+	harvest()
+	harvest()
+	expect("the jump's window settled", 2+98, 1, 2)
+
+	seqs("d", 0, 1, 3)
+	now = now.Add(SenderIdle)
+	r.Harvest(now)
+	expect("idle senders forgotten, their missing counted", 101, 1, 0)
 }
 
 // TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty

@@ -82,9 +82,12 @@ type Stats struct {
 
 	Groups, Senders int
 	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
-	HeldBytes   int
-	SeqGaps     uint64 // datagrams missing between two of one sender
-	SeqRestarts uint64 // a sequence lower than (or equal to) the last
+	HeldBytes int
+	// SeqGaps counts datagrams missing between two of one sender, once
+	// missing at two harvests in a row (see sender); SeqRestarts the
+	// sequences seen twice or far below the sender's last.
+	SeqGaps     uint64
+	SeqRestarts uint64
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.
 	SenderDroppedPayloads, SenderDroppedSpans uint64
@@ -301,7 +304,7 @@ func (r *Relay) Harvest(boundary time.Time) []Batch {
 	before := r.st.hits
 	out := r.st.harvest(uint64(max(boundary.UnixNano(), 0)), nil)
 	r.outstanding += before - r.st.hits
-	r.senders.sweep(r.now().UnixNano())
+	r.senders.harvest(r.now().UnixNano())
 	return out
 }
 
