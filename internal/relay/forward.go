@@ -30,11 +30,12 @@ type forwarder struct {
 	final     chan struct{} // closed by Run once every datagram read is merged
 	runtimeID string
 	seq       uint64
+	trouble   *troubleLog
 	packer    writer.Packer // one request per identity, more beyond MaxPayloadBytes
 }
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
-	f := &forwarder{s: s, final: make(chan struct{}), runtimeID: newRuntimeID()}
+	f := &forwarder{s: s, final: make(chan struct{}), runtimeID: newRuntimeID(), trouble: newTroubleLog(s.log)}
 	f.packer = writer.Packer{Limit: s.cfg.MaxPayloadBytes, Sequence: f.nextSeq}
 	f.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         s.ep,
@@ -71,6 +72,7 @@ func (f *forwarder) run(stop context.Context) {
 		case <-tick.C:
 			f.forward(boundary)
 			now := cfg.Now()
+			f.trouble.check(f.s.troubleCounters(), now, false)
 			boundary = boundary.Add(cfg.Interval)
 			if now.Sub(boundary) >= cfg.Interval { // the process was paused: realign
 				boundary = now.Truncate(cfg.Interval).Add(cfg.Interval)
@@ -82,6 +84,7 @@ func (f *forwarder) run(stop context.Context) {
 			<-f.final
 			f.forward(time.Unix(0, 1<<62)) // every window, ended or not
 			f.client.Final()
+			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -421,4 +422,56 @@ func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
 		strings.Join(g.AdditionalMetricTags, ",") != "team:core" {
 		t.Fatalf("merged group %+v", g)
 	}
+}
+
+// TestTroubleIsLogged: what the metrics count as lost is in the log too, by
+// kind and with its counts: malformed datagrams, a request the agent
+// refuses, the spans it carried. The log lines come at the latest when the
+// relay stops.
+func TestTroubleIsLogged(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.FailNext(100, http.StatusBadRequest) // refused: dropped without retries
+	var buf bytes.Buffer                    // slog's handler serializes its writes
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-",
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, d := range [][]byte{{0xc1}, {0xc1, 1}, {0xc1, 2}, validDatagram(1, 7)} {
+		if _, err := conn.Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "4 datagrams read", func() bool { return srv.Relay().Stats().Datagrams[relay.UDP] == 4 })
+	stop()
+	st := srv.Relay().Stats()
+	if st.SpansDropped[relay.DropRefused] != 7 {
+		t.Fatalf("dropped %v, want the 7 spans refused", st.SpansDropped)
+	}
+	lines := map[string]string{}
+	for l := range strings.Lines(buf.String()) {
+		for _, kind := range []string{"datagrams rejected", "requests to the agent failed", "spans dropped"} {
+			if strings.Contains(l, kind) {
+				if lines[kind] != "" {
+					t.Errorf("two lines for %q:\n%s%s", kind, lines[kind], l)
+				}
+				lines[kind] = l
+			}
+		}
+	}
+	for kind, want := range map[string][]string{
+		"datagrams rejected":           {"level=WARN", " malformed=3"},
+		"requests to the agent failed": {"level=WARN", " status_400=1"},
+		"spans dropped":                {"level=ERROR", " refused=7"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[kind], w) {
+				t.Errorf("%q line %q lacks %q\nlog:\n%s", kind, lines[kind], w, buf.String())
+			}
+		}
+	}
+	checkIdentity(t, st)
 }

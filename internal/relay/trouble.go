@@ -1,0 +1,112 @@
+// This file holds the relay's log of trouble: after each forward it compares
+// the counters with the previous look and logs what grew, each kind at most
+// once per troubleEvery, with the counts since the kind's previous line, so
+// an operator who reads only the log still learns that stats were lost.
+
+package relay
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// troubleEvery is the least time between two lines of one kind: an agent
+// outage fails every forward, and a line per interval would bury the log.
+const troubleEvery = time.Minute
+
+// troubleKind is a kind of line; its counters are named "<kind>.<name>".
+type troubleKind struct {
+	prefix, level, msg string
+}
+
+var troubleKinds = []troubleKind{
+	{"rejected", "warn", "statsrelay: datagrams rejected (statsrelay_datagrams_rejected_total)"},
+	{"kernel", "warn", "statsrelay: the kernel dropped datagrams: the relay did not read fast enough (raise -udp-rcvbuf)"},
+	{"senders", "warn", "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps)"},
+	{"folded", "warn", "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
+	{"failed", "warn", "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
+	{"dropped", "error", "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
+}
+
+// troubleLog turns counter growth into log lines. Only the forwarder uses
+// it.
+type troubleLog struct {
+	log     *slog.Logger
+	every   time.Duration
+	seen    map[string]uint64 // counters at the previous look
+	pending map[string]uint64 // growth not logged yet
+	last    map[string]time.Time
+}
+
+func newTroubleLog(log *slog.Logger) *troubleLog {
+	return &troubleLog{log: log, every: troubleEvery, seen: map[string]uint64{},
+		pending: map[string]uint64{}, last: map[string]time.Time{}}
+}
+
+// troubleCounters is the counters the trouble log watches, by name.
+func (s *Server) troubleCounters() map[string]uint64 {
+	st := s.relay.Stats()
+	c := map[string]uint64{
+		"senders.dropped_payloads": st.SenderDroppedPayloads,
+		"senders.dropped_spans":    st.SenderDroppedSpans,
+		"senders.seq_gaps":         st.SeqGaps,
+		"folded.spans":             st.FoldedSpans,
+	}
+	for r := range NumReasons {
+		c["rejected."+r.String()] = st.Rejected[r]
+	}
+	for t := range NumTransports {
+		if s.conns[t] != nil {
+			c["kernel."+t.String()] = s.conns[t].KernelDrops()
+		}
+	}
+	for reason, n := range st.SpansDropped {
+		c["dropped."+reason] = n
+	}
+	s.requests.Range(func(code, n any) bool {
+		if code != "2xx" {
+			c["failed.status_"+code.(string)] = n.(*atomic.Uint64).Load()
+		}
+		return true
+	})
+	return c
+}
+
+// check adds what grew since the previous look and logs every kind whose
+// wait is over; final logs whatever is pending, waiting or not.
+func (l *troubleLog) check(counters map[string]uint64, now time.Time, final bool) {
+	for name, v := range counters {
+		if v > l.seen[name] {
+			l.pending[name] += v - l.seen[name]
+		}
+		l.seen[name] = v
+	}
+	for _, k := range troubleKinds {
+		if last, ok := l.last[k.prefix]; ok && !final && now.Sub(last) < l.every {
+			continue
+		}
+		var attrs []any
+		for _, name := range slices.Sorted(maps.Keys(l.pending)) {
+			if rest, ok := strings.CutPrefix(name, k.prefix+"."); ok {
+				attrs = append(attrs, slog.Uint64(rest, l.pending[name]))
+				delete(l.pending, name)
+			}
+		}
+		if len(attrs) == 0 {
+			continue
+		}
+		if last, ok := l.last[k.prefix]; ok {
+			attrs = append(attrs, slog.Duration("since", now.Sub(last).Round(time.Second)))
+		}
+		l.last[k.prefix] = now
+		if k.level == "error" {
+			l.log.Error(k.msg, attrs...)
+		} else {
+			l.log.Warn(k.msg, attrs...)
+		}
+	}
+}
