@@ -42,7 +42,7 @@ func main() {
 	flag.IntVar(&o.producers, "producers", 8, "publishing goroutines")
 	flag.DurationVar(&o.run, "run", 8*time.Second, "how long to publish")
 	flag.DurationVar(&o.interval, "interval", 2*time.Second, "stats bucket interval")
-	flag.StringVar(&o.agent, "agent", "", "agent URL (http://host:port or unix:///path); empty starts an embedded fake agent")
+	flag.StringVar(&o.agent, "agent", "", "agent URL (http://host:port or unix:///path), or a statsrelay's (unixgram:///path or udp://host:port); empty starts an embedded fake agent")
 	flag.IntVar(&o.top, "top", 8, "keys shown per interval")
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
