@@ -343,13 +343,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > MaxMaxDatagramBytes || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
 		return c, fmt.Errorf("%w: MaxDatagramBytes must be 0 or in [%d, %d], got %d", ErrBadConfig, minDatagramBytes, MaxMaxDatagramBytes, c.MaxDatagramBytes)
 	}
+	// By the parsed scheme, which URL parsing lowercases: "UDP://" is UDP too.
+	t, _ := parseAgentURL(c.AgentURL) // an error is New's to report
+	udp := t.network == "udp"
 	if c.MaxDatagramBytes == 0 {
 		c.MaxDatagramBytes = DefaultMaxDatagramBytes
-		if strings.HasPrefix(c.AgentURL, "udp:") {
+		if udp {
 			c.MaxDatagramBytes = MaxUDPDatagramBytes
 		}
 	}
-	if strings.HasPrefix(c.AgentURL, "udp:") && c.MaxDatagramBytes > MaxUDPDatagramBytes {
+	if udp && c.MaxDatagramBytes > MaxUDPDatagramBytes {
 		return c, fmt.Errorf("%w: MaxDatagramBytes %d is over UDP's %d", ErrBadConfig, c.MaxDatagramBytes, MaxUDPDatagramBytes)
 	}
 	if c.MaxPayloadBytes < minPayloadBytes {

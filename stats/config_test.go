@@ -171,6 +171,24 @@ func TestConfigBounds(t *testing.T) {
 	}
 }
 
+// TestUDPDatagramLimit: over UDP, whatever the scheme's case, datagrams
+// default to UDP's largest and a larger limit is refused; a Unix relay
+// keeps the 64 KiB default.
+func TestUDPDatagramLimit(t *testing.T) {
+	for _, url := range []string{"udp://127.0.0.1:8127", "UDP://127.0.0.1:8127", "Udp://[::1]:8127"} {
+		c, err := Config{AgentURL: url}.withDefaults()
+		if err != nil || c.MaxDatagramBytes != MaxUDPDatagramBytes {
+			t.Errorf("%s: MaxDatagramBytes %d (%v), want %d", url, c.MaxDatagramBytes, err, MaxUDPDatagramBytes)
+		}
+		if _, err := (Config{AgentURL: url, MaxDatagramBytes: MaxUDPDatagramBytes + 1}).withDefaults(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: MaxDatagramBytes over UDP's: %v, want ErrBadConfig", url, err)
+		}
+	}
+	if c, err := (Config{AgentURL: "unixgram:///run/relay.sock"}).withDefaults(); err != nil || c.MaxDatagramBytes != DefaultMaxDatagramBytes {
+		t.Errorf("unixgram: MaxDatagramBytes %d (%v), want %d", c.MaxDatagramBytes, err, DefaultMaxDatagramBytes)
+	}
+}
+
 // TestIdentityControlCharacters: every string field of Config but AgentURL
 // is identity (payload, headers or metric names); found by reflection, each
 // with a line break inside is refused naming the field, and so is a tag.
