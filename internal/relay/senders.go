@@ -48,6 +48,8 @@ type senders struct {
 	droppedSpans     uint64
 	unsequenced      uint64
 	forgottenSenders uint64
+	fullSweep        int64 // unix ns of the last sweep of a full table
+	sweeps           uint64
 }
 
 // observe records datagram seq of the sender whose RuntimeID hashes to id
@@ -63,7 +65,10 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 	w := uint64(s.words) * 64
 	switch {
 	case sd == nil:
-		if len(s.m) >= MaxSenders {
+		// A full table is swept at most once a second: a flood of new
+		// RuntimeIDs would otherwise cost a walk of the whole table each.
+		if len(s.m) >= MaxSenders && now-s.fullSweep >= int64(time.Second) {
+			s.fullSweep = now
 			s.sweep(now)
 		}
 		if len(s.m) >= MaxSenders {
@@ -163,6 +168,7 @@ func (s *senders) forget(k uint64, sd *sender) {
 
 // sweep forgets the senders idle for SenderIdle.
 func (s *senders) sweep(now int64) {
+	s.sweeps++
 	for k, sd := range s.m {
 		if now-sd.seen >= int64(SenderIdle) {
 			s.forget(k, sd)

@@ -3,6 +3,7 @@ package relay
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // seqModel is the sequence accounting of one sender spelled out with sets,
@@ -132,5 +133,23 @@ func TestSenderWindowModel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFullSenderTableSweepsRarely: new senders beyond MaxSenders evict one
+// sender each, and the full table is walked for idle ones at most once a
+// second, not once per new sender.
+func TestFullSenderTableSweepsRarely(t *testing.T) {
+	s := senders{words: 1}
+	now := int64(1e18)
+	for id := range uint64(MaxSenders + 5000) {
+		s.observe(id, 1, false, now)
+	}
+	if len(s.m) != MaxSenders || s.forgottenSenders != 5000 || s.sweeps != 1 {
+		t.Fatalf("senders %d, forgotten %d, sweeps %d; want %d, 5000, 1", len(s.m), s.forgottenSenders, s.sweeps, MaxSenders)
+	}
+	s.observe(1<<40, 1, false, now+int64(time.Second))
+	if s.sweeps != 2 {
+		t.Fatalf("sweeps %d a second later, want 2", s.sweeps)
 	}
 }
