@@ -65,12 +65,6 @@ type Config struct {
 	Origins *Origins
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// SeqWindow is how far out of order a sender's datagrams may be merged
-	// without counting gaps or restarts, in sequences (zero:
-	// DefaultSeqWindow; rounded up to a multiple of 64). A Server sets it to
-	// the datagrams its read batches hold, all of which may be in flight at
-	// once.
-	SeqWindow int
 }
 
 // Stats is a snapshot of a Relay's counters. SpansReceived = SpansForwarded +
@@ -149,14 +143,10 @@ func New(c Config) *Relay {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.SeqWindow <= 0 {
-		c.SeqWindow = DefaultSeqWindow
-	}
 	r := &Relay{
 		maxDatagram: c.MaxDatagram, origins: c.Origins, now: c.Now, seed: rand.Uint64(),
 		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups, maxBytes: c.MaxHeldBytes},
 		dropped: make(map[string]uint64),
-		senders: senders{words: (c.SeqWindow + 63) / 64},
 	}
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup)

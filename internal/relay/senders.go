@@ -1,7 +1,7 @@
 package relay
 
 import (
-	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -16,24 +16,31 @@ const (
 )
 
 // sender is what the relay remembers of one sender (a RuntimeID): the
-// highest sequence seen and a window of the sequences up to it. The
-// decode workers merge a sender's datagrams in whatever order they finish
-// decoding them, so a sequence missing from the window is not yet a gap:
-// it is one once it has been missing at two harvests in a row (an interval
-// apart), or leaves the window, or its sender is forgotten.
+// runs of sequences received. The decode workers merge a sender's
+// datagrams in whatever order they finish decoding them, and a worker can
+// be descheduled while the other merges hundreds of later ones, so a
+// sequence missing now is not yet a gap: it is one once it was missing at
+// two harvests in a row, an interval apart (a hole below the highest
+// sequence of the previous harvest), or its sender is forgotten.
 type sender struct {
-	high, first uint64 // highest sequence seen; the first (nothing below it counts)
-	// masks is three bit sets of the window, words words each: received,
-	// missing at the last harvest, missing and counted as gaps. Bit i
-	// (word i/64, bit i%64) is sequence high-i.
-	masks []uint64
-	seen  int64 // unix ns of its last datagram
-	final bool  // it said it is stopping: forgotten at the next harvest
+	// runs holds the sequences received (or counted as gaps), as disjoint,
+	// non-adjacent runs in ascending order; the first starts at the first
+	// sequence seen: nothing below it counts.
+	runs []seqRun
+	mark uint64 // the highest sequence at the previous harvest
+	seen int64  // unix ns of its last datagram
+	// final: it said it is stopping; forgotten at the next harvest, so that
+	// its datagrams merged after the final one still fill their holes.
+	final bool
 }
 
-// DefaultSeqWindow is Config.SeqWindow's default: what the default read
-// batches of a Server hold in flight, rounded up.
-const DefaultSeqWindow = 256
+// seqRun is the sequences lo..hi.
+type seqRun struct{ lo, hi uint64 }
+
+// maxRuns bounds a sender's runs: past it, its lowest hole is counted as
+// gaps and closed. Reordering opens a hole or two per worker; more are
+// losses.
+const maxRuns = 16
 
 // senders tracks sequence numbers per RuntimeID, keyed by its seeded hash:
 // a sender table of MaxSenders entries then takes a few MiB whatever the
@@ -41,7 +48,6 @@ const DefaultSeqWindow = 256
 // sender cannot aim for without the seed, would only blur two senders'
 // gap counts. Guarded by Relay.mu.
 type senders struct {
-	words            int // of each mask: Config.SeqWindow / 64
 	m                map[uint64]*sender
 	gaps, restarts   uint64
 	droppedPayloads  uint64
@@ -55,16 +61,14 @@ type senders struct {
 // observe records datagram seq of the sender whose RuntimeID hashes to id
 // at now. A sender seen for the first time has no reference (it may
 // predate the relay, or have been forgotten), so nothing below its first
-// sequence counts. A sequence seen twice, or far below the window, is a
-// restart: the sender counts from 1 again.
+// sequence counts. A sequence received twice is a restart: the sender
+// counts from 1 again.
 func (s *senders) observe(id, seq uint64, final bool, now int64) {
 	if s.m == nil {
 		s.m = make(map[uint64]*sender)
 	}
 	sd := s.m[id]
-	w := uint64(s.words) * 64
-	switch {
-	case sd == nil:
+	if sd == nil {
 		// A full table is swept at most once a second: a flood of new
 		// RuntimeIDs would otherwise cost a walk of the whole table each.
 		if len(s.m) >= MaxSenders && now-s.fullSweep >= int64(time.Second) {
@@ -78,91 +82,82 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 				break
 			}
 		}
-		sd = &sender{masks: make([]uint64, 3*s.words)}
+		sd = &sender{}
 		s.m[id] = sd
-		s.reset(sd, seq)
-	case seq > sd.high:
-		if d := seq - sd.high; d >= w { // spelled out: high+d may wrap
-			s.gaps += s.open(sd, 0) + (d - w)
-			clear(sd.masks)
-		} else {
-			s.gaps += s.open(sd, int(w-d)) // the sequences leaving the window
-			for m := range 3 {
-				shift(sd.masks[m*s.words:(m+1)*s.words], int(d))
-			}
-		}
-		sd.masks[0] |= 1
-		sd.high = seq
-	case sd.high-seq >= w:
-		s.restart(sd, seq)
-	case seq < sd.first: // late, and older than anything counted
-	default:
-		i := sd.high - seq
-		got := &sd.masks[i/64]
-		if *got&(1<<(i%64)) != 0 {
-			s.restart(sd, seq)
-			break
-		}
-		*got |= 1 << (i % 64) // late: its place in the window is filled
+		sd.reset(seq)
+	} else {
+		s.add(sd, seq)
 	}
 	sd.seen = now
 	sd.final = sd.final || final
 }
 
-// reset starts sd's window at seq: the positions below it count as
-// received.
-func (s *senders) reset(sd *sender, seq uint64) {
-	clear(sd.masks)
-	for i := range s.words {
-		sd.masks[i] = ^uint64(0)
-	}
-	sd.high, sd.first = seq, seq
-}
-
-// open counts sd's missing sequences not counted yet at window positions
-// from on.
-func (s *senders) open(sd *sender, from int) uint64 {
-	got, settled := sd.masks[:s.words], sd.masks[2*s.words:]
-	var n int
-	for j := range s.words {
-		o := ^got[j] &^ settled[j]
-		if lo := j * 64; lo < from {
-			if from-lo >= 64 {
-				continue
+// add records seq in sd's runs.
+func (s *senders) add(sd *sender, seq uint64) {
+	r := sd.runs
+	top := &r[len(r)-1]
+	switch {
+	case seq < r[0].lo: // late, and older than anything counted
+		return
+	case seq-1 == top.hi: // the common case, in order
+		top.hi = seq
+		return
+	case seq > top.hi:
+		sd.runs = append(r, seqRun{seq, seq})
+	default:
+		// The run at or below seq (r[0].lo <= seq), and the next one.
+		i, _ := slices.BinarySearchFunc(r, seq, func(x seqRun, q uint64) int {
+			if x.lo > q {
+				return 1
 			}
-			o &= ^uint64(0) << (from - lo)
+			return -1
+		})
+		i--
+		switch {
+		case seq <= r[i].hi:
+			s.restart(sd, seq)
+		case seq-1 == r[i].hi && seq+1 == r[i+1].lo:
+			r[i].hi = r[i+1].hi
+			sd.runs = slices.Delete(r, i+1, i+2)
+		case seq-1 == r[i].hi:
+			r[i].hi = seq
+		case seq+1 == r[i+1].lo:
+			r[i+1].lo = seq
+		default:
+			sd.runs = slices.Insert(r, i+1, seqRun{seq, seq})
 		}
-		n += bits.OnesCount64(o)
 	}
-	return uint64(n)
+	if len(sd.runs) > maxRuns {
+		s.close(sd, 1)
+	}
 }
 
-// shift moves every bit of m d positions up (0 < d < 64·len(m)); the top
-// d bits fall out, the bottom d are zero.
-func shift(m []uint64, d int) {
-	words, r := d/64, uint(d%64)
-	for j := len(m) - 1; j >= 0; j-- {
-		var v uint64
-		if src := j - words; src >= 0 {
-			v = m[src] << r
-			if r > 0 && src > 0 {
-				v |= m[src-1] >> (64 - r)
-			}
-		}
-		m[j] = v
+// close counts the holes below sd's run n as gaps and joins runs 0..n.
+func (s *senders) close(sd *sender, n int) {
+	r := sd.runs
+	for i := range n {
+		s.gaps += r[i+1].lo - r[i].hi - 1
 	}
+	r[0].hi = r[n].hi
+	sd.runs = slices.Delete(r, 1, n+1)
 }
 
-// restart counts a restart of sd at seq; what its window missed is lost.
+// reset starts sd afresh at seq.
+func (sd *sender) reset(seq uint64) {
+	sd.runs = append(sd.runs[:0], seqRun{seq, seq})
+	sd.mark = seq
+}
+
+// restart counts a restart of sd at seq; what it missed is lost.
 func (s *senders) restart(sd *sender, seq uint64) {
-	s.gaps += s.open(sd, 0)
+	s.close(sd, len(sd.runs)-1)
 	s.restarts++
-	s.reset(sd, seq)
+	sd.reset(seq)
 }
 
-// forget removes sender k, counting what its window missed.
+// forget removes sender k, counting what it missed.
 func (s *senders) forget(k uint64, sd *sender) {
-	s.gaps += s.open(sd, 0)
+	s.close(sd, len(sd.runs)-1)
 	delete(s.m, k)
 }
 
@@ -176,20 +171,18 @@ func (s *senders) sweep(now int64) {
 	}
 }
 
-// harvest, once an interval, counts as gaps the sequences missing now that
-// were missing at the previous harvest too (a late datagram arrives within
-// microseconds, not an interval), forgets the senders that said they stop,
+// harvest, once an interval, counts as gaps the holes below each sender's
+// mark (missing since the previous harvest at least: a hole opens only
+// above the highest sequence), forgets the senders that said they stop,
 // and sweeps the idle ones.
 func (s *senders) harvest(now int64) {
 	for k, sd := range s.m {
-		got, waited, settled := sd.masks[:s.words], sd.masks[s.words:2*s.words], sd.masks[2*s.words:]
-		for j := range s.words {
-			open := ^got[j] &^ settled[j]
-			late := open & waited[j]
-			s.gaps += uint64(bits.OnesCount64(late))
-			settled[j] |= late
-			waited[j] = open &^ late
+		n := 0 // the run holding the mark
+		for n+1 < len(sd.runs) && sd.runs[n+1].lo <= sd.mark {
+			n++
 		}
+		s.close(sd, n)
+		sd.mark = sd.runs[len(sd.runs)-1].hi
 		if sd.final {
 			s.forget(k, sd)
 		}

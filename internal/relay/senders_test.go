@@ -6,65 +6,63 @@ import (
 	"time"
 )
 
-// seqModel is the sequence accounting of one sender spelled out with sets,
-// against which TestSenderWindowModel checks the bit masks.
+// seqModel is the sequence accounting of one sender spelled out with a
+// set, against which TestSenderRunsModel checks the runs.
 type seqModel struct {
-	w                    uint64
-	high, first          uint64
-	got, waited, settled map[uint64]bool
-	gaps, restarts       uint64
-	known, final         bool
+	first, mark, high uint64
+	got               map[uint64]bool // received, or counted as a gap
+	gaps, restarts    uint64
+	known, final      bool
 }
 
 func (m *seqModel) reset(seq uint64) {
-	m.high, m.first, m.known = seq, seq, true
-	m.got, m.waited, m.settled = map[uint64]bool{seq: true}, map[uint64]bool{}, map[uint64]bool{}
+	m.first, m.mark, m.high, m.known = seq, seq, seq, true
+	m.got = map[uint64]bool{seq: true}
 }
 
-// open reports whether q is missing and not counted yet.
-func (m *seqModel) open(q uint64) bool { return q >= m.first && !m.got[q] && !m.settled[q] }
-
-// lo is the window's lowest sequence.
-func (m *seqModel) lo() uint64 { return max(m.high, m.w-1) - (m.w - 1) }
-
-func (m *seqModel) countOpen() {
-	for q := m.lo(); q <= m.high; q++ {
-		if m.open(q) {
+// settle counts the missing sequences below limit as gaps.
+func (m *seqModel) settle(limit uint64) {
+	for q := m.first; q < limit; q++ {
+		if !m.got[q] {
 			m.gaps++
+			m.got[q] = true
 		}
 	}
+}
+
+// runs counts the runs of received sequences.
+func (m *seqModel) runs() int {
+	n := 0
+	for q := m.first; q <= m.high; q++ {
+		if m.got[q] && (q == m.first || !m.got[q-1]) {
+			n++
+		}
+	}
+	return n
 }
 
 func (m *seqModel) observe(seq uint64, final bool) {
 	switch {
 	case !m.known:
 		m.reset(seq)
-	case seq > m.high:
-		newLo := max(seq, m.w-1) - (m.w - 1)
-		for q := m.lo(); q < newLo && q <= m.high; q++ {
-			if m.open(q) {
-				m.gaps++
-			}
-		}
-		for q := m.high + 1; q < newLo; q++ { // never in the window
-			m.gaps++
-		}
-		m.high = seq
-		m.got[seq] = true
-		for _, s := range []map[uint64]bool{m.got, m.waited, m.settled} {
-			for q := range s {
-				if q < newLo {
-					delete(s, q)
-				}
-			}
-		}
-	case m.high-seq >= m.w, seq >= m.first && m.got[seq]:
-		m.countOpen()
+	case seq < m.first:
+	case m.got[seq]:
+		m.settle(m.high)
 		m.restarts++
 		m.reset(seq)
-	case seq < m.first:
 	default:
 		m.got[seq] = true
+		m.high = max(m.high, seq)
+		if m.runs() > maxRuns { // the lowest hole is closed
+			q := m.first
+			for m.got[q] {
+				q++
+			}
+			for ; !m.got[q]; q++ {
+				m.gaps++
+				m.got[q] = true
+			}
+		}
 	}
 	m.final = m.final || final
 }
@@ -73,64 +71,58 @@ func (m *seqModel) harvest() {
 	if !m.known {
 		return
 	}
-	for q := m.lo(); q <= m.high; q++ {
-		open := m.open(q)
-		late := open && m.waited[q]
-		if late {
-			m.gaps++
-			m.settled[q] = true
-		}
-		m.waited[q] = open && !late
-	}
+	m.settle(m.mark)
+	m.mark = m.high
 	if m.final {
-		m.countOpen()
+		m.settle(m.high)
 		m.known, m.final = false, false
 	}
 }
 
-// TestSenderWindowModel: over random streams of one sender (lost,
-// reordered, duplicated and restarting sequences, jumps, final datagrams,
-// harvests) and windows of one to four words, the masks count exactly the
-// gaps and restarts of the set model, step by step.
-func TestSenderWindowModel(t *testing.T) {
-	for words := 1; words <= 4; words++ {
-		rng := rand.New(rand.NewPCG(uint64(words), 7))
-		for stream := range 200 {
-			s := senders{words: words}
-			m := seqModel{w: uint64(words) * 64}
-			next := uint64(1 + rng.IntN(5))
-			var pending []uint64
-			for step := range 2000 {
-				switch r := rng.IntN(1000); {
-				case r < 5:
-					s.harvest(0)
-					m.harvest()
-				case r < 8:
-					next = 1 + uint64(rng.IntN(3)) // a restart
-				case r < 10:
-					next += uint64(rng.IntN(int(m.w) * 2)) // a jump
-				case r < 12 && len(pending) > 0: // a duplicate
-					q := pending[rng.IntN(len(pending))]
-					pending = append(pending, q)
-				}
-				if rng.IntN(10) > 0 { // a tenth are lost
-					pending = append(pending, next)
-				}
-				next++
-				// Merge one of the pending, reordering within a window's
-				// span or more.
-				for len(pending) > 0 && (len(pending) > rng.IntN(int(m.w)+8) || rng.IntN(3) == 0) {
-					i := rng.IntN(len(pending))
-					q := pending[i]
-					pending = append(pending[:i], pending[i+1:]...)
-					final := rng.IntN(500) == 0
-					s.observe(1, q, final, 1)
-					m.observe(q, final)
-					if s.gaps != m.gaps || s.restarts != m.restarts {
-						t.Fatalf("words %d stream %d step %d seq %d: masks count %d gaps %d restarts, model %d %d",
-							words, stream, step, q, s.gaps, s.restarts, m.gaps, m.restarts)
-					}
-				}
+// TestSenderRunsModel: over random streams of one sender (lost, reordered
+// far, duplicated and restarting sequences, jumps, final datagrams,
+// harvests), the runs count exactly the gaps and restarts of the set
+// model, step by step.
+func TestSenderRunsModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 7))
+	for stream := range 300 {
+		var s senders
+		var m seqModel
+		next := uint64(1 + rng.IntN(5))
+		var pending []uint64
+		check := func(step int, what string) {
+			if s.gaps != m.gaps || s.restarts != m.restarts {
+				t.Fatalf("stream %d step %d %s: runs count %d gaps %d restarts, model %d %d",
+					stream, step, what, s.gaps, s.restarts, m.gaps, m.restarts)
+			}
+		}
+		for step := range 400 {
+			switch r := rng.IntN(1000); {
+			case r < 20:
+				s.harvest(0)
+				m.harvest()
+				check(step, "harvest")
+			case r < 25:
+				next = 1 + uint64(rng.IntN(3)) // a restart
+			case r < 35:
+				next += uint64(rng.IntN(300)) // a jump
+			case r < 50 && len(pending) > 0: // a duplicate
+				pending = append(pending, pending[rng.IntN(len(pending))])
+			}
+			if rng.IntN(10) > 0 { // a tenth are lost
+				pending = append(pending, next)
+			}
+			next++
+			// Merge some of the pending in random order: reordered by up
+			// to a few hundred.
+			for len(pending) > 0 && (len(pending) > rng.IntN(300) || rng.IntN(3) == 0) {
+				i := rng.IntN(len(pending))
+				q := pending[i]
+				pending = append(pending[:i], pending[i+1:]...)
+				final := rng.IntN(300) == 0
+				s.observe(1, q, final, 1)
+				m.observe(q, final)
+				check(step, "observe")
 			}
 		}
 	}
@@ -140,7 +132,7 @@ func TestSenderWindowModel(t *testing.T) {
 // sender each, and the full table is walked for idle ones at most once a
 // second, not once per new sender.
 func TestFullSenderTableSweepsRarely(t *testing.T) {
-	s := senders{words: 1}
+	var s senders
 	now := int64(1e18)
 	for id := range uint64(MaxSenders + 5000) {
 		s.observe(id, 1, false, now)

@@ -209,9 +209,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.selfContained = id != ""
 		}
 	}
-	n := cfg.Queue + cfg.Workers + int(NumTransports) // read batches
 	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxHeldBytes: cfg.MaxHeldBytes, MaxDatagram: cfg.MaxDatagram,
-		Origins: s.origins, Now: cfg.Now, SeqWindow: n * cfg.BatchSize})
+		Origins: s.origins, Now: cfg.Now})
 	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
 		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
 			return nil, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)
@@ -226,6 +225,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.conns[Unix] == nil && s.conns[UDP] == nil {
 		return nil, errors.New("relay: no socket to listen on (both the Unix path and the UDP address are empty)")
 	}
+	n := cfg.Queue + cfg.Workers + int(NumTransports)
 	// Room for every batch: the free batches bound the queue, and a reader
 	// never waits to send.
 	s.queue = make(chan job, n)

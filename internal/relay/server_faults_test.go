@@ -475,3 +475,32 @@ func TestTroubleIsLogged(t *testing.T) {
 	}
 	checkIdentity(t, st)
 }
+
+// TestReorderedMergesCountNoGaps: one sender's datagrams, all delivered
+// over the Unix socket (a blocked sender waits), are merged by two decode
+// workers in whatever order they finish; the relay counts every one and
+// neither a gap nor a restart.
+func TestReorderedMergesCountNoGaps(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UDPAddr: "-", Workers: 2,
+		Logger: slog.New(slog.DiscardHandler)})
+	conn, err := net.Dial("unixgram", srv.Addr(relay.Unix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 5000
+	for seq := range uint64(n) {
+		if _, err := conn.Write(validDatagram(seq+1, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every datagram read", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == n })
+	stop()
+	st := srv.Relay().Stats()
+	if st.SpansReceived != 3*n || st.SeqGaps != 0 || st.SeqRestarts != 0 {
+		t.Fatalf("received %d spans, %d gaps, %d restarts; want %d, 0, 0", st.SpansReceived, st.SeqGaps, st.SeqRestarts, 3*n)
+	}
+	checkIdentity(t, st)
+}
