@@ -6,6 +6,7 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
 	"maps"
 	"slices"
@@ -20,16 +21,18 @@ const troubleEvery = time.Minute
 
 // troubleKind is a kind of line; its counters are named "<kind>.<name>".
 type troubleKind struct {
-	prefix, level, msg string
+	prefix string
+	level  slog.Level
+	msg    string
 }
 
 var troubleKinds = []troubleKind{
-	{"rejected", "warn", "statsrelay: datagrams rejected (statsrelay_datagrams_rejected_total)"},
-	{"kernel", "warn", "statsrelay: the kernel dropped datagrams: the relay did not read fast enough (raise -udp-rcvbuf)"},
-	{"senders", "warn", "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps)"},
-	{"folded", "warn", "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
-	{"failed", "warn", "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
-	{"dropped", "error", "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
+	{"rejected", slog.LevelWarn, "statsrelay: datagrams rejected (statsrelay_datagrams_rejected_total)"},
+	{"kernel", slog.LevelWarn, "statsrelay: the kernel dropped datagrams: the relay did not read fast enough (raise -udp-rcvbuf)"},
+	{"senders", slog.LevelWarn, "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps)"},
+	{"folded", slog.LevelWarn, "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
+	{"failed", slog.LevelWarn, "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
+	{"dropped", slog.LevelError, "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
 }
 
 // troubleLog turns counter growth into log lines. Only the forwarder uses
@@ -103,10 +106,6 @@ func (l *troubleLog) check(counters map[string]uint64, now time.Time, final bool
 			attrs = append(attrs, slog.Duration("since", now.Sub(last).Round(time.Second)))
 		}
 		l.last[k.prefix] = now
-		if k.level == "error" {
-			l.log.Error(k.msg, attrs...)
-		} else {
-			l.log.Warn(k.msg, attrs...)
-		}
+		l.log.Log(context.Background(), k.level, k.msg, attrs...)
 	}
 }
