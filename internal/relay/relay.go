@@ -85,7 +85,7 @@ type Stats struct {
 	HeldBytes int
 	// SeqGaps counts datagrams missing between two of one sender, once
 	// missing at two harvests in a row (see sender); SeqRestarts the
-	// sequences seen twice or far below the sender's last.
+	// sequences received twice.
 	SeqGaps     uint64
 	SeqRestarts uint64
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report

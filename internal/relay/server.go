@@ -145,7 +145,7 @@ type Server struct {
 	selfContained bool
 
 	fw       *forwarder
-	requests sync.Map // status code (string, "2xx" or "error") → *atomic.Uint64, forward requests
+	requests sync.Map // "2xx", the status code or "error" → *atomic.Uint64, forward requests
 }
 
 // batchStack is the free read batches, last in first out: the batch just
