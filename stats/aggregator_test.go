@@ -50,14 +50,29 @@ type tally struct{ hits, errors, top, dur uint64 }
 
 // publishLoad publishes n spans from each of producers goroutines over keys
 // resources and returns per-key tallies of the spans Publish accepted, and
-// the number of ineligible spans published.
-func publishLoad(a *Aggregator, producers, n, keys int) (map[statstest.GroupKey]*tally, uint64) {
+// the number of ineligible spans published. With stable, a key's strings
+// are the same data in every span (a tracer's constants, which the
+// consumer's recent-span cache finds by identity); else each span formats
+// its own.
+func publishLoad(a *Aggregator, producers, n, keys int, stable bool) (map[statstest.GroupKey]*tally, uint64) {
 	var (
 		mu         sync.Mutex
 		total      = map[statstest.GroupKey]*tally{}
 		ineligible uint64
 		wg         sync.WaitGroup
 	)
+	type labels struct {
+		service, resource string
+		peers             []string
+	}
+	labelsOf := func(k int) labels {
+		return labels{fmt.Sprintf("svc-%d", k%5), fmt.Sprintf("GET /r/%d", k),
+			[]string{"peer.service:db", fmt.Sprintf("peer.hostname:h%d", k%3)}}
+	}
+	constants := make([]labels, keys)
+	for k := range constants {
+		constants[k] = labelsOf(k)
+	}
 	for p := range producers {
 		wg.Add(1)
 		go func() {
@@ -67,14 +82,18 @@ func publishLoad(a *Aggregator, producers, n, keys int) (map[statstest.GroupKey]
 			kinds := []string{"server", "client", "internal", "CONSUMER"}
 			for i := range n {
 				k := (i*7 + p) % keys
+				l := constants[k]
+				if !stable {
+					l = labelsOf(k)
+				}
 				s := Span{
-					Service:        fmt.Sprintf("svc-%d", k%5),
+					Service:        l.service,
 					Name:           "op",
-					Resource:       fmt.Sprintf("GET /r/%d", k),
+					Resource:       l.resource,
 					Type:           "web",
 					SpanKind:       kinds[k%len(kinds)],
 					HTTPStatusCode: 200,
-					PeerTags:       []string{"peer.service:db", fmt.Sprintf("peer.hostname:h%d", k%3)},
+					PeerTags:       l.peers,
 					Duration:       int64(1000 + (i%97)*1013),
 					Error:          i%5 == 0,
 					TopLevel:       i%3 == 0,
@@ -124,14 +143,19 @@ func publishLoad(a *Aggregator, producers, n, keys int) (map[statstest.GroupKey]
 
 // TestEndToEndConservation: 8 producers publish over many keys while another
 // goroutine flushes; after Stop the agent has decoded exactly the accepted
-// spans per key, and every published span is in a named counter.
+// spans per key, and every published span is in a named counter, whether
+// each span formats its strings or reuses a key's (the recent-span cache's
+// case).
 func TestEndToEndConservation(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		inbox int
+		name   string
+		inbox  int
+		stable bool
 	}{
-		{"default-inbox", 0},
-		{"tiny-inbox-drops", 16},
+		{"default-inbox", 0, false},
+		{"tiny-inbox-drops", 16, false},
+		{"constant-strings", 0, true},
+		{"constant-strings-tiny-inbox", 16, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ag := statstest.New()
@@ -152,7 +176,7 @@ func TestEndToEndConservation(t *testing.T) {
 					}
 				}
 			}()
-			want, ineligible := publishLoad(a, producers, n, keys)
+			want, ineligible := publishLoad(a, producers, n, keys, tc.stable)
 			close(stopFlush)
 			<-flushed
 			stop(t, a)
