@@ -506,3 +506,114 @@ func TestReorderedMergesCountNoGaps(t *testing.T) {
 	}
 	checkIdentity(t, st)
 }
+
+// TestAgentFaultsSettleEverySpan: the agent answers a fixed mix of 500
+// (retried), 413 (split, or dropped as refused when one group), 400
+// (refused) and 200 while four senders' datagrams of several groups each
+// are forwarded over a few intervals. After the stop every span is settled:
+// the spans the agent took (answered 200) are exactly the forwarded ones,
+// per key too, the spans of bodies it refused are exactly the refused ones,
+// nothing is pending, and received = forwarded + dropped.
+func TestAgentFaultsSettleEverySpan(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		switch {
+		case n%7 == 2:
+			http.Error(w, "busy", http.StatusInternalServerError)
+		case n%5 == 1:
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		case n%11 == 4:
+			http.Error(w, "bad", http.StatusBadRequest)
+		default:
+			return false
+		}
+		return true
+	})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := map[statstest.GroupKey]uint64{}
+	var total uint64
+	seqs := map[string]uint64{}
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	datagrams := 0
+	for i := 0; time.Now().Before(deadline); i++ {
+		datagrams++
+		rid := "sender-" + strconv.Itoa(i%4)
+		seqs[rid]++
+		var groups []*aggregate.Entry
+		for g := range 1 + i%6 {
+			hits := uint64(1 + (i+g)%9)
+			k := aggregate.Key{Service: "web", Name: "op", Resource: "r" + strconv.Itoa((i*3+g)%40)}
+			groups = append(groups, &aggregate.Entry{Key: k, Hits: hits, Duration: 100 * hits})
+			sent[statstest.GroupKey{Service: k.Service, Name: k.Name, Resource: k.Resource}] += hits
+			total += hits
+		}
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i%2), RuntimeID: rid, Lang: "go"}
+		start := uint64(time.Now().Truncate(time.Second).UnixNano())
+		d := writer.AppendEnvelope(nil, writer.Envelope{Sequence: seqs[rid]})
+		d = writer.AppendPayload(d, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: groups}})
+		if _, err := conn.Write(d); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // within the socket's buffer: UDP drops none
+	}
+	waitFor(t, "every span merged", func() bool { return srv.Relay().Stats().SpansReceived == total })
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if st.SpansPending != 0 {
+		t.Fatalf("%d spans pending after the stop", st.SpansPending)
+	}
+	// What the agent saw, by its answer; a 413 of one group is refused.
+	var took, refused []statstest.Request
+	statuses := map[int]int{}
+	for _, r := range ag.Requests() {
+		statuses[r.Status]++
+		if r.Payload == nil {
+			t.Fatalf("the agent could not decode a request: %v", r.Err)
+		}
+		groups := 0
+		for _, b := range r.Payload.Buckets {
+			groups += len(b.Groups)
+		}
+		switch {
+		case r.Status == http.StatusOK:
+			took = append(took, r)
+		case r.Status == http.StatusBadRequest || r.Status == http.StatusRequestEntityTooLarge && groups == 1:
+			r.Status = http.StatusOK // for Sum
+			refused = append(refused, r)
+		}
+	}
+	if statuses[500] == 0 || statuses[413] == 0 || statuses[400] == 0 || statuses[200] == 0 {
+		t.Fatalf("answers %v: the mix was not exercised", statuses)
+	}
+	gotKeys, tookHits := statstest.Sum(took)
+	refusedKeys, refusedHits := statstest.Sum(refused)
+	if tookHits != st.SpansForwarded || refusedHits != st.SpansDropped[relay.DropRefused] {
+		t.Fatalf("agent took %d and refused %d spans; relay forwarded %d, dropped %v (answers %v)",
+			tookHits, refusedHits, st.SpansForwarded, st.SpansDropped, statuses)
+	}
+	if st.SpansDropped[relay.DropRetryBudget] != 0 {
+		t.Fatalf("dropped %v: a 500 in seven requests exhausted the retry budget", st.SpansDropped)
+	}
+	for k, want := range sent {
+		var got uint64
+		if g := gotKeys[k]; g != nil {
+			got += g.Hits
+		}
+		if r := refusedKeys[k]; r != nil {
+			got += r.Hits
+		}
+		if got != want {
+			t.Errorf("key %+v: the agent took or refused %d spans, %d sent", k, got, want)
+		}
+	}
+	t.Logf("%d spans in %d datagrams; answers %v; forwarded %d, refused %d", total, datagrams, statuses,
+		st.SpansForwarded, st.SpansDropped[relay.DropRefused])
+}
