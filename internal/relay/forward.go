@@ -31,6 +31,7 @@ type forwarder struct {
 	runtimeID string
 	seq       uint64
 	trouble   *troubleLog
+	wasOff    bool          // Off was logged, the agent's return not yet
 	packer    writer.Packer // one request per identity, more beyond MaxPayloadBytes
 }
 
@@ -45,7 +46,8 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 		MaxRetryBackoff:  agentclient.DefaultMaxRetryBackoff,
 		MaxRetryPayloads: forwardRetryPayloads,
 		MaxRetryBytes:    forwardRetryBytes,
-		InfoRefresh:      agentclient.DefaultInfoRefresh,
+		InfoRefresh:      s.cfg.InfoRefresh,
+		Off:              &s.agentOff,
 	}, f)
 	return f
 }
@@ -152,12 +154,19 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 // /info lists the stats endpoint again.
 func (f *forwarder) Off(switched bool) {
 	if switched {
+		f.wasOff = true
 		f.s.log.Warn("statsrelay: the agent does not accept client stats; dropping until /info lists /v0.6/stats")
 	}
 }
 
-// Info needs nothing: the relay forwards every peer tag it was sent.
-func (f *forwarder) Info(*agentclient.Info) {}
+// Info logs the agent's return after Off; the relay forwards every peer tag
+// it was sent, so the list needs nothing.
+func (f *forwarder) Info(*agentclient.Info) {
+	if f.wasOff && !f.s.agentOff.Load() {
+		f.wasOff = false
+		f.s.log.Info("statsrelay: the agent accepts client stats again; forwarding")
+	}
+}
 
 func (s *Server) countRequest(code string) {
 	c, _ := s.requests.LoadOrStore(code, new(atomic.Uint64))

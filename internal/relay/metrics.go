@@ -71,6 +71,11 @@ func (s *Server) snapshot(set *metrics.Set) {
 		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
 		return true
 	})
+	off := 0.0
+	if s.agentOff.Load() {
+		off = 1
+	}
+	gauge("statsrelay_agent_off", off)
 	gauge("statsrelay_groups", float64(st.Groups))
 	gauge("statsrelay_held_bytes", float64(st.HeldBytes))
 	gauge("statsrelay_senders", float64(st.Senders))

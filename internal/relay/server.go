@@ -73,6 +73,9 @@ type ServerConfig struct {
 	Workers, Queue, BatchSize int
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
+	// InfoRefresh is how often the agent's /info is polled while it does
+	// not accept stats (zero: agentclient.DefaultInfoRefresh).
+	InfoRefresh time.Duration
 	// StopDrain is how long, once Run's context ends, the readers go on
 	// taking what the kernel queued before the sockets close (zero:
 	// DefaultStopDrain). Senders that never let a socket empty would
@@ -110,6 +113,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.StopDrain <= 0 {
 		c.StopDrain = DefaultStopDrain
 	}
+	if c.InfoRefresh <= 0 {
+		c.InfoRefresh = agentclient.DefaultInfoRefresh
+	}
 	if c.Grace < 0 {
 		c.Grace = 0
 	}
@@ -146,6 +152,9 @@ type Server struct {
 
 	fw       *forwarder
 	requests sync.Map // "2xx", the status code or "error" → *atomic.Uint64, forward requests
+	// agentOff is raised by the agent client while the agent does not
+	// accept stats (a 404, or /info without the endpoint).
+	agentOff atomic.Bool
 }
 
 // batchStack is the free read batches, last in first out: the batch just

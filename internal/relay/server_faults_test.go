@@ -372,6 +372,7 @@ func TestMetricsExposition(t *testing.T) {
 		`statsrelay_spans_pending 4`,
 		`statsrelay_spans_dropped_total{reason="max_bytes"} 0`,
 		`statsrelay_groups 1`,
+		`statsrelay_agent_off 0`,
 		`statsrelay_held_bytes `,
 		`statsrelay_senders 1`,
 		`statsrelay_reader_wait_seconds_total{transport="unix"} `,
@@ -616,4 +617,88 @@ func TestAgentFaultsSettleEverySpan(t *testing.T) {
 	}
 	t.Logf("%d spans in %d datagrams; answers %v; forwarded %d, refused %d", total, datagrams, statuses,
 		st.SpansForwarded, st.SpansDropped[relay.DropRefused])
+}
+
+// TestAgentOffThenBack: the agent answers 404 and its /info stops listing
+// /v0.6/stats. The relay drops that request's spans as agent_off and
+// sends nothing more while the agent is off (statsrelay_agent_off 1): the
+// next interval's spans are dropped as agent_off without a request. Once
+// /info lists the endpoint again the relay says so in its log and its
+// gauge, forwards, and the agent gets exactly the spans sent since.
+func TestAgentOffThenBack(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	on := map[string]any{"version": "7.99.0-fake", "endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"}}
+	off := map[string]any{"version": "7.99.0-fake", "endpoints": []string{"/v0.4/traces", "/info"}}
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool {
+		ag.SetInfo(off)
+		http.NotFound(w, nil)
+		return true
+	})
+	var log bytes.Buffer // read once the relay stopped
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond, InfoRefresh: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	defer stop()
+	gauge := func() string {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for l := range strings.Lines(rec.Body.String()) {
+			if v, ok := strings.CutPrefix(l, "statsrelay_agent_off "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "missing"
+	}
+	if g := gauge(); g != "0" {
+		t.Fatalf("statsrelay_agent_off %s at the start", g)
+	}
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	seq := uint64(0)
+	send := func(hits uint64) {
+		seq++
+		if _, err := conn.Write(validDatagram(seq, hits)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped := func() uint64 { return srv.Relay().Stats().SpansDropped[relay.DropAgentOff] }
+
+	send(5) // answered 404: dropped, and the agent is off
+	waitFor(t, "the 404's spans dropped", func() bool { return dropped() == 5 })
+	send(7) // while off: dropped without a request
+	waitFor(t, "the next interval's spans dropped", func() bool { return dropped() == 12 })
+	if n := len(ag.Requests()); n != 1 {
+		t.Fatalf("%d stats requests, want only the one answered 404", n)
+	}
+	if g := gauge(); g != "1" {
+		t.Fatalf("statsrelay_agent_off %s while the agent is off", g)
+	}
+
+	ag.SetHandler(nil)
+	ag.SetInfo(on)
+	time.Sleep(300 * time.Millisecond) // a few /info polls
+	send(11)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if hits, err := ag.WaitHits(ctx, 11); err != nil || hits != 11 {
+		t.Fatalf("the agent took %d spans (%v), want the 11 sent once it was back", hits, err)
+	}
+	if g := gauge(); g != "0" {
+		t.Fatalf("statsrelay_agent_off %s once the agent is back", g)
+	}
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if st.SpansForwarded != 11 || dropped() != 12 || st.SpansPending != 0 {
+		t.Fatalf("forwarded %d, dropped %v, pending %d; want 11, agent_off 12, 0", st.SpansForwarded, st.SpansDropped, st.SpansPending)
+	}
+	text := log.String()
+	wentOff := strings.Index(text, "does not accept client stats")
+	back := strings.Index(text, "accepts client stats again")
+	if wentOff < 0 || back < wentOff || strings.Count(text, "accepts client stats again") != 1 {
+		t.Fatalf("the log does not say once that the agent went off, then came back:\n%s", text)
+	}
 }
