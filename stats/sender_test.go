@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,7 +183,7 @@ func TestFault500Then200DeliversOnce(t *testing.T) {
 
 // TestFault404ThenInfoRecovery: a 404 disables stats and clears the table
 // through the consumer; spans published meanwhile are counted in AgentOffSpans;
-// once /info lists /v0.6/stats again, stats flow again.
+// once /info lists /v0.6/stats again, stats flow again, and the log says so.
 func TestFault404ThenInfoRecovery(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
@@ -195,7 +196,8 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 		}
 		return false
 	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), InfoRefresh: 20 * time.Millisecond})
+	log, buf := textLogger()
+	a := newStarted(t, Config{AgentURL: ag.URL(), InfoRefresh: 20 * time.Millisecond, Logger: log})
 	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
 	publishN(a, 4, "before")
 	err := a.Flush(context.Background())
@@ -212,6 +214,9 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 	// The agent is upgraded again.
 	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats"}})
 	waitFor(t, "re-enable through /info", func() bool { return !a.Health().AgentOff })
+	waitFor(t, "the return logged", func() bool {
+		return slices.ContainsFunc(buf.lines(), func(l string) bool { return strings.Contains(l, "accepts client stats again") })
+	})
 	publishN(a, 6, "after")
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
