@@ -109,11 +109,13 @@ func TestSequences(t *testing.T) {
 			send(id, writer.Envelope{Sequence: q, Flags: flags})
 		}
 	}
+	late := uint64(0)
 	expect := func(what string, gaps, restarts uint64, senders int) {
 		t.Helper()
 		s := checkAccounting(t, r)
-		if s.SeqGaps != gaps || s.SeqRestarts != restarts || s.Senders != senders {
-			t.Fatalf("%s: gaps %d restarts %d senders %d, want %d %d %d", what, s.SeqGaps, s.SeqRestarts, s.Senders, gaps, restarts, senders)
+		if s.SeqGaps != gaps || s.SeqRestarts != restarts || s.Senders != senders || s.SeqLate != late {
+			t.Fatalf("%s: gaps %d restarts %d senders %d late %d, want %d %d %d %d", what,
+				s.SeqGaps, s.SeqRestarts, s.Senders, s.SeqLate, gaps, restarts, senders, late)
 		}
 	}
 	harvest := func() { now = now.Add(10 * time.Second); r.Harvest(now) }
@@ -123,6 +125,7 @@ func TestSequences(t *testing.T) {
 	seqs("b", 0, 9)                                                               // first seen mid-stream: no reference, no gap
 	send("b", writer.Envelope{Sequence: 10, DroppedPayloads: 1, DroppedSpans: 2})
 	seqs("b", 0, 13, 12, 11, 8) // out of order, and one from before its first
+	late++                      // 8
 	expect("before a harvest", 0, 0, 2)
 	harvest()
 	expect("3 and 4 missing at one harvest", 0, 0, 2)
@@ -152,6 +155,23 @@ func TestSequences(t *testing.T) {
 	now = now.Add(SenderIdle)
 	r.Harvest(now)
 	expect("idle senders forgotten, their missing counted", 2+jump-2+1, 1, 0)
+
+	// A datagram delayed past two harvests, after its sequence was counted
+	// as a gap, and a duplicate: late, neither a restart nor a reason to
+	// count the sequences since as gaps.
+	gaps := uint64(2 + jump - 2 + 1)
+	seqs("e", 0, 1, 2, 4, 5)
+	harvest()
+	harvest()
+	expect("3 missing at two harvests", gaps+1, 1, 1)
+	seqs("e", 0, 3, 6, 5, 7)
+	late += 2
+	expect("3 late, 5 twice", gaps+1, 1, 1)
+	harvest()
+	harvest()
+	expect("nothing missing since", gaps+1, 1, 1)
+	seqs("e", 0, 1) // the SDK counts from 1: a restart
+	expect("e restarted", gaps+1, 2, 1)
 }
 
 // TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty

@@ -85,9 +85,12 @@ type Stats struct {
 	HeldBytes int
 	// SeqGaps counts datagrams missing between two of one sender, once
 	// missing at two harvests in a row (see sender); SeqRestarts the
-	// sequences received twice.
+	// senders that started over at sequence 1; SeqLate the datagrams whose
+	// sequence (not 1) was received before or already counted as a gap:
+	// duplicated, or delayed past two harvests.
 	SeqGaps     uint64
 	SeqRestarts uint64
+	SeqLate     uint64
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.
 	SenderDroppedPayloads, SenderDroppedSpans uint64
@@ -351,7 +354,7 @@ func (r *Relay) Stats() Stats {
 		s.SpansDropped[k] = v
 	}
 	s.Groups, s.Senders, s.HeldBytes = r.st.groups, len(r.senders.m), r.st.bytes
-	s.SeqGaps, s.SeqRestarts = r.senders.gaps, r.senders.restarts
+	s.SeqGaps, s.SeqRestarts, s.SeqLate = r.senders.gaps, r.senders.restarts, r.senders.late
 	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
 	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed
 	s.ContainerMismatches = r.mismatches

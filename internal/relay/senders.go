@@ -50,6 +50,7 @@ const maxRuns = 16
 type senders struct {
 	m                map[uint64]*sender
 	gaps, restarts   uint64
+	late             uint64 // sequences other than 1 already received or counted
 	droppedPayloads  uint64
 	droppedSpans     uint64
 	unsequenced      uint64
@@ -61,8 +62,11 @@ type senders struct {
 // observe records datagram seq of the sender whose RuntimeID hashes to id
 // at now. A sender seen for the first time has no reference (it may
 // predate the relay, or have been forgotten), so nothing below its first
-// sequence counts. A sequence received twice is a restart: the sender
-// counts from 1 again.
+// sequence counts. Sequence 1 again is a restart: the SDK counts from 1.
+// Any other sequence received before, below the first or counted as a gap
+// is late (delayed past two harvests) or duplicated: counted, and it
+// changes nothing, as starting afresh at it would count the sequences
+// between it and the latest as gaps.
 func (s *senders) observe(id, seq uint64, final bool, now int64) {
 	if s.m == nil {
 		s.m = make(map[uint64]*sender)
@@ -97,7 +101,12 @@ func (s *senders) add(sd *sender, seq uint64) {
 	r := sd.runs
 	top := &r[len(r)-1]
 	switch {
-	case seq < r[0].lo: // late, and older than anything counted
+	case seq < r[0].lo: // older than anything counted
+		if seq == 1 {
+			s.restart(sd, seq)
+		} else {
+			s.late++
+		}
 		return
 	case seq-1 == top.hi: // the common case, in order
 		top.hi = seq
@@ -114,8 +123,10 @@ func (s *senders) add(sd *sender, seq uint64) {
 		})
 		i--
 		switch {
-		case seq <= r[i].hi:
+		case seq <= r[i].hi && seq == 1:
 			s.restart(sd, seq)
+		case seq <= r[i].hi:
+			s.late++
 		case seq-1 == r[i].hi && seq+1 == r[i+1].lo:
 			r[i].hi = r[i+1].hi
 			sd.runs = slices.Delete(r, i+1, i+2)

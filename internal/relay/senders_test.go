@@ -12,6 +12,7 @@ type seqModel struct {
 	first, mark, high uint64
 	got               map[uint64]bool // received, or counted as a gap
 	gaps, restarts    uint64
+	late              uint64
 	known, final      bool
 }
 
@@ -45,8 +46,9 @@ func (m *seqModel) observe(seq uint64, final bool) {
 	switch {
 	case !m.known:
 		m.reset(seq)
-	case seq < m.first:
-	case m.got[seq]:
+	case (seq < m.first || m.got[seq]) && seq != 1:
+		m.late++
+	case seq < m.first || m.got[seq]:
 		m.settle(m.high)
 		m.restarts++
 		m.reset(seq)
@@ -81,8 +83,8 @@ func (m *seqModel) harvest() {
 
 // TestSenderRunsModel: over random streams of one sender (lost, reordered
 // far, duplicated and restarting sequences, jumps, final datagrams,
-// harvests), the runs count exactly the gaps and restarts of the set
-// model, step by step.
+// harvests), the runs count exactly the gaps, restarts and late
+// sequences of the set model, step by step.
 func TestSenderRunsModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 7))
 	for stream := range 300 {
@@ -91,9 +93,9 @@ func TestSenderRunsModel(t *testing.T) {
 		next := uint64(1 + rng.IntN(5))
 		var pending []uint64
 		check := func(step int, what string) {
-			if s.gaps != m.gaps || s.restarts != m.restarts {
-				t.Fatalf("stream %d step %d %s: runs count %d gaps %d restarts, model %d %d",
-					stream, step, what, s.gaps, s.restarts, m.gaps, m.restarts)
+			if s.gaps != m.gaps || s.restarts != m.restarts || s.late != m.late {
+				t.Fatalf("stream %d step %d %s: runs count %d gaps %d restarts %d late, model %d %d %d",
+					stream, step, what, s.gaps, s.restarts, s.late, m.gaps, m.restarts, m.late)
 			}
 		}
 		for step := range 400 {
