@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -41,6 +42,23 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	} {
 		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("New(%+v) = %v, want ErrBadConfig", c, err)
+		}
+	}
+}
+
+// TestSocketPathTooLong: a Unix socket path longer than the kernel takes
+// (unixgram:// to a relay, unix:// to the agent) is refused by New, saying
+// so, rather than failing every send with "invalid argument"; the longest
+// one it takes is accepted.
+func TestSocketPathTooLong(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("s", dgram.MaxUnixPath)
+	for _, scheme := range []string{"unixgram://", "unix://"} {
+		_, err := New(Config{AgentURL: scheme + long})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", dgram.MaxUnixPath)) {
+			t.Errorf("%s, %d-byte path: New = %v, want ErrBadConfig giving the limit", scheme, len(long), err)
+		}
+		if _, err := parseAgentURL(scheme + long[:dgram.MaxUnixPath]); err != nil {
+			t.Errorf("%s, %d-byte path: %v", scheme, dgram.MaxUnixPath, err)
 		}
 	}
 }

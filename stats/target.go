@@ -9,6 +9,7 @@ import (
 	"net/url"
 
 	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -27,6 +28,9 @@ func parseAgentURL(raw string) (target, error) {
 			p := cmp.Or(u.Path, u.Opaque)
 			if p == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
+			}
+			if err := dgram.CheckUnixPath(p); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 			}
 			return target{network: "unixgram", address: p}, nil
 		case "udp":

@@ -11,11 +11,13 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 	"go.uber.org/goleak"
 )
@@ -137,6 +139,8 @@ func TestParseURL(t *testing.T) {
 		{"unix://", "", "", false},
 		{"http://", "", "", false},
 		{"ftp://x", "", "", false},
+		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath), "", "", false}, // too long for a socket
+		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath-1), "http://localhost", "/" + strings.Repeat("s", dgram.MaxUnixPath-1), true},
 	} {
 		ep, err := ParseURL(tc.raw)
 		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {

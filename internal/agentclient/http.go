@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
 )
 
 // StatsPath is the agent endpoint for client-side stats.
@@ -55,6 +57,9 @@ func ParseURL(raw string) (Endpoint, error) {
 		}
 		if p == "" {
 			return Endpoint{}, fmt.Errorf("agent URL %q has no socket path", raw)
+		}
+		if err := dgram.CheckUnixPath(p); err != nil {
+			return Endpoint{}, fmt.Errorf("agent URL: %w", err)
 		}
 		return Endpoint{Base: "http://localhost", UnixSocket: p}, nil
 	default:

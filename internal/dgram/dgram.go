@@ -131,11 +131,28 @@ type Conn struct {
 	draining atomic.Bool
 }
 
+// MaxUnixPath is the longest path a Unix socket can be bound or connected
+// at: the kernel's sockaddr_un path less its terminating NUL (107 bytes on
+// Linux).
+var MaxUnixPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// CheckUnixPath says, before the kernel's bare "invalid argument", that path
+// is too long for a Unix socket.
+func CheckUnixPath(path string) error {
+	if len(path) > MaxUnixPath {
+		return fmt.Errorf("socket path %q is %d bytes; a Unix socket path holds at most %d", path, len(path), MaxUnixPath)
+	}
+	return nil
+}
+
 // ListenUnixgram binds a Unix datagram socket at path with permissions mode.
 // An existing socket file at path (a relay that did not stop cleanly) is
 // replaced; any other kind of file there is an error and is left alone.
 // Close removes the socket file.
 func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
+	if err := CheckUnixPath(path); err != nil {
+		return nil, fmt.Errorf("dgram: %w", err)
+	}
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
@@ -254,6 +271,9 @@ type Sender struct {
 // larger than the send buffer cannot be sent). The error matches ErrNoRelay
 // when nothing listens at path.
 func DialUnixgram(path string, sndbuf int) (*Sender, error) {
+	if err := CheckUnixPath(path); err != nil {
+		return nil, fmt.Errorf("dgram: %w", err)
+	}
 	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
 		return nil, dialError(err)

@@ -3,10 +3,12 @@ package dgram
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -342,5 +344,21 @@ func TestSetReadDeadline(t *testing.T) {
 		r.conn.Close()
 		<-done
 		t.Fatal("a deadline set after Drain made ReadBatch wait: the drain was undone")
+	}
+}
+
+// TestUnixPathTooLong: listening or dialing at a path longer than a Unix
+// socket takes fails saying so, and leaves no file behind.
+func TestUnixPathTooLong(t *testing.T) {
+	path := filepath.Join(t.TempDir(), strings.Repeat("s", MaxUnixPath))
+	_, err := ListenUnixgram(path, 0o600)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", MaxUnixPath)) {
+		t.Fatalf("ListenUnixgram: %v, want the path limit", err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a file was left at the path: %v", err)
+	}
+	if _, err := DialUnixgram(path, 0); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", MaxUnixPath)) {
+		t.Fatalf("DialUnixgram: %v, want the path limit", err)
 	}
 }
