@@ -299,8 +299,13 @@ func DialUDP(addr string) (*Sender, error) {
 }
 
 func dialError(err error) error {
-	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+	switch {
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("%w: %w", ErrNoRelay, err)
+	case errors.Is(err, syscall.EPROTOTYPE):
+		// The likely mistake: the agent's apm.socket given for the relay's.
+		return fmt.Errorf("dgram: not a datagram socket (a stream socket such as the agent's apm.socket?); "+
+			"unixgram:// is for statsrelay's socket, unix:// for the agent's: %w", err)
 	}
 	return err
 }

@@ -362,3 +362,18 @@ func TestUnixPathTooLong(t *testing.T) {
 		t.Fatalf("DialUnixgram: %v, want the path limit", err)
 	}
 }
+
+// TestDialStreamSocket: dialing a stream socket (the agent's apm.socket
+// given for the relay's) fails saying which scheme is for which.
+func TestDialStreamSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "apm.socket")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = DialUnixgram(path, 0)
+	if !errors.Is(err, syscall.EPROTOTYPE) || errors.Is(err, ErrNoRelay) || !strings.Contains(err.Error(), "unixgram:// is for statsrelay's socket") {
+		t.Fatalf("DialUnixgram to a stream socket: %v", err)
+	}
+}
