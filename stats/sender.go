@@ -54,8 +54,6 @@ type sender struct {
 	done          chan struct{}
 
 	logs    *troubleLog
-	off     *atomic.Bool  // the Aggregator's: the agent does not accept stats
-	wasOff  bool          // the agent went off; its return is not logged yet
 	jitter  time.Duration // Config.SendJitter past the bucket's close
 	rng     *rand.Rand
 	delayed []delayedReport // interval reports waiting for their send time
@@ -75,7 +73,6 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 		fixedPeerTags: len(cfg.PeerTagKeys) > 0,
 		clear:         a.Clear,
 		health:        a.Health,
-		off:           &a.off,
 		metrics:       &emitter{client: cfg.Metrics, namespace: cfg.MetricsNamespace},
 		done:          make(chan struct{}),
 		logs:          newTroubleLog(cfg.Logger),
@@ -269,20 +266,19 @@ func (s *sender) Dropped(p *agentclient.Payload, err error) {
 func (s *sender) Off(switched bool) {
 	if switched {
 		s.ctr.agentOffTimes.Add(1)
-		s.wasOff = true
 	}
 	s.clear()
 }
 
-// Info counts the read, hands the agent's peer tags to the consumer, and
-// logs the agent's return after Off (the rate-limited trouble log says
-// when it went off).
+// On logs the agent's return (the rate-limited trouble log says when it
+// went off).
+func (s *sender) On() {
+	s.logs.log.Info("spanstats: the agent accepts client stats again; aggregating")
+}
+
+// Info counts the read and hands the agent's peer tags to the consumer.
 func (s *sender) Info(info *agentclient.Info) {
 	s.ctr.infoReads.Add(1)
-	if s.wasOff && !s.off.Load() {
-		s.wasOff = false
-		s.logs.log.Info("spanstats: the agent accepts client stats again; aggregating")
-	}
 	if !s.fixedPeerTags && info.PeerTags != nil {
 		keys := slices.Clone(info.PeerTags)
 		s.peerTags.Store(&keys)

@@ -84,6 +84,8 @@ type Observer interface {
 	// Off: the agent refused stats (a 404, or /info without the stats
 	// endpoint); switched says it was accepting them until now.
 	Off(switched bool)
+	// On: /info lists the stats endpoint again after Off.
+	On()
 	// Info: /info was read.
 	Info(info *Info)
 }
@@ -327,7 +329,9 @@ func (c *Client) ReadInfo() {
 		return
 	}
 	if slices.Contains(info.Endpoints, StatsPath) {
-		c.off.Store(false)
+		if c.off.Swap(false) {
+			c.obs.On()
+		}
 	} else if !c.off.Swap(true) {
 		c.obs.Off(true)
 	}

@@ -26,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // counting is an Observer that counts each outcome.
 type counting struct {
-	sent, failed, retried, split, dropped, off, info int
-	retriedAfterTimeout                              int
-	lastErr                                          error
+	sent, failed, retried, split, dropped, off, on, info int
+	retriedAfterTimeout                                  int
+	lastErr                                              error
 }
 
 func (o *counting) Sent(*Payload)          { o.sent++ }
@@ -42,6 +42,7 @@ func (o *counting) Retried(_ *Payload, afterTimeout bool) {
 func (o *counting) Split(*Payload)              { o.split++ }
 func (o *counting) Dropped(_ *Payload, e error) { o.dropped++; o.lastErr = e }
 func (o *counting) Off(bool)                    { o.off++ }
+func (o *counting) On()                         { o.on++ }
 func (o *counting) Info(*Info)                  { o.info++ }
 
 func testConfig(url string) Config {
@@ -273,6 +274,38 @@ func TestSentThenTimedOut(t *testing.T) {
 	} {
 		if got := sentThenTimedOut(c.err); got != c.want {
 			t.Errorf("sentThenTimedOut(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// TestOffThenOn: /info without the stats endpoint switches the client off
+// (Off once, however often it is read so), and listing it again switches it
+// on (On once).
+func TestOffThenOn(t *testing.T) {
+	var listed atomic.Bool
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		endpoints := `["/v0.4/traces"]`
+		if listed.Load() {
+			endpoints = `["/v0.4/traces", "` + StatsPath + `"]`
+		}
+		_, _ = io.WriteString(w, `{"endpoints": `+endpoints+`}`)
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	for _, step := range []struct {
+		listed      bool
+		off, on     int
+		wantOffFlag bool
+	}{
+		{false, 1, 0, true}, {false, 1, 0, true}, {true, 1, 1, false}, {true, 1, 1, false}, {false, 2, 1, true},
+	} {
+		listed.Store(step.listed)
+		c.ReadInfo()
+		if obs.off != step.off || obs.on != step.on || c.Off() != step.wantOffFlag {
+			t.Fatalf("listed %v: Off %d On %d, Off() %v; want %d %d %v", step.listed, obs.off, obs.on, c.Off(),
+				step.off, step.on, step.wantOffFlag)
 		}
 	}
 }

@@ -31,7 +31,6 @@ type forwarder struct {
 	runtimeID string
 	seq       uint64
 	trouble   *troubleLog
-	wasOff    bool          // Off was logged, the agent's return not yet
 	packer    writer.Packer // one request per identity, more beyond MaxPayloadBytes
 }
 
@@ -154,19 +153,17 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 // /info lists the stats endpoint again.
 func (f *forwarder) Off(switched bool) {
 	if switched {
-		f.wasOff = true
 		f.s.log.Warn("statsrelay: the agent does not accept client stats; dropping until /info lists /v0.6/stats")
 	}
 }
 
-// Info logs the agent's return after Off; the relay forwards every peer tag
-// it was sent, so the list needs nothing.
-func (f *forwarder) Info(*agentclient.Info) {
-	if f.wasOff && !f.s.agentOff.Load() {
-		f.wasOff = false
-		f.s.log.Info("statsrelay: the agent accepts client stats again; forwarding")
-	}
+// On logs the agent's return.
+func (f *forwarder) On() {
+	f.s.log.Info("statsrelay: the agent accepts client stats again; forwarding")
 }
+
+// Info needs nothing: the relay forwards every peer tag it was sent.
+func (f *forwarder) Info(*agentclient.Info) {}
 
 func (s *Server) countRequest(code string) {
 	c, _ := s.requests.LoadOrStore(code, new(atomic.Uint64))
