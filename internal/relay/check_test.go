@@ -89,7 +89,8 @@ func TestRejectReasons(t *testing.T) {
 
 // TestSequences: a sequence missing at two harvests in a row is a gap, so
 // datagrams the decode workers merge out of order count none; a sender
-// first seen mid-stream counts nothing below its first sequence; a
+// first seen mid-stream counts nothing below its lowest sequence at the
+// first harvest, its sequences merged below the first until then; a
 // sequence received twice is a restart; a stopping sender is forgotten at
 // the next harvest, after its late datagrams; an idle one after
 // SenderIdle, counting what it missed.
@@ -124,11 +125,13 @@ func TestSequences(t *testing.T) {
 	send("a", writer.Envelope{Sequence: 5, DroppedPayloads: 2, DroppedSpans: 40}) // 3, 4 lost; 2 reported dropped
 	seqs("b", 0, 9)                                                               // first seen mid-stream: no reference, no gap
 	send("b", writer.Envelope{Sequence: 10, DroppedPayloads: 1, DroppedSpans: 2})
-	seqs("b", 0, 13, 12, 11, 8) // out of order, and one from before its first
-	late++                      // 8
+	seqs("b", 0, 13, 12, 11, 8) // out of order, and one merged after its first: not late
 	expect("before a harvest", 0, 0, 2)
 	harvest()
 	expect("3 and 4 missing at one harvest", 0, 0, 2)
+	seqs("b", 0, 7) // below its lowest after a harvest: from before it was seen
+	late++
+	expect("b's 7 late", 0, 0, 2)
 	seqs("a", 0, 7, 6)
 	harvest()
 	expect("3 and 4 missing at two", 2, 0, 2)
@@ -172,6 +175,11 @@ func TestSequences(t *testing.T) {
 	expect("nothing missing since", gaps+1, 1, 1)
 	seqs("e", 0, 1) // the SDK counts from 1: a restart
 	expect("e restarted", gaps+1, 2, 1)
+	seqs("f", 0, 3, 1, 2) // a new sender's 1 merged after its 3: no restart
+	expect("f reordered from its start", gaps+1, 2, 2)
+	harvest()
+	harvest()
+	expect("f complete", gaps+1, 2, 2)
 }
 
 // TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty

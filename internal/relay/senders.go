@@ -32,6 +32,11 @@ type sender struct {
 	// final: it said it is stopping; forgotten at the next harvest, so that
 	// its datagrams merged after the final one still fill their holes.
 	final bool
+	// fresh: first seen since the last harvest. Its first datagram merged
+	// need not be its lowest (another worker may still hold sequence 1),
+	// so a lower sequence then extends its runs down instead of counting
+	// as late or as a restart.
+	fresh bool
 }
 
 // seqRun is the sequences lo..hi.
@@ -61,8 +66,10 @@ type senders struct {
 
 // observe records datagram seq of the sender whose RuntimeID hashes to id
 // at now. A sender seen for the first time has no reference (it may
-// predate the relay, or have been forgotten), so nothing below its first
-// sequence counts. Sequence 1 again is a restart: the SDK counts from 1.
+// predate the relay, or have been forgotten): until the next harvest a
+// lower sequence extends its runs down (the workers reordered them), after
+// it nothing below its lowest counts. Sequence 1 again is a restart: the
+// SDK counts from 1.
 // Any other sequence received before, below the first or counted as a gap
 // is late (delayed past two harvests) or duplicated: counted, and it
 // changes nothing, as starting afresh at it would count the sequences
@@ -86,7 +93,7 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 				break
 			}
 		}
-		sd = &sender{}
+		sd = &sender{fresh: true}
 		s.m[id] = sd
 		sd.reset(seq)
 	} else {
@@ -101,6 +108,14 @@ func (s *senders) add(sd *sender, seq uint64) {
 	r := sd.runs
 	top := &r[len(r)-1]
 	switch {
+	case seq < r[0].lo && sd.fresh: // merged after a later one: extend down
+		if seq+1 == r[0].lo {
+			r[0].lo = seq
+		} else {
+			sd.runs = slices.Insert(r, 0, seqRun{seq, seq})
+		}
+		// The holes opened now get a harvest's grace, like any other.
+		sd.mark = seq
 	case seq < r[0].lo: // older than anything counted
 		if seq == 1 {
 			s.restart(sd, seq)
@@ -194,6 +209,7 @@ func (s *senders) harvest(now int64) {
 		}
 		s.close(sd, n)
 		sd.mark = sd.runs[len(sd.runs)-1].hi
+		sd.fresh = false
 		if sd.final {
 			s.forget(k, sd)
 		}

@@ -14,6 +14,7 @@ type seqModel struct {
 	gaps, restarts    uint64
 	late              uint64
 	known, final      bool
+	fresh             bool // first seen since the last harvest
 }
 
 func (m *seqModel) reset(seq uint64) {
@@ -46,6 +47,11 @@ func (m *seqModel) observe(seq uint64, final bool) {
 	switch {
 	case !m.known:
 		m.reset(seq)
+		m.fresh = true
+	case seq < m.first && m.fresh: // reordered below the first merged
+		m.first, m.mark = seq, seq
+		m.got[seq] = true
+		m.overflow()
 	case (seq < m.first || m.got[seq]) && seq != 1:
 		m.late++
 	case seq < m.first || m.got[seq]:
@@ -55,18 +61,24 @@ func (m *seqModel) observe(seq uint64, final bool) {
 	default:
 		m.got[seq] = true
 		m.high = max(m.high, seq)
-		if m.runs() > maxRuns { // the lowest hole is closed
-			q := m.first
-			for m.got[q] {
-				q++
-			}
-			for ; !m.got[q]; q++ {
-				m.gaps++
-				m.got[q] = true
-			}
-		}
+		m.overflow()
 	}
 	m.final = m.final || final
+}
+
+// overflow closes the lowest hole when there are more than maxRuns runs.
+func (m *seqModel) overflow() {
+	if m.runs() <= maxRuns {
+		return
+	}
+	q := m.first
+	for m.got[q] {
+		q++
+	}
+	for ; !m.got[q]; q++ {
+		m.gaps++
+		m.got[q] = true
+	}
 }
 
 func (m *seqModel) harvest() {
@@ -75,6 +87,7 @@ func (m *seqModel) harvest() {
 	}
 	m.settle(m.mark)
 	m.mark = m.high
+	m.fresh = false
 	if m.final {
 		m.settle(m.high)
 		m.known, m.final = false, false
