@@ -703,3 +703,79 @@ func TestAgentOffThenBack(t *testing.T) {
 		t.Fatalf("the log does not say once that the agent went off, then came back:\n%s", text)
 	}
 }
+
+// TestHangingAgentStopIsBounded: an agent that accepts connections but never
+// answers holds neither the periodic forward nor the stop: Run returns
+// about StopDrain + the stop timeout after its context ends, every span is
+// settled as dropped (stopped), none pending, and the relay's last requests
+// were cut, not left running.
+func TestHangingAgentStopIsBounded(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var inFlight atomic.Int64
+	release := make(chan struct{})
+	defer close(release)
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		select {
+		case <-r.Context().Done(): // the relay gave up on it
+		case <-release:
+		}
+		http.Error(w, "gave up", http.StatusServiceUnavailable)
+		return true
+	})
+	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, StopDrain: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stopTimeout = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, stopTimeout)
+	}()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const identities, hits = 5, 7
+	send := func() {
+		for i := range identities {
+			h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "hang-" + strconv.Itoa(i), Lang: "go"}
+			e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+			b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: uint64(time.Now().Truncate(time.Second).UnixNano()),
+				Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+			if _, err := conn.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send()
+	waitFor(t, "a forward to hang", func() bool { return inFlight.Load() > 0 })
+	send() // merged while the forwarder waits on the agent
+	waitFor(t, "the second datagrams", func() bool { return s.Relay().Stats().SpansReceived == 2*identities*hits })
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still serving 30 s after its context ended, its agent hanging")
+	}
+	// Slack for a loaded machine; the agent client's own request timeout
+	// (10 s) would far exceed it.
+	if took := time.Since(start); took > 50*time.Millisecond+stopTimeout+2*time.Second {
+		t.Fatalf("Run took %s to stop with a hanging agent, stop timeout %s", took, stopTimeout)
+	}
+	st := s.Relay().Stats()
+	checkIdentity(t, st)
+	if st.SpansForwarded != 0 || st.SpansPending != 0 || st.SpansDropped[relay.DropStopped] != 2*identities*hits {
+		t.Fatalf("forwarded %d, pending %d, dropped %v; want 0, 0, all %d as stopped",
+			st.SpansForwarded, st.SpansPending, st.SpansDropped, 2*identities*hits)
+	}
+	waitFor(t, "the agent to see its requests cut", func() bool { return inFlight.Load() == 0 })
+}
