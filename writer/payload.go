@@ -297,8 +297,10 @@ func appendSummary(b []byte, s *aggregate.Sketch) []byte {
 	}
 	lo, counts := s.Bins()
 	zeros := s.ZeroCount()
-	b = msgp.AppendBytesHeader(b, uint32(sketchLen(lo, len(counts), zeros)))
-	return appendSketch(b, lo, counts, zeros)
+	var m binMask
+	store, sparse := positiveLen(lo, counts, &m)
+	b = msgp.AppendBytesHeader(b, uint32(sketchLen(store, zeros)))
+	return appendSketch(b, lo, counts, zeros, store, sparse, &m)
 }
 
 // grow returns b with room for n more bytes, in one allocation when it has

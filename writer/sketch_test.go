@@ -95,29 +95,92 @@ func TestSketchSizeIsExact(t *testing.T) {
 	}
 }
 
-// The bytes must be exactly what protobuf-go marshals for the same message:
-// the fields in number order, proto3 defaults left out, packed doubles.
+// The bytes must be exactly what protobuf-go marshals for the same message
+// (the fields in number order, proto3 defaults left out, packed doubles, map
+// entries by key), with the positive store in the shorter of its two forms:
+// contiguous counts, or the binCounts map (contiguous on a tie).
 func TestAppendSketchEqualsProtoMarshal(t *testing.T) {
 	g := aggregate.Mapping().ToProto().Gamma
+	var sawMap, sawContiguous bool
 	for name, s := range testSketches() {
-		msg := &sketchpb.DDSketch{Mapping: &sketchpb.IndexMapping{Gamma: g}}
+		dense := &sketchpb.DDSketch{Mapping: &sketchpb.IndexMapping{Gamma: g}}
+		sparse := &sketchpb.DDSketch{Mapping: &sketchpb.IndexMapping{Gamma: g}}
 		if s != nil && s.Count() > 0 {
 			lo, counts := s.Bins()
 			if len(counts) > 0 {
 				f := make([]float64, len(counts))
+				m := map[int32]float64{}
 				for i, c := range counts {
 					f[i] = float64(c)
+					if c != 0 {
+						m[int32(lo+i)] = float64(c)
+					}
 				}
-				msg.PositiveValues = &sketchpb.Store{ContiguousBinCounts: f, ContiguousBinIndexOffset: int32(lo)}
+				dense.PositiveValues = &sketchpb.Store{ContiguousBinCounts: f, ContiguousBinIndexOffset: int32(lo)}
+				sparse.PositiveValues = &sketchpb.Store{BinCounts: m}
 			}
-			msg.ZeroCount = float64(s.ZeroCount())
+			dense.ZeroCount = float64(s.ZeroCount())
+			sparse.ZeroCount = dense.ZeroCount
 		}
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+		wantDense, err := proto.MarshalOptions{Deterministic: true}.Marshal(dense)
 		if err != nil {
 			t.Fatal(err)
 		}
+		wantSparse, err := proto.MarshalOptions{Deterministic: true}.Marshal(sparse)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantDense
+		if len(wantSparse) < len(wantDense) {
+			want = wantSparse
+			sawMap = true
+		} else if dense.PositiveValues != nil {
+			sawContiguous = true
+		}
 		if got := AppendSketch(nil, s); !bytes.Equal(got, want) {
-			t.Errorf("%s:\n got % x\nwant % x", name, got, want)
+			t.Errorf("%s (contiguous %d bytes, map %d):\n got % x\nwant % x", name, len(wantDense), len(wantSparse), got, want)
+		}
+	}
+	if !sawMap || !sawContiguous {
+		t.Errorf("the test sketches took one store form only (map %v, contiguous %v)", sawMap, sawContiguous)
+	}
+}
+
+// TestSketchLayout: what the shorter form saves on sketches of a 10 s
+// bucket's group: a few spans spread over hundreds of bins go as a map of
+// a tenth the size, a sketch filling most of its range stays contiguous.
+func TestSketchLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct {
+		n          int
+		maxBytes   int // the map's size, with slack
+		contiguous bool
+	}{
+		{n: 1, maxBytes: 26, contiguous: true}, // one bin: 8 bytes of count beat a 13-byte entry
+		{n: 10, maxBytes: 160},                 // contiguous, ≈ 3.7 KB over 50 µs – 2 s
+		{n: 30, maxBytes: 440},
+		{n: 5000, maxBytes: 4300, contiguous: true}, // ≈ 530 bins, all filled
+	} {
+		s := new(aggregate.Sketch)
+		for range tc.n {
+			s.Add(logUniform(r, 50e3, 2e9))
+		}
+		lo, counts := s.Bins()
+		b := AppendSketch(nil, s)
+		if len(b) > tc.maxBytes || len(b) > sketchLen(storeLen(lo, len(counts)), 0) {
+			t.Errorf("%d values over %d bins: %d bytes, want at most %d and at most the contiguous form's %d",
+				tc.n, len(counts), len(b), tc.maxBytes, sketchLen(storeLen(lo, len(counts)), 0))
+		}
+		var pb sketchpb.DDSketch
+		if err := proto.Unmarshal(b, &pb); err != nil {
+			t.Fatal(err)
+		}
+		if contiguous := len(pb.GetPositiveValues().GetContiguousBinCounts()) > 0; contiguous != tc.contiguous {
+			t.Errorf("%d values over %d bins: contiguous %v, want %v", tc.n, len(counts), contiguous, tc.contiguous)
+		}
+		sk, err := ddsketch.FromProto(&pb) // as the agent reads it
+		if err != nil || sk.GetCount() != float64(tc.n) {
+			t.Fatalf("%d values: FromProto = %v, count %v", tc.n, err, sk.GetCount())
 		}
 	}
 }

@@ -83,7 +83,13 @@ func decodeCanonical(b []byte, into *aggregate.Sketch) bool {
 	offset := 0
 	if len(rest) > 0 && rest[0] == tagPositive {
 		var store []byte
-		if store, rest, ok = cutLen(rest[1:]); !ok || len(store) == 0 || store[0] != tagContiguous {
+		if store, rest, ok = cutLen(rest[1:]); !ok || len(store) == 0 {
+			return false
+		}
+		if store[0] == tagBinCounts {
+			return decodeCanonicalMap(store, rest, into)
+		}
+		if store[0] != tagContiguous {
 			return false
 		}
 		if counts, store, ok = cutLen(store[1:]); !ok || len(counts)%8 != 0 {
@@ -97,18 +103,8 @@ func decodeCanonical(b []byte, into *aggregate.Sketch) bool {
 			offset = sint32(v)
 		}
 	}
-	var zeros uint64
-	if len(rest) > 0 && rest[0] == tagZeroCount {
-		var err error
-		if len(rest) != 9 {
-			return false
-		}
-		if zeros, err = count(binary.LittleEndian.Uint64(rest[1:])); err != nil {
-			return false
-		}
-		rest = nil
-	}
-	if len(rest) != 0 || len(counts)/8 > MaxDecodedBins {
+	zeros, ok := canonicalZeros(rest)
+	if !ok || len(counts)/8 > MaxDecodedBins {
 		return false
 	}
 	// The scan of storeScan.field for one packed field, on a local: through
@@ -145,6 +141,127 @@ func decodeCanonical(b []byte, into *aggregate.Sketch) bool {
 		into.AddZeros(zeros)
 	}
 	return true
+}
+
+// canonicalZeros reads what follows the positive store in AppendSketch's
+// layout: nothing, or the zero count.
+func canonicalZeros(rest []byte) (zeros uint64, ok bool) {
+	switch {
+	case len(rest) == 0:
+		return 0, true
+	case len(rest) != 9 || rest[0] != tagZeroCount:
+		return 0, false
+	}
+	zeros, err := count(binary.LittleEndian.Uint64(rest[1:]))
+	return zeros, err == nil
+}
+
+// decodeCanonicalMap is decodeCanonical for a positive store written as the
+// binCounts map (store, its bytes; rest, what follows it): entries of key
+// then value, each bin once, in ascending order, every count whole and not
+// zero. It validates every entry, keeping up to mapBuffer of them, then adds
+// the highest and the lowest first, as addEnds does (bin by bin, the sketch
+// would grow its store at each: BenchmarkDecodePayload), then the rest in
+// wire order.
+func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch) bool {
+	zeros, ok := canonicalZeros(rest)
+	if !ok {
+		return false
+	}
+	var kept [mapBuffer]binCount
+	n, prev := 0, minBinIndex-1
+	for b := store; len(b) > 0; n++ {
+		i, bits, next, ok := canonicalMapEntry(b)
+		if !ok || i <= prev || i > maxBinIndex || n >= MaxDecodedBins {
+			return false
+		}
+		c, err := countSlow(bits)
+		if err != nil || c == 0 {
+			return false
+		}
+		if n < mapBuffer {
+			kept[n] = binCount{i, c}
+		}
+		prev, b = i, next
+	}
+	if into == nil {
+		return true
+	}
+	if n > 0 {
+		last := binCount{prev, 0}
+		if n <= mapBuffer {
+			last = kept[n-1]
+		} else {
+			last.c = lastCount(store)
+		}
+		into.AddIndex(last.index, last.c)
+		if n > 1 {
+			into.AddIndex(kept[0].index, kept[0].c)
+		}
+	}
+	switch {
+	case n <= 2: // no bin between the ends
+	case n <= mapBuffer:
+		for _, e := range kept[1 : n-1] {
+			into.AddIndex(e.index, e.c)
+		}
+	default:
+		for k, b := 0, store; len(b) > 0; k++ {
+			i, bits, next, _ := canonicalMapEntry(b)
+			if k > 0 && k < n-1 {
+				c, _ := countSlow(bits)
+				into.AddIndex(i, c)
+			}
+			b = next
+		}
+	}
+	if zeros > 0 {
+		into.AddZeros(zeros)
+	}
+	return true
+}
+
+// mapBuffer is how many map entries decodeCanonicalMap keeps from its
+// validating pass, to add them without parsing them again.
+const mapBuffer = 128
+
+// binCount is one decoded bin.
+type binCount struct {
+	index int
+	c     uint64
+}
+
+// lastCount is the count of the last entry of a validated canonical map.
+func lastCount(store []byte) (c uint64) {
+	for b := store; len(b) > 0; {
+		_, bits, next, _ := canonicalMapEntry(b)
+		c, _ = countSlow(bits)
+		b = next
+	}
+	return c
+}
+
+// canonicalMapEntry reads the binCounts entry at the start of b as
+// AppendSketch writes it: tag, length, key, value, nothing else.
+func canonicalMapEntry(b []byte) (index int, bits uint64, rest []byte, ok bool) {
+	// The usual entry, of a two-byte key (bins 64 to 8191: every duration
+	// from 4 ns up), without the varint loop.
+	if len(b) >= 14 && b[0] == tagBinCounts && b[1] == 12 && b[2] == tagMapKey && b[3] >= 0x80 && b[4] < 0x80 && b[5] == tagMapValue {
+		v := uint64(b[3]&0x7f) | uint64(b[4])<<7
+		return sint32(v), binary.LittleEndian.Uint64(b[6:]), b[14:], true
+	}
+	if len(b) < 2 || b[0] != tagBinCounts || int(b[1]) > len(b)-2 {
+		return 0, 0, nil, false
+	}
+	e := b[2 : 2+int(b[1])]
+	if len(e) < 1 || e[0] != tagMapKey {
+		return 0, 0, nil, false
+	}
+	v, n := protowire.ConsumeVarint(e[1:])
+	if n < 0 || v > math.MaxUint32 || len(e) != 1+n+9 || e[1+n] != tagMapValue {
+		return 0, 0, nil, false
+	}
+	return sint32(v), binary.LittleEndian.Uint64(e[2+n:]), b[2+len(e):], true
 }
 
 // cutLen splits b after a varint length and that many bytes.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -360,4 +361,99 @@ func TestDecodeCanonicalTakesAppendSketch(t *testing.T) {
 	if lo, _ := got.Bins(); lo != 700 {
 		t.Errorf("offset first: lowest bin %d, want 700", lo)
 	}
+}
+
+// TestCanonicalAgreesWithGeneral: over random sketches in both store forms
+// (few or many bins, negative and positive indices, more than mapBuffer map
+// entries, zero counts) and every single-byte corruption of some of them,
+// where the fast path takes the bytes the general decoder takes them too
+// and both decode the same bins; AppendSketch's own bytes always take the
+// fast path. FuzzDecodeSketch checks this property on fuzzed input.
+func TestCanonicalAgreesWithGeneral(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	forms := map[bool]int{}
+	longMaps := 0
+	for n := range 400 {
+		s := new(aggregate.Sketch)
+		values := 1 + r.IntN(300)
+		lo, hi := []float64{0.01, 1, 5e4, 1e9}[r.IntN(4)], []float64{2, 1e6, 1e10}[r.IntN(3)]
+		for range values {
+			s.Add(logUniform(r, lo, max(hi, 2*lo)))
+		}
+		if r.IntN(4) == 0 {
+			s.AddZeros(uint64(1 + r.IntN(5)))
+		}
+		b := AppendSketch(nil, s)
+		_, counts := s.Bins()
+		isMap := len(b) < sketchLen(storeLen(0, len(counts)), s.ZeroCount())
+		forms[isMap]++
+		if isMap && nonEmpty(counts) > mapBuffer {
+			longMaps++
+		}
+		fast := new(aggregate.Sketch)
+		if !decodeCanonical(b, fast) || !sameWire(fast, s) {
+			t.Fatalf("sketch %d (%d values): the fast path declined or misread AppendSketch's bytes", n, values)
+		}
+		if n%40 != 0 {
+			continue
+		}
+		for i := range b {
+			for _, delta := range []byte{1, 0x80, 0xff} {
+				m := slices.Clone(b)
+				m[i] += delta
+				fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
+				if !decodeCanonical(m, fast) {
+					continue
+				}
+				if err := decodeGeneral(m, general); err != nil {
+					t.Fatalf("sketch %d byte %d +%#x: the fast path took what the general decoder rejects: %v", n, i, delta, err)
+				}
+				if !sameWire(fast, general) || fast.Count() != general.Count() {
+					t.Fatalf("sketch %d byte %d +%#x: fast and general decoders disagree", n, i, delta)
+				}
+			}
+		}
+	}
+	// Maps of one, two and three entries (AppendSketch writes a single bin
+	// contiguous, but a sender may not), and one of more than mapBuffer.
+	for _, bins := range [][]int{{700}, {3, 700}, {-5, 0, 900}, {0}} {
+		for _, extra := range []int{0, mapBuffer} {
+			store := []byte(nil)
+			idx := slices.Clone(bins)
+			for q := range extra {
+				idx = append(idx, 1000+q)
+			}
+			for _, i := range idx {
+				var e []byte
+				e = protowire.AppendTag(e, fieldMapKey, protowire.VarintType)
+				e = protowire.AppendVarint(e, protowire.EncodeZigZag(int64(i)))
+				e = protowire.AppendTag(e, fieldMapValue, protowire.Fixed64Type)
+				e = protowire.AppendFixed64(e, math.Float64bits(float64(1+i%3+3)))
+				store = protowire.AppendTag(store, fieldBinCounts, protowire.BytesType)
+				store = protowire.AppendBytes(store, e)
+			}
+			b := protowire.AppendTag(slices.Clone(emptySketch), fieldPositive, protowire.BytesType)
+			b = protowire.AppendBytes(b, store)
+			fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
+			if !decodeCanonical(b, fast) {
+				t.Fatalf("bins %v (+%d): the fast path declined a canonical map", bins, extra)
+			}
+			if err := decodeGeneral(b, general); err != nil || !sameWire(fast, general) || fast.Count() != general.Count() {
+				t.Fatalf("bins %v (+%d): general decoder %v, or the two disagree", bins, extra, err)
+			}
+		}
+	}
+	if forms[true] < 50 || forms[false] < 50 || longMaps < 10 {
+		t.Errorf("store forms: %d maps (%d of more than %d entries), %d contiguous; want each exercised",
+			forms[true], longMaps, mapBuffer, forms[false])
+	}
+}
+
+func nonEmpty(counts []uint32) (n int) {
+	for _, c := range counts {
+		if c != 0 {
+			n++
+		}
+	}
+	return n
 }

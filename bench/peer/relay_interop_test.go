@@ -248,8 +248,13 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d spans from %d SDKs (%d datagrams to the relay) in %d groups, %d foreign; %d requests to the agent",
-		accepted, senders, st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP], len(want), foreignHits, len(bodies))
+	bodyBytes := 0
+	for _, b := range bodies {
+		bodyBytes += len(b)
+	}
+	t.Logf("%d spans from %d SDKs (%d datagrams, %d bytes to the relay) in %d groups, %d foreign; %d requests, %d bytes to the agent",
+		accepted, senders, st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP], st.Bytes[relay.Unix]+st.Bytes[relay.UDP],
+		len(want), foreignHits, len(bodies), bodyBytes)
 	if len(bodies) >= int(st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP]) {
 		t.Errorf("%d requests for %d datagrams: nothing was merged", len(bodies), st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
 	}
