@@ -365,7 +365,7 @@ func TestDecodeCanonicalTakesAppendSketch(t *testing.T) {
 
 // TestCanonicalAgreesWithGeneral: over random sketches in both store forms
 // (few or many bins, negative and positive indices, more than mapBuffer map
-// entries, zero counts) and every single-byte corruption of some of them,
+// entries, zero counts) and single-byte corruptions of some of them,
 // where the fast path takes the bytes the general decoder takes them too
 // and both decode the same bins; AppendSketch's own bytes always take the
 // fast path. FuzzDecodeSketch checks this property on fuzzed input.
@@ -397,7 +397,7 @@ func TestCanonicalAgreesWithGeneral(t *testing.T) {
 		if n%40 != 0 {
 			continue
 		}
-		for i := range b {
+		for i := 0; i < len(b); i += max(1, len(b)/512) { // at most ~512 positions a sketch
 			for _, delta := range []byte{1, 0x80, 0xff} {
 				m := slices.Clone(b)
 				m[i] += delta
