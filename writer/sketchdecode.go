@@ -170,6 +170,7 @@ func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch) bool {
 	}
 	var kept [mapBuffer]binCount
 	n, prev := 0, minBinIndex-1
+	var last uint64 // the highest bin's count
 	for b := store; len(b) > 0; n++ {
 		i, bits, next, ok := canonicalMapEntry(b)
 		if !ok || i <= prev || i > maxBinIndex || n >= MaxDecodedBins {
@@ -182,19 +183,13 @@ func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch) bool {
 		if n < mapBuffer {
 			kept[n] = binCount{i, c}
 		}
-		prev, b = i, next
+		prev, last, b = i, c, next
 	}
 	if into == nil {
 		return true
 	}
 	if n > 0 {
-		last := binCount{prev, 0}
-		if n <= mapBuffer {
-			last = kept[n-1]
-		} else {
-			last.c = lastCount(store)
-		}
-		into.AddIndex(last.index, last.c)
+		into.AddIndex(prev, last)
 		if n > 1 {
 			into.AddIndex(kept[0].index, kept[0].c)
 		}
@@ -229,16 +224,6 @@ const mapBuffer = 128
 type binCount struct {
 	index int
 	c     uint64
-}
-
-// lastCount is the count of the last entry of a validated canonical map.
-func lastCount(store []byte) (c uint64) {
-	for b := store; len(b) > 0; {
-		_, bits, next, _ := canonicalMapEntry(b)
-		c, _ = countSlow(bits)
-		b = next
-	}
-	return c
 }
 
 // canonicalMapEntry reads the binCounts entry at the start of b as

@@ -659,6 +659,14 @@ func TestSDKPayloadsDecodeWithAgent(t *testing.T) {
 		t.Errorf("the workload made no group without errors (%d) or without ok spans (%d): the empty-summary cases went untested", noErrors, noOk)
 	}
 
+	checkGroups(t, want, got)
+}
+
+// checkGroups reports every group of want missing from got or differing in
+// hits, errors, top-level hits, durations or sketch bins (against the
+// agent's own sketch of the durations), and every group of got not in want.
+func checkGroups(t *testing.T, want map[groupKey]*tally, got map[groupKey]*decodedGroup) {
+	t.Helper()
 	for k, w := range want {
 		d := got[k]
 		if d == nil {

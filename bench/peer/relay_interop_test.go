@@ -258,28 +258,7 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 	if len(bodies) >= int(st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP]) {
 		t.Errorf("%d requests for %d datagrams: nothing was merged", len(bodies), st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
 	}
-	for k, w := range want {
-		d := got[k]
-		if d == nil {
-			t.Errorf("group %+v: missing (want %d hits)", k, w.hits)
-			continue
-		}
-		if d.hits != w.hits || d.errors != w.errors || d.topLevel != w.topLevel || d.duration != w.duration {
-			t.Errorf("group %+v: hits %d errors %d top-level %d duration %d; want %d %d %d %d",
-				k, d.hits, d.errors, d.topLevel, d.duration, w.hits, w.errors, w.topLevel, w.duration)
-		}
-		if err := sameSketch(d.ok, referenceSketch(t, w.ok)); err != nil {
-			t.Errorf("group %+v: ok sketch: %v", k, err)
-		}
-		if err := sameSketch(d.errs, referenceSketch(t, w.errs)); err != nil {
-			t.Errorf("group %+v: error sketch: %v", k, err)
-		}
-	}
-	for k, d := range got {
-		if want[k] == nil {
-			t.Errorf("group %+v: not published (%d hits)", k, d.hits)
-		}
-	}
+	checkGroups(t, want, got)
 	if foreign == nil || foreign.hits != foreignHits || foreign.errors != 0 || foreign.duration != 1000*foreignHits {
 		t.Fatalf("foreign group %+v; want %d hits", foreign, foreignHits)
 	}
