@@ -86,10 +86,11 @@ func warmUp(tb testing.TB, w *Workload, d Driver) Counts {
 	return c
 }
 
-// warmChunk is how many spans warmUp publishes before it waits: half the
-// SDK's default inbox, so that it fits, and past the inbox's mark at which
-// the consumer is woken, so that the wait is short.
-const warmChunk = stats.DefaultInboxSize / 2
+// warmChunk is how many spans warmUp publishes before it waits: three
+// quarters of the SDK's default inbox, so that it fits, and past the
+// inbox's mark at which the consumer is woken (half), so that the wait is
+// short.
+const warmChunk = stats.DefaultInboxSize * 3 / 4
 
 // Run publishes w through the driver open returns from Producers goroutines
 // (b.SetParallelism(ceil(Producers/GOMAXPROCS)) and b.RunParallel), one span

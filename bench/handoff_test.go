@@ -16,11 +16,11 @@ import (
 )
 
 // handoffPeriod and handoffMark are the SDK consumer's rhythm (stats'
-// drainPeriod and a quarter of the inbox): a handoff driver's consumer
+// drainPeriod and half the inbox): a handoff driver's consumer
 // drains when the inbox holds handoffMark spans, or every handoffPeriod.
 const (
 	handoffPeriod = 50 * time.Millisecond
-	handoffMark   = stats.DefaultInboxSize / 4
+	handoffMark   = stats.DefaultInboxSize / 2
 )
 
 // handoff is a Driver that does only the SDK's handoff: producers write a

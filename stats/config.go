@@ -24,9 +24,14 @@ const (
 	DefaultAgentURL = "http://localhost:8126"
 	// DefaultBucketInterval is the agent's stats bucket length.
 	DefaultBucketInterval = 10 * time.Second
-	// DefaultInboxSize bounds the spans waiting for the consumer: with the
-	// yield on a full inbox a deeper one buys little (BenchmarkShedYield).
-	DefaultInboxSize = 4096
+	// DefaultInboxSize bounds the spans waiting for the consumer (about
+	// 2.7 MB of slots). Under overload a deeper inbox buys little, with the
+	// yield on a full inbox (BenchmarkShedYield); below it, the consumer
+	// drains when half of it is full, and 4096 spans per drain cost less
+	// than 2048 (see wakeFraction), while 4096 free slots ride out a
+	// consumer kept from a processor for 4 ms at 1 M spans/s, where 3072
+	// did not (BenchmarkPaced, rate=1M/burst=1ms, ClientPeerTags).
+	DefaultInboxSize = 8192
 	// DefaultShedYieldEvery keeps yields under 1 in 1000 full-inbox calls,
 	// out of Publish's p99.9 latency, while a publisher still leaves its
 	// processor often enough that the consumer counts as many spans as

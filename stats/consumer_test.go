@@ -175,7 +175,7 @@ func TestReportSplitsToPayloadLimit(t *testing.T) {
 //
 // The bound, 64 MiB over the baseline, is the sum of what the SDK may hold
 // by design with this workload, with room for the GC's timing:
-//   - the inbox: 4096 slots × 328 B = 1.3 MiB, plus the strings of the
+//   - the inbox: 8192 slots × 336 B = 2.6 MiB, plus the strings of the
 //     spans queued in it;
 //   - the table: 2048 entries × (~400 B of key and counters + two sketches);
 //     durations here span ~7 decades, ~800 bins of 4 B at 1 % accuracy, so
