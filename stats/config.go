@@ -24,13 +24,12 @@ const (
 	DefaultAgentURL = "http://localhost:8126"
 	// DefaultBucketInterval is the agent's stats bucket length.
 	DefaultBucketInterval = 10 * time.Second
-	// DefaultInboxSize bounds the spans waiting for the consumer (about
-	// 2.7 MB of slots). Under overload a deeper inbox buys little, with the
+	// DefaultInboxSize bounds the spans waiting for the consumer (slots of
+	// 336 B: 2.6 MiB). Under overload a deeper inbox buys little, with the
 	// yield on a full inbox (BenchmarkShedYield); below it, the consumer
-	// drains when half of it is full, and 4096 spans per drain cost less
-	// than 2048 (see wakeFraction), while 4096 free slots ride out a
-	// consumer kept from a processor for 4 ms at 1 M spans/s, where 3072
-	// did not (BenchmarkPaced, rate=1M/burst=1ms, ClientPeerTags).
+	// drains when half of it is full (see wakeFraction). At 1 M spans/s in
+	// 1 ms bursts (BenchmarkPaced, ClientPeerTags) 4096 slots drained at a
+	// quarter shed spans in 9 of 12 runs, 8192 drained at half in none of 9.
 	DefaultInboxSize = 8192
 	// DefaultShedYieldEvery keeps yields under 1 in 1000 full-inbox calls,
 	// out of Publish's p99.9 latency, while a publisher still leaves its
