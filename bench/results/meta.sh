@@ -1,4 +1,4 @@
-started="2026-12-02 08:29:29 UTC"
-elapsed="1379"
-commit="8b16620"
+started="2026-12-02 18:11:45 UTC"
+elapsed="1602"
+commit="fe943d5"
 COUNT="5" BENCHTIME="4s" BENCH="."
