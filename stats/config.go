@@ -25,11 +25,10 @@ const (
 	// DefaultBucketInterval is the agent's stats bucket length.
 	DefaultBucketInterval = 10 * time.Second
 	// DefaultInboxSize bounds the spans waiting for the consumer (slots of
-	// 336 B: 2.6 MiB). Under overload a deeper inbox buys little, with the
-	// yield on a full inbox (BenchmarkShedYield); below it, the consumer
-	// drains when half of it is full (see wakeFraction). At 1 M spans/s in
-	// 1 ms bursts (BenchmarkPaced, ClientPeerTags) 4096 slots drained at a
-	// quarter shed spans in 9 of 12 runs, 8192 drained at half in 1 of 15.
+	// 336 B: 2.6 MiB). Under overload a deeper inbox buys little
+	// (BenchmarkShedYield); below it, the consumer drains at half full (see
+	// wakeFraction), and the other half takes the bursts that arrive while
+	// it waits for a processor (BenchmarkPaced at 1 M spans/s).
 	DefaultInboxSize = 8192
 	// DefaultShedYieldEvery keeps yields under 1 in 1000 full-inbox calls,
 	// out of Publish's p99.9 latency, while a publisher still leaves its

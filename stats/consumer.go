@@ -50,11 +50,9 @@ const idleYields = 4
 // the rest of the inbox while the consumer gets a processor; a period whose
 // drain finds nothing makes the consumer wait for the first push instead,
 // so an idle process does not wake at all (see BenchmarkIdle). Each drain
-// first pulls the table's hot keys back into a cache the application has
-// used meanwhile, a fixed cost the spans of one drain share: half the
-// inbox per drain costs a span less CPU at 200 k spans/s than a quarter of
-// it (BenchmarkPaced, rate=200k/burst=1ms), and leaves as many slots for
-// the pushes made while the consumer waits for a processor.
+// first pulls the table back into caches the application has used
+// meanwhile, a fixed cost its spans share: the mark is half the inbox, not
+// less, so that a drain takes many (BenchmarkPaced, rate=200k).
 const (
 	drainPeriod  = 50 * time.Millisecond
 	wakeFraction = 2

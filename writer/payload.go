@@ -291,16 +291,10 @@ func appendGroup(b []byte, e *aggregate.Entry, g *Group) []byte {
 // appendSummary appends s as a msgpack bin holding its DDSketch bytes, written
 // in place after the bin header.
 func appendSummary(b []byte, s *aggregate.Sketch) []byte {
-	if s == nil || s.Count() == 0 {
-		b = msgp.AppendBytesHeader(b, uint32(len(emptySketch)))
-		return append(b, emptySketch...)
-	}
-	lo, counts := s.Bins()
-	zeros := s.ZeroCount()
-	var m binMask
-	store, sparse := positiveLen(lo, counts, &m)
-	b = msgp.AppendBytesHeader(b, uint32(sketchLen(store, zeros)))
-	return appendSketch(b, lo, counts, zeros, store, sparse, &m)
+	var l sketchLayout
+	l.plan(s)
+	b = msgp.AppendBytesHeader(b, uint32(l.size()))
+	return l.append(b)
 }
 
 // grow returns b with room for n more bytes, in one allocation when it has

@@ -176,15 +176,38 @@ func sketchLen(store int, zeros uint64) int {
 	return l
 }
 
+// sketchLayout is how AppendSketch writes one sketch: its bins and zero
+// count, and its positive store's size and form as positiveLen chose them
+// (m, the non-empty bins it found). Sizing and writing share it, so the
+// bins are scanned once.
+type sketchLayout struct {
+	lo     int
+	counts []uint32
+	zeros  uint64
+	store  int // bytes of the positive store, 0 for none
+	sparse bool
+	m      binMask
+}
+
+// plan lays out s; a nil or empty sketch has no store and no zeros.
+func (l *sketchLayout) plan(s *aggregate.Sketch) {
+	if s == nil || s.Count() == 0 {
+		l.lo, l.counts, l.zeros, l.store, l.sparse = 0, nil, 0, 0, false
+		return
+	}
+	l.lo, l.counts = s.Bins()
+	l.zeros = s.ZeroCount()
+	l.store, l.sparse = positiveLen(l.lo, l.counts, &l.m)
+}
+
+// size is the length of the DDSketch message append writes.
+func (l *sketchLayout) size() int { return sketchLen(l.store, l.zeros) }
+
 // SketchSize is the exact number of bytes AppendSketch appends for s.
 func SketchSize(s *aggregate.Sketch) int {
-	if s == nil || s.Count() == 0 {
-		return len(emptySketch)
-	}
-	var m binMask
-	lo, counts := s.Bins()
-	store, _ := positiveLen(lo, counts, &m)
-	return sketchLen(store, s.ZeroCount())
+	var l sketchLayout
+	l.plan(s)
+	return l.size()
 }
 
 // AppendSketch appends s as a protobuf sketches-go DDSketch message: the
@@ -194,31 +217,26 @@ func SketchSize(s *aggregate.Sketch) int {
 // empty sketch is written as an empty DDSketch that still carries the
 // mapping. It allocates only when b lacks SketchSize(s) spare capacity.
 func AppendSketch(b []byte, s *aggregate.Sketch) []byte {
-	if s == nil || s.Count() == 0 {
-		return append(b, emptySketch...)
-	}
-	var m binMask
-	lo, counts := s.Bins()
-	store, sparse := positiveLen(lo, counts, &m)
-	return appendSketch(b, lo, counts, s.ZeroCount(), store, sparse, &m)
+	var l sketchLayout
+	l.plan(s)
+	return l.append(b)
 }
 
-// appendSketch appends the sketch of bins counts from lo and zeros zero
-// values, its positive store of store bytes laid out as positiveLen chose
-// (and m, the non-empty bins it found).
-func appendSketch(b []byte, lo int, counts []uint32, zeros uint64, store int, sparse bool, m *binMask) []byte {
-	b = grow(b, sketchLen(store, zeros))
+// append appends the sketch as l lays it out.
+func (l *sketchLayout) append(b []byte) []byte {
+	lo, counts, zeros, store := l.lo, l.counts, l.zeros, l.store
+	b = grow(b, l.size())
 	b = append(b, emptySketch...)
 	switch {
 	case store == 0:
-	case sparse:
+	case l.sparse:
 		b = append(b, tagPositive)
 		b = protowire.AppendVarint(b, uint64(store))
 		// Written in place, grow having made room: with an append per
 		// field it took a third longer (BenchmarkAppendSketch).
 		at := len(b)
 		b = b[:at+store]
-		for w, word := range m[:(len(counts)+63)/64] {
+		for w, word := range l.m[:(len(counts)+63)/64] {
 			for ; word != 0; word &= word - 1 {
 				i := w*64 + bits.TrailingZeros64(word)
 				n := binary.PutUvarint(b[at+3:], zigzag32(lo+i)) // protobuf's varint
