@@ -298,15 +298,17 @@ func OpenSDK(peerTagKeys []string) OpenFunc {
 // OpenSDKConfig is OpenSDK with cfg's knobs instead of the defaults (its
 // agent URL and identity are set by the driver).
 func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
-	return func(*Workload) (Driver, error) { return newSDK(cfg, peerTagKeys) }
+	return func(*Workload) (Driver, error) { return NewSDKConfig(cfg, peerTagKeys) }
 }
 
 // NewSDK starts an aggregator and its loopback agent. Any workload goes.
 func NewSDK(_ *Workload, peerTagKeys []string) (*SDK, error) {
-	return newSDK(stats.Config{}, peerTagKeys)
+	return NewSDKConfig(stats.Config{}, peerTagKeys)
 }
 
-func newSDK(cfg stats.Config, peerTagKeys []string) (*SDK, error) {
+// NewSDKConfig is NewSDK with cfg's knobs instead of the defaults (its agent
+// URL and identity are set here).
+func NewSDKConfig(cfg stats.Config, peerTagKeys []string) (*SDK, error) {
 	agent := NewAgent(peerTagKeys)
 	cfg.AgentURL, cfg.Env, cfg.Service, cfg.Version = agent.URL(), "bench", "bench", "1.0.0"
 	cfg.Hostname, cfg.TracerVersion = "bench-host", "bench"
