@@ -20,14 +20,17 @@
 //
 // # Design
 //
-// The ring is a Vyukov-style bounded queue: every slot carries an atomic
+// The ring is a bounded queue after Vyukov's: every slot carries an atomic
 // sequence number next to its value; producers claim a position with a CAS on
 // the tail word, write the value and publish it by storing position+1 into the
-// slot's sequence, while the single consumer owns the head, reads a slot once
-// its sequence says it is ready, and hands it back to producers by storing
-// position+capacity. The consumer publishes its head once per batch; a
-// producer that finds the tail a whole ring ahead of it fails at once,
-// without reading the slot the consumer may be handing back at that moment
+// slot's sequence, while the single consumer owns the head and reads a slot
+// once its sequence says it is ready. The consumer hands slots back by
+// publishing its head, once per batch; a producer claims a position only
+// below head+capacity, so the slot it gets was emptied before that head was
+// stored, and no per-slot store on the consumer's side is needed (Vyukov's
+// position+capacity write cost the consumer a locked instruction per item).
+// A producer that finds the tail a whole ring ahead of the head fails at
+// once, without reading the slot the consumer may be emptying at that moment
 // (under overload every push would otherwise pull that slot's cache line
 // away from the consumer). Ready, At and Release let the consumer work on a
 // batch in place, in as many passes as it likes, instead of copying it out;

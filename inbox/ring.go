@@ -17,8 +17,9 @@ const maxCapacity uint64 = 1 << 40
 // cacheLine is the padding unit; 64 bytes covers amd64 and arm64 L1 lines.
 const cacheLine = 64
 
-// slot is one cell of the ring; seq tells producers and the consumer whose
-// turn it is, which is what makes the plain val field safe to access.
+// slot is one cell of the ring. Its producer sets seq to pos+1 once val
+// holds the item at pos, which is what makes the plain val field safe for
+// the consumer to read; any other value (0, or last lap's) means not yet.
 type slot[T any] struct {
 	seq atomic.Uint64
 	val T
@@ -48,7 +49,7 @@ type Ring[T any] struct {
 }
 
 // New returns an empty ring holding at least capacity items. The capacity is
-// rounded up to a power of two (minimum 2) so positions map to slots with a
+// rounded up to a power of two so positions map to slots with a
 // mask. It panics if capacity <= 0 or is unreasonably large.
 func New[T any](capacity int) *Ring[T] {
 	if capacity <= 0 {
@@ -57,16 +58,11 @@ func New[T any](capacity int) *Ring[T] {
 	if uint64(capacity) > maxCapacity {
 		panic("inbox: capacity too large")
 	}
-	// Two is the minimum: with one slot "ready" (pos+1) and "free for the
-	// next lap" (pos+cap) would be the same sequence number.
-	n := max(2, 1<<bits.Len(uint(capacity-1)))
+	n := 1 << bits.Len(uint(capacity-1))
 	r := &Ring[T]{
 		buf:  make([]slot[T], n),
 		mask: uint64(n - 1),
 		wake: make(chan struct{}, 1),
-	}
-	for i := range r.buf {
-		r.buf[i].seq.Store(uint64(i))
 	}
 	return r
 }
@@ -122,28 +118,17 @@ func (r *Ring[T]) Claim() (Claimed[T], bool) {
 		if int64(pos-r.head.Load()) >= int64(len(r.buf)) {
 			// Full as of the consumer's last batch: fail on the head's
 			// line, which changes once a batch, without touching the
-			// slot, whose line the consumer may be releasing right now
-			// (a full ring's producers would otherwise pull every slot
-			// out of the consumer's cache as it frees it). A stale pos
-			// only makes the difference smaller, never a false full.
+			// slot, whose line the consumer may be releasing right now.
+			// A stale pos only makes the difference smaller, never a
+			// false full.
 			return Claimed[T]{}, false
 		}
-		s := &r.buf[pos&r.mask]
-		dif := int64(s.seq.Load() - pos)
-		switch {
-		case dif == 0:
-			// Slot is free for this lap; the CAS makes it ours alone.
-			if r.tail.CompareAndSwap(pos, pos+1) {
-				return Claimed[T]{s: s, pos: pos, r: r}, true
-			}
-			pos = r.tail.Load()
-		case dif < 0:
-			// The slot still holds last lap's item: the ring is full.
-			return Claimed[T]{}, false
-		default:
-			// Another producer claimed pos first; retry at the new tail.
-			pos = r.tail.Load()
+		// Free for this lap: the consumer released pos-cap before it
+		// published the head just read. The CAS makes the slot ours alone.
+		if r.tail.CompareAndSwap(pos, pos+1) {
+			return Claimed[T]{s: &r.buf[pos&r.mask], pos: pos, r: r}, true
 		}
+		pos = r.tail.Load()
 	}
 }
 
@@ -205,10 +190,11 @@ func (r *Ring[T]) Release(n int) {
 		} else {
 			s.val = zero
 		}
-		s.seq.Store(head + uint64(len(r.buf))) // hand the slot to the next lap
 		head++
 	}
 	if n > 0 {
+		// Hands the slots to the next lap: Claim admits pos only below
+		// head+cap, so no per-slot store is needed (BenchmarkConsumer).
 		r.head.Store(head)
 	}
 }
@@ -256,10 +242,9 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 // DiscardClosed empties a closed ring without handing its items out and
 // returns how many it dropped; like DrainClosed it waits for a push claimed
 // before Close to finish writing. It copies nothing out, zeroes each item
-// whole rather than with the SetClear function, and leaves the slots'
-// sequence numbers as the producers published them (a producer holding a
-// position from before Close then sees a taken slot, rereads the tail and
-// finds the ring closed): Stop, past its deadline, drops a full ring at
+// whole rather than with the SetClear function (a producer holding a
+// position from before Close fails its CAS on the closed tail): Stop, past
+// its deadline, drops a full ring at
 // the cost of one write per item (TestStopDeadlineWithCostlyInbox). On a
 // ring that is not closed it does nothing and returns 0. Consumer
 // goroutine only.

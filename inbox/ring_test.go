@@ -40,10 +40,32 @@ func (it item) check() (producer, seq uint64, ok bool) {
 
 func TestNewCapacityRounding(t *testing.T) {
 	for _, tc := range []struct{ in, want int }{
-		{1, 2}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {1000, 1024}, {1024, 1024}, {1025, 2048},
+		{1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {1000, 1024}, {1024, 1024}, {1025, 2048},
 	} {
 		if got := New[int](tc.in).Cap(); got != tc.want {
 			t.Errorf("New(%d).Cap() = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestSingleSlotLaps runs a one-slot ring through several laps: the slot's
+// last-lap sequence number must never read as ready for the next.
+func TestSingleSlotLaps(t *testing.T) {
+	r := New[int](1)
+	dst := make([]int, 2)
+	for lap := range 5 {
+		if n := r.Drain(dst); n != 0 {
+			t.Fatalf("lap %d: drained %d from an empty ring", lap, n)
+		}
+		v := lap + 10
+		if !r.Push(&v) {
+			t.Fatalf("lap %d: push into an empty ring failed", lap)
+		}
+		if r.Push(&v) {
+			t.Fatalf("lap %d: second push into a one-slot ring succeeded", lap)
+		}
+		if n := r.Drain(dst); n != 1 || dst[0] != v {
+			t.Fatalf("lap %d: drained %d items %v, want 1 item %d", lap, n, dst[:n], v)
 		}
 	}
 }
