@@ -156,6 +156,7 @@ func TestEndToEndConservation(t *testing.T) {
 		{"tiny-inbox-drops", 16, false},
 		{"constant-strings", 0, true},
 		{"constant-strings-tiny-inbox", 16, true},
+		{"one-slot-inbox", 1, false}, // every lap of the ring is one item
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ag := statstest.New()
