@@ -1,4 +1,4 @@
-started="2026-12-02 18:11:45 UTC"
-elapsed="1602"
-commit="fe943d5"
+started="2026-12-02 20:37:28 UTC"
+elapsed="1322"
+commit="5d982c1"
 COUNT="5" BENCHTIME="4s" BENCH="."
