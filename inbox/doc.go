@@ -27,12 +27,9 @@
 // once its sequence says it is ready. The consumer hands slots back by
 // publishing its head, once per batch; a producer claims a position only
 // below head+capacity, so the slot it gets was emptied before that head was
-// stored, and no per-slot store on the consumer's side is needed (Vyukov's
-// position+capacity write cost the consumer a locked instruction per item).
-// A producer that finds the tail a whole ring ahead of the head fails at
-// once, without reading the slot the consumer may be emptying at that moment
-// (under overload every push would otherwise pull that slot's cache line
-// away from the consumer). Ready, At and Release let the consumer work on a
+// stored: the consumer needs no locked per-slot store (Vyukov's
+// position+capacity), and a producer never reads a slot it cannot take, so
+// under overload pushes leave the slots' cache lines to the consumer. Ready, At and Release let the consumer work on a
 // batch in place, in as many passes as it likes, instead of copying it out;
 // Drain is the copying form. Close sets the top bit of the tail word, which makes every
 // later tail CAS fail, so the final tail is fixed and DrainClosed can wait for

@@ -116,11 +116,8 @@ func (r *Ring[T]) Claim() (Claimed[T], bool) {
 			return Claimed[T]{}, false
 		}
 		if int64(pos-r.head.Load()) >= int64(len(r.buf)) {
-			// Full as of the consumer's last batch: fail on the head's
-			// line, which changes once a batch, without touching the
-			// slot, whose line the consumer may be releasing right now.
-			// A stale pos only makes the difference smaller, never a
-			// false full.
+			// Full as of the consumer's last batch. A stale pos only
+			// makes the difference smaller, never a false full.
 			return Claimed[T]{}, false
 		}
 		// Free for this lap: the consumer released pos-cap before it
