@@ -29,9 +29,10 @@
 // below head+capacity, so the slot it gets was emptied before that head was
 // stored: the consumer needs no locked per-slot store (Vyukov's
 // position+capacity), and a producer never reads a slot it cannot take, so
-// under overload pushes leave the slots' cache lines to the consumer. Ready, At and Release let the consumer work on a
-// batch in place, in as many passes as it likes, instead of copying it out;
-// Drain is the copying form. Close sets the top bit of the tail word, which makes every
+// under overload pushes leave the slots' cache lines to the consumer.
+// Ready, At and Release let the consumer work on a batch in place, in as
+// many passes as it likes, instead of copying it out; Drain is the copying
+// form. Close sets the top bit of the tail word, which makes every
 // later tail CAS fail, so the final tail is fixed and DrainClosed can wait for
 // the slots claimed before Close to be written and then prove the ring empty.
 // Wake-ups use a parked word and a one-token channel: the consumer stores in
