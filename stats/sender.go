@@ -100,6 +100,7 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 			MaxRetryPayloads: cfg.MaxRetryPayloads,
 			MaxRetryBytes:    cfg.MaxRetryBytes,
 			InfoRefresh:      cfg.InfoRefresh,
+			Parallel:         1, // a report is a payload or a few: one connection
 			Off:              &a.off,
 			GetBuf:           bufs.get,
 			PutBuf:           bufs.put,

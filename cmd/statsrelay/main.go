@@ -74,6 +74,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "where <pid>/cgroup is read")
 	fs.IntVar(&c.MaxGroups, "max-groups", relay.DefaultMaxGroups, "groups held across all senders; beyond, spans fold into an overflow group")
 	fs.IntVar(&c.MaxHeldBytes, "max-held-bytes", relay.DefaultMaxHeldBytes, "bytes the held groups may take, labels and sketches included; beyond, spans fold into an overflow group")
+	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM, how long the readers go on taking what the kernel queued")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
@@ -119,6 +120,8 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
 	case c.MaxHeldBytes < 1<<20:
 		return o, fmt.Errorf("-max-held-bytes %d: want >= 1048576", c.MaxHeldBytes)
+	case c.ForwardParallel < 1 || c.ForwardParallel > 256:
+		return o, fmt.Errorf("-forward-parallel %d: want 1..256", c.ForwardParallel)
 	case c.UDPRcvBuf < 0:
 		return o, fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
 	case c.StopDrain <= 0 || c.StopDrain > time.Minute:

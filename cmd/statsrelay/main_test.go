@@ -37,14 +37,15 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.UnixPath != "/tmp/spanstats-relay.sock" || c.UDPAddr != "127.0.0.1:8127" || c.SocketMode != 0o660 ||
 		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
 		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" ||
-		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 {
+		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 ||
+		c.ForwardParallel != 8 {
 		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
 	}
 	o, err = parse([]string{"-max-groups", "7"}, map[string]string{
 		"STATSRELAY_MAX_GROUPS": "9", "STATSRELAY_UDP": "", "STATSRELAY_SOCKET_MODE": "0600",
 		"STATSRELAY_PROC_ROOT": "/host/proc", "DD_TRACE_AGENT_URL": "unix:///var/run/datadog/apm.socket",
 		"STATSRELAY_ORIGIN": "false", "STATSRELAY_STOP_DRAIN": "250ms", "STATSRELAY_STOP_TIMEOUT": "30s",
-		"STATSRELAY_MAX_HELD_BYTES": "67108864",
+		"STATSRELAY_MAX_HELD_BYTES": "67108864", "STATSRELAY_FORWARD_PARALLEL": "3",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	c = o.cfg
 	if c.MaxGroups != 7 || c.SocketMode != 0o600 || c.ProcRoot != "/host/proc" || c.Origin ||
 		c.AgentURL != "unix:///var/run/datadog/apm.socket" || c.UDPAddr != "-" ||
-		c.StopDrain != 250*time.Millisecond || o.stopTimeout != 30*time.Second || c.MaxHeldBytes != 64<<20 {
+		c.StopDrain != 250*time.Millisecond || o.stopTimeout != 30*time.Second || c.MaxHeldBytes != 64<<20 ||
+		c.ForwardParallel != 3 {
 		t.Fatalf("flag over env, env over default: %+v", c)
 	}
 	o, err = parse([]string{"-udp", "", "-unix", ""}, nil)
@@ -72,6 +74,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{[]string{"-stop-drain", "0s"}, nil, "-stop-drain"},
 		{[]string{"-max-held-bytes", "4096"}, nil, "-max-held-bytes"},
+		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout"},
 	} {
 		if _, err := parse(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {

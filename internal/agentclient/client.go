@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,6 +56,11 @@ type Config struct {
 	MaxRetryPayloads, MaxRetryBytes int
 	// InfoRefresh is the /info poll period while the agent is off.
 	InfoRefresh time.Duration
+	// Parallel is how many requests SendAll, RunDue and Final have in
+	// flight at once (at least 1): a relay sends one request per identity
+	// each interval, and in sequence one slow answer would delay all the
+	// others by the request timeout.
+	Parallel int
 	// Off, when set, is the flag the client raises while the agent does not
 	// accept stats, for other goroutines to read; nil gives it its own.
 	Off *atomic.Bool
@@ -148,10 +154,11 @@ type Client struct {
 // New returns a client of cfg.Endpoint reporting to obs. Ending ctx aborts
 // the request in flight and fails every later one (the owner gave up).
 func New(ctx context.Context, cfg Config, obs Observer) *Client {
+	cfg.Parallel = max(cfg.Parallel, 1)
 	c := &Client{
 		cfg:  cfg,
 		ep:   cfg.Endpoint,
-		http: newHTTPClient(cfg.Endpoint, cfg.Timeout),
+		http: newHTTPClient(cfg.Endpoint, cfg.Timeout, cfg.Parallel),
 		obs:  obs,
 		off:  cfg.Off,
 		rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -174,6 +181,42 @@ func (c *Client) Close() {
 
 // Send attempts p now; a retryable failure queues it within the budget.
 func (c *Client) Send(p *Payload) { c.attempt(p) }
+
+// SendAll attempts every payload of ps now, as Send does, with up to
+// Parallel requests in flight. The outcomes are handled once every request
+// has returned, in ps's order and on the caller's goroutine, as Send's
+// are: the Observer and the retry state see one goroutine.
+func (c *Client) SendAll(ps []*Payload) {
+	if c.cfg.Parallel == 1 || len(ps) == 1 {
+		for _, p := range ps {
+			c.attempt(p)
+		}
+		return
+	}
+	errs := make([]error, len(ps))
+	posted := make([]bool, len(ps))
+	slots := make(chan struct{}, c.cfg.Parallel)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		if c.off.Load() {
+			continue // attempt drops it below, unposted
+		}
+		slots <- struct{}{}
+		posted[i] = true
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = c.post(p.Body, p.Headers)
+		})
+	}
+	wg.Wait()
+	for i, p := range ps {
+		if posted[i] {
+			c.settle(p, errs[i])
+		} else {
+			c.attempt(p)
+		}
+	}
+}
 
 // NextDue is when RunDue has work without a new payload: the earliest
 // retry, or the next /info poll while the agent is off.
@@ -208,9 +251,7 @@ func (c *Client) RunDue(now time.Time) {
 	}
 	clear(c.retries[len(keep):])
 	c.retries = keep
-	for _, p := range due {
-		c.attempt(p)
-	}
+	c.SendAll(due)
 }
 
 // Final gives every payload waiting for a retry one last immediate attempt;
@@ -220,8 +261,8 @@ func (c *Client) Final() {
 	c.retries, c.retryLen = nil, 0
 	for _, p := range rs {
 		p.attempts = c.cfg.MaxRetries // no further retry
-		c.attempt(p)
 	}
+	c.SendAll(rs)
 }
 
 // attempt posts p once and decides its fate.
@@ -230,7 +271,11 @@ func (c *Client) attempt(p *Payload) {
 		c.drop(p, ErrAgentOff)
 		return
 	}
-	err := c.post(p.Body, p.Headers)
+	c.settle(p, c.post(p.Body, p.Headers))
+}
+
+// settle decides the fate of p, whose attempt ended with err.
+func (c *Client) settle(p *Payload, err error) {
 	kind := classify(err)
 	if kind == sent {
 		c.obs.Sent(p)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -307,5 +308,85 @@ func TestOffThenOn(t *testing.T) {
 			t.Fatalf("listed %v: Off %d On %d, Off() %v; want %d %d %v", step.listed, obs.off, obs.on, c.Off(),
 				step.off, step.on, step.wantOffFlag)
 		}
+	}
+}
+
+// ordered is an Observer that records the Hits of each payload sent, in
+// the order the outcomes arrive.
+type ordered struct {
+	counting
+	sentHits []uint64
+}
+
+func (o *ordered) Sent(p *Payload) { o.counting.Sent(p); o.sentHits = append(o.sentHits, p.Hits) }
+
+// TestSendAllParallel: SendAll has exactly Parallel requests in flight while
+// the agent holds them, no more, and hands the outcomes to the Observer in
+// the payloads' order once all returned: a failed one is queued for a
+// retry, the others are sent.
+func TestSendAllParallel(t *testing.T) {
+	const parallel, payloads, failing = 4, 10, 6
+	var inFlight, peak, started atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		if r.Header.Get("Datadog-Meta-Lang") == "fail" {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Parallel = parallel
+	obs := &ordered{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	var ps []*Payload
+	for i := range payloads {
+		h := &Headers{Lang: "go"}
+		if i == failing {
+			h.Lang = "fail"
+		}
+		ps = append(ps, &Payload{Body: []byte{0x80}, Hits: uint64(100 + i), Headers: h})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.SendAll(ps)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for inFlight.Load() < parallel {
+		if time.Now().After(deadline) {
+			close(release)
+			<-done
+			t.Fatalf("%d requests in flight after 10 s, want %d", inFlight.Load(), parallel)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // room for a request beyond the bound to show
+	if n := started.Load(); n != parallel {
+		t.Errorf("%d requests started while %d were held, want %d", n, parallel, parallel)
+	}
+	close(release)
+	<-done
+	if p := peak.Load(); p != parallel {
+		t.Errorf("peak in flight %d, want %d", p, parallel)
+	}
+	var want []uint64
+	for i := range payloads {
+		if i != failing {
+			want = append(want, uint64(100+i))
+		}
+	}
+	if obs.sent != payloads-1 || obs.failed != 1 || obs.retried != 1 || obs.dropped != 0 ||
+		!slices.Equal(obs.sentHits, want) {
+		t.Fatalf("outcomes %+v sent in order %v, want %v sent and one retried", obs.counting, obs.sentHits, want)
+	}
+	if len(c.retries) != 1 || c.retries[0].Hits != 100+failing {
+		t.Fatalf("retries %v, want payload %d", c.retries, failing)
 	}
 }

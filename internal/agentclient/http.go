@@ -86,10 +86,12 @@ func (e *AgentError) Error() string {
 	return fmt.Sprintf("agent answered %d: %s", e.StatusCode, e.Body)
 }
 
-func newHTTPClient(ep Endpoint, timeout time.Duration) *http.Client {
+func newHTTPClient(ep Endpoint, timeout time.Duration, parallel int) *http.Client {
 	tr := &http.Transport{
-		Proxy:                 nil, // the agent is local; never route stats through a proxy
-		MaxIdleConns:          2,
+		Proxy: nil, // the agent is local; never route stats through a proxy
+		// A connection per request in flight stays open for the next ones.
+		MaxIdleConns:          max(parallel, 2),
+		MaxIdleConnsPerHost:   max(parallel, 2),
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: timeout,
 	}

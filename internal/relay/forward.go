@@ -46,6 +46,7 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 		MaxRetryPayloads: forwardRetryPayloads,
 		MaxRetryBytes:    forwardRetryBytes,
 		InfoRefresh:      s.cfg.InfoRefresh,
+		Parallel:         s.cfg.ForwardParallel,
 		Off:              &s.agentOff,
 	}, f)
 	return f
@@ -92,8 +93,10 @@ func (f *forwarder) run(stop context.Context) {
 }
 
 // forward sends every identity's windows that ended at or before boundary:
-// one request per identity (more if it exceeds MaxPayloadBytes).
+// one request per identity (more if it exceeds MaxPayloadBytes), up to
+// ForwardParallel at once.
 func (f *forwarder) forward(boundary time.Time) {
+	var ps []*agentclient.Payload
 	for _, b := range f.s.relay.Harvest(boundary) {
 		if f.s.selfContained && !b.HasContainer() {
 			f.s.relay.Dropped(b.Hits, DropUnattributable)
@@ -105,9 +108,10 @@ func (f *forwarder) forward(boundary time.Time) {
 		}
 		b.RuntimeID = f.runtimeID
 		f.packer.PackPayload(&b.Payload, func(body []byte, hits uint64) {
-			f.client.Send(&agentclient.Payload{Body: body, Hits: hits, Headers: h})
+			ps = append(ps, &agentclient.Payload{Body: body, Hits: hits, Headers: h})
 		})
 	}
+	f.client.SendAll(ps)
 }
 
 // The forwarder is the agent client's Observer: every outcome settles the

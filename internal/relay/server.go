@@ -35,6 +35,10 @@ const (
 	// BatchSize buffers of MaxDatagram bytes, so it is memory, and more of
 	// it is colder cache (BenchmarkRelayReceive).
 	DefaultQueue = 8
+	// DefaultForwardParallel is how many forward requests are in flight at
+	// once: an agent slow to answer one identity's request (up to the 10 s
+	// request timeout) does not hold back the others'.
+	DefaultForwardParallel = 8
 	// DefaultMaxPayloadBytes keeps each forwarded body under the agent's
 	// 25 MiB request limit.
 	DefaultMaxPayloadBytes = 25<<20 - 64<<10
@@ -73,6 +77,9 @@ type ServerConfig struct {
 	Workers, Queue, BatchSize int
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
+	// ForwardParallel bounds the forward requests in flight at once
+	// (zero: DefaultForwardParallel).
+	ForwardParallel int
 	// InfoRefresh is how often the agent's /info is polled while it does
 	// not accept stats (zero: agentclient.DefaultInfoRefresh).
 	InfoRefresh time.Duration
@@ -104,6 +111,7 @@ func (c *ServerConfig) withDefaults() {
 	or(&c.Queue, DefaultQueue)
 	or(&c.BatchSize, dgram.DefaultBatchSize)
 	or(&c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	or(&c.ForwardParallel, DefaultForwardParallel)
 	if c.AgentURL == "" {
 		c.AgentURL = DefaultAgentURL
 	}

@@ -779,3 +779,71 @@ func TestHangingAgentStopIsBounded(t *testing.T) {
 	}
 	waitFor(t, "the agent to see its requests cut", func() bool { return inFlight.Load() == 0 })
 }
+
+// TestForwardParallel: a forward round has ForwardParallel requests in
+// flight at once, not one: while the agent holds the first ones, the
+// other identities' requests are already out, up to the bound and no
+// further; once it answers, every span is forwarded.
+func TestForwardParallel(t *testing.T) {
+	const parallel, identities, hits = 3, 7, 5
+	ag := statstest.New()
+	defer ag.Close()
+	var inFlight, peak, started atomic.Int64
+	release := make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		started.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return false // then the agent takes it as usual
+	})
+	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, 5*time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Early in a second, so that every identity lands in the same round.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range identities {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "par-" + strconv.Itoa(i), Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*hits })
+	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
+	time.Sleep(50 * time.Millisecond) // room for a request beyond the bound to show
+	if n := started.Load(); n != parallel {
+		t.Errorf("%d requests started while the agent held %d, want %d", n, parallel, parallel)
+	}
+	close(release)
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*hits })
+	if p := peak.Load(); p != parallel {
+		t.Errorf("peak requests in flight %d, want %d", p, parallel)
+	}
+	if reqs := statstest.Accepted(ag.Requests()); len(reqs) != identities {
+		t.Errorf("agent accepted %d requests, want one per identity: %d", len(reqs), identities)
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
