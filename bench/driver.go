@@ -6,10 +6,10 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -119,7 +119,7 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 	var ms0, ms1 runtime.MemStats
 	runtime.GC() // do not charge the setup's garbage to the run
 	runtime.ReadMemStats(&ms0)
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -130,7 +130,7 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 	})
 	stopErr := d.Stop()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.StopTimer()
 	runtime.ReadMemStats(&ms1)
 	if stopErr != nil {
@@ -270,16 +270,6 @@ func awaitAccounted(tb testing.TB, d Driver, want uint64, pause func()) {
 		}
 		pause()
 	}
-}
-
-// cpuTime is the user+system CPU time of the whole process so far: every
-// goroutine of the implementation, the runtime (GC) and the loopback agent.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic("BUG: bench: getrusage: " + err.Error())
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // SDK drives this module's stats.Aggregator: default configuration (table

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -169,9 +170,9 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 			runtime.GC()
 			b.StartTimer()
 			if s.how == unpaced {
-				cpu0 := cpuTime()
+				cpu0 := cputime.Process()
 				publishInline(b, s.d, s.walks, n)
-				s.per = append(s.per, float64((cpuTime()-cpu0).Nanoseconds())/float64(n))
+				s.per = append(s.per, float64((cputime.Process()-cpu0).Nanoseconds())/float64(n))
 				s.spans += n
 				continue
 			}
@@ -349,9 +350,9 @@ func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, wi
 		return n
 	}
 	time.Sleep(time.Until(start.Add(lead)))
-	cpu0, n0, b0, t0 := cpuTime(), sum(counts), sum(bursts), time.Now()
+	cpu0, n0, b0, t0 := cputime.Process(), sum(counts), sum(bursts), time.Now()
 	wg.Wait()
-	cpu1, n1, b1, t1 := cpuTime(), sum(counts), sum(bursts), time.Now()
+	cpu1, n1, b1, t1 := cputime.Process(), sum(counts), sum(bursts), time.Now()
 	awaitAccounted(b, d, before+n1, backoff())
 	if n1 == n0 {
 		b.Fatalf("no span published in a %v window at %d spans/s", window, p.Rate)

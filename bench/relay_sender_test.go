@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -191,7 +192,7 @@ func runSender(spec string, reply *os.File) error {
 			if last.err != nil {
 				return last.err
 			}
-			fmt.Fprintln(reply, last.sent, int64(cpuTime()))
+			fmt.Fprintln(reply, last.sent, int64(cputime.Process()))
 		}
 	}
 	return cmds.Err()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats/statstest"
@@ -156,7 +157,7 @@ func (r *receiver) round(b *testing.B, n int, start, stop func()) {
 	r.sender.resume(b)
 	waitUntil(b, r.name+": the first datagrams", func() bool { return r.count() >= before+senderBatch })
 	start()
-	c0, t0, cpu0 := r.count(), time.Now(), cpuTime()
+	c0, t0, cpu0 := r.count(), time.Now(), cputime.Process()
 	var sp0 uint64
 	if r.spans != nil {
 		sp0 = r.spans()
@@ -167,7 +168,7 @@ func (r *receiver) round(b *testing.B, n int, start, stop func()) {
 		c = r.count()
 	}
 	r.elapsed += time.Since(t0)
-	r.cpu += cpuTime() - cpu0
+	r.cpu += cputime.Process() - cpu0
 	stop()
 	r.datagrams += c - c0
 	if r.spans != nil {

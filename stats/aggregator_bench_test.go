@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -203,20 +203,11 @@ func BenchmarkIdle(b *testing.B) {
 	a, done := benchAggregator(b)
 	defer done()
 	time.Sleep(idleStretch) // let the start-up (the first /info read) pass
-	w0, cpu0, t0 := a.cons.wakeups.Load(), processCPU(), time.Now()
+	w0, cpu0, t0 := a.cons.wakeups.Load(), cputime.Process(), time.Now()
 	for b.Loop() {
 		time.Sleep(idleStretch)
 	}
 	elapsed := time.Since(t0).Seconds()
 	b.ReportMetric(float64(a.cons.wakeups.Load()-w0)/elapsed, "wakeups/s")
-	b.ReportMetric(100*(processCPU()-cpu0).Seconds()/elapsed, "%core")
-}
-
-// processCPU is the process's user+system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic("BUG: getrusage: " + err.Error())
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(100*(cputime.Process()-cpu0).Seconds()/elapsed, "%core")
 }

@@ -9,9 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/spanstats/spanstats/internal/cputime"
 )
 
 var sinkN int
@@ -70,9 +69,9 @@ func benchRelay(b *testing.B, kind string, size int) (*Conn, func()) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	return c, func() {
-		cpu := processCPU() - cpu0
+		cpu := cputime.Process() - cpu0
 		b.StopTimer()
 		sent := stop()
 		c.Close()
@@ -84,15 +83,6 @@ func benchRelay(b *testing.B, kind string, size int) (*Conn, func()) {
 			b.ReportMetric(float64(sent-b.N)/float64(b.N), "lost/op")
 		}
 	}
-}
-
-// processCPU returns the process's CPU time, user and system.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func readBatches(b *testing.B, c *Conn, batch *Batch) {
