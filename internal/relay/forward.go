@@ -96,6 +96,7 @@ func (f *forwarder) run(stop context.Context) {
 // one request per identity (more if it exceeds MaxPayloadBytes), up to
 // ForwardParallel at once.
 func (f *forwarder) forward(boundary time.Time) {
+	start := time.Now()
 	var ps []*agentclient.Payload
 	for _, b := range f.s.relay.Harvest(boundary) {
 		if f.s.selfContained && !b.HasContainer() {
@@ -112,6 +113,14 @@ func (f *forwarder) forward(boundary time.Time) {
 		})
 	}
 	f.client.SendAll(ps)
+	took := time.Since(start)
+	f.s.lastRound.Store(int64(took))
+	f.s.rounds.Add(1)
+	if took > f.s.cfg.Interval/2 {
+		f.s.log.Warn("statsrelay: a forward round took more than half the interval: the agent is slow to answer, "+
+			"or -forward-parallel is low for this many identities", "took", took, "requests", len(ps),
+			"forward_parallel", f.s.cfg.ForwardParallel)
+	}
 }
 
 // The forwarder is the agent client's Observer: every outcome settles the

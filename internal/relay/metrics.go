@@ -72,6 +72,8 @@ func (s *Server) snapshot(set *metrics.Set) {
 		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
 		return true
 	})
+	gauge("statsrelay_forward_last_round_seconds", time.Duration(s.lastRound.Load()).Seconds())
+	counter("statsrelay_forward_rounds_total", uint64(s.rounds.Load()))
 	off := 0.0
 	if s.agentOff.Load() {
 		off = 1

@@ -163,6 +163,9 @@ type Server struct {
 	// agentOff is raised by the agent client while the agent does not
 	// accept stats (a 404, or /info without the endpoint).
 	agentOff atomic.Bool
+	// lastRound is how long the last forward round took (ns), rounds how
+	// many there were.
+	lastRound, rounds atomic.Int64
 }
 
 // batchStack is the free read batches, last in first out: the batch just

@@ -802,9 +802,10 @@ func TestForwardParallel(t *testing.T) {
 		}
 		return false // then the agent takes it as usual
 	})
+	var log bytes.Buffer // read once the relay stopped
 	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
 		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -814,7 +815,15 @@ func TestForwardParallel(t *testing.T) {
 		defer close(done)
 		_ = s.Run(ctx, 5*time.Second)
 	}()
-	defer func() { cancel(); <-done }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	defer stop()
 	conn, err := net.Dial("udp", s.Addr(relay.UDP))
 	if err != nil {
 		t.Fatal(err)
@@ -833,7 +842,10 @@ func TestForwardParallel(t *testing.T) {
 	}
 	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*hits })
 	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
-	time.Sleep(50 * time.Millisecond) // room for a request beyond the bound to show
+	// Room for a request beyond the bound to show, and a round longer than
+	// half the interval, which the relay reports.
+	const held = 600 * time.Millisecond
+	time.Sleep(held)
 	if n := started.Load(); n != parallel {
 		t.Errorf("%d requests started while the agent held %d, want %d", n, parallel, parallel)
 	}
@@ -846,4 +858,28 @@ func TestForwardParallel(t *testing.T) {
 		t.Errorf("agent accepted %d requests, want one per identity: %d", len(reqs), identities)
 	}
 	checkIdentity(t, s.Relay().Stats())
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var last float64
+	rounds := "missing"
+	for l := range strings.Lines(rec.Body.String()) {
+		if v, ok := strings.CutPrefix(l, "statsrelay_forward_last_round_seconds "); ok {
+			last, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(l, "statsrelay_forward_rounds_total "); ok {
+			rounds = strings.TrimSpace(v)
+		}
+	}
+	// The round that waited on the agent is the last one unless another
+	// boundary passed since: then the latest round is short.
+	switch {
+	case rounds == "missing" || rounds == "0":
+		t.Errorf("statsrelay_forward_rounds_total %s, want at least 1", rounds)
+	case rounds == "1" && last < held.Seconds():
+		t.Errorf("statsrelay_forward_last_round_seconds %g after the one round, held %s", last, held)
+	}
+	stop()
+	if !strings.Contains(log.String(), "forward round took more than half the interval") {
+		t.Errorf("no warning of the %s round (last round metric %gs) in the log:\n%s", held, last, log.String())
+	}
 }
