@@ -94,10 +94,20 @@ func (f *forwarder) run(stop context.Context) {
 
 // forward sends every identity's windows that ended at or before boundary:
 // one request per identity (more if it exceeds MaxPayloadBytes), up to
-// ForwardParallel at once.
+// ForwardParallel at once. Payloads are encoded and sent a few times
+// ForwardParallel at a time, so that the round's bodies do not all exist
+// at once beside the merged groups they encode.
 func (f *forwarder) forward(boundary time.Time) {
 	start := time.Now()
-	var ps []*agentclient.Payload
+	chunk := forwardChunk * f.s.cfg.ForwardParallel
+	ps := make([]*agentclient.Payload, 0, chunk)
+	requests := 0
+	send := func() {
+		f.client.SendAll(ps)
+		requests += len(ps)
+		clear(ps)
+		ps = ps[:0]
+	}
 	for _, b := range f.s.relay.Harvest(boundary) {
 		if f.s.selfContained && !b.HasContainer() {
 			f.s.relay.Dropped(b.Hits, DropUnattributable)
@@ -110,18 +120,26 @@ func (f *forwarder) forward(boundary time.Time) {
 		b.RuntimeID = f.runtimeID
 		f.packer.PackPayload(&b.Payload, func(body []byte, hits uint64) {
 			ps = append(ps, &agentclient.Payload{Body: body, Hits: hits, Headers: h})
+			if len(ps) == chunk {
+				send()
+			}
 		})
 	}
-	f.client.SendAll(ps)
+	send()
 	took := time.Since(start)
 	f.s.lastRound.Store(int64(took))
 	f.s.rounds.Add(1)
 	if took > f.s.cfg.Interval/2 {
 		f.s.log.Warn("statsrelay: a forward round took more than half the interval: the agent is slow to answer, "+
-			"or -forward-parallel is low for this many identities", "took", took, "requests", len(ps),
+			"or -forward-parallel is low for this many identities", "took", took, "requests", requests,
 			"forward_parallel", f.s.cfg.ForwardParallel)
 	}
 }
+
+// forwardChunk is how many times ForwardParallel payloads a round encodes
+// before sending them: enough that a slow request rarely leaves the other
+// slots idle while the chunk waits for it.
+const forwardChunk = 4
 
 // The forwarder is the agent client's Observer: every outcome settles the
 // Relay's accounting and the request counter.

@@ -883,3 +883,44 @@ func TestForwardParallel(t *testing.T) {
 		t.Errorf("no warning of the %s round (last round metric %gs) in the log:\n%s", held, last, log.String())
 	}
 }
+
+// TestForwardInChunks: with -forward-parallel 1 a round is encoded and sent
+// four payloads at a time; nine identities still reach the agent once each,
+// every span forwarded.
+func TestForwardInChunks(t *testing.T) {
+	const identities, hits = 9, 3
+	ag := statstest.New()
+	defer ag.Close()
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range identities {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "chunk-" + strconv.Itoa(i), Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*hits })
+	envs := map[string]int{}
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		envs[r.Payload.Env]++
+	}
+	if len(envs) != identities {
+		t.Errorf("agent got identities %v, want %d, one request each", envs, identities)
+	}
+	for env, n := range envs {
+		if n != 1 {
+			t.Errorf("%s: %d requests, want 1", env, n)
+		}
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
