@@ -1,4 +1,4 @@
-paced_started="2026-12-02 19:43:38 UTC"
-paced_elapsed="1125"
-paced_commit="8d4cb51"
+paced_started="2026-12-03 00:08:07 UTC"
+paced_elapsed="1109"
+paced_commit="be8b965"
 paced_count="6" paced_benchtime="2s"
