@@ -803,27 +803,10 @@ func TestForwardParallel(t *testing.T) {
 		return false // then the agent takes it as usual
 	})
 	var log bytes.Buffer // read once the relay stopped
-	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
 		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx, 5*time.Second)
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	defer stop()
+	defer stop() // a second stop returns at once
 	conn, err := net.Dial("udp", s.Addr(relay.UDP))
 	if err != nil {
 		t.Fatal(err)
@@ -831,15 +814,7 @@ func TestForwardParallel(t *testing.T) {
 	defer conn.Close()
 	// Early in a second, so that every identity lands in the same round.
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
-	start := uint64(time.Now().Truncate(time.Second).UnixNano())
-	for i := range identities {
-		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "par-" + strconv.Itoa(i), Lang: "go"}
-		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
-		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
-		if _, err := conn.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendIdentities(t, conn, "par-", identities, hits)
 	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*hits })
 	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
 	// Room for a request beyond the bound to show, and a round longer than
@@ -900,15 +875,7 @@ func TestForwardInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	start := uint64(time.Now().Truncate(time.Second).UnixNano())
-	for i := range identities {
-		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "chunk-" + strconv.Itoa(i), Lang: "go"}
-		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
-		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
-		if _, err := conn.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendIdentities(t, conn, "chunk-", identities, hits)
 	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*hits })
 	envs := map[string]int{}
 	for _, r := range statstest.Accepted(ag.Requests()) {
@@ -923,4 +890,20 @@ func TestForwardInChunks(t *testing.T) {
 		}
 	}
 	checkIdentity(t, s.Relay().Stats())
+}
+
+// sendIdentities writes n payloads of one group of hits spans in the
+// current second's bucket, each its own identity (Env env-<i>) and sender
+// (RuntimeID runtime+<i>).
+func sendIdentities(t *testing.T, conn net.Conn, runtime string, n int, hits uint64) {
+	t.Helper()
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range n {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: runtime + strconv.Itoa(i), Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
