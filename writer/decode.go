@@ -2,6 +2,7 @@ package writer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -89,6 +90,7 @@ type Decoder struct {
 	groups  []Group
 	strs    []string
 	d       decoder // kept too: a decoder escapes to the heap
+	kept    [mapBuffer]binCount
 }
 
 // A Decoder drops an arena grown past these between payloads, so that what
@@ -135,7 +137,7 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 		dec.strs = nil
 	}
 	dec.buckets, dec.groups, dec.strs = dec.buckets[:0], dec.groups[:0], dec.strs[:0]
-	dec.d = decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares,
+	dec.d = decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares, kept: &dec.kept,
 		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
 	p, err := decodeInto(b, &dec.d, &dec.p)
 	if err != nil {
@@ -166,6 +168,7 @@ type decoder struct {
 	bucketArena *[]DecodedBucket
 	groupArena  *[]Group
 	strArena    *[]string
+	kept        *[mapBuffer]binCount // decodeSketch's scratch, from the first sketch on
 }
 
 // step is one step of a path: an array index, or a map key when index < 0.
@@ -234,25 +237,160 @@ func fieldName(k string) any {
 // Each level of a payload is a decodeMap given the level's keys; its arrays
 // are read by decodeArray.
 
-// decodeMap reads a msgpack map: value is given each key and b at its
-// value, reads the value (or skips it, for an unknown key) and returns the
-// rest of b.
-func (d *decoder) decodeMap(b []byte, value func(key string, b []byte) ([]byte, error)) ([]byte, error) {
+// The keys of each level (fixstr header included), in the order AppendPayload
+// writes them, which is the agent's own encoder's; the field indexes below
+// follow it.
+var (
+	payloadKeys = newMapKeys(kHostname, kEnv, kVersion, kStats, kLang, kTracerVersion,
+		kRuntimeID, kSequence, kAgentAggregation, kService, kContainerID, kTags, kGitCommitSha,
+		kImageTag, kProcessTagsHash, kProcessTags)
+	bucketKeys = newMapKeys(kStart, kDuration, kStats, kAgentTimeShift)
+	groupKeys  = newMapKeys(kService, kName, kResource, kHTTPStatusCode, kType, kDBType,
+		kHits, kErrors, kDuration, kOkSummary, kErrorSummary, kSynthetics, kTopLevelHits,
+		kSpanKind, kPeerTags, kIsTraceRoot, kGRPCStatusCode, kHTTPMethod, kHTTPEndpoint,
+		kServiceSource, kSpanDerivedPrimaryTags, kAdditionalMetricTags)
+)
+
+const (
+	pHostname = iota
+	pEnv
+	pVersion
+	pStats
+	pLang
+	pTracerVersion
+	pRuntimeID
+	pSequence
+	pAgentAggregation
+	pService
+	pContainerID
+	pTags
+	pGitCommitSha
+	pImageTag
+	pProcessTagsHash
+	pProcessTags
+)
+
+const (
+	bStart = iota
+	bDuration
+	bStats
+	bAgentTimeShift
+)
+
+const (
+	gService = iota
+	gName
+	gResource
+	gHTTPStatusCode
+	gType
+	gDBType
+	gHits
+	gErrors
+	gDuration
+	gOkSummary
+	gErrorSummary
+	gSynthetics
+	gTopLevelHits
+	gSpanKind
+	gPeerTags
+	gIsTraceRoot
+	gGRPCStatusCode
+	gHTTPMethod
+	gHTTPEndpoint
+	gServiceSource
+	gSpanDerivedPrimaryTags
+	gAdditionalMetricTags
+)
+
+// decodeMap reads a msgpack map whose known keys are keys: field is given
+// the index in keys of each known key and b at its value, reads the value
+// and returns the rest of b; the value of an unknown key is skipped. Each
+// key is first compared, byte for byte, with the one the writer writes
+// after the previous key: every key of the SDK's own payloads matches so,
+// and is neither read as a string nor looked up (BenchmarkAccept). A key
+// that does not is read the general way (another tracer's order, a
+// missing, unknown or str8 key), and the expected key then follows it.
+func (d *decoder) decodeMap(b []byte, keys []mapKey, field func(i int, b []byte) ([]byte, error)) ([]byte, error) {
 	n, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return b, asPathError(err)
 	}
+	next := 0
 	for ; n > 0; n-- {
-		var key []byte
-		if key, b, err = readMapKey(b); err != nil {
-			return b, asPathError(err)
+		i := -1
+		if next < len(keys) && keys[next].at(b) {
+			i, b = next, b[keys[next].n:]
+		} else {
+			var key []byte
+			if key, b, err = readMapKey(b); err != nil {
+				return b, asPathError(err)
+			}
+			if i = keyIndex(keys, key); i < 0 {
+				if b, err = skip(b); err != nil {
+					return b, at(err, step{key: string(key), index: -1})
+				}
+				continue
+			}
 		}
-		k := msgp.UnsafeString(key)
-		if b, err = value(k, b); err != nil {
-			return b, at(err, step{key: k, index: -1})
+		next = i + 1
+		if b, err = field(i, b); err != nil {
+			return b, at(err, step{key: keys[i].name, index: -1})
 		}
 	}
 	return b, nil
+}
+
+// keyIndex is the index of the key named key among keys, or -1.
+func keyIndex(keys []mapKey, key []byte) int {
+	for i := range keys {
+		if string(key) == keys[i].name {
+			return i
+		}
+	}
+	return -1
+}
+
+// mapKey is a key as the writer encodes it (a fixstr of at most 23 bytes
+// with its header), held as three little-endian words and their masks so
+// that at compares it with the input in three loads, not a call to memequal
+// per key (BenchmarkAccept).
+type mapKey struct {
+	enc  string // the key with its header
+	name string // the key, without its header
+	n    int    // len(enc)
+	w, m [3]uint64
+}
+
+func newMapKeys(encoded ...string) []mapKey {
+	keys := make([]mapKey, len(encoded))
+	for i, e := range encoded {
+		if len(e) > 24 || len(e) == 0 || int(e[0]&0x1f) != len(e)-1 {
+			panic("writer: map key " + e + " is not a fixstr of at most 24 bytes")
+		}
+		k := mapKey{enc: e, name: e[1:], n: len(e)}
+		var buf [24]byte
+		copy(buf[:], e)
+		for j := range k.w {
+			k.w[j] = binary.LittleEndian.Uint64(buf[8*j:])
+			for b := range 8 {
+				if 8*j+b < len(e) {
+					k.m[j] |= 0xff << (8 * b)
+				}
+			}
+		}
+		keys[i] = k
+	}
+	return keys
+}
+
+// at reports whether b starts with k.
+func (k *mapKey) at(b []byte) bool {
+	if len(b) < 24 {
+		return len(b) >= k.n && string(b[:k.n]) == k.enc
+	}
+	return binary.LittleEndian.Uint64(b)&k.m[0] == k.w[0] &&
+		binary.LittleEndian.Uint64(b[8:])&k.m[1] == k.w[1] &&
+		binary.LittleEndian.Uint64(b[16:])&k.m[2] == k.w[2]
 }
 
 // decodeArray reads a msgpack array (nil: empty) of at most *budget
@@ -324,61 +462,57 @@ const minGroupPrealloc = 128
 
 func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 	h := &p.Header
-	return d.decodeMap(b, func(k string, b []byte) (_ []byte, err error) {
-		switch k {
-		case "Hostname":
+	return d.decodeMap(b, payloadKeys, func(i int, b []byte) (_ []byte, err error) {
+		switch i {
+		case pHostname:
 			h.Hostname, b, err = d.readString(b)
-		case "Env":
+		case pEnv:
 			h.Env, b, err = d.readString(b)
-		case "Version":
+		case pVersion:
 			h.Version, b, err = d.readString(b)
-		case "Stats":
+		case pStats:
 			buckets := MaxBuckets
 			p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
-		case "Lang":
+		case pLang:
 			h.Lang, b, err = d.readString(b)
-		case "TracerVersion":
+		case pTracerVersion:
 			h.TracerVersion, b, err = d.readString(b)
-		case "RuntimeID":
+		case pRuntimeID:
 			h.RuntimeID, b, err = d.readString(b)
-		case "Sequence":
+		case pSequence:
 			h.Sequence, b, err = msgp.ReadUint64Bytes(b)
-		case "AgentAggregation":
+		case pAgentAggregation:
 			h.AgentAggregation, b, err = d.readString(b)
-		case "Service":
+		case pService:
 			h.Service, b, err = d.readString(b)
-		case "ContainerID":
+		case pContainerID:
 			h.ContainerID, b, err = d.readString(b)
-		case "Tags":
+		case pTags:
 			h.Tags, b, err = d.strings(b)
-		case "GitCommitSha":
+		case pGitCommitSha:
 			h.GitCommitSha, b, err = d.readString(b)
-		case "ImageTag":
+		case pImageTag:
 			h.ImageTag, b, err = d.readString(b)
-		case "ProcessTagsHash":
+		case pProcessTagsHash:
 			h.ProcessTagsHash, b, err = msgp.ReadUint64Bytes(b)
-		case "ProcessTags":
+		case pProcessTags:
 			h.ProcessTags, b, err = d.readString(b)
-		default:
-			b, err = skip(b)
 		}
 		return b, err
 	})
 }
 
 func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
-	return d.decodeMap(b, func(k string, b []byte) (_ []byte, err error) {
-		switch k {
-		case "Start":
+	return d.decodeMap(b, bucketKeys, func(i int, b []byte) (_ []byte, err error) {
+		switch i {
+		case bStart:
 			bk.Start, b, err = msgp.ReadUint64Bytes(b)
-		case "Duration":
+		case bDuration:
 			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
-		case "Stats":
+		case bStats:
 			bk.Groups, b, err = decodeArray(b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
-		case "AgentTimeShift":
+		case bAgentTimeShift:
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
-		default:
-			b, err = skip(b)
 		}
 		return b, err
 	})
@@ -386,56 +520,54 @@ func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 
 func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
 	k := &g.Key
-	return d.decodeMap(b, func(name string, b []byte) (_ []byte, err error) {
-		switch name {
-		case "Service":
+	return d.decodeMap(b, groupKeys, func(i int, b []byte) (_ []byte, err error) {
+		switch i {
+		case gService:
 			k.Service, b, err = d.readString(b)
-		case "Name":
+		case gName:
 			k.Name, b, err = d.readString(b)
-		case "Resource":
+		case gResource:
 			k.Resource, b, err = d.readString(b)
-		case "HTTPStatusCode":
+		case gHTTPStatusCode:
 			k.HTTPStatusCode, b, err = msgp.ReadUint32Bytes(b)
-		case "Type":
+		case gType:
 			k.Type, b, err = d.readString(b)
-		case "DBType":
+		case gDBType:
 			g.DBType, b, err = d.readString(b)
-		case "Hits":
+		case gHits:
 			g.Hits, b, err = msgp.ReadUint64Bytes(b)
-		case "Errors":
+		case gErrors:
 			g.Errors, b, err = msgp.ReadUint64Bytes(b)
-		case "Duration":
+		case gDuration:
 			g.Duration, b, err = msgp.ReadUint64Bytes(b)
-		case "OkSummary":
+		case gOkSummary:
 			g.Ok, b, err = d.readSummary(b)
-		case "ErrorSummary":
+		case gErrorSummary:
 			g.Err, b, err = d.readSummary(b)
-		case "Synthetics":
+		case gSynthetics:
 			k.Synthetics, b, err = msgp.ReadBoolBytes(b)
-		case "TopLevelHits":
+		case gTopLevelHits:
 			g.TopLevelHits, b, err = msgp.ReadUint64Bytes(b)
-		case "SpanKind":
+		case gSpanKind:
 			k.SpanKind, b, err = d.readString(b)
-		case "PeerTags":
+		case gPeerTags:
 			k.PeerTags, b, err = d.strings(b)
-		case "IsTraceRoot":
+		case gIsTraceRoot:
 			var v int32
 			v, b, err = msgp.ReadInt32Bytes(b)
 			k.IsTraceRoot = aggregate.Trilean(v)
-		case "GRPCStatusCode":
+		case gGRPCStatusCode:
 			k.GRPCStatusCode, b, err = d.readString(b)
-		case "HTTPMethod":
+		case gHTTPMethod:
 			k.HTTPMethod, b, err = d.readString(b)
-		case "HTTPEndpoint":
+		case gHTTPEndpoint:
 			k.HTTPEndpoint, b, err = d.readString(b)
-		case "srv_src":
+		case gServiceSource:
 			k.ServiceSource, b, err = d.readString(b)
-		case "SpanDerivedPrimaryTags":
+		case gSpanDerivedPrimaryTags:
 			g.SpanDerivedPrimaryTags, b, err = d.strings(b)
-		case "AdditionalMetricTags":
+		case gAdditionalMetricTags:
 			g.AdditionalMetricTags, b, err = d.strings(b)
-		default:
-			b, err = skip(b)
 		}
 		return b, err
 	})
@@ -458,7 +590,10 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	} else {
 		s = new(aggregate.Sketch)
 	}
-	if err := DecodeSketch(v, s); err != nil || s.Count() == 0 {
+	if d.kept == nil {
+		d.kept = new([mapBuffer]binCount)
+	}
+	if err := decodeSketch(v, s, d.kept); err != nil || s.Count() == 0 {
 		if d.spares != nil && len(*d.spares) < maxSpareSketches {
 			s.Reset()
 			*d.spares = append(*d.spares, s)
@@ -471,6 +606,9 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 // strings reads an array (or nil) of at most MaxStrings strings; an
 // empty array is nil.
 func (d *decoder) strings(b []byte) ([]string, []byte, error) {
+	if len(b) > 0 && b[0] == 0x90 { // an empty fixarray: the writer's two unset lists of every group
+		return nil, b[1:], nil
+	}
 	budget := MaxStrings
 	return decodeArray(b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
 		*s, b, err = d.readString(b)

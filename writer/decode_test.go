@@ -462,3 +462,128 @@ func TestDecoderReuse(t *testing.T) {
 		t.Errorf("%d spare sketches after payloads of %d; want the cap, %d", len(dec.spares), 2*maxSpareSketches, maxSpareSketches)
 	}
 }
+
+// rewriteMaps re-encodes the msgpack object at the start of b with every
+// map's entries passed through edit (recursively, inner maps first), and
+// returns it and the rest of b. Keys keep their bytes unless str8 is set,
+// when each string key is written as a str8.
+func rewriteMaps(t *testing.T, b []byte, str8 bool, edit func(keys, vals [][]byte) ([][]byte, [][]byte)) (out, rest []byte) {
+	t.Helper()
+	switch {
+	case msgp.NextType(b) == msgp.MapType:
+		n, b, err := msgp.ReadMapHeaderBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys, vals [][]byte
+		for range n {
+			k, r, err := msgp.ReadMapKeyZC(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kb := b[:len(b)-len(r)]
+			if str8 {
+				kb = append([]byte{0xd9, byte(len(k))}, k...)
+			}
+			var v []byte
+			v, b = rewriteMaps(t, r, str8, edit)
+			keys, vals = append(keys, kb), append(vals, v)
+		}
+		keys, vals = edit(keys, vals)
+		out = msgp.AppendMapHeader(nil, uint32(len(keys)))
+		for i := range keys {
+			out = append(append(out, keys[i]...), vals[i]...)
+		}
+		return out, b
+	case msgp.NextType(b) == msgp.ArrayType:
+		n, b, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = msgp.AppendArrayHeader(nil, n)
+		for range n {
+			var v []byte
+			v, b = rewriteMaps(t, b, str8, edit)
+			out = append(out, v...)
+		}
+		return out, b
+	default:
+		r, err := msgp.Skip(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), b[:len(b)-len(r)]...), r
+	}
+}
+
+// The decoder matches each key first against the one the writer writes
+// next: payloads whose keys come in another order, with some missing, or
+// as str8 (how another tracer may write them) decode to the same values.
+func TestDecodeKeysInAnyOrderAndForm(t *testing.T) {
+	orig := smallPayload()
+	want, err := DecodePayload(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverse := func(k, v [][]byte) ([][]byte, [][]byte) {
+		slices.Reverse(k)
+		slices.Reverse(v)
+		return k, v
+	}
+	same := func(k, v [][]byte) ([][]byte, [][]byte) { return k, v }
+	// Drops every key whose value is an empty string, zero or empty array:
+	// the value then decodes as the zero value all the same.
+	dropEmpty := func(k, v [][]byte) (ks, vs [][]byte) {
+		for i := range k {
+			if len(v[i]) == 1 && (v[i][0] == 0xa0 || v[i][0] == 0x00 || v[i][0] == 0x90) {
+				continue
+			}
+			ks, vs = append(ks, k[i]), append(vs, v[i])
+		}
+		return ks, vs
+	}
+	// Every other key moved to the end: runs of the writer's order, broken.
+	interleave := func(k, v [][]byte) (ks, vs [][]byte) {
+		for _, odd := range []int{0, 1} {
+			for i := range k {
+				if i%2 == odd {
+					ks, vs = append(ks, k[i]), append(vs, v[i])
+				}
+			}
+		}
+		return ks, vs
+	}
+	for _, c := range []struct {
+		name string
+		str8 bool
+		edit func(k, v [][]byte) ([][]byte, [][]byte)
+	}{
+		{"same", false, same}, {"str8", true, same}, {"reversed", false, reverse},
+		{"reversed-str8", true, reverse}, {"sparse", false, dropEmpty}, {"interleaved", false, interleave},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, rest := rewriteMaps(t, orig, c.str8, c.edit)
+			if len(rest) != 0 {
+				t.Fatalf("%d bytes left", len(rest))
+			}
+			if c.name != "same" && bytes.Equal(b, orig) {
+				t.Fatal("the rewrite changed nothing")
+			}
+			got, err := DecodePayload(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !samePayload(got, want) {
+				t.Errorf("decoded\n%+v\nwant\n%+v", got, want)
+			}
+			var dec Decoder
+			got, err = dec.Decode(b, len(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !samePayload(got, want) {
+				t.Errorf("Decoder: decoded\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}

@@ -296,7 +296,7 @@ func FuzzDecodeSketch(f *testing.F) {
 		// Where the canonical fast path takes the input, the general
 		// decoder accepts it and leaves its sketch alike.
 		fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
-		if decodeCanonical(b, fast) {
+		if decodeCanonical(b, fast, new([mapBuffer]binCount)) {
 			if err := decodeGeneral(b, general); err != nil {
 				t.Fatalf("the fast path took what the general decoder rejects: %v", err)
 			}
@@ -333,14 +333,14 @@ func TestDecodeCanonicalTakesAppendSketch(t *testing.T) {
 	for name, s := range testSketches() {
 		b := AppendSketch(nil, s)
 		got := new(aggregate.Sketch)
-		if !decodeCanonical(b, got) {
+		if !decodeCanonical(b, got, new([mapBuffer]binCount)) {
 			t.Errorf("%s: the fast path declined AppendSketch's bytes", name)
 			continue
 		}
 		if !sameWire(got, s) {
 			t.Errorf("%s: decoded bins differ", name)
 		}
-		if !decodeCanonical(b, nil) {
+		if !decodeCanonical(b, nil, new([mapBuffer]binCount)) {
 			t.Errorf("%s: the fast path declined to validate AppendSketch's bytes", name)
 		}
 	}
@@ -351,7 +351,7 @@ func TestDecodeCanonicalTakesAppendSketch(t *testing.T) {
 	store = protowire.AppendBytes(store, binary.LittleEndian.AppendUint64(nil, math.Float64bits(2)))
 	b := protowire.AppendTag(append([]byte(nil), emptySketch...), fieldPositive, protowire.BytesType)
 	b = protowire.AppendBytes(b, store)
-	if decodeCanonical(b, new(aggregate.Sketch)) {
+	if decodeCanonical(b, new(aggregate.Sketch), new([mapBuffer]binCount)) {
 		t.Error("the fast path took a store with its offset first")
 	}
 	got := new(aggregate.Sketch)
@@ -391,7 +391,7 @@ func TestCanonicalAgreesWithGeneral(t *testing.T) {
 			longMaps++
 		}
 		fast := new(aggregate.Sketch)
-		if !decodeCanonical(b, fast) || !sameWire(fast, s) {
+		if !decodeCanonical(b, fast, new([mapBuffer]binCount)) || !sameWire(fast, s) {
 			t.Fatalf("sketch %d (%d values): the fast path declined or misread AppendSketch's bytes", n, values)
 		}
 		if n%40 != 0 {
@@ -402,7 +402,7 @@ func TestCanonicalAgreesWithGeneral(t *testing.T) {
 				m := slices.Clone(b)
 				m[i] += delta
 				fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
-				if !decodeCanonical(m, fast) {
+				if !decodeCanonical(m, fast, new([mapBuffer]binCount)) {
 					continue
 				}
 				if err := decodeGeneral(m, general); err != nil {
@@ -435,7 +435,7 @@ func TestCanonicalAgreesWithGeneral(t *testing.T) {
 			b := protowire.AppendTag(slices.Clone(emptySketch), fieldPositive, protowire.BytesType)
 			b = protowire.AppendBytes(b, store)
 			fast, general := new(aggregate.Sketch), new(aggregate.Sketch)
-			if !decodeCanonical(b, fast) {
+			if !decodeCanonical(b, fast, new([mapBuffer]binCount)) {
 				t.Fatalf("bins %v (+%d): the fast path declined a canonical map", bins, extra)
 			}
 			if err := decodeGeneral(b, general); err != nil || !sameWire(fast, general) || fast.Count() != general.Count() {
