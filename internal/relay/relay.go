@@ -196,11 +196,22 @@ func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 }
 
 // accept is Accept without the datagram counters: the reason it rejects d,
-// or a nil error once d is merged.
+// or a nil error once d is merged. Its pooled decoder and hasher go back
+// without a defer: with a defer per pooled object and one for the lock, the
+// function had too many defers and returns for open-coded defers, and
+// paid the runtime's deferred calls on every datagram (BenchmarkAccept).
 func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	if len(d) > r.maxDatagram {
 		return Truncated, errTooLong
 	}
+	dec := r.decoders.Get().(*writer.Decoder)
+	reason, err := r.decode(dec, d, pid, t)
+	r.decoders.Put(dec) // after the merge: the payload aliases dec
+	return reason, err
+}
+
+// decode decodes and checks d with dec, then merges it.
+func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport) (Reason, error) {
 	env, body, sequenced, err := writer.ParseDatagram(d)
 	if err != nil {
 		return Malformed, err
@@ -212,8 +223,6 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	// Groups of fewer wire bytes than a tracer writes would cost far more
 	// decoded than received: the bound keeps a hostile datagram's cost a
 	// small multiple of its size.
-	dec := r.decoders.Get().(*writer.Decoder)
-	defer r.decoders.Put(dec)
 	p, err := dec.Decode(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
 		return decodeReason(err), err
@@ -231,32 +240,37 @@ func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 		}
 	}
 	h := r.hashers.Get().(*hasher)
-	defer r.hashers.Put(h)
 	pp := prepare(p, h)
 	sender := h.runtimeID(p.RuntimeID)
+	r.merge(&pp, env, sequenced, sender, mismatch, now.UnixNano())
+	r.hashers.Put(h) // after the merge: pp holds h's hashes
+	return 0, nil
+}
 
+// merge counts a checked, prepared payload's sender and merges it, under
+// the lock.
+func (r *Relay) merge(pp *prepared, env writer.Envelope, sequenced bool, sender uint64, mismatch bool, now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if mismatch {
 		r.mismatches++
 	}
 	s := &r.senders
-	if sequenced && p.RuntimeID != "" {
-		s.observe(sender, env.Sequence, env.Final(), now.UnixNano())
+	if sequenced && pp.p.RuntimeID != "" {
+		s.observe(sender, env.Sequence, env.Final(), now)
 	} else {
 		s.unsequenced++
 	}
 	s.droppedPayloads += uint64(env.DroppedPayloads)
 	s.droppedSpans += uint64(env.DroppedSpans)
 	r.received += pp.hits
-	groups, bytes := r.st.merge(&pp, r.ov)
+	groups, bytes := r.st.merge(pp, r.ov)
 	if groups > 0 {
 		r.dropped[DropMaxGroups] += groups
 	}
 	if bytes > 0 {
 		r.dropped[DropMaxBytes] += bytes
 	}
-	return 0, nil
 }
 
 // mapHeader reports whether c starts a msgpack map (fixmap, map16, map32).
