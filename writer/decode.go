@@ -350,7 +350,7 @@ func keyIndex(keys []mapKey, key []byte) int {
 	return -1
 }
 
-// mapKey is a key as the writer encodes it (a fixstr of at most 23 bytes
+// mapKey is a key as the writer encodes it (a fixstr of at most 24 bytes
 // with its header), held as three little-endian words and their masks so
 // that at compares it with the input in three loads, not a call to memequal
 // per key (BenchmarkAccept).
