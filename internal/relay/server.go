@@ -193,24 +193,10 @@ func (p *batchStack) pop() *dgram.Batch {
 	return b
 }
 
-// A reader holds back at most maxHeld read batches, for at most holdFor,
-// while the queue is empty (see Server.read). The relay forwards every
-// interval: a millisecond more before a datagram is merged costs nothing.
-// maxHeld exceeds the default pool (DefaultQueue + workers + readers), so
-// by default a reader holds until no batch is free: each hand wakes a
-// worker, and fewer hands cost less (BenchmarkRelayReceive, rejecting).
-const (
-	maxHeld = 16
-	holdFor = time.Millisecond
-)
-
-// job is the read batches a reader handed on at once and the socket they
-// came from: one send, so a hand wakes at most one idle worker, not one
-// per batch (BenchmarkRelayReceive).
+// job is one read batch and the socket it came from.
 type job struct {
-	bs [maxHeld]*dgram.Batch
-	n  int
-	t  Transport
+	b *dgram.Batch
+	t Transport
 }
 
 // NewServer opens the sockets (so that a bad path or address fails at
@@ -323,64 +309,34 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 	return nil
 }
 
-// read is one socket's reader: recvmmsg batches handed whole to the decode
-// workers. When every batch is in use it waits (the kernel's queue takes
-// the pressure), and the wait is counted.
+// read is one socket's reader: each recvmmsg batch is handed on at once
+// to the decode workers. When every batch is in use it waits (the kernel's
+// queue takes the pressure), and the wait is counted.
 //
-// A batch read while the queue is empty (the workers are idle or about to
-// be) is held back until maxHeld are held, no free batch is left, or
-// holdFor has passed since the first was held: waking an idle worker costs
-// more than rejecting a batch, and the socket empties between the bursts
-// of any sender (a Unix socket holds ten datagrams), so handing on at each
-// empty socket would wake a worker per burst. A non-empty queue wakes
-// nobody, so batches then go at once. A reader that never finds its
-// socket empty thus waits for a worker after each hand of the whole pool,
-// and statsrelay_reader_wait_seconds_total counts that wait too; handing
-// on earlier, to read on meanwhile, cost more (BenchmarkRelayReceive).
+// Holding batches back while the workers were idle, to hand several on
+// with one wake-up, made a job of most of the pool that one worker decoded
+// alone while the other idled and the socket filled: at 16 KiB on the
+// Unix socket the relay took 0.23 of the drain's rate, handing on at once
+// 0.29, and the receive path alone (rejecting) did no worse
+// (BenchmarkRelayReceive).
 func (s *Server) read(c *dgram.Conn, t Transport) {
-	held := job{t: t}
-	holding := false // c has the hold's read deadline
-	hand := func() {
-		if held.n > 0 {
-			s.queue <- held
-		}
-		held.n = 0
-		if holding {
-			holding = false
-			_ = c.SetReadDeadline(time.Time{})
-		}
-	}
 	for {
 		select {
 		case <-s.free.avail:
 		default:
-			hand()
 			start := time.Now()
 			<-s.free.avail
 			s.wait[t].Add(int64(time.Since(start)))
 		}
 		b := s.free.pop()
-		if held.n > 0 && !holding {
-			holding = true
-			_ = c.SetReadDeadline(time.Now().Add(holdFor))
-		}
 		if _, err := c.ReadBatch(b); err != nil {
 			s.free.put(b)
-			if holding && errors.Is(err, os.ErrDeadlineExceeded) {
-				hand() // the hold is over: the socket stayed empty
-				continue
-			}
-			hand()
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
 				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
 			}
 			return
 		}
-		held.bs[held.n] = b
-		held.n++
-		if held.n == maxHeld || len(s.queue) > 0 {
-			hand()
-		}
+		s.queue <- job{b: b, t: t}
 	}
 }
 
@@ -388,9 +344,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 // which counts it accepted or rejected by reason.
 func (s *Server) decode() {
 	for j := range s.queue {
-		for _, b := range j.bs[:j.n] {
-			s.relay.acceptBatch(b.Datagrams(), j.t)
-			s.free.put(b)
-		}
+		s.relay.acceptBatch(j.b.Datagrams(), j.t)
+		s.free.put(j.b)
 	}
 }
