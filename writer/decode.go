@@ -168,7 +168,7 @@ type decoder struct {
 	bucketArena *[]DecodedBucket
 	groupArena  *[]Group
 	strArena    *[]string
-	kept        *[mapBuffer]binCount // decodeSketch's scratch, from the first sketch on
+	kept        *[mapBuffer]binCount // decodeSketch's scratch (Decoder; nil: on the stack)
 }
 
 // step is one step of a path: an array index, or a map key when index < 0.
@@ -590,10 +590,7 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 	} else {
 		s = new(aggregate.Sketch)
 	}
-	if d.kept == nil {
-		d.kept = new([mapBuffer]binCount)
-	}
-	if err := decodeSketch(v, s, d.kept); err != nil || s.Count() == 0 {
+	if err := d.decodeSketch(v, s); err != nil || s.Count() == 0 {
 		if d.spares != nil && len(*d.spares) < maxSpareSketches {
 			s.Reset()
 			*d.spares = append(*d.spares, s)
@@ -601,6 +598,14 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 		return nil, b, err
 	}
 	return s, b, nil
+}
+
+// decodeSketch is DecodeSketch with a Decoder's scratch when it has one.
+func (d *decoder) decodeSketch(v []byte, s *aggregate.Sketch) error {
+	if d.kept == nil {
+		return DecodeSketch(v, s)
+	}
+	return decodeSketch(v, s, d.kept)
 }
 
 // strings reads an array (or nil) of at most MaxStrings strings; an

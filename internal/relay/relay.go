@@ -196,10 +196,10 @@ func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 }
 
 // accept is Accept without the datagram counters: the reason it rejects d,
-// or a nil error once d is merged. Its pooled decoder and hasher go back
-// without a defer: with a defer per pooled object and one for the lock, the
-// function had too many defers and returns for open-coded defers, and
-// paid the runtime's deferred calls on every datagram (BenchmarkAccept).
+// or a nil error once d is merged. The pooled decoder and hasher go back
+// without defers, and merge takes the lock, so that the one defer left is
+// open-coded: too many defers and returns in one function make every call
+// pay the runtime's deferred calls (BenchmarkAccept).
 func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
 	if len(d) > r.maxDatagram {
 		return Truncated, errTooLong

@@ -313,12 +313,9 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // to the decode workers. When every batch is in use it waits (the kernel's
 // queue takes the pressure), and the wait is counted.
 //
-// Holding batches back while the workers were idle, to hand several on
-// with one wake-up, made a job of most of the pool that one worker decoded
-// alone while the other idled and the socket filled: at 16 KiB on the
-// Unix socket the relay took 0.23 of the drain's rate, handing on at once
-// 0.29, and the receive path alone (rejecting) did no worse
-// (BenchmarkRelayReceive).
+// Holding batches back to hand several on with one wake-up would make one
+// job of most of the pool, decoded by one worker while the others idle and
+// the socket fills (BenchmarkRelayReceive).
 func (s *Server) read(c *dgram.Conn, t Transport) {
 	for {
 		select {
