@@ -2,6 +2,7 @@ package stats
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -86,5 +87,52 @@ func TestPeerTagsAreCapped(t *testing.T) {
 	h := a.Health()
 	if h.PeerTagsCut != h.Published*uint64(len(tags)-MaxPeerTags) || h.Counted+h.InboxFull != h.Published {
 		t.Fatalf("published %d, cut %d tags, counted %d + inbox full %d", h.Published, h.PeerTagsCut, h.Counted, h.InboxFull)
+	}
+}
+
+// TestSnapshotIntoReusedSlot: the inbox clears a released slot with
+// Record.Reset, which writes only what a producer can have set, and snapshot
+// leaves the fields that stay zero unwritten. A slot that held a
+// span with every field set and peer tags inline and beyond, released and
+// claimed again, must hold exactly what snapshot writes into a zero Record.
+func TestSnapshotIntoReusedSlot(t *testing.T) {
+	tags := func(n int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf("peer%d:v", i)
+		}
+		return s
+	}
+	full := Span{
+		Service: "svc", Name: "op", Resource: "GET /x", Type: "web", SpanKind: "client",
+		HTTPMethod: "GET", HTTPEndpoint: "/x", GRPCStatusCode: "2", ServiceSource: "m",
+		HTTPStatusCode: 500, Start: 1e18, Duration: 7, Error: true, TopLevel: true,
+		TraceRoot: true, Synthetics: true, PeerTags: tags(aggregate.MaxInlinePeerTags + 3),
+	}
+	ring := newInbox(1)
+	for _, next := range []Span{
+		{Name: "bare", Duration: 1},
+		{Service: "s", SpanKind: "server", PeerTags: tags(2), Duration: 2},
+		{Service: "s", SpanKind: "client", PeerTags: tags(1), Duration: 3},
+		{Service: "s", SpanKind: "producer", PeerTags: tags(aggregate.MaxInlinePeerTags + 1), Duration: 4},
+		full,
+	} {
+		for _, s := range []*Span{&full, &next} {
+			c, ok := ring.Claim()
+			if !ok {
+				t.Fatal("claim on an empty inbox failed")
+			}
+			s.snapshot(c.Value())
+			c.Commit()
+			if s == &full {
+				ring.Release(ring.Ready(1))
+			}
+		}
+		var want aggregate.Record
+		next.snapshot(&want)
+		if got := *ring.At(0); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s/%s: reused slot holds\n%+v\nwant\n%+v", next.Name, next.SpanKind, got, want)
+		}
+		ring.Release(ring.Ready(1))
 	}
 }
