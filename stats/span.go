@@ -44,22 +44,31 @@ type Span struct {
 	Error, TopLevel, Measured, TraceRoot, Synthetics bool
 }
 
-// kindIs reports whether kind equals want (lower case) ignoring ASCII case,
-// as the agent's strings.ToLower comparison does for these names.
-func kindIs(kind, want string) bool {
-	if len(kind) != len(want) {
-		return false
+// The kinds a span is counted for, each as its bytes in one little-endian
+// word (see kindWord).
+var (
+	kindServer   = kindWord("server")
+	kindClient   = kindWord("client")
+	kindProducer = kindWord("producer")
+	kindConsumer = kindWord("consumer")
+)
+
+// kindWord returns a kind of 6 or 8 bytes as one little-endian word with
+// 0x20 set in every byte (0 for any other length). For a lower-case ASCII
+// letter w, c|0x20 == w holds only for c == w and its upper case, so two
+// words are equal exactly when the kinds are equal ignoring ASCII case, as
+// the agent's strings.ToLower comparison finds for these names: one
+// comparison per kind instead of a loop over its bytes (BenchmarkEligible).
+func kindWord(k string) uint64 {
+	switch len(k) {
+	case 6:
+		return (uint64(k[0]) | uint64(k[1])<<8 | uint64(k[2])<<16 | uint64(k[3])<<24 |
+			uint64(k[4])<<32 | uint64(k[5])<<40) | 0x202020202020
+	case 8:
+		return (uint64(k[0]) | uint64(k[1])<<8 | uint64(k[2])<<16 | uint64(k[3])<<24 |
+			uint64(k[4])<<32 | uint64(k[5])<<40 | uint64(k[6])<<48 | uint64(k[7])<<56) | 0x2020202020202020
 	}
-	for i := 0; i < len(kind); i++ {
-		c := kind[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != want[i] {
-			return false
-		}
-	}
-	return true
+	return 0
 }
 
 // Eligible reports whether the span is counted: top-level, measured, or of
@@ -72,22 +81,18 @@ func (s *Span) Eligible() bool {
 	if s.TopLevel || s.Measured {
 		return true
 	}
-	switch k := s.SpanKind; len(k) { // one length check rules out most kinds
-	case 6:
-		return kindIs(k, "server") || kindIs(k, "client")
-	case 8:
-		return kindIs(k, "producer") || kindIs(k, "consumer")
+	switch w := kindWord(s.SpanKind); w {
+	case kindServer, kindClient, kindProducer, kindConsumer:
+		return true
 	}
 	return false
 }
 
 // keepsPeerTags reports whether peer tags belong in the span's key.
 func keepsPeerTags(kind string) bool {
-	switch len(kind) {
-	case 6:
-		return kindIs(kind, "client")
-	case 8:
-		return kindIs(kind, "producer") || kindIs(kind, "consumer")
+	switch w := kindWord(kind); w {
+	case kindClient, kindProducer, kindConsumer:
+		return true
 	}
 	return false
 }

@@ -136,3 +136,85 @@ func TestSnapshotIntoReusedSlot(t *testing.T) {
 		ring.Release(ring.Ready(1))
 	}
 }
+
+// asciiKindIs is the byte-by-byte comparison kindWord replaces: kind
+// equals want (lower case) ignoring ASCII case.
+func asciiKindIs(kind, want string) bool {
+	if len(kind) != len(want) {
+		return false
+	}
+	for i := 0; i < len(kind); i++ {
+		c := kind[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestKindWordMatchesByteCompare: for every case variant of the four
+// counted kinds, and every string one byte away from one (each position,
+// all 256 values), and the other lengths around them, Eligible and
+// keepsPeerTags decide as the byte-by-byte ASCII comparison does.
+func TestKindWordMatchesByteCompare(t *testing.T) {
+	kinds := []string{"server", "client", "producer", "consumer"}
+	var cases []string
+	for _, k := range kinds {
+		for mask := range 1 << len(k) { // every case variant
+			b := []byte(k)
+			for i := range b {
+				if mask&(1<<i) != 0 {
+					b[i] -= 'a' - 'A'
+				}
+			}
+			cases = append(cases, string(b))
+		}
+		for i := range len(k) { // every byte at every position
+			for c := range 256 {
+				b := []byte(k)
+				b[i] = byte(c)
+				cases = append(cases, string(b))
+			}
+		}
+		cases = append(cases, k[:len(k)-1], k+"s", "", "internal", "SERVERS", "Client\x00")
+	}
+	checked := 0
+	for _, k := range cases {
+		wantEligible := false
+		for _, want := range kinds {
+			wantEligible = wantEligible || asciiKindIs(k, want)
+		}
+		wantPeers := asciiKindIs(k, "client") || asciiKindIs(k, "producer") || asciiKindIs(k, "consumer")
+		s := Span{SpanKind: k, Duration: 1}
+		if got := s.Eligible(); got != wantEligible {
+			t.Errorf("Eligible(kind %q) = %v, want %v", k, got, wantEligible)
+		}
+		if got := keepsPeerTags(k); got != wantPeers {
+			t.Errorf("keepsPeerTags(%q) = %v, want %v", k, got, wantPeers)
+		}
+		checked++
+	}
+	if checked < 4*256*6 {
+		t.Fatalf("checked only %d kinds", checked)
+	}
+}
+
+// BenchmarkEligible decides eligibility for spans that are not top-level,
+// of the kinds a tracer mixes (each kind from a literal, as tracers do).
+func BenchmarkEligible(b *testing.B) {
+	kinds := []string{"client", "server", "internal", "producer", "client", "consumer", "", "CLIENT"}
+	spans := make([]Span, 64)
+	for i := range spans {
+		spans[i] = Span{SpanKind: kinds[(i*5)%len(kinds)], Duration: 1}
+	}
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		if spans[i%len(spans)].Eligible() {
+			n++
+		}
+	}
+	sinkBool = n > 0
+}
