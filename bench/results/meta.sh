@@ -1,4 +1,4 @@
-started="2026-12-02 20:37:28 UTC"
-elapsed="1322"
-commit="5d982c1"
+started="2026-12-03 07:40:48 UTC"
+elapsed="1393"
+commit="cefef23"
 COUNT="5" BENCHTIME="4s" BENCH="."
