@@ -61,7 +61,8 @@ type Config struct {
 	// (zero: 65 536); a longer one is Truncated.
 	MaxDatagram int
 	// Origins maps a Unix sender's pid to its container id; nil disables
-	// origin detection.
+	// origin detection. The relay looks pids up at its own clock's time
+	// (Now), not at the one given to NewOrigins.
 	Origins *Origins
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
@@ -167,7 +168,7 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	}
 	r.datagrams[t].Add(1)
 	r.bytes[t].Add(uint64(len(d)))
-	if reason, err := r.accept(d, pid, t); err != nil {
+	if reason, err := r.accept(d, pid, t, r.now()); err != nil {
 		r.rejected[reason].Add(1)
 		return &RejectError{Reason: reason, Err: err}
 	}
@@ -179,9 +180,10 @@ func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 	var bytes uint64
 	var rejected [NumReasons]uint64
+	now := r.now() // one clock read per batch: the datagrams were read together
 	for i := range ds {
 		bytes += uint64(len(ds[i].Data))
-		if reason, err := r.accept(ds[i].Data, ds[i].PID, t); err != nil {
+		if reason, err := r.accept(ds[i].Data, ds[i].PID, t, now); err != nil {
 			rejected[reason]++
 		}
 	}
@@ -200,18 +202,18 @@ func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 // without defers, and merge takes the lock, so that the one defer left is
 // open-coded: too many defers and returns in one function make every call
 // pay the runtime's deferred calls (BenchmarkAccept).
-func (r *Relay) accept(d []byte, pid int32, t Transport) (Reason, error) {
+func (r *Relay) accept(d []byte, pid int32, t Transport, now time.Time) (Reason, error) {
 	if len(d) > r.maxDatagram {
 		return Truncated, errTooLong
 	}
 	dec := r.decoders.Get().(*writer.Decoder)
-	reason, err := r.decode(dec, d, pid, t)
+	reason, err := r.decode(dec, d, pid, t, now)
 	r.decoders.Put(dec) // after the merge: the payload aliases dec
 	return reason, err
 }
 
-// decode decodes and checks d with dec, then merges it.
-func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport) (Reason, error) {
+// decode decodes and checks d with dec, then merges it, at now.
+func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, now time.Time) (Reason, error) {
 	env, body, sequenced, err := writer.ParseDatagram(d)
 	if err != nil {
 		return Malformed, err
@@ -227,14 +229,13 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport) (R
 	if err != nil {
 		return decodeReason(err), err
 	}
-	now := r.now()
 	if err := check(p, uint64(max(now.UnixNano(), 0))); err != nil {
 		return Invalid, err
 	}
 	claimed := p.ContainerID
 	mismatch := false
 	if t == Unix && r.origins != nil && pid > 0 {
-		if id, known := r.origins.ContainerID(pid); known {
+		if id, known := r.origins.containerIDAt(pid, now.UnixNano()); known {
 			mismatch = claimed != "" && claimed != id
 			p.ContainerID = id
 		}
