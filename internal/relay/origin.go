@@ -93,8 +93,8 @@ func (o *Origins) ContainerID(pid int32) (id string, known bool) {
 }
 
 // containerIDAt is ContainerID at now (unix ns): the relay passes the time
-// it read once for a whole batch of datagrams, as a clock read costs
-// about as much as the cache lookup (BenchmarkRelay, unixgram).
+// it read once for a whole batch of datagrams, sparing a clock read per
+// datagram.
 func (o *Origins) containerIDAt(pid int32, now int64) (id string, known bool) {
 	o.mu.Lock()
 	e, ok := o.m[pid]
