@@ -81,7 +81,7 @@ func (s *Span) Eligible() bool {
 	if s.TopLevel || s.Measured {
 		return true
 	}
-	switch w := kindWord(s.SpanKind); w {
+	switch kindWord(s.SpanKind) {
 	case kindServer, kindClient, kindProducer, kindConsumer:
 		return true
 	}
@@ -90,7 +90,7 @@ func (s *Span) Eligible() bool {
 
 // keepsPeerTags reports whether peer tags belong in the span's key.
 func keepsPeerTags(kind string) bool {
-	switch w := kindWord(kind); w {
+	switch kindWord(kind) {
 	case kindClient, kindProducer, kindConsumer:
 		return true
 	}
