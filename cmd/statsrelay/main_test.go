@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,7 +18,24 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// mainArgsEnv, when set, makes the test binary statsrelay itself: it runs
+// main with the command-line arguments the variable holds (a JSON list),
+// so that process_test.go starts the binary as an operator does.
+const mainArgsEnv = "STATSRELAY_TEST_MAIN_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(mainArgsEnv); args != "" {
+		var a []string
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			fmt.Fprintln(os.Stderr, "bad", mainArgsEnv, err)
+			os.Exit(3)
+		}
+		os.Args = append([]string{"statsrelay"}, a...)
+		main()
+		os.Exit(0) // main returned: the binary's exit status
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func parse(args []string, env map[string]string) (options, error) {
 	return parseFlags(flag.NewFlagSet("statsrelay", flag.ContinueOnError), args, func(k string) (string, bool) {

@@ -1,0 +1,221 @@
+// This file tests statsrelay as an operator runs it: the binary itself (the
+// test binary re-executed as main, see TestMain), its socket file, its
+// signals and its exit status.
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// binary is a statsrelay process started by startBinary.
+type binary struct {
+	cmd     *exec.Cmd
+	started chan string   // its "statsrelay started" log line
+	done    chan struct{} // closed once its stderr ended (it exited)
+	mu      sync.Mutex
+	log     bytes.Buffer // its stderr so far
+}
+
+// startBinary starts statsrelay with args and returns once it is running
+// (or has already exited: then started stays empty and done is closed).
+func startBinary(t *testing.T, args ...string) *binary {
+	t.Helper()
+	a, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &binary{started: make(chan string, 1), done: make(chan struct{})}
+	b.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	b.cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
+	stderr, err := b.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(b.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			b.mu.Lock()
+			b.log.WriteString(sc.Text() + "\n")
+			b.mu.Unlock()
+			if strings.Contains(sc.Text(), "statsrelay started") {
+				b.started <- sc.Text()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Kill() // an error only says it has exited
+		<-b.done
+		_ = b.cmd.Wait() // a second Wait only says it was waited for
+	})
+	return b
+}
+
+// startedLine waits for the binary's "statsrelay started" line.
+func (b *binary) startedLine(t *testing.T) string {
+	t.Helper()
+	select {
+	case line := <-b.started:
+		return line
+	case <-b.done:
+		t.Fatalf("statsrelay exited at start:\n%s", b.output())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("statsrelay did not start in 20 s:\n%s", b.output())
+	}
+	return ""
+}
+
+// wait waits for the binary to exit and returns its exit status.
+func (b *binary) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("statsrelay still running 30 s after it was told to stop:\n%s", b.output())
+	}
+	err := b.cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0
+}
+
+func (b *binary) output() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.log.String()
+}
+
+// TestBinaryForwardsWhatItHoldsOnSignal: SIGTERM or SIGINT makes statsrelay
+// forward every span it holds — with -interval 1h, none was forwarded
+// before — then remove its socket file and exit 0. It starts over the
+// stale socket file of a relay that died, and takes SDK reports over both
+// the Unix socket and UDP.
+func TestBinaryForwardsWhatItHoldsOnSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) { testForwardsOnSignal(t, sig) })
+	}
+}
+
+func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
+	ag := statstest.New()
+	defer ag.Close()
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	stale, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.Close() // a UnixConn leaves its socket file behind, as a relay that died does
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		t.Fatalf("stale socket file: %v, %v", fi, err)
+	}
+
+	b := startBinary(t, "-unix", sock, "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
+		"-interval", "1h", "-origin=false")
+	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
+	if m == nil {
+		t.Fatalf("no udp address in the start line:\n%s", b.output())
+	}
+	published := map[string]struct{ hits, errors int }{"GET /over-unix": {300, 7}, "GET /over-udp": {200, 11}}
+	for url, resource := range map[string]string{"unixgram://" + sock: "GET /over-unix", "udp://" + m[1]: "GET /over-udp"} {
+		a, err := stats.New(stats.Config{AgentURL: url, Service: "web", SendJitter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		want := published[resource]
+		for i := range want.hits {
+			a.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: resource, SpanKind: "server",
+				Duration: int64(1+i) * int64(time.Millisecond), Error: i < want.errors, TopLevel: true})
+		}
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatalf("%s: Flush: %v", url, err)
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatalf("%s: Stop: %v", url, err)
+		}
+		if h := a.Health(); h.SpansSent != uint64(want.hits) || h.PayloadsDropped != 0 {
+			t.Fatalf("%s: sent %d spans, dropped %d payloads; want %d sent, none dropped", url, h.SpansSent, h.PayloadsDropped, want.hits)
+		}
+	}
+	if n := len(ag.Requests()); n != 0 {
+		t.Fatalf("the agent had %d requests before the signal; with -interval 1h, want none", n)
+	}
+
+	if err := b.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("exit status %d after %v, want 0:\n%s", code, sig, b.output())
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket file after exit: %v, want it removed", err)
+	}
+	totals, hits := statstest.Sum(ag.Requests())
+	if hits != 500 {
+		t.Errorf("agent received %d hits, want 500", hits)
+	}
+	for resource, want := range published {
+		got := totals[statstest.GroupKey{Service: "web", Name: "http.request", Resource: resource, SpanKind: "server"}]
+		if got == nil || got.Hits != uint64(want.hits) || got.Errors != uint64(want.errors) ||
+			got.TopLevelHits != uint64(want.hits) || got.OkCount+got.ErrCount != uint64(want.hits) {
+			t.Errorf("%s at the agent: %+v, want %d hits, %d errors, all top-level, all in sketches", resource, got, want.hits, want.errors)
+		}
+	}
+	if !regexp.MustCompile(`statsrelay stopped spans_received=500 spans_forwarded=500 spans_dropped=map\[\] spans_pending=0`).MatchString(b.output()) {
+		t.Errorf("no stop line accounting for the 500 spans:\n%s", b.output())
+	}
+}
+
+// TestBinaryStartErrors: a bad flag exits 2 naming it; a file at the socket
+// path that is not a socket exits 1 naming the path, and is left as it was.
+func TestBinaryStartErrors(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	notSocket := filepath.Join(t.TempDir(), "stats.sock")
+	if err := os.WriteFile(notSocket, []byte("an operator's file\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-interval", "10ms"}, 2, "-interval 10ms"},
+		{[]string{"-unix", notSocket, "-udp", "", "-http", "", "-agent", ag.URL()}, 1, notSocket},
+	} {
+		b := startBinary(t, tc.args...)
+		if code := b.wait(t); code != tc.code || !strings.Contains(b.output(), tc.want) {
+			t.Errorf("%q: exit status %d, stderr:\n%s\nwant status %d and a message naming %q", tc.args, code, b.output(), tc.code, tc.want)
+		}
+	}
+	if got, err := os.ReadFile(notSocket); err != nil || string(got) != "an operator's file\n" {
+		t.Errorf("the file at the socket path after the refused start: %q, %v; want it untouched", got, err)
+	}
+}
