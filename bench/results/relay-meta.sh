@@ -1,4 +1,4 @@
-relay_started="2026-12-03 08:14:27 UTC"
-relay_elapsed="607"
-relay_commit="f86e0e2"
+relay_started="2026-12-03 10:00:11 UTC"
+relay_elapsed="645"
+relay_commit="5815980"
 relay_count="6" relay_benchtime="4s"
