@@ -39,6 +39,16 @@ func benchAggregator(b *testing.B, cfg ...Config) (*Aggregator, func()) {
 		c = cfg[0]
 	}
 	c.AgentURL = ag.URL()
+	a, stop := startAggregator(b, c)
+	return a, func() {
+		stop()
+		ag.Close()
+	}
+}
+
+// startAggregator starts an aggregator configured by c and returns it with
+// the function that stops it.
+func startAggregator(b *testing.B, c Config) (*Aggregator, func()) {
 	a, err := New(c)
 	if err != nil {
 		b.Fatal(err)
@@ -48,7 +58,6 @@ func benchAggregator(b *testing.B, cfg ...Config) (*Aggregator, func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = a.Stop(ctx)
-		ag.Close()
 	}
 }
 
@@ -217,16 +226,8 @@ func BenchmarkIdle(b *testing.B) {
 	defer ag.Close()
 	time.Sleep(settle)
 	without := idleCPU(b.N, idleStretch)
-	a, err := New(Config{AgentURL: ag.URL()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	a.Start()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Stop(ctx)
-	}()
+	a, stop := startAggregator(b, Config{AgentURL: ag.URL()})
+	defer stop()
 	time.Sleep(settle)
 	w0, t0 := a.cons.wakeups.Load(), time.Now()
 	b.StartTimer()
