@@ -35,6 +35,12 @@ const (
 	// BatchSize buffers of MaxDatagram bytes, so it is memory, and more of
 	// it is colder cache (BenchmarkRelayReceive).
 	DefaultQueue = 8
+	// DefaultSpinWait is how long a decode worker whose last batch came
+	// soon polls for the next before it parks: parking and waking a worker
+	// per recvmmsg batch put the Go scheduler first in the receive path's
+	// profile. 30 µs beat 0, 10, 20, 50 and 100 (BenchmarkRelayReceive,
+	// unixgram/1KiB: relay ÷ drain 0.62 → 0.80).
+	DefaultSpinWait = 30 * time.Microsecond
 	// DefaultForwardParallel is how many forward requests are in flight at
 	// once: an agent slow to answer one identity's request (up to the 10 s
 	// request timeout) does not hold back the others'.
@@ -75,6 +81,12 @@ type ServerConfig struct {
 	// Workers decode datagrams (zero: GOMAXPROCS); Queue bounds the read
 	// batches waiting for them; BatchSize is the datagrams per recvmmsg.
 	Workers, Queue, BatchSize int
+	// SpinWait is how long one decode worker at a time polls for the next
+	// batch before parking, when its previous wait was no longer than that
+	// (zero: DefaultSpinWait; negative: never): under a steady stream the
+	// readers hand on batches without waking anyone, and a relay that
+	// receives a datagram now and then never spins.
+	SpinWait time.Duration
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
 	// ForwardParallel bounds the forward requests in flight at once
@@ -121,6 +133,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.StopDrain <= 0 {
 		c.StopDrain = DefaultStopDrain
 	}
+	if c.SpinWait == 0 {
+		c.SpinWait = DefaultSpinWait
+	}
 	if c.InfoRefresh <= 0 {
 		c.InfoRefresh = agentclient.DefaultInfoRefresh
 	}
@@ -149,9 +164,10 @@ type Server struct {
 	closing sync.Once // of conns
 	log     *slog.Logger
 
-	queue chan job // read batches for the decode workers
-	free  batchStack
-	wait  [NumTransports]atomic.Int64 // ns readers waited for a free batch
+	queue   chan job    // read batches for the decode workers
+	spinner atomic.Bool // a decode worker is polling the queue
+	free    batchStack
+	wait    [NumTransports]atomic.Int64 // ns readers waited for a free batch
 
 	// selfContained: the relay runs in a container, so a request without
 	// a container header over the agent's Unix socket would be filed
@@ -340,8 +356,44 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 // decode is a decode worker: every datagram of a batch goes to the Relay,
 // which counts it accepted or rejected by reason.
 func (s *Server) decode() {
-	for j := range s.queue {
+	spin := s.cfg.SpinWait > 0
+	for {
+		j, ok, waited := s.next(spin)
+		if !ok {
+			return
+		}
+		spin = s.cfg.SpinWait > 0 && waited <= s.cfg.SpinWait
 		s.relay.acceptBatch(j.b.Datagrams(), j.t)
 		s.free.put(j.b)
 	}
+}
+
+// next takes the next batch (ok false: the queue is closed) and says how
+// long the worker waited for it. With spin, and no other worker polling,
+// it polls the queue for up to SpinWait before parking; one poller at most
+// leaves the other processors to the readers and the network poller.
+func (s *Server) next(spin bool) (j job, ok bool, waited time.Duration) {
+	select {
+	case j, ok = <-s.queue:
+		return j, ok, 0
+	default:
+	}
+	start := time.Now()
+	if spin && s.spinner.CompareAndSwap(false, true) {
+		for {
+			runtime.Gosched()
+			select {
+			case j, ok = <-s.queue:
+				s.spinner.Store(false)
+				return j, ok, time.Since(start)
+			default:
+			}
+			if time.Since(start) > s.cfg.SpinWait {
+				break
+			}
+		}
+		s.spinner.Store(false)
+	}
+	j, ok = <-s.queue
+	return j, ok, time.Since(start)
 }
