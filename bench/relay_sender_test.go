@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -30,7 +31,9 @@ import (
 // sleeps in the kernel while the receiver's queue is full, a UDP sender
 // outruns the receiver and the kernel drops the excess.
 
-// senderEnv holds "network address datagram-file" for TestRelaySender.
+// senderEnv holds "network address datagram-file rate" for TestRelaySender:
+// rate is the datagrams per second it offers (0: as fast as the socket
+// takes them).
 const senderEnv = "SPANSTATS_BENCH_RELAY_SENDER"
 
 // senderBatch is the datagrams per sendmmsg: the sender must outrun any
@@ -47,15 +50,16 @@ type senderProc struct {
 }
 
 // startSender starts a sender process writing datagram d to the socket
-// network ("unixgram" or "udp") at addr; it waits, paused, until resume.
-func startSender(b *testing.B, network, addr string, d []byte) *senderProc {
+// network ("unixgram" or "udp") at addr, rate datagrams a second (0: as
+// fast as the socket takes them); it waits, paused, until resume.
+func startSender(b *testing.B, network, addr string, d []byte, rate int) *senderProc {
 	b.Helper()
 	file := fmt.Sprintf("%s/datagram-%d", b.TempDir(), len(d))
 	if err := os.WriteFile(file, d, 0o600); err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelaySender$", "-test.count=1", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", senderEnv, network, addr, file))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d", senderEnv, network, addr, file, rate))
 	cmd.Stderr = os.Stderr // a file: no copying goroutine; errors come back on fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	ctlR, ctlW, err := os.Pipe()
@@ -134,8 +138,12 @@ func TestRelaySender(t *testing.T) {
 
 func runSender(spec string, reply *os.File) error {
 	f := strings.Fields(spec)
-	if len(f) != 3 {
-		return fmt.Errorf("%s=%q: want network, address, datagram file", senderEnv, spec)
+	if len(f) != 4 {
+		return fmt.Errorf("%s=%q: want network, address, datagram file, rate", senderEnv, spec)
+	}
+	rate, err := strconv.Atoi(f[3])
+	if err != nil || rate < 0 {
+		return fmt.Errorf("%s=%q: rate %q", senderEnv, spec, f[3])
 	}
 	d, err := os.ReadFile(f[2])
 	if err != nil {
@@ -149,18 +157,18 @@ func runSender(spec string, reply *os.File) error {
 	m := newMmsgs(d)
 	var paused atomic.Bool
 	start := make(chan struct{})
-	type result struct {
-		sent uint64
-		err  error
-	}
-	done := make(chan result)
+	done := make(chan sendResult)
 	go func() {
-		var r result
+		var r sendResult
 		for range start {
-			for r.err == nil && !paused.Load() {
-				var n int
-				n, r.err = m.send(fd)
-				r.sent += uint64(n)
+			if rate == 0 {
+				for r.err == nil && !paused.Load() {
+					var n int
+					n, r.err = m.send(fd, senderBatch)
+					r.sent += uint64(n)
+				}
+			} else {
+				r = m.sendPaced(fd, rate, &paused, r)
 			}
 			done <- r
 		}
@@ -173,7 +181,7 @@ func runSender(spec string, reply *os.File) error {
 		}
 	}()
 	fmt.Fprintln(reply, "ready")
-	var last result
+	var last sendResult
 	running := false
 	cmds := bufio.NewScanner(os.Stdin)
 	for cmds.Scan() {
@@ -196,6 +204,13 @@ func runSender(spec string, reply *os.File) error {
 		}
 	}
 	return cmds.Err()
+}
+
+// sendResult is what a sender has sent since it started, and the error
+// that stopped it.
+type sendResult struct {
+	sent uint64
+	err  error
 }
 
 // dialBlocking returns a blocking datagram socket connected to addr.
@@ -252,23 +267,41 @@ func newMmsgs(d []byte) *mmsgs {
 	return m
 }
 
-// send writes the batch with one sendmmsg, blocking while the socket is
-// full, and returns how many datagrams went.
-func (m *mmsgs) send(fd int) (int, error) {
-	for i := range m.bufs {
+// sendPaced offers rate datagrams a second until paused: every
+// millisecond (or as finely as the Go timer wakes it) what is due since it
+// started, in sendmmsg batches, as a host's SDKs send in bursts.
+func (m *mmsgs) sendPaced(fd, rate int, paused *atomic.Bool, r sendResult) sendResult {
+	t0, sent := time.Now(), uint64(0)
+	for r.err == nil && !paused.Load() {
+		due := uint64(time.Since(t0).Seconds() * float64(rate))
+		for r.err == nil && sent < due {
+			var n int
+			n, r.err = m.send(fd, int(min(due-sent, senderBatch)))
+			sent += uint64(n)
+			r.sent += uint64(n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return r
+}
+
+// send writes the first k datagrams of the batch with one sendmmsg,
+// blocking while the socket is full, and returns how many went.
+func (m *mmsgs) send(fd, k int) (int, error) {
+	for i := range m.bufs[:k] {
 		if !m.enveloped {
 			break
 		}
 		m.seq++
 		writer.AppendEnvelope(m.bufs[i][:0], writer.Envelope{Sequence: m.seq}) // in place
 	}
-	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdrs[0])), senderBatch, 0, 0, 0)
+	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(k), 0, 0, 0)
 	runtime.KeepAlive(m)
 	if errno != 0 {
 		return 0, fmt.Errorf("sendmmsg: %w", errno)
 	}
-	if m.enveloped && int(n) < senderBatch {
-		m.seq -= uint64(senderBatch - int(n)) // unsent: their numbers go again
+	if m.enveloped && int(n) < k {
+		m.seq -= uint64(k - int(n)) // unsent: their numbers go again
 	}
 	return int(n), nil
 }

@@ -50,11 +50,12 @@ type receiver struct {
 // socket in a loop with a batch of slots of the relay's default datagram
 // limit, and nothing else.
 func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
-	return openDrainMax(b, name, kind, slots, relay.DefaultMaxDatagram, d)
+	return openDrainMax(b, name, kind, slots, relay.DefaultMaxDatagram, d, 0)
 }
 
-// openDrainMax is openDrain with slots of maxDatagram+1 bytes.
-func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []byte) *receiver {
+// openDrainMax is openDrain with slots of maxDatagram+1 bytes, its sender
+// offering rate datagrams a second (0: as fast as the socket takes them).
+func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []byte, rate int) *receiver {
 	var c *dgram.Conn
 	var err error
 	switch kind {
@@ -82,7 +83,7 @@ func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []b
 		}
 	})
 	r := &receiver{name: name, size: len(d), count: n.Load}
-	r.sender = startSender(b, kind, c.LocalAddr().String(), d)
+	r.sender = startSender(b, kind, c.LocalAddr().String(), d, rate)
 	r.stop = func() {
 		c.Drain()
 		wg.Wait()
@@ -101,12 +102,20 @@ func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []b
 // receive path's own cost (read, queue, hand-over, counting). slots is the
 // Server's BatchSize (0: the default).
 func openRelay(b *testing.B, name, kind string, d []byte, reject bool, slots int) *receiver {
+	return openRelayWith(b, name, kind, d, reject, 0, func(c *relay.ServerConfig) { c.BatchSize = slots })
+}
+
+// openRelayWith is openRelay with its sender offering rate datagrams a
+// second (0: as fast as the socket takes them) and the Server's config
+// amended by set.
+func openRelayWith(b *testing.B, name, kind string, d []byte, reject bool, rate int, set func(*relay.ServerConfig)) *receiver {
 	if reject {
 		d = make([]byte, len(d))
 	}
 	agent := statstest.New()
 	cfg := relay.ServerConfig{UnixPath: "-", UDPAddr: "-", AgentURL: agent.URL(), Interval: time.Hour,
-		BatchSize: slots, Logger: slog.New(slog.DiscardHandler)}
+		Logger: slog.New(slog.DiscardHandler)}
+	set(&cfg)
 	t := relay.UDP
 	if kind == "unixgram" {
 		cfg.UnixPath, cfg.Origin, t = filepath.Join(b.TempDir(), "relay.sock"), true, relay.Unix
@@ -124,7 +133,7 @@ func openRelay(b *testing.B, name, kind string, d []byte, reject bool, slots int
 	r := &receiver{name: name, size: len(d),
 		count: func() uint64 { return srv.Relay().Stats().Datagrams[t] },
 		spans: func() uint64 { return srv.Relay().Stats().SpansReceived }}
-	r.sender = startSender(b, kind, srv.Addr(t), d)
+	r.sender = startSender(b, kind, srv.Addr(t), d, rate)
 	r.stop = func() {
 		cancel()
 		wg.Wait()
@@ -301,7 +310,7 @@ func BenchmarkRelayBatch(b *testing.B) {
 				for _, n := range []int{1, 4, 8, 16, 32} {
 					sides = append(sides, openDrain(b, fmt.Sprintf("drain-%d", n), kind, n, d))
 				}
-				sides = append(sides, openDrainMax(b, "drain-16-small", kind, 16, len(d), d))
+				sides = append(sides, openDrainMax(b, "drain-16-small", kind, 16, len(d), d, 0))
 				for _, n := range []int{4, 8, 16} {
 					sides = append(sides, openRelay(b, fmt.Sprintf("reject-%d", n), kind, d, true, n))
 				}
@@ -358,5 +367,89 @@ func BenchmarkRelay(b *testing.B) {
 				b.ReportMetric(float64(r.sent-min(r.taken, r.sent))/float64(r.sent), "lost/sent")
 			}
 		})
+	}
+}
+
+// Paced rounds of BenchmarkRelayPaced: each side's sender offers its rate
+// for pacedWarmup unmeasured, then for pacedWindow measured.
+const (
+	pacedWarmup = 100 * time.Millisecond
+	pacedWindow = 250 * time.Millisecond
+)
+
+// pacedRound resumes r's sender at its fixed rate and measures r over
+// pacedWindow, after pacedWarmup.
+func (r *receiver) pacedRound(b *testing.B) {
+	before := r.count()
+	sent0, scpu0 := r.sender.pause(b) // already paused: reads its totals
+	r.sender.resume(b)
+	time.Sleep(pacedWarmup)
+	c0, t0, cpu0 := r.count(), time.Now(), cputime.Process()
+	var sp0 uint64
+	if r.spans != nil {
+		sp0 = r.spans()
+	}
+	b.StartTimer()
+	time.Sleep(pacedWindow)
+	b.StopTimer()
+	c := r.count()
+	r.elapsed += time.Since(t0)
+	r.cpu += cputime.Process() - cpu0
+	r.datagrams += c - c0
+	if r.spans != nil {
+		r.spansIn += r.spans() - sp0
+	}
+	sent, scpu := r.sender.pause(b)
+	after := settle(r.count)
+	r.sent += sent - sent0
+	r.senderCPU += scpu - scpu0
+	r.taken += after - before
+}
+
+// BenchmarkRelayPaced is what the relay costs at the loads a host's SDKs
+// offer, far below what it absorbs: a sender process offers 1 KiB
+// datagrams (one 50-span group each) at a fixed rate, in a burst every
+// millisecond (as the Go timer wakes it), to three receivers in
+// alternating rounds in one process: the raw drain (16-slot recvmmsg,
+// nothing else), the relay, and the relay with SpinWait off (its decode
+// workers park as soon as the queue is empty). One op is one round of the
+// three; read the per-side figures: cpu-ns/datagram and cpu-ns/span (this
+// process's user+sys CPU over the measured windows, every goroutine and
+// the runtime, the benchmark's own sleeping included), and load (datagrams
+// taken per second ÷ the rate offered); spin-cost is the relay's CPU ÷ that
+// of the relay with SpinWait off.
+func BenchmarkRelayPaced(b *testing.B) {
+	for _, kind := range relayKinds {
+		for _, rate := range []int{1000, 20000, 100000} {
+			b.Run(fmt.Sprintf("%s/1KiB/%d", kind, rate), func(b *testing.B) {
+				d, _, _ := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
+				sides := []*receiver{
+					openDrainMax(b, "drain", kind, dgram.DefaultBatchSize, relay.DefaultMaxDatagram, d, rate),
+					openRelayWith(b, "relay", kind, d, false, rate, func(*relay.ServerConfig) {}),
+					openRelayWith(b, "relay-nospin", kind, d, false, rate, func(c *relay.ServerConfig) { c.SpinWait = -1 }),
+				}
+				b.ReportAllocs()
+				b.StopTimer()
+				b.ResetTimer()
+				for range b.N {
+					for _, s := range sides {
+						s.pacedRound(b)
+					}
+				}
+				for _, s := range sides {
+					s.close(b)
+					if s.datagrams == 0 {
+						b.Fatalf("%s: no datagram taken", s.name)
+					}
+					b.ReportMetric(float64(s.cpu.Nanoseconds())/float64(s.datagrams), "cpu-ns/datagram-"+s.name)
+					if s.spans != nil {
+						b.ReportMetric(float64(s.cpu.Nanoseconds())/float64(max(s.spansIn, 1)), "cpu-ns/span-"+s.name)
+					}
+					b.ReportMetric(float64(s.datagrams)/s.elapsed.Seconds()/float64(rate), "load-"+s.name)
+				}
+				b.ReportMetric(sides[1].cpu.Seconds()/float64(sides[1].datagrams)/
+					(sides[2].cpu.Seconds()/float64(sides[2].datagrams)), "spin-cost")
+			})
+		}
 	}
 }
