@@ -75,6 +75,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.MaxGroups, "max-groups", relay.DefaultMaxGroups, "groups held across all senders; beyond, spans fold into an overflow group")
 	fs.IntVar(&c.MaxHeldBytes, "max-held-bytes", relay.DefaultMaxHeldBytes, "bytes the held groups may take, labels and sketches included; beyond, spans fold into an overflow group")
 	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
+	fs.DurationVar(&c.SpinWait, "spin-wait", relay.DefaultSpinWait, "how long a decode worker polls for the next read batch before it parks, while batches come that often; 0 never polls")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM, how long the readers go on taking what the kernel queued")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
@@ -128,6 +129,11 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
 	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:
 		return o, fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
+	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:
+		return o, fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
+	}
+	if c.SpinWait == 0 {
+		c.SpinWait = -1 // ServerConfig's "never"; its zero is the default
 	}
 	return o, nil
 }
