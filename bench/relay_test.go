@@ -161,10 +161,8 @@ func (r *receiver) close(b *testing.B) {
 // receiver taking n more (start and stop bracket that part), pauses the
 // sender and waits until the receiver has taken what was queued.
 func (r *receiver) round(b *testing.B, n int, start, stop func()) {
-	before := r.count()
-	sent0, scpu0 := r.sender.pause(b) // already paused: reads its totals
-	r.sender.resume(b)
-	waitUntil(b, r.name+": the first datagrams", func() bool { return r.count() >= before+senderBatch })
+	mark := r.resume(b)
+	waitUntil(b, r.name+": the first datagrams", func() bool { return r.count() >= mark.taken+senderBatch })
 	start()
 	c0, t0, cpu0 := r.count(), time.Now(), cputime.Process()
 	var sp0 uint64
@@ -183,11 +181,32 @@ func (r *receiver) round(b *testing.B, n int, start, stop func()) {
 	if r.spans != nil {
 		r.spansIn += r.spans() - sp0
 	}
+	r.pause(b, mark)
+}
+
+// senderMark is where a round started: the receiver's count and the
+// sender's totals.
+type senderMark struct {
+	taken, sent uint64
+	cpu         time.Duration
+}
+
+// resume starts r's sender and returns where the round started.
+func (r *receiver) resume(b *testing.B) senderMark {
+	m := senderMark{taken: r.count()}
+	m.sent, m.cpu = r.sender.pause(b) // already paused: reads its totals
+	r.sender.resume(b)
+	return m
+}
+
+// pause stops r's sender, waits until the receiver has taken what was
+// queued, and adds the round since m to r's sent, taken and sender CPU.
+func (r *receiver) pause(b *testing.B, m senderMark) {
 	sent, scpu := r.sender.pause(b)
 	after := settle(r.count)
-	r.sent += sent - sent0
-	r.senderCPU += scpu - scpu0
-	r.taken += after - before
+	r.sent += sent - m.sent
+	r.senderCPU += scpu - m.cpu
+	r.taken += after - m.taken
 }
 
 // waitUntil polls cond, failing the benchmark after ten seconds.
@@ -380,9 +399,7 @@ const (
 // pacedRound resumes r's sender at its fixed rate and measures r over
 // pacedWindow, after pacedWarmup.
 func (r *receiver) pacedRound(b *testing.B) {
-	before := r.count()
-	sent0, scpu0 := r.sender.pause(b) // already paused: reads its totals
-	r.sender.resume(b)
+	mark := r.resume(b)
 	time.Sleep(pacedWarmup)
 	c0, t0, cpu0 := r.count(), time.Now(), cputime.Process()
 	var sp0 uint64
@@ -399,11 +416,7 @@ func (r *receiver) pacedRound(b *testing.B) {
 	if r.spans != nil {
 		r.spansIn += r.spans() - sp0
 	}
-	sent, scpu := r.sender.pause(b)
-	after := settle(r.count)
-	r.sent += sent - sent0
-	r.senderCPU += scpu - scpu0
-	r.taken += after - before
+	r.pause(b, mark)
 }
 
 // BenchmarkRelayPaced is what the relay costs at the loads a host's SDKs
