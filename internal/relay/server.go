@@ -38,9 +38,8 @@ const (
 	// DefaultSpinWait is how long a decode worker whose last batch came
 	// soon polls for the next before it parks: parking and waking a worker
 	// per recvmmsg batch put the Go scheduler first in the receive path's
-	// profile. 30 µs beat 0, 10, 20, 50 and 100 (BenchmarkRelayReceive,
-	// unixgram/1KiB: relay ÷ drain 0.62 → 0.80); at fixed loads it costs
-	// no CPU that shows (BenchmarkRelayPaced: 0.94–1.09 × not polling).
+	// profile. Chosen with BenchmarkRelayReceive (shorter and longer did
+	// worse); BenchmarkRelayPaced shows what it costs at fixed loads.
 	DefaultSpinWait = 30 * time.Microsecond
 	// DefaultForwardParallel is how many forward requests are in flight at
 	// once: an agent slow to answer one identity's request (up to the 10 s
