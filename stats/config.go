@@ -196,6 +196,9 @@ type Config struct {
 	// unixgram:// or udp://), envelope included: a report is split into
 	// complete payloads that fit (default DefaultMaxDatagramBytes, at most
 	// MaxUDPDatagramBytes over UDP and MaxMaxDatagramBytes otherwise).
+	// A payload of one group that alone exceeds it is dropped and counted
+	// (ErrDatagramTooLarge). Over a Unix socket the send buffer is raised to
+	// twice the limit, which the kernel caps at net.core.wmem_max.
 	MaxDatagramBytes int
 	// HTTPTimeout bounds each request to the agent (default 10 s, at most
 	// MaxHTTPTimeout).
@@ -405,7 +408,9 @@ func controlAt(v string) int {
 const maxSendJitter = 2 * time.Second
 
 // minDatagramBytes leaves room for the envelope, the header and one group
-// with both sketches at their 2048-bin cap (8 bytes a bin) and its labels.
+// with both sketches at their 2048-bin cap (8 bytes a bin) and its labels;
+// a group with many peer tags at MaxTagLen can still exceed it, and is then
+// dropped and counted (ErrDatagramTooLarge).
 const minDatagramBytes = 40 << 10
 
 // minPayloadBytes leaves room for the header and one large group.

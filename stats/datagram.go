@@ -6,6 +6,7 @@ package stats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -24,6 +25,11 @@ const (
 	datagramBusyPause  = 4 * time.Millisecond
 )
 
+// ErrDatagramTooLarge is the error (Health.LastSendError, Flush) of a
+// payload dropped because it holds one group larger than MaxDatagramBytes
+// alone, which no split can bring under the limit.
+var ErrDatagramTooLarge = errors.New("stats: group too large for a datagram, dropped")
+
 // datagramOut writes reports to a relay. It runs on the sender goroutine.
 type datagramOut struct {
 	to    target
@@ -31,6 +37,7 @@ type datagramOut struct {
 	ctr   *counters
 	bufs  bufPool
 	conn  *dgram.Sender
+	limit int    // Config.MaxDatagramBytes, envelope included
 	seq   uint64 // of the last datagram written
 	sleep func(time.Duration)
 
@@ -38,8 +45,8 @@ type datagramOut struct {
 	droppedPayloads, droppedSpans uint64
 }
 
-func newDatagramOut(ctx context.Context, to target, ctr *counters, bufs bufPool) *datagramOut {
-	return &datagramOut{to: to, ctx: ctx, ctr: ctr, bufs: bufs, sleep: time.Sleep}
+func newDatagramOut(ctx context.Context, to target, limit int, ctr *counters, bufs bufPool) *datagramOut {
+	return &datagramOut{to: to, ctx: ctx, limit: limit, ctr: ctr, bufs: bufs, sleep: time.Sleep}
 }
 
 func (d *datagramOut) start()                     {}
@@ -53,11 +60,12 @@ func (d *datagramOut) stop() {
 }
 
 // dial connects to the relay; the socket buffer of a Unix socket is raised
-// so that a whole datagram fits in it.
+// so that two datagrams of the limit fit in it (the kernel caps it at
+// net.core.wmem_max; a datagram beyond the buffer fails, counted).
 func (d *datagramOut) dial() error {
 	var err error
 	if d.to.network == "unixgram" {
-		d.conn, err = dgram.DialUnixgram(d.to.address, 2*DefaultMaxDatagramBytes)
+		d.conn, err = dgram.DialUnixgram(d.to.address, 2*d.limit)
 	} else {
 		d.conn, err = dgram.DialUDP(d.to.address)
 	}
@@ -78,7 +86,15 @@ func (d *datagramOut) send(r *report, last bool) {
 		if last && i == len(r.parts)-1 {
 			flags = writer.FlagFinal
 		}
-		err := d.write(p, flags, &patience)
+		var err error
+		if len(p.body) > d.limit {
+			// One group alone over the limit (labels at their caps, many
+			// long peer tags): the relay would drop it as truncated while
+			// this sender counted it sent.
+			err = fmt.Errorf("%w: a payload of one group is %d bytes, over MaxDatagramBytes %d", ErrDatagramTooLarge, len(p.body), d.limit)
+		} else {
+			err = d.write(p, flags, &patience)
+		}
 		for errors.Is(err, dgram.ErrNoRelay) && patience >= pause && d.ctx.Err() == nil {
 			d.ctr.payloadsFailed.Add(1)
 			// Jittered: a host's senders that lost the relay together must

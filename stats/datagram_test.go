@@ -3,8 +3,11 @@ package stats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,4 +268,93 @@ func TestDatagramRelayRestart(t *testing.T) {
 		t.Fatalf("sent %d spans, dropped %d payloads; want 7, 0", h.SpansSent, h.PayloadsDropped)
 	}
 	checkConservation(t, h)
+}
+
+// publishBigGroup publishes spans of one key whose group alone encodes to
+// about 50 KiB: a resource at MaxResourceLen, MaxPeerTags peer tags at
+// MaxTagLen, and both sketches at their bin cap. It returns how many
+// Publish took.
+func publishBigGroup(a *Aggregator) uint64 {
+	tags := make([]string, MaxPeerTags)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("k%02d:", i) + strings.Repeat("v", MaxTagLen-4)
+	}
+	resource := strings.Repeat("R", MaxResourceLen)
+	var n uint64
+	for _, isErr := range []bool{false, true} {
+		for i := range 2100 { // durations ~2 % apart: one bin each
+			d := int64(math.Pow(1.0202, float64(i)))
+			if d <= 0 || d > math.MaxInt64/4 {
+				break
+			}
+			if a.Publish(&Span{Service: "s", Name: "op", Resource: resource, SpanKind: "client", PeerTags: tags, Duration: max(d, 1), Error: isErr}) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestDatagramGroupOverLimit: a group too large alone for MaxDatagramBytes
+// is not sent over the limit (the relay would drop it as truncated while
+// this SDK counted it sent): its payload is dropped, counted, returned by
+// Flush and announced in the next datagram's envelope; the other groups
+// of the report go out.
+func TestDatagramGroupOverLimit(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	const limit = 40 << 10
+	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1})
+	big := publishBigGroup(a)
+	publishN(a, 5, "GET /small")
+	if err := a.Flush(context.Background()); !errors.Is(err, ErrDatagramTooLarge) {
+		t.Fatalf("Flush = %v, want ErrDatagramTooLarge", err)
+	}
+	publishN(a, 1, "GET /after")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("the next Flush: %v", err)
+	}
+	var got []received
+	for len(got) < 2 {
+		got = append(got, r.read(t)...)
+	}
+	var hits, droppedPayloads, droppedSpans uint64
+	for _, rc := range got {
+		if rc.size > limit {
+			t.Fatalf("a datagram of %d bytes, over MaxDatagramBytes %d", rc.size, limit)
+		}
+		hits += rc.hits
+		droppedPayloads += uint64(rc.env.DroppedPayloads)
+		droppedSpans += uint64(rc.env.DroppedSpans)
+	}
+	if hits != 6 || droppedPayloads != 1 || droppedSpans != big {
+		t.Fatalf("relay got %d hits and was told of %d payloads / %d spans dropped; want 6 and 1 / %d", hits, droppedPayloads, droppedSpans, big)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsDropped != 1 || h.SpansUnsent != big || h.SpansSent != 6 {
+		t.Fatalf("Health: dropped %d, unsent %d, sent %d; want 1, %d, 6", h.PayloadsDropped, h.SpansUnsent, h.SpansSent, big)
+	}
+	checkConservation(t, h)
+}
+
+// TestDatagramLargeLimitUnix: with MaxDatagramBytes at its maximum, the
+// Unix socket's send buffer fits a datagram of that size (sized for the
+// default, one of 800 KB failed with EMSGSIZE).
+func TestDatagramLargeLimitUnix(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	r.batch = dgram.NewBatch(1, MaxMaxDatagramBytes)
+	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: MaxMaxDatagramBytes, SendJitter: -1})
+	const groups = 200
+	for k := range groups {
+		publishN(a, 1, fmt.Sprintf("%04d", k)+strings.Repeat("R", 4000))
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	got := r.read(t)
+	if len(got) != 1 || got[0].hits != groups || got[0].size < groups*4000 {
+		t.Fatalf("got %+v; want one datagram of %d hits, over %d bytes", got, groups, groups*4000)
+	}
+	stop(t, a)
+	checkConservation(t, a.Health())
 }

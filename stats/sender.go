@@ -83,7 +83,7 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 	// boundary: the jitter is what is left of SendJitter past that.
 	s.jitter = max(s.jitter-cfg.BucketInterval/graceDivisor, 0)
 	if to.network != "" {
-		s.out = newDatagramOut(ctx, to, &a.c, bufs)
+		s.out = newDatagramOut(ctx, to, cfg.MaxDatagramBytes, &a.c, bufs)
 		return s
 	}
 	s.out = &httpOut{
