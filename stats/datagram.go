@@ -131,6 +131,9 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 			return err
 		}
 	}
+	// What the consumer dropped (a full send queue) is told as well.
+	d.droppedPayloads += d.ctr.unannouncedPayloads.Swap(0)
+	d.droppedSpans += d.ctr.unannouncedSpans.Swap(0)
 	writer.AppendEnvelope(p.body[:0], writer.Envelope{
 		Flags:           flags,
 		Sequence:        d.seq + 1,

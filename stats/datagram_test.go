@@ -358,3 +358,65 @@ func TestDatagramLargeLimitUnix(t *testing.T) {
 	stop(t, a)
 	checkConservation(t, a.Health())
 }
+
+// gatedOut holds each send until its gate opens: the sender is busy.
+type gatedOut struct {
+	transport
+	entered, gate chan struct{}
+}
+
+func (g *gatedOut) send(r *report, last bool) {
+	g.entered <- struct{}{}
+	<-g.gate
+	g.transport.send(r, last)
+}
+
+// TestDatagramQueueFullDropTold: a report the consumer drops because the
+// send queue is full (the sender busy) is announced to the relay too, in
+// the next datagram's envelope, not only counted in Health.
+func TestDatagramQueueFullDropTold(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a, err := New(Config{AgentURL: r.url, SendQueue: 1, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedOut{transport: a.snd.out, entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	a.snd.out = g
+	a.Start()
+	flushes := make(chan error, 2)
+	publishN(a, 5, "A")
+	go func() { flushes <- a.Flush(context.Background()) }() // the sender takes it, held at the gate
+	<-g.entered
+	publishN(a, 4, "B")
+	go func() { flushes <- a.Flush(context.Background()) }() // waits in the queue
+	waitFor(t, "the second report to be queued", func() bool { return len(a.snd.in) == 1 })
+	publishN(a, 3, "C")
+	if err := a.Flush(context.Background()); !errors.Is(err, ErrSendQueueFull) {
+		t.Fatalf("third Flush = %v, want ErrSendQueueFull", err)
+	}
+	close(g.gate)
+	for range 2 {
+		if err := <-flushes; err != nil {
+			t.Fatalf("a held Flush: %v", err)
+		}
+	}
+	var got []received
+	for len(got) < 2 {
+		got = append(got, r.read(t)...)
+	}
+	stop(t, a)
+	var told, toldSpans, hits uint64
+	for _, rc := range got {
+		told += uint64(rc.env.DroppedPayloads)
+		toldSpans += uint64(rc.env.DroppedSpans)
+		hits += rc.hits
+	}
+	if hits != 9 || told != 1 || toldSpans != 3 {
+		t.Fatalf("relay got %d hits, told of %d payloads / %d spans dropped; want 9, 1 / 3", hits, told, toldSpans)
+	}
+	h := a.Health()
+	if h.PayloadsDropped != 1 || h.SpansUnsent != 3 {
+		t.Fatalf("Health: %d payloads / %d spans dropped, want 1 / 3", h.PayloadsDropped, h.SpansUnsent)
+	}
+	checkConservation(t, h)
+}

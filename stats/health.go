@@ -143,6 +143,18 @@ type counters struct {
 	spansSent, spansUnsent                                   atomic.Uint64
 	retriesAfterTimeout                                      atomic.Uint64
 	lastErr                                                  atomic.Pointer[sendError]
+	// Reports the consumer dropped before the sender saw them, for the
+	// next datagram's envelope to tell the relay (the sender takes them).
+	unannouncedPayloads, unannouncedSpans atomic.Uint64
+}
+
+// droppedReport counts a payload the consumer dropped before handing it
+// to the sender.
+func (c *counters) droppedReport(hits uint64) {
+	c.payloadsDropped.Add(1)
+	c.spansUnsent.Add(hits)
+	c.unannouncedPayloads.Add(1)
+	c.unannouncedSpans.Add(hits)
 }
 
 // addCuts counts what Publish cut from one span.

@@ -53,8 +53,7 @@ func (c *consumer) report(n int, done chan error) {
 				hits += e.Hits
 			}
 		}
-		c.ctr.payloadsDropped.Add(1)
-		c.ctr.spansUnsent.Add(hits)
+		c.ctr.droppedReport(hits)
 	default:
 		c.send(m, done)
 		return
@@ -86,8 +85,7 @@ func (c *consumer) send(m int, done chan error) {
 		c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
 	}
 	for _, p := range r.parts {
-		c.ctr.payloadsDropped.Add(1)
-		c.ctr.spansUnsent.Add(p.hits)
+		c.ctr.droppedReport(p.hits)
 		c.bufs.put(p.body)
 	}
 	if done != nil {
