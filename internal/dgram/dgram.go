@@ -251,12 +251,24 @@ func (c *Conn) drained(err error) bool {
 // one this Conn bound.
 func (c *Conn) Close() error {
 	err := c.pc.Close()
-	if err == nil && c.path != "" {
-		if fi, e := os.Lstat(c.path); e == nil && os.SameFile(fi, c.bound) {
-			os.Remove(c.path)
-		}
+	if err == nil {
+		c.Unlink()
 	}
 	return err
+}
+
+// Unlink removes the Unix socket file if it is still the one this Conn
+// bound (nothing for UDP). The socket stays open with what it holds, but a
+// sender that addresses the path with each datagram (the SDK's on Linux)
+// gets ErrNoRelay from then on instead of writing into a socket about to
+// close: a stopping relay unlinks before it drains.
+func (c *Conn) Unlink() {
+	if c.path == "" {
+		return
+	}
+	if fi, err := os.Lstat(c.path); err == nil && os.SameFile(fi, c.bound) {
+		os.Remove(c.path)
+	}
 }
 
 // Sender is the SDK's socket to the relay. Write never waits.

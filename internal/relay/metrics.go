@@ -5,9 +5,11 @@
 package relay
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,11 +19,18 @@ import (
 // Handler serves /metrics, /healthz and /debug/pprof/.
 func (s *Server) Handler() http.Handler {
 	set := metrics.NewSet()
+	// One scrape at a time writes the set: two at once would each print a
+	// mix of both snapshots, in which the span identity need not hold.
+	var scraping sync.Mutex
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		var buf bytes.Buffer
+		scraping.Lock()
 		s.snapshot(set)
+		set.WritePrometheus(&buf)
+		scraping.Unlock()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		set.WritePrometheus(w)
+		w.Write(buf.Bytes())
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

@@ -307,7 +307,11 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 	<-ctx.Done()
 	for _, c := range s.conns {
 		if c != nil {
-			c.Drain() // the readers take what the kernel queued, then end
+			// New datagrams are refused where the sender can see it (a
+			// Unix path gone); the readers take what the kernel queued,
+			// then each closes its socket.
+			c.Unlink()
+			c.Drain()
 		}
 	}
 	cut := time.AfterFunc(s.cfg.StopDrain, s.closeConns) // or are cut off
@@ -344,6 +348,12 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		b := s.free.pop()
 		if _, err := c.ReadBatch(b); err != nil {
 			s.free.put(b)
+			if errors.Is(err, dgram.ErrDrained) {
+				// At once, not once every reader is done: a datagram
+				// the kernel took meanwhile would be neither read nor
+				// refused (a UDP sender is told by the port's refusal).
+				c.Close()
+			}
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
 				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
 			}

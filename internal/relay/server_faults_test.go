@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
@@ -238,6 +241,66 @@ func TestStopDrainIsBounded(t *testing.T) {
 	checkIdentity(t, s.Relay().Stats())
 }
 
+// TestStopLosesNothingSilently: while a UDP flood keeps the relay's UDP
+// reader draining after Run's context ended, a datagram sent to the Unix
+// socket (whose reader finished at once) is either refused where the
+// sender sees it (ErrNoRelay: the path is gone) or read and counted —
+// never taken by the kernel and dropped unseen when the socket closes.
+func TestStopLosesNothingSilently(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: path, AgentURL: ag.URL(),
+		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: 3 * time.Second, SpinWait: -1,
+		Logger: slog.New(slog.DiscardHandler)})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			c, err := net.Dial("udp", s.Addr(relay.UDP))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			d := validDatagram(uint64(g)<<32+1, 5)
+			for !stop.Load() {
+				_, _ = c.Write(d)
+			}
+		})
+	}
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	waitFor(t, "the flood to reach the relay", func() bool { return s.Relay().Stats().Datagrams[relay.UDP] > 1000 })
+	snd, err := dgram.DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopRelay()
+	}()
+	time.Sleep(300 * time.Millisecond) // the Unix reader has drained its empty socket
+	werr := snd.Write(validDatagram(1, 1000))
+	stop.Store(true)
+	<-done
+	st := s.Relay().Stats()
+	checkIdentity(t, st)
+	switch {
+	case werr == nil && st.Datagrams[relay.Unix] != 1:
+		t.Fatalf("a datagram the relay's Unix socket took during the stop was neither read nor refused: unix datagrams %d", st.Datagrams[relay.Unix])
+	case werr != nil && !errors.Is(werr, dgram.ErrNoRelay):
+		t.Fatalf("Write during the stop: %v, want ErrNoRelay or success", werr)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("the socket file is still there after the stop: %v", err)
+	}
+}
+
 // validDatagram is an enveloped payload of one group of hits spans.
 func validDatagram(seq uint64, hits uint64) []byte {
 	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "ok"}, Hits: hits, Duration: 10 * hits}
@@ -389,6 +452,60 @@ func TestMetricsExposition(t *testing.T) {
 		t.Log(text)
 	}
 	_ = binary.LittleEndian
+}
+
+// TestConcurrentScrapesKeepTheIdentity: scrapes of /metrics at once,
+// while datagrams merge, each print one snapshot: received = forwarded +
+// dropped + pending in every exposition.
+func TestConcurrentScrapesKeepTheIdentity(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour})
+	defer stop()
+	h := srv.Handler()
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for seq := uint64(1); !done.Load(); seq++ {
+			_ = srv.Relay().Accept(validDatagram(seq, 1), 0, relay.UDP)
+		}
+	})
+	var bad, scrapes atomic.Int64
+	var example atomic.Value
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+				var received, rest float64
+				for line := range strings.SplitSeq(rec.Body.String(), "\n") {
+					f := strings.Fields(line)
+					if len(f) != 2 {
+						continue
+					}
+					v, _ := strconv.ParseFloat(f[1], 64)
+					switch {
+					case f[0] == "statsrelay_spans_received_total":
+						received = v
+					case f[0] == "statsrelay_spans_pending", f[0] == "statsrelay_spans_forwarded_total",
+						strings.HasPrefix(f[0], "statsrelay_spans_dropped_total{"):
+						rest += v
+					}
+				}
+				scrapes.Add(1)
+				if received != rest {
+					bad.Add(1)
+					example.Store(fmt.Sprintf("%.0f != %.0f", received, rest))
+				}
+			}
+		})
+	}
+	waitFor(t, "the scrapes", func() bool { return scrapes.Load() == 800 })
+	done.Store(true)
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Fatalf("%d of 800 scrapes broke received = forwarded + dropped + pending, e.g. %v", n, example.Load())
+	}
 }
 
 // TestForwardKeepsFieldsTheSDKNeverSets: a tracer's groups with DBType,
