@@ -67,6 +67,10 @@ func (m *emitter) emit(h Health) {
 	count("payloads.retried_after_timeout", h.RetriesAfterTimeout, l.RetriesAfterTimeout)
 	count("payloads.split", h.PayloadsSplit, l.PayloadsSplit)
 	count("payloads.dropped", h.PayloadsDropped, l.PayloadsDropped)
+	// The spans of those payloads: counted in an entry, then lost on the
+	// way out, which spans.dropped (before the table) does not tell.
+	count("spans.sent", h.SpansSent, l.SpansSent)
+	count("spans.unsent", h.SpansUnsent, l.SpansUnsent)
 	count("bytes.sent", h.BytesSent, l.BytesSent)
 	_ = m.client.Gauge(metricName(m.namespace, "entries"), float64(h.Entries), nil, 1)
 	m.last = h

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/stats/statstest"
@@ -92,6 +93,36 @@ func TestMetricsCuts(t *testing.T) {
 	} {
 		if rec.counts[name] != want {
 			t.Errorf("%s = %d, want %d", name, rec.counts[name], want)
+		}
+	}
+}
+
+// TestMetricsSpansSentAndUnsent: the spans of payloads that reached the
+// agent and of payloads dropped on the way out reach DogStatsD as span
+// counts, not only as payload counts.
+func TestMetricsSpansSentAndUnsent(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
+	a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec, MaxRetries: 1, RetryBackoff: time.Millisecond})
+	publishN(a, 4, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ag.Close() // the next report cannot be sent
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err == nil {
+		t.Fatal("Flush to a closed agent succeeded")
+	}
+	stop(t, a)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for name, want := range map[string]int64{
+		"datadog.tracer.stats.spans.sent[]":   4,
+		"datadog.tracer.stats.spans.unsent[]": 3,
+	} {
+		if rec.counts[name] != want {
+			t.Errorf("%s = %d, want %d; got %v", name, rec.counts[name], want, rec.counts)
 		}
 	}
 }
