@@ -92,6 +92,7 @@ type consumer struct {
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's final report: wait for the sender
+	finalSent bool                // a report went to the sender while stopping
 
 	// halt is set with abort, for AddBatch to look at between spans.
 	halt atomic.Bool
@@ -367,5 +368,8 @@ func (c *consumer) finish() {
 	c.ctr.stopUndrained.Add(uint64(c.in.DiscardClosed()))
 	c.stopping = true
 	c.reportAll(c.clock(), nil)
+	if c.packer.Reserve > 0 && !c.finalSent && !c.halt.Load() {
+		c.sendFinal() // to a relay: the final flag goes out all the same
+	}
 	close(c.out)
 }

@@ -81,6 +81,14 @@ func (d *datagramOut) send(r *report, last bool) {
 	patience := datagramPatience
 	pause := datagramFirstPause
 	var first error
+	if r.headerOnly {
+		// The final flag without spans (consumer.sendFinal): one try, and
+		// neither a payload sent nor one dropped if it fails.
+		var none time.Duration
+		_ = d.write(r.parts[0], writer.FlagFinal, &none)
+		d.bufs.put(r.parts[0].body)
+		return
+	}
 	for i, p := range r.parts {
 		flags := uint8(0)
 		if last && i == len(r.parts)-1 {
@@ -103,7 +111,11 @@ func (d *datagramOut) send(r *report, last bool) {
 			pause = min(2*pause, datagramMaxPause)
 			err = d.write(p, flags, &patience)
 		}
-		if err != nil {
+		if err == nil {
+			d.ctr.payloadsSent.Add(1)
+			d.ctr.bytesSent.Add(uint64(len(p.body)))
+			d.ctr.spansSent.Add(p.hits)
+		} else {
 			d.ctr.noteError(err)
 			d.ctr.payloadsFailed.Add(1)
 			d.ctr.payloadsDropped.Add(1)
@@ -164,9 +176,6 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 	}
 	d.seq++
 	d.droppedPayloads, d.droppedSpans = 0, 0
-	d.ctr.payloadsSent.Add(1)
-	d.ctr.bytesSent.Add(uint64(len(p.body)))
-	d.ctr.spansSent.Add(p.hits)
 	return nil
 }
 

@@ -420,3 +420,47 @@ func TestDatagramQueueFullDropTold(t *testing.T) {
 	}
 	checkConservation(t, h)
 }
+
+// TestDatagramFinalFlag: Stop's last datagram carries the envelope's final
+// flag, whether Stop had groups left to send or not (after a Flush, it
+// sends the header alone) and whether the reports are jittered or not.
+func TestDatagramFinalFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		jitter time.Duration
+		flush  bool
+		hits   uint64 // in the last datagram
+	}{
+		{"groups left, no jitter", -1, false, 10},
+		{"groups left, jitter", 5 * time.Millisecond, false, 10},
+		{"after a Flush, no jitter", -1, true, 0},
+		{"after a Flush, jitter", 5 * time.Millisecond, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := listenRelay(t, "unixgram")
+			a := newStarted(t, Config{AgentURL: r.url, SendJitter: tc.jitter})
+			publishN(a, 10, "GET /x")
+			want := uint64(1)
+			if tc.flush {
+				if err := a.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				want = 2
+			}
+			stop(t, a)
+			var got []received
+			for uint64(len(got)) < want {
+				got = append(got, r.read(t)...)
+			}
+			for i, rc := range got {
+				if final := i == len(got)-1; rc.env.Final() != final || rc.env.Sequence != uint64(i+1) {
+					t.Fatalf("datagram %d of %d: sequence %d, final %v; want %d, %v", i+1, len(got), rc.env.Sequence, rc.env.Final(), i+1, final)
+				}
+			}
+			if last := got[len(got)-1]; last.hits != tc.hits {
+				t.Fatalf("the final datagram holds %d hits, want %d", last.hits, tc.hits)
+			}
+			checkConservation(t, a.Health())
+		})
+	}
+}

@@ -65,10 +65,30 @@ func (c *consumer) report(n int, done chan error) {
 
 // send packs c.buckets[:m] and queues the payloads for the sender.
 func (c *consumer) send(m int, done chan error) {
-	r := &report{done: done}
+	r := &report{done: done, final: c.stopping}
+	c.finalSent = c.finalSent || c.stopping
 	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
 	})
+	c.queue(r)
+}
+
+// sendFinal queues, when Stop found nothing left to report, a payload of
+// the header alone for a relay: its datagram carries the envelope's final
+// flag (the relay forgets this sender at once rather than after it idles)
+// and whatever was dropped since the previous datagram.
+func (c *consumer) sendFinal() {
+	h := c.header
+	h.Sequence = c.nextSeq()
+	body := c.bufs.get(c.packer.Reserve + writer.HeaderSize(&h))
+	body = writer.AppendPayload(body[:c.packer.Reserve], &h, nil)
+	c.queue(&report{parts: []part{{body: body}}, final: true, headerOnly: true})
+}
+
+// queue hands r to the sender, or drops it, counted, when the send queue
+// is full (at Stop, after waiting until Stop gives up).
+func (c *consumer) queue(r *report) {
+	done := r.done
 	select {
 	case c.out <- r:
 		return
@@ -80,6 +100,10 @@ func (c *consumer) send(m int, done chan error) {
 			return
 		case <-c.abort:
 		}
+	}
+	if r.headerOnly {
+		c.bufs.put(r.parts[0].body) // no span in it, nothing to count
+		return
 	}
 	if len(r.parts) > 0 {
 		c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why

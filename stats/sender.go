@@ -30,6 +30,10 @@ type AgentError = agentclient.AgentError
 type report struct {
 	parts []part
 	done  chan error // non-nil when Flush or Stop waits for the outcome
+	final bool       // the consumer's last (Stop)
+	// headerOnly: a relay's final flag when Stop had no group left, one
+	// part of the header alone (consumer.sendFinal); HTTP never gets one.
+	headerOnly bool
 }
 
 type part struct {
@@ -176,7 +180,7 @@ func (s *sender) run() {
 				// Someone waits for it: send it now, after the reports
 				// still held, so that payloads leave in sequence order.
 				s.sendHeld(len(s.delayed))
-				s.send(r, false)
+				s.send(r, r.final)
 				continue
 			}
 			d := time.Duration(s.rng.Int64N(int64(s.jitter) + 1))

@@ -87,6 +87,29 @@ func TestRejectReasons(t *testing.T) {
 	})
 }
 
+// TestHeaderOnlyFinal: the SDK's last datagram when Stop has no group left
+// to send (a Flush just before): the header alone, flagged final. It is
+// accepted, merges nothing, holds no group, and its sender is forgotten at
+// the next harvest with no gap counted.
+func TestHeaderOnlyFinal(t *testing.T) {
+	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
+	h := header("a")
+	d := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	mustAccept(t, r, writer.AppendPayload(d, &h, []writer.Bucket{bucket(w0, 10*sec, entry(key("r"), 4, 0))}), 0, Unix)
+	d = writer.AppendEnvelope(nil, writer.Envelope{Sequence: 2, Flags: writer.FlagFinal})
+	mustAccept(t, r, writer.AppendPayload(d, &h, nil), 0, Unix)
+	s := checkAccounting(t, r)
+	if s.SpansReceived != 4 || s.Groups != 1 || s.Senders != 1 || s.Datagrams[Unix] != 2 {
+		t.Fatalf("received %d spans, %d groups, %d senders, %d datagrams; want 4 1 1 2", s.SpansReceived, s.Groups, s.Senders, s.Datagrams[Unix])
+	}
+	r.Harvest(now.Add(10 * time.Second))
+	if s = checkAccounting(t, r); s.Senders != 0 || s.SeqGaps != 0 {
+		t.Fatalf("after a harvest: %d senders, %d gaps; want 0 0", s.Senders, s.SeqGaps)
+	}
+}
+
 // TestSequences: a sequence missing at two harvests in a row is a gap, so
 // datagrams the decode workers merge out of order count none; a sender
 // first seen mid-stream counts nothing below its lowest sequence at the
