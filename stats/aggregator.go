@@ -176,6 +176,9 @@ func (a *Aggregator) Clear() {
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.
 // Spans published after Stop begins are counted in Health.AfterStop.
+// The first Stop's ctx bounds the shutdown; a Stop called meanwhile waits
+// for it within its own ctx (returning ctx's error, cancelling nothing),
+// and once it is done returns ErrStopped.
 func (a *Aggregator) Stop(ctx context.Context) error {
 	a.Start() // a never-started aggregator still reports what it holds
 	first := false
