@@ -65,8 +65,10 @@ type Config struct {
 	// accept stats, for other goroutines to read; nil gives it its own.
 	Off *atomic.Bool
 	// GetBuf returns an empty buffer with room for n bytes (for the halves
-	// of a split); PutBuf takes back a body the client is done with. Both
-	// may be nil.
+	// of a split); PutBuf takes back a body neither the client nor net/http
+	// reads any more, from whichever goroutine let it go last (net/http's
+	// own, when the agent answered before reading the whole body). Both may
+	// be nil.
 	GetBuf func(n int) []byte
 	PutBuf func([]byte)
 }
@@ -106,6 +108,10 @@ type Payload struct {
 
 	attempts int
 	due      time.Time // earliest next attempt
+	// holds is the request bodies over Body net/http has not closed, less
+	// one once the client is done with the payload: at -1 nobody reads
+	// Body, which then goes back to PutBuf (release).
+	holds atomic.Int32
 }
 
 // Waiter answers a caller (Flush, Stop) once every payload of its report is
@@ -205,7 +211,7 @@ func (c *Client) SendAll(ps []*Payload) {
 		posted[i] = true
 		wg.Go(func() {
 			defer func() { <-slots }()
-			errs[i] = c.post(p.Body, p.Headers)
+			errs[i] = c.post(p)
 		})
 	}
 	wg.Wait()
@@ -271,7 +277,7 @@ func (c *Client) attempt(p *Payload) {
 		c.drop(p, ErrAgentOff)
 		return
 	}
-	c.settle(p, c.post(p.Body, p.Headers))
+	c.settle(p, c.post(p))
 }
 
 // settle decides the fate of p, whose attempt ended with err.
@@ -279,7 +285,7 @@ func (c *Client) settle(p *Payload, err error) {
 	kind := classify(err)
 	if kind == sent {
 		c.obs.Sent(p)
-		c.putBuf(p.Body)
+		c.release(p)
 		p.Waiter.finish(nil)
 		return
 	}
@@ -326,13 +332,20 @@ func (c *Client) queue(p *Payload, afterTimeout bool) bool {
 
 func (c *Client) drop(p *Payload, err error) {
 	c.obs.Dropped(p, err)
-	c.putBuf(p.Body)
+	c.release(p)
 	p.Waiter.finish(err)
 }
 
-func (c *Client) putBuf(b []byte) {
-	if c.cfg.PutBuf != nil {
-		c.cfg.PutBuf(b)
+// release is the client done with p's body, and unhold a request body
+// over it closed: whichever comes last gives it to PutBuf. net/http may
+// read a request body after Do returns (the agent answered 400, 404 or 413
+// before reading it all), so a buffer handed on at once could be written
+// by its next owner while still going out (TestBodyNotReusedWhileSent).
+func (c *Client) release(p *Payload) { c.unhold(p) }
+
+func (c *Client) unhold(p *Payload) {
+	if p.holds.Add(-1) == -1 && c.cfg.PutBuf != nil {
+		c.cfg.PutBuf(p.Body)
 	}
 }
 
@@ -358,7 +371,7 @@ func (c *Client) split(p *Payload, cause error) {
 	if p.Waiter != nil {
 		p.Waiter.left += len(parts) - 1 // one payload becomes several
 	}
-	c.putBuf(p.Body)
+	c.release(p)
 	for _, q := range parts {
 		c.attempt(q)
 	}

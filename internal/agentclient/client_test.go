@@ -1,6 +1,8 @@
 package agentclient
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -388,5 +390,77 @@ func TestSendAllParallel(t *testing.T) {
 	}
 	if len(c.retries) != 1 || c.retries[0].Hits != 100+failing {
 		t.Fatalf("retries %v, want payload %d", c.retries, failing)
+	}
+}
+
+// TestBodyNotReusedWhileSent: an agent that answers (400 here; 404 and 413
+// alike) before it has read the whole body leaves net/http writing the
+// body after Do returns. The body goes back to PutBuf, whose next owner
+// writes into it (the SDK's next report), only once net/http is done with
+// it: no byte of that owner's reaches the wire, and every payload's buffer
+// comes back exactly once.
+func TestBodyNotReusedWhileSent(t *testing.T) {
+	for round := range 6 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const size = 8 << 20
+		got := make(chan []byte, 1)
+		go func() {
+			defer close(got)
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			req, err := http.ReadRequest(bufio.NewReader(conn))
+			if err != nil {
+				return
+			}
+			io.WriteString(conn, "HTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nbad")
+			var all []byte
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := req.Body.Read(buf)
+				all = append(all, buf[:n]...)
+				if err != nil {
+					break
+				}
+				if round%2 == 0 {
+					time.Sleep(200 * time.Microsecond) // a slow reader
+				}
+			}
+			got <- all
+		}()
+		cfg := testConfig("http://" + ln.Addr().String())
+		returned := make(chan struct{}, 2)
+		cfg.PutBuf = func(b []byte) {
+			b = b[:cap(b)]
+			for i := range b { // the pool's next owner writes into it
+				b[i] = 0xee
+			}
+			returned <- struct{}{}
+		}
+		obs := &counting{}
+		c := New(context.Background(), cfg, obs)
+		body := bytes.Repeat([]byte{'a'}, size)
+		c.Send(&Payload{Body: body})
+		if obs.dropped != 1 {
+			t.Fatalf("dropped %d, want 1 (the agent answered 400)", obs.dropped)
+		}
+		select {
+		case <-returned:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the body never came back to PutBuf")
+		}
+		if all := <-got; bytes.IndexByte(all, 0xee) >= 0 {
+			t.Fatalf("round %d: bytes written by PutBuf's next owner went out in the request body", round)
+		}
+		c.Close()
+		ln.Close()
+		if len(returned) != 0 {
+			t.Fatal("a body came back to PutBuf twice")
+		}
 	}
 }

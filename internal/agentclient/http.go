@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -113,12 +114,33 @@ func newHTTPClient(ep Endpoint, timeout time.Duration, parallel int) *http.Clien
 	}
 }
 
-// post sends body to the stats endpoint once.
-func (c *Client) post(body []byte, h *Headers) error {
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.ep.Base+StatsPath, bytes.NewReader(body))
+// requestBody is one request's reader over a payload's body; net/http
+// closes it once it is done reading, which releases the payload's hold.
+type requestBody struct {
+	*bytes.Reader
+	once  sync.Once
+	close func()
+}
+
+func (b *requestBody) Close() error {
+	b.once.Do(b.close)
+	return nil
+}
+
+// post sends p's body to the stats endpoint once.
+func (c *Client) post(p *Payload) error {
+	h := p.Headers
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.ep.Base+StatsPath, nil)
 	if err != nil {
 		return err
 	}
+	open := func() (io.ReadCloser, error) {
+		p.holds.Add(1)
+		return &requestBody{Reader: bytes.NewReader(p.Body), close: func() { c.unhold(p) }}, nil
+	}
+	req.Body, _ = open()
+	req.GetBody = open // a retry on another connection (a stale keep-alive one)
+	req.ContentLength = int64(len(p.Body))
 	rh := req.Header
 	rh.Set("Content-Type", "application/msgpack")
 	if h != nil {
