@@ -3,7 +3,6 @@ package stats
 import (
 	"math"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/aggregate"
 )
@@ -206,6 +205,9 @@ func truncateLabels(r *aggregate.Record) (n int) {
 	} {
 		if len(*f.v) > f.max {
 			*f.v = truncateUTF8(*f.v, f.max)
+			if len(*f.v) > f.max {
+				continue // the agent keeps it whole too
+			}
 			n++
 		}
 	}
@@ -216,20 +218,29 @@ func truncateLabels(r *aggregate.Record) (n int) {
 func truncateAll(vs []string, max int) (n int) {
 	for i, v := range vs {
 		if len(v) > max {
-			vs[i] = truncateUTF8(v, max)
-			n++
+			if vs[i] = truncateUTF8(v, max); len(vs[i]) <= max {
+				n++
+			}
 		}
 	}
 	return n
 }
 
-// truncateUTF8 is the first max bytes of v (len(v) > max), less the start
-// of a rune cut at the limit, as the agent's TruncateUTF8. It is a copy: a
-// slice of v would keep all of v alive in the inbox and in the consumer's
-// recent-span cache, which holds label strings by identity.
+// truncateUTF8 cuts v (len(v) > max) where the agent's TruncateUTF8 does,
+// so that values too long group as the agent would group them: at the last
+// rune start at or before max, walking v as range does (an invalid byte is
+// a rune of its own, so "GET /" and 5000 stray continuation bytes keep max
+// bytes, not 4), and not at all when no rune starts after max (a valid
+// rune across the limit ends v). A cut is a copy: a slice of v would keep
+// all of v alive in the inbox and in the consumer's recent-span cache,
+// which holds label strings by identity.
 func truncateUTF8(v string, max int) string {
-	for max > 0 && !utf8.RuneStart(v[max]) {
-		max--
+	cut := 0
+	for i := range v {
+		if i > max {
+			return strings.Clone(v[:cut])
+		}
+		cut = i
 	}
-	return strings.Clone(v[:max])
+	return v
 }
