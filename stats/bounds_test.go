@@ -114,9 +114,7 @@ func TestLongResourceTruncated(t *testing.T) {
 // cut to it at a rune boundary and counted once; values at the limit are
 // kept as they are.
 func TestEveryLabelTruncated(t *testing.T) {
-	// A 2-byte rune straddles n, then one more: a rune starts past the
-	// limit, so the agent cuts before the straddling one.
-	over := func(n int) string { return strings.Repeat("x", n-1) + "éz" }
+	over := func(n int) string { return strings.Repeat("x", n-1) + "é" } // 2-byte rune straddles n
 	s := Span{Service: over(MaxServiceLen), Name: over(MaxNameLen), Type: over(MaxTypeLen),
 		Resource: over(MaxResourceLen), SpanKind: "client", HTTPMethod: over(MaxTagLen),
 		HTTPEndpoint: over(MaxTagLen), GRPCStatusCode: over(MaxTagLen), ServiceSource: strings.Repeat("y", MaxTagLen),
@@ -149,9 +147,10 @@ func TestEveryLabelTruncated(t *testing.T) {
 }
 
 // TestTruncateAsTheAgent: a value over its limit is cut where the agent's
-// TruncateUTF8 cuts it, so that it groups as the agent would group it:
-// walking the value as range does, each invalid byte is a rune of its own,
-// and a valid rune across the limit that ends the value keeps it whole.
+// TruncateUTF8 (v0.85.4) cuts it, so that it groups as the agent groups
+// it: at the limit, less trailing bytes until the value ends in valid
+// UTF-8, invalid bytes before a cut rune included. bench/peer's
+// TestTruncationMatchesAgent compares with the agent's own function.
 func TestTruncateAsTheAgent(t *testing.T) {
 	for _, c := range []struct {
 		v    string
@@ -159,20 +158,21 @@ func TestTruncateAsTheAgent(t *testing.T) {
 		want string
 	}{
 		{"abcd", 2, "ab"},
-		{"ab€c", 3, "ab"},           // € (3 bytes at 2) crosses the limit, c starts past it
-		{"ab€", 3, "ab€"},           // no rune starts past the limit: kept whole, as the agent does
-		{"a\xe2\x82zz", 2, "a\xe2"}, // an invalid sequence: each byte a rune
-		{"GET /" + strings.Repeat("\x80", 5000), 5000, "GET /" + strings.Repeat("\x80", 4995)},
+		{"abc", 2, "ab"},
+		{"ab€c", 3, "ab"},         // € (3 bytes at 2) crosses the limit
+		{"ab€", 5, "ab€"},         // not over: unchanged (not called)
+		{"ab\x80\x80cd", 4, "ab"}, // the invalid bytes before the cut go too
+		{"a\xe2\x82zz", 2, "a"},   // a sequence cut at the limit
+		{"a€\x80z", 5, "a€"},      // a valid rune, then a stray byte
+		{"GET /" + strings.Repeat("\x80", 5000), 5000, "GET /"},
+		{strings.Repeat("\x80", 10), 5, ""},
 	} {
-		if got := truncateUTF8(c.v, c.max); got != c.want {
-			t.Errorf("truncateUTF8(%q, %d) = %q (%d bytes), want %q", c.v[:min(len(c.v), 12)], c.max, got[:min(len(got), 12)], len(got), c.want[:min(len(c.want), 12)])
+		if len(c.v) <= c.max {
+			continue
 		}
-	}
-	// Through Publish: kept whole, the value is not counted as truncated.
-	var r aggregate.Record
-	s := Span{Service: "s", Name: "n", Resource: strings.Repeat("r", MaxResourceLen-1) + "é", Duration: 1}
-	if _, cut := s.Snapshot(&r); cut != 0 || r.Resource != s.Resource {
-		t.Fatalf("a resource the agent keeps whole: %d bytes, %d cut; want %d, 0", len(r.Resource), cut, len(s.Resource))
+		if got := truncateUTF8(c.v, c.max); got != c.want {
+			t.Errorf("truncateUTF8(%q, %d) = %q (%d bytes), want %q", c.v[:min(len(c.v), 12)], c.max, got[:min(len(got), 12)], len(got), c.want)
+		}
 	}
 }
 

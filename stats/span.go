@@ -3,6 +3,7 @@ package stats
 import (
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/aggregate"
 )
@@ -205,9 +206,6 @@ func truncateLabels(r *aggregate.Record) (n int) {
 	} {
 		if len(*f.v) > f.max {
 			*f.v = truncateUTF8(*f.v, f.max)
-			if len(*f.v) > f.max {
-				continue // the agent keeps it whole too
-			}
 			n++
 		}
 	}
@@ -218,29 +216,37 @@ func truncateLabels(r *aggregate.Record) (n int) {
 func truncateAll(vs []string, max int) (n int) {
 	for i, v := range vs {
 		if len(v) > max {
-			if vs[i] = truncateUTF8(v, max); len(vs[i]) <= max {
-				n++
-			}
+			vs[i] = truncateUTF8(v, max)
+			n++
 		}
 	}
 	return n
 }
 
-// truncateUTF8 cuts v (len(v) > max) where the agent's TruncateUTF8 does,
-// so that values too long group as the agent would group them: at the last
-// rune start at or before max, walking v as range does (an invalid byte is
-// a rune of its own, so "GET /" and 5000 stray continuation bytes keep max
-// bytes, not 4), and not at all when no rune starts after max (a valid
-// rune across the limit ends v). A cut is a copy: a slice of v would keep
-// all of v alive in the inbox and in the consumer's recent-span cache,
-// which holds label strings by identity.
+// truncateUTF8 cuts v (len(v) > max) to what the agent's TruncateUTF8
+// (v0.85.4) keeps, so that values too long group as the agent groups them:
+// the first max bytes, less trailing bytes until the value ends in valid
+// UTF-8 of one to four bytes (a rune cut at the limit goes, and invalid
+// bytes just before it too). It is a copy: a slice of v would keep all of v
+// alive in the inbox and in the consumer's recent-span cache, which holds
+// label strings by identity.
 func truncateUTF8(v string, max int) string {
-	cut := 0
-	for i := range v {
-		if i > max {
-			return strings.Clone(v[:cut])
-		}
-		cut = i
+	s := v[:max]
+	for len(s) > 0 && !endsValid(s) {
+		s = s[:len(s)-1]
 	}
-	return v
+	return strings.Clone(s)
+}
+
+// endsValid reports whether s ends in valid UTF-8 of one to four bytes.
+func endsValid(s string) bool {
+	if s[len(s)-1] < utf8.RuneSelf {
+		return true
+	}
+	for k := 2; k <= min(utf8.UTFMax, len(s)); k++ {
+		if utf8.ValidString(s[len(s)-k:]) {
+			return true
+		}
+	}
+	return false
 }

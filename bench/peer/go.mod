@@ -8,6 +8,7 @@ require (
 	github.com/DataDog/datadog-agent/pkg/proto v0.85.4
 	github.com/DataDog/datadog-agent/pkg/trace v0.85.4
 	github.com/DataDog/datadog-agent/pkg/trace/stats v0.85.4
+	github.com/DataDog/datadog-agent/pkg/trace/traceutil v0.85.4
 	github.com/DataDog/sketches-go v1.4.8
 	github.com/spanstats/spanstats v0.0.0
 	github.com/spanstats/spanstats/stats/otelstats v0.0.0
@@ -25,7 +26,6 @@ require (
 	github.com/DataDog/datadog-agent/pkg/remoteconfig/state v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/template v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/trace/log v0.85.4 // indirect
-	github.com/DataDog/datadog-agent/pkg/trace/traceutil v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/util/log v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/util/scrubber v0.85.4 // indirect
 	github.com/DataDog/datadog-agent/pkg/version v0.85.4 // indirect
