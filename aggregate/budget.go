@@ -149,10 +149,16 @@ func (s *valueSet) ok(v string, epoch uint32) bool {
 var noValue = string([]byte{0})
 
 // forget drops every set's last decision: they held for the interval that
-// ended.
+// ended. Peer-tag keys that filled maxPeerTagKeys are forgotten too, so
+// that keys seen once (a client's junk) cannot block every later key's
+// values for the life of the process: the key budget is per interval too.
 func (b *budgets) forget() {
 	for _, s := range b.fields {
 		s.last = noValue
+	}
+	if len(b.peer) >= maxPeerTagKeys {
+		clear(b.peer)
+		b.recent = [MaxInlinePeerTags]recentPeer{}
 	}
 	for _, s := range b.peer {
 		s.last = noValue
@@ -246,11 +252,14 @@ type budgets struct {
 	blocked *valueSet // stands in for keys beyond maxPeerTagKeys
 	// recent remembers, per position in a span's sorted peer tags, the
 	// last key's set: spans of one client repeat their key layout.
-	recent [MaxInlinePeerTags]struct {
-		key string // the tag's key, a substring of tag
-		tag string // the last tag seen at this position
-		set *valueSet
-	}
+	recent [MaxInlinePeerTags]recentPeer
+}
+
+// recentPeer is one position of budgets.recent.
+type recentPeer struct {
+	key string // the tag's key, a substring of tag
+	tag string // the last tag seen at this position
+	set *valueSet
 }
 
 // peerSetCached is peerSet with the per-position memory of recent.

@@ -80,6 +80,33 @@ func TestBudgetPeerTagsPerKey(t *testing.T) {
 	}
 }
 
+// TestBudgetPeerKeysPerInterval: peer-tag keys beyond maxPeerTagKeys
+// collapse for the rest of their interval only: 64 junk keys in one
+// interval do not make a real key's values tracer_blocked_value in the
+// next (the key budget is per interval, as the value budgets are).
+func TestBudgetPeerKeysPerInterval(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	add := func(tag string) {
+		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+		s.SetPeerTags([]string{tag})
+		tb.Add(&s)
+	}
+	for i := range maxPeerTagKeys {
+		add(fmt.Sprintf("junk%d:v", i))
+	}
+	add("peer.hostname:db1") // the 65th key of the interval: blocked
+	if got := touchedByResource(tb); got["s|r|["+BlockedValue+"]"] == nil {
+		t.Fatalf("a key past %d in one interval was not collapsed: %v", maxPeerTagKeys, keys(got))
+	}
+	tb.Rotate()
+	add("peer.hostname:db1")
+	want := []string{"s|r|[peer.hostname:db1]"}
+	if got := keys(touchedByResource(tb)); !slices.Equal(got, want) {
+		t.Fatalf("the next interval's groups %v, want %v", got, want)
+	}
+}
+
 func TestBudgetUnlimited(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{Resource: -1})
