@@ -5,6 +5,7 @@
 package otelstats
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 
@@ -405,21 +406,27 @@ func parseGRPC(s string) string {
 	return grpcCodes[strings.ToUpper(s)]
 }
 
+// peerHeader is what precedes each value in peerTags' memo key.
+const peerHeader = 6
+
 // peerTags follows the conversion's peer-tag lookup (span, then resource,
 // any type as a string; peer.service and _dd.base_service normalized) and
 // the concentrator's (IP addresses quantized). The result is shared and
 // must not be modified.
 func (p *Processor) peerTags(v *view, b []byte) []string {
+	// The memo key: per tag found, the key's index (2 bytes), the value's
+	// length (4 bytes) and the value. Length-prefixed, not delimited: a
+	// value may hold any byte.
 	found := false
 	for i, id := range p.keys.peerIDs {
 		if !v.has(id) {
 			continue
 		}
 		mark := len(b)
-		b = append(b, byte(i), byte(i>>8))
+		b = append(b, byte(i), byte(i>>8), 0, 0, 0, 0)
 		var ok bool
 		if b, ok = v.any(id, b); ok {
-			b = append(b, 0)
+			binary.LittleEndian.PutUint32(b[mark+2:], uint32(len(b)-mark-peerHeader))
 			found = true
 		} else {
 			b = b[:mark]
@@ -435,8 +442,9 @@ func (p *Processor) peerTags(v *view, b []byte) []string {
 	var tags []string
 	for rest := key; rest != ""; {
 		i := int(rest[0]) | int(rest[1])<<8
-		val, next, _ := strings.Cut(rest[2:], "\x00")
-		rest = next
+		n := int(rest[2]) | int(rest[3])<<8 | int(rest[4])<<16 | int(rest[5])<<24
+		val := rest[peerHeader : peerHeader+n]
+		rest = rest[peerHeader+n:]
 		k := p.keys.peerKeys[i]
 		if k == "peer.service" || k == "_dd.base_service" {
 			if val, _ = normalize.NormalizePeerService(val); val == "" {

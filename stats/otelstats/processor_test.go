@@ -227,3 +227,27 @@ func TestProcessorEndToEnd(t *testing.T) {
 		t.Fatalf("hits %d, group %+v; want 5 hits, 1 error, 5 top-level in one group", hits, g)
 	}
 }
+
+// TestPeerTagValuesOfAnyByte: a peer attribute's value may hold any byte
+// (it can come from outside input): a NUL in it neither panics on the
+// goroutine that ends the span nor splits it into forged tags, and two
+// spans whose values differ only after the NUL keep their own tags.
+func TestPeerTagValuesOfAnyByte(t *testing.T) {
+	p := NewProcessor(nil)
+	client := func(addr, db string) spanSpec {
+		return spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system", "postgresql"), attribute.String("server.address", addr), attribute.String("db.name", db)}}
+	}
+	for _, c := range []struct{ addr, db string }{
+		{"db\x00xyzzy", "shop"},
+		{"db\x00\x05\x00", "shop"},
+		{"db", "shop\x00\x01\x00\x00\x00\x00x"},
+		{"db\x00", "shop"},
+	} {
+		got := mapOne(t, p, svcRes, client(c.addr, c.db))
+		want := []string{"db.name:" + c.db, "db.system:postgresql", "server.address:" + c.addr}
+		if !slices.Equal(got.PeerTags, want) {
+			t.Errorf("peer tags %q, want %q", got.PeerTags, want)
+		}
+	}
+}
