@@ -30,8 +30,9 @@ func Example() {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "web"))),
 		sdktrace.WithSampler(otelstats.RecordDropped(sdktrace.TraceIDRatioBased(0.1))),
+		// sdktrace.WithBatcher(exporter): exports the sampled spans only;
+		// the stats processor after it (ForceFlush flushes them in order)
 		sdktrace.WithSpanProcessor(otelstats.NewProcessor(agg)),
-		// sdktrace.WithBatcher(exporter): exports the sampled spans only
 	)
 	tracer := tp.Tracer("example")
 	for range 20 {

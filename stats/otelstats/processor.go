@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"context"
+	"time"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -82,5 +83,23 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 // Shutdown does nothing: the Aggregator is the caller's to stop.
 func (p *Processor) Shutdown(context.Context) error { return nil }
 
-// ForceFlush reports what the Aggregator holds now (stats.Aggregator.Flush).
-func (p *Processor) ForceFlush(ctx context.Context) error { return p.agg.Flush(ctx) }
+// ForceFlush reports what the Aggregator holds now (stats.Aggregator.Flush)
+// and waits for the agent's answer, retries included, with its error. When
+// ctx has a deadline it waits at most half the time left and then returns
+// nil, the report going on (its outcome counted in the Aggregator's
+// Health): the TracerProvider flushes its processors in order within one
+// ctx, and an agent slow to take stats must not leave none for the trace
+// exporter's processor. Register this processor after that one.
+func (p *Processor) ForceFlush(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return p.agg.Flush(ctx)
+	}
+	half, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+	defer cancel()
+	err := p.agg.Flush(half)
+	if err != nil && half.Err() != nil && ctx.Err() == nil {
+		return nil // half the time is up: the rest is the next processors'
+	}
+	return err
+}

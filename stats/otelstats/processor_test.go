@@ -2,8 +2,11 @@ package otelstats
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,4 +253,60 @@ func TestPeerTagValuesOfAnyByte(t *testing.T) {
 			t.Errorf("peer tags %q, want %q", got.PeerTags, want)
 		}
 	}
+}
+
+// flushCounter is a processor that counts its ForceFlush calls.
+type flushCounter struct{ n atomic.Int32 }
+
+func (f *flushCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (f *flushCounter) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (f *flushCounter) Shutdown(context.Context) error                  { return nil }
+func (f *flushCounter) ForceFlush(context.Context) error                { f.n.Add(1); return nil }
+
+// TestForceFlushLeavesTimeForTheNext: registered before the trace
+// exporter's processor, with an agent answering 503 to stats (the report
+// retried for seconds), ForceFlush under a 1 s deadline still reaches the
+// exporter's processor, within the deadline; without a deadline it waits
+// for the outcome and returns the agent's error.
+func TestForceFlushLeavesTimeForTheNext(t *testing.T) {
+	agent := statstest.New()
+	defer agent.Close()
+	agent.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if r.URL.Path != "/v0.6/stats" {
+			return false
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), MaxRetries: 3, RetryBackoff: 500 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	exp := &flushCounter{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(NewProcessor(agg)), sdktrace.WithSpanProcessor(exp))
+	end := func() {
+		_, s := tp.Tracer("t").Start(context.Background(), "op", trace.WithSpanKind(trace.SpanKindServer))
+		s.End()
+	}
+	end()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	start := time.Now()
+	err = tp.ForceFlush(ctx)
+	took := time.Since(start)
+	cancel()
+	if err != nil || exp.n.Load() != 1 || took > 900*time.Millisecond {
+		t.Fatalf("ForceFlush under 1 s: %v after %v, the next processor flushed %d times; want nil, 1, about 0.5 s", err, took, exp.n.Load())
+	}
+	end()
+	if err := NewProcessor(agg).ForceFlush(context.Background()); err == nil {
+		t.Fatal("ForceFlush without a deadline returned nil with the agent answering 503")
+	}
+	if err := tp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = agg.Stop(sctx)
 }
