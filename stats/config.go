@@ -140,6 +140,9 @@ type Config struct {
 	// Payload-level identity, written into every ClientStatsPayload. New
 	// trims white space around every identity field (these, the ones below
 	// and Tags) and refuses any other control character (ErrBadConfig).
+	// An empty Hostname (the default unless EnvHostname or
+	// EnvReportHostname says otherwise) lets the agent use its own host,
+	// as it does for the traces of dd-trace-go.
 	Env, Service, Version, Hostname string
 	// RuntimeID identifies this process; a random one is generated when empty.
 	RuntimeID string
@@ -276,10 +279,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RuntimeID == "" {
 		c.RuntimeID = newRuntimeID()
-	}
-	if c.Hostname == "" {
-		c.Hostname, _ = os.Hostname()
-		c.Hostname = strings.TrimSpace(c.Hostname)
 	}
 	for _, f := range c.identity() {
 		if i := controlAt(*f.v); i >= 0 {

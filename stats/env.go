@@ -20,17 +20,22 @@ import (
 
 // Environment variables read for the Config fields left at their zero value.
 const (
-	EnvRelayURL   = "SPANSTATS_RELAY_URL" // AgentURL: a relay's unixgram:///path or udp://host:port (wins over the DD_ variables)
-	EnvAgentURL   = "DD_TRACE_AGENT_URL"  // AgentURL: http://host:port or unix:///path (wins over host and port)
-	EnvAgentHost  = "DD_AGENT_HOST"       // AgentURL's host (default localhost)
-	EnvAgentPort  = "DD_TRACE_AGENT_PORT" // AgentURL's port (default 8126)
-	EnvEnv        = "DD_ENV"
-	EnvService    = "DD_SERVICE"
-	EnvVersion    = "DD_VERSION"
-	EnvTags       = "DD_TAGS"                  // Tags: "k:v,k2:v2" or "k:v k2:v2"
-	EnvHostname   = "DD_TRACE_SOURCE_HOSTNAME" // Hostname
-	EnvGitCommit  = "DD_GIT_COMMIT_SHA"        // GitCommitSha
-	envLimitShape = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
+	EnvRelayURL  = "SPANSTATS_RELAY_URL" // AgentURL: a relay's unixgram:///path or udp://host:port (wins over the DD_ variables)
+	EnvAgentURL  = "DD_TRACE_AGENT_URL"  // AgentURL: http://host:port or unix:///path (wins over host and port)
+	EnvAgentHost = "DD_AGENT_HOST"       // AgentURL's host (default localhost)
+	EnvAgentPort = "DD_TRACE_AGENT_PORT" // AgentURL's port (default 8126)
+	EnvEnv       = "DD_ENV"
+	EnvService   = "DD_SERVICE"
+	EnvVersion   = "DD_VERSION"
+	EnvTags      = "DD_TAGS"                  // Tags: "k:v,k2:v2" or "k:v k2:v2"
+	EnvHostname  = "DD_TRACE_SOURCE_HOSTNAME" // Hostname
+	// EnvReportHostname "true" sends the host name as Hostname when
+	// DD_TRACE_SOURCE_HOSTNAME does not name one; otherwise Hostname stays
+	// empty and the agent files the stats under its own host, as it files
+	// the traces of dd-trace-go.
+	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
+	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha
+	envLimitShape     = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
 
 	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
 	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
@@ -58,6 +63,9 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	if c.AgentURL == "" {
 		c.AgentURL = agentURLFromEnv(getenv, exists, ignore)
 	}
+	// Set by the config or their own variable: DD_TAGS does not replace them.
+	envSet, serviceSet, versionSet := c.Env != "" || getenv(EnvEnv) != "", c.Service != "" || getenv(EnvService) != "",
+		c.Version != "" || getenv(EnvVersion) != ""
 	for _, f := range []struct {
 		v    *string
 		name string
@@ -79,6 +87,28 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			ignore(EnvTags, raw, "has a control character")
 		} else {
 			c.Tags = parseTags(raw)
+		}
+	}
+	// As dd-trace-go: the env, service and version tags stand in for
+	// DD_ENV, DD_SERVICE and DD_VERSION, the last of each winning.
+	for _, t := range c.Tags {
+		k, v, _ := strings.Cut(t, ":")
+		for _, f := range []struct {
+			key string
+			v   *string
+			set bool
+		}{{"env", &c.Env, envSet}, {"service", &c.Service, serviceSet}, {"version", &c.Version, versionSet}} {
+			if k == f.key && !f.set && v != "" {
+				*f.v = v
+			}
+		}
+	}
+	if raw := getenv(EnvReportHostname); c.Hostname == "" && raw != "" {
+		if report, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
+			ignore(EnvReportHostname, raw, "want true or false")
+		} else if report {
+			h, _ := os.Hostname()
+			c.Hostname = strings.TrimSpace(h)
 		}
 	}
 	for f := range aggregate.NumFields {

@@ -3,6 +3,7 @@ package stats
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -143,5 +144,32 @@ func TestNewReadsEnvironment(t *testing.T) {
 	}
 	if c.Env != "staging" || c.AgentURL != "http://127.0.0.1:1" {
 		t.Fatalf("Env %q AgentURL %q, want the environment's", c.Env, c.AgentURL)
+	}
+}
+
+// TestEnvIdentityFromTags: as dd-trace-go, DD_TAGS' env, service and
+// version tags fill Env, Service and Version when neither the config nor
+// their own variable does; DD_TRACE_REPORT_HOSTNAME=true sends the host
+// name, and without it (or DD_TRACE_SOURCE_HOSTNAME) there is none.
+func TestEnvIdentityFromTags(t *testing.T) {
+	c, logs := envCase(Config{}, map[string]string{EnvTags: "env:staging,service:web,team:core,version:9"}, false)
+	if c.Env != "staging" || c.Service != "web" || c.Version != "9" || c.Hostname != "" || len(logs) != 0 {
+		t.Fatalf("from DD_TAGS: env %q service %q version %q hostname %q (logs %q); want staging web 9, no hostname", c.Env, c.Service, c.Version, c.Hostname, logs)
+	}
+	c, _ = envCase(Config{Service: "cfg"}, map[string]string{EnvTags: "env:staging,service:web", EnvEnv: "prod"}, false)
+	if c.Env != "prod" || c.Service != "cfg" {
+		t.Fatalf("DD_TAGS replaced DD_ENV or the config: env %q service %q", c.Env, c.Service)
+	}
+	host, _ := os.Hostname()
+	c, _ = envCase(Config{}, map[string]string{EnvReportHostname: "true"}, false)
+	if c.Hostname != strings.TrimSpace(host) || c.Hostname == "" {
+		t.Fatalf("DD_TRACE_REPORT_HOSTNAME=true: hostname %q, want %q", c.Hostname, host)
+	}
+	c, _ = envCase(Config{}, map[string]string{EnvReportHostname: "true", EnvHostname: "h1"}, false)
+	if c.Hostname != "h1" {
+		t.Fatalf("DD_TRACE_SOURCE_HOSTNAME lost to DD_TRACE_REPORT_HOSTNAME: %q", c.Hostname)
+	}
+	if _, logs = envCase(Config{}, map[string]string{EnvReportHostname: "maybe"}, false); len(logs) != 1 {
+		t.Fatalf("DD_TRACE_REPORT_HOSTNAME=maybe logged %q, want one warning", logs)
 	}
 }
