@@ -35,6 +35,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{AgentURL: "ftp://x"},
 		{AgentURL: "http://"},
 		{AgentURL: "unix://"},
+		{AgentURL: "http://localhost:99999"}, // a port no request can use
+		{AgentURL: "udp://127.0.0.1:99999"},
 		{InboxSize: -1},
 		{ShedYieldEvery: -8},
 		{MaxPayloadBytes: 100},

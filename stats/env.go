@@ -58,6 +58,9 @@ func EnvCardinalityLimit(f aggregate.Field) string {
 // be used is logged and ignored, so the field keeps its default.
 func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
 	ignore := func(name, value, why string) {
+		if u, err := url.Parse(strings.TrimSpace(value)); err == nil && u.User != nil {
+			value = u.Redacted() // a password in a URL stays out of the logs
+		}
 		log.Warn("spanstats: ignoring an environment variable; using the default", "name", name, "value", value, "reason", why)
 	}
 	if c.AgentURL == "" {

@@ -173,3 +173,15 @@ func TestEnvIdentityFromTags(t *testing.T) {
 		t.Fatalf("DD_TRACE_REPORT_HOSTNAME=maybe logged %q, want one warning", logs)
 	}
 }
+
+// TestEnvWarningHidesPasswords: a URL variable ignored for its scheme is
+// logged without the password it carries.
+func TestEnvWarningHidesPasswords(t *testing.T) {
+	c, logs := envCase(Config{}, map[string]string{EnvAgentURL: "ftp://user:s3cret@agent:21"}, false)
+	if len(logs) != 1 || strings.Contains(logs[0], "s3cret") || !strings.Contains(logs[0], "user") {
+		t.Fatalf("logged %q; want one warning naming the URL without its password", logs)
+	}
+	if c.AgentURL != "" {
+		t.Fatalf("AgentURL %q from an ftp:// URL", c.AgentURL)
+	}
+}

@@ -37,6 +37,9 @@ func parseAgentURL(raw string) (target, error) {
 			if u.Host == "" || u.Port() == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port", ErrBadConfig, raw)
 			}
+			if err := agentclient.CheckPort(u); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+			}
 			return target{network: "udp", address: u.Host}, nil
 		}
 	}

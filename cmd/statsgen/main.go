@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spanstats/spanstats/stats"
@@ -59,13 +60,19 @@ func (o options) validate() error {
 		return errors.New("-errors must be in [0, 1]")
 	case o.minDur <= 0 || o.maxDur < o.minDur:
 		return errors.New("need 0 < -min <= -max")
-	case o.rate < 0 || o.run <= 0 || o.interval <= 0:
-		return errors.New("-rate must be >= 0, -run and -interval > 0")
+	case !(o.rate >= 0 && o.rate <= maxRate) || o.run <= 0 || o.interval <= 0:
+		// NaN fails the first test too; past maxRate the pacing's per-step
+		// budget would no longer count down (1e30 - 1 == 1e30).
+		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible), -run and -interval > 0", maxRate)
 	case o.dist != "loguniform" && o.dist != "uniform" && o.dist != "fixed":
 		return fmt.Errorf("unknown -dist %q", o.dist)
 	}
 	return nil
 }
+
+// maxRate bounds -rate: far beyond what any machine publishes, and low
+// enough that the pacing counts its spans one by one.
+const maxRate = 1e9
 
 func run(o options, out io.Writer) error {
 	if err := o.validate(); err != nil {
@@ -88,7 +95,7 @@ func run(o options, out io.Writer) error {
 	}
 	agg.Start()
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelRun := context.WithTimeout(ctx, o.run)
 	defer cancelRun()

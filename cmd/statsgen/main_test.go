@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,12 +54,14 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		t.Fatalf("valid options rejected: %v", err)
 	}
 	for name, mut := range map[string]func(*options){
-		"keys":     func(o *options) { o.keys = 0 },
-		"errors":   func(o *options) { o.errRatio = 1.5 },
-		"min>max":  func(o *options) { o.minDur, o.maxDur = 2, 1 },
-		"dist":     func(o *options) { o.dist = "normal" },
-		"rate":     func(o *options) { o.rate = -1 },
-		"interval": func(o *options) { o.interval = 0 },
+		"keys":      func(o *options) { o.keys = 0 },
+		"errors":    func(o *options) { o.errRatio = 1.5 },
+		"min>max":   func(o *options) { o.minDur, o.maxDur = 2, 1 },
+		"dist":      func(o *options) { o.dist = "normal" },
+		"rate":      func(o *options) { o.rate = -1 },
+		"rate 1e30": func(o *options) { o.rate = 1e30 }, // the pacing would never count it down
+		"rate NaN":  func(o *options) { o.rate = math.NaN() },
+		"interval":  func(o *options) { o.interval = 0 },
 	} {
 		o := good
 		mut(&o)

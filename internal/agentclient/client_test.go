@@ -145,10 +145,17 @@ func TestParseURL(t *testing.T) {
 		{"ftp://x", "", "", false},
 		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath), "", "", false}, // too long for a socket
 		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath-1), "http://localhost", "/" + strings.Repeat("s", dgram.MaxUnixPath-1), true},
+		{"http://[fe80::1%25lo]:8126", "http://[fe80::1%25lo]:8126", "", true}, // the zone stays escaped
+		{"http://localhost:99999", "", "", false},
+		{"http://localhost:0", "", "", false},
+		{"http://localhost:80a", "", "", false},
 	} {
 		ep, err := ParseURL(tc.raw)
 		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {
 			t.Errorf("ParseURL(%q) = %+v, %v", tc.raw, ep, err)
+		}
+		if _, perr := url.Parse(ep.Base + StatsPath); tc.ok && perr != nil {
+			t.Errorf("ParseURL(%q): a request URL on its Base does not parse: %v", tc.raw, perr)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +51,13 @@ func ParseURL(raw string) (Endpoint, error) {
 		if u.Host == "" {
 			return Endpoint{}, fmt.Errorf("agent URL %q has no host", raw)
 		}
-		return Endpoint{Base: u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")}, nil
+		if err := CheckPort(u); err != nil {
+			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
+		}
+		// Re-encoded, not concatenated: an IPv6 zone (fe80::1%eth0) must
+		// stay escaped in the URLs built on Base.
+		base := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/")}
+		return Endpoint{Base: base.String()}, nil
 	case "unix":
 		p := u.Path
 		if p == "" {
@@ -66,6 +73,19 @@ func ParseURL(raw string) (Endpoint, error) {
 	default:
 		return Endpoint{}, fmt.Errorf("agent URL %q: scheme %q is not supported (use http, https or unix)", raw, u.Scheme)
 	}
+}
+
+// CheckPort refuses a URL whose port, when it has one, is not a number in
+// [1, 65535]: such a URL parses, and would fail only at each send.
+func CheckPort(u *url.URL) error {
+	p := u.Port()
+	if p == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not in [1, 65535]", p)
+	}
+	return nil
 }
 
 // Headers are the request headers the agent reads a payload's origin from.
