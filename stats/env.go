@@ -152,10 +152,14 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 	}
 	host, port := strings.TrimSpace(getenv(EnvAgentHost)), strings.TrimSpace(getenv(EnvAgentPort))
 	if port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		// Digits only: Atoi takes "+8126", which no URL does.
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
 			ignore(EnvAgentPort, port, "want a port number")
 			port = ""
 		}
+	}
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1] // an IPv6 address as written in URLs
 	}
 	if host != "" || port != "" {
 		if host == "" {

@@ -77,6 +77,7 @@ func TestEnvAgentURL(t *testing.T) {
 		{map[string]string{EnvAgentHost: "agent.local"}, false, "http://agent.local:8126"},
 		{map[string]string{EnvAgentPort: "9126"}, false, "http://localhost:9126"},
 		{map[string]string{EnvAgentHost: "::1", EnvAgentPort: "9"}, false, "http://[::1]:9"},
+		{map[string]string{EnvAgentHost: "[::1]"}, false, "http://[::1]:8126"},
 		{map[string]string{EnvAgentHost: "agent.local"}, true, "http://agent.local:8126"},
 		{nil, true, "unix://" + DefaultAgentSocket},
 		{nil, false, ""},
@@ -101,6 +102,7 @@ func TestEnvBadValues(t *testing.T) {
 		{EnvRelayURL, "unixgram://", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvAgentPort, "http", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvAgentPort, "70000", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvAgentPort, "+8126", func(c Config) bool { return c.AgentURL == "" }}, // blamed on itself, not on the host
 		{EnvResourceLimit, "lots", func(c Config) bool { return c.CardinalityLimits.Resource == 0 }},
 		{EnvHTTPEndpointLimit, "-3", func(c Config) bool { return c.CardinalityLimits.HTTPEndpoint == 0 }},
 		{"DD_TRACE_STATS_GRPC_STATUS_CODE_CARDINALITY_LIMIT", "0", func(c Config) bool { return c.CardinalityLimits.GRPCStatusCode == 0 }},
