@@ -72,9 +72,11 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 }
 
 // splitByType appends w as buckets of w's start and length. The agent
-// (v0.85.4) merges the groups of a bucket by a key that leaves out Type, so
-// groups that differ only in Type go to separate buckets of the same start:
-// the n-th group of a typeless key goes to the n-th bucket.
+// (v0.85.4) merges the groups of a bucket by a key that leaves out Type,
+// DBType and SpanDerivedPrimaryTags (crediting one group's counts to the
+// other's Type), so groups that differ only in those go to separate
+// buckets of the same start: the n-th group of a typeless key goes to the
+// n-th bucket.
 func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
 	seen := make(map[uint64]int, len(w.groups)) // typeless hash → groups of that key so far
 	twins := false

@@ -60,8 +60,10 @@ func (h *hasher) strs(v []string) {
 	}
 }
 
-// group returns the hash of g's label key, and the hash of the same key
-// without Type (see splitByType). g's tag lists must be sets (asSet).
+// group returns the hash of g's label key, and the hash of the part of it
+// the agent (v0.85.4) merges a bucket's duplicate groups by: every field
+// but Type, DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup,
+// see splitByType). g's tag lists must be sets (asSet).
 func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	k := &g.Key
 	h.reset()
@@ -73,14 +75,14 @@ func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	h.str(k.HTTPEndpoint)
 	h.str(k.GRPCStatusCode)
 	h.str(k.ServiceSource)
-	h.str(g.DBType)
 	h.num(uint64(k.HTTPStatusCode))
 	h.num(uint64(uint32(k.IsTraceRoot))<<1 | uint64(b2u(k.Synthetics)))
 	h.strs(k.PeerTags)
-	h.strs(g.SpanDerivedPrimaryTags)
 	h.strs(g.AdditionalMetricTags)
 	typeless = h.sum()
 	h.str(k.Type)
+	h.str(g.DBType)
+	h.strs(g.SpanDerivedPrimaryTags)
 	return h.sum(), typeless
 }
 

@@ -125,7 +125,8 @@ func TestPeerTagsAreASet(t *testing.T) {
 }
 
 // The agent (v0.85.4) merges a bucket's duplicate groups by a key without
-// Type: groups differing only in Type must reach it in separate buckets.
+// Type, DBType and SpanDerivedPrimaryTags: groups differing only in those
+// must reach it in separate buckets.
 func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	r := newTestRelay(Config{})
 	web, http, sql := key("GET /"), key("GET /"), key("GET /")
@@ -153,6 +154,34 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	}
 	if out[0].Hits != 31 {
 		t.Fatalf("hits %d, want 31", out[0].Hits)
+	}
+}
+
+// TestAgentDuplicateKeySplitsBuckets: groups that differ in Type and also
+// in DBType or SpanDerivedPrimaryTags (none of which the agent's duplicate
+// key holds) are split across buckets too.
+func TestAgentDuplicateKeySplitsBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(g *writer.Group)
+	}{
+		{"DBType", func(g *writer.Group) { g.DBType = "postgresql" }},
+		{"SpanDerivedPrimaryTags", func(g *writer.Group) { g.SpanDerivedPrimaryTags = []string{"region:eu"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestRelay(Config{})
+			web := writer.Group{Entry: *entry(key("GET /"), 1, 0)}
+			sql := writer.Group{Entry: *entry(key("GET /"), 2, 0)}
+			web.Type, sql.Type = "web", "sql"
+			tc.set(&sql)
+			pl := writer.Payload{Header: header("a"), Buckets: []writer.DecodedBucket{
+				{Start: w0, Duration: 10 * sec, Groups: []writer.Group{web, sql}}}}
+			mustAccept(t, r, pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})), 0, UDP)
+			out := harvestAll(t, r)
+			if bks := out[0].Buckets; len(bks) != 2 || len(bks[0].Groups) != 1 || len(bks[1].Groups) != 1 {
+				t.Fatalf("%d buckets %+v; want the two groups in two buckets of the same start", len(bks), bks)
+			}
+		})
 	}
 }
 
@@ -222,7 +251,8 @@ func TestKeysCoverEveryField(t *testing.T) {
 		if same := sameGroup(&g, mod) && f1 == f2; same != values {
 			t.Errorf("Group.%s: same group = %v, want %v", name, same, values)
 		}
-		if typeless := t1 == t2; typeless != (values || name == "Type") {
+		agentMerges := name == "Type" || name == "DBType" || name == "SpanDerivedPrimaryTags" // left out of its duplicate key
+		if typeless := t1 == t2; typeless != (values || agentMerges) {
 			t.Errorf("Group.%s: same typeless hash = %v", name, typeless)
 		}
 	})
