@@ -140,3 +140,46 @@ func (o *Origins) evict(now int64) {
 		delete(o.m, pid)
 	}
 }
+
+// containerMarks are files container runtimes leave in a container's root
+// (Docker, Podman).
+var containerMarks = []string{"/.dockerenv", "/run/.containerenv"}
+
+// InContainer tells whether this process runs in a container, as the agent
+// would see it through the credentials of its Unix socket: its cgroup,
+// under procRoot or the real /proc, names a container; or it is the only
+// line of cgroup v2 at its root ("0::/", what a private cgroup namespace
+// shows: Docker's and containerd's default on cgroup v2); or a runtime's
+// mark is there.
+func InContainer(procRoot string) bool {
+	return inContainer([]string{filepath.Join(procRoot, strconv.Itoa(os.Getpid()), "cgroup"), "/proc/self/cgroup"}, containerMarks)
+}
+
+// inContainer is InContainer over the cgroup files and marks given.
+func inContainer(cgroups, marks []string) bool {
+	for _, p := range cgroups {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) > maxCgroupFile {
+			continue
+		}
+		if ContainerIDFromCgroup(strings.NewReader(string(b))) != "" || strings.TrimSpace(string(b)) == "0::/" {
+			return true
+		}
+	}
+	for _, m := range marks {
+		if _, err := os.Stat(m); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// SamePIDNamespace tells whether the processes under procRoot are numbered
+// as this process sees them (the pids the kernel puts in the socket
+// credentials): false when <procRoot>/self names another pid, as a host's
+// /proc does for a relay in a pid namespace of its own. A procRoot without
+// self (a test's) is taken as the same.
+func SamePIDNamespace(procRoot string) bool {
+	self, err := os.Readlink(filepath.Join(procRoot, "self"))
+	return err != nil || self == strconv.Itoa(os.Getpid())
+}

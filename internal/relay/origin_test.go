@@ -126,3 +126,63 @@ func TestContainerFromCredentials(t *testing.T) {
 		t.Fatalf("hits by container %v", got)
 	}
 }
+
+// TestInContainer: the relay takes itself for containerized when its
+// cgroup names a container (v1), when cgroup v2 shows only its root (a
+// private cgroup namespace), or when a runtime's mark file exists; a host
+// process's cgroup and no mark is not.
+func TestInContainer(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v1 := file("v1", "4:memory:/docker/"+strings.Repeat("ab", 32)+"\n")
+	v2ns := file("v2ns", "0::/\n")
+	hybrid := file("hybrid", "4:memory:/user.slice\n0::/\n")
+	host := file("host", "0::/user.slice/user-1000.slice/session-2.scope\n")
+	mark := file("dockerenv", "")
+	none := filepath.Join(dir, "missing")
+	for _, tc := range []struct {
+		name    string
+		cgroups []string
+		marks   []string
+		want    bool
+	}{
+		{"cgroup v1 container id", []string{v1}, nil, true},
+		{"cgroup v2 namespace root", []string{v2ns}, nil, true},
+		{"second file names it", []string{none, v1}, nil, true},
+		{"runtime mark", []string{host}, []string{mark}, true},
+		{"host process", []string{host}, []string{none}, false},
+		{"hybrid host, v2 at root among v1 lines", []string{hybrid}, nil, false},
+	} {
+		if got := inContainer(tc.cgroups, tc.marks); got != tc.want {
+			t.Errorf("%s: inContainer = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSamePIDNamespace: a proc root whose self is another pid (a host's
+// /proc seen from a relay in its own pid namespace) is told apart.
+func TestSamePIDNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		self string // "": no self link
+		want bool
+	}{{"", true}, {strconv.Itoa(os.Getpid()), true}, {"1", false}} {
+		root := t.TempDir()
+		if tc.self != "" {
+			if err := os.Symlink(tc.self, filepath.Join(root, "self")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := SamePIDNamespace(root); got != tc.want {
+			t.Errorf("self -> %q: SamePIDNamespace = %v, want %v", tc.self, got, tc.want)
+		}
+	}
+	if !SamePIDNamespace("/proc") {
+		t.Error("this process's own /proc is not its pid namespace")
+	}
+}

@@ -225,12 +225,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger}
 	if cfg.Origin {
-		s.origins = NewOrigins(cfg.ProcRoot, cfg.Now)
-		if ep.UnixSocket != "" {
-			id, _ := s.origins.ContainerID(int32(os.Getpid()))
-			s.selfContained = id != ""
+		if SamePIDNamespace(cfg.ProcRoot) {
+			s.origins = NewOrigins(cfg.ProcRoot, cfg.Now)
+		} else {
+			s.log.Error("statsrelay: the processes under the proc root are numbered in another pid namespace than the relay's, "+
+				"so the senders' pids would name other processes: origin detection is off (run the relay in the host's pid namespace)",
+				"proc_root", cfg.ProcRoot)
 		}
 	}
+	// Whether or not origins are read: a container-less request over the
+	// agent's Unix socket is filed under the relay's own container.
+	s.selfContained = ep.UnixSocket != "" && InContainer(cfg.ProcRoot)
 	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxHeldBytes: cfg.MaxHeldBytes, MaxDatagram: cfg.MaxDatagram,
 		Origins: s.origins, Now: cfg.Now})
 	if cfg.UnixPath != "" && cfg.UnixPath != "-" {

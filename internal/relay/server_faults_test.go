@@ -123,6 +123,41 @@ func TestUnixAgentNeverMisfiles(t *testing.T) {
 	checkIdentity(t, st)
 }
 
+// TestUnixAgentNeverMisfilesWithoutOrigin: with origin detection off, a
+// relay in a container still never sends the agent's Unix socket a request
+// without a container id: every sender's stats are dropped, counted.
+func TestUnixAgentNeverMisfilesWithoutOrigin(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "apm.socket")
+	ag, err := statstest.NewUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: false, ProcRoot: procRoot(t)})
+	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
+		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		for range 3 {
+			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	if reqs := ag.Requests(); len(reqs) != 0 {
+		t.Fatalf("%d requests without a container id reached the agent's Unix socket", len(reqs))
+	}
+	st := srv.Relay().Stats()
+	if st.SpansDropped[relay.DropUnattributable] != 6 {
+		t.Fatalf("unattributable %d, want 6", st.SpansDropped[relay.DropUnattributable])
+	}
+	checkIdentity(t, st)
+}
+
 // TestBurstOfThousandSenders: 1000 senders' reports reach the Unix socket
 // in the same instant; the kernel queues 10, the senders wait within their
 // bound, and nothing is lost. The relay runs in its own process, as it does
