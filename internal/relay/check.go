@@ -72,7 +72,20 @@ var (
 	errLongBucket   = errors.New("bucket longer than MaxBucketDuration")
 	errFutureBucket = errors.New("bucket starts in the future")
 	errTooManyHits  = errors.New("more hits than a payload can hold")
+	errHeaderValue  = errors.New("a control character in a field sent as an HTTP header")
 )
+
+// headerSafe reports whether s can be an HTTP header value: no control
+// character but tab (net/http refuses the request otherwise, and the
+// client would retry it until its budget ran out).
+func headerSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // decodeReason classifies a writer.DecodePayload error: a sketch that parses
 // but cannot be a latency sketch of the agent's is invalid; the rest is
@@ -87,6 +100,15 @@ func decodeReason(err error) Reason {
 
 // check returns why p breaks an invariant, or nil. now is unix ns.
 func check(p *writer.Payload, now uint64) error {
+	// Forwarded as Datadog-Meta-Lang, Datadog-Meta-Tracer-Version,
+	// Datadog-Container-ID and Datadog-Entity-ID.
+	for _, f := range [...]struct{ name, v string }{
+		{"Lang", p.Lang}, {"TracerVersion", p.TracerVersion}, {"ContainerID", p.ContainerID},
+	} {
+		if !headerSafe(f.v) {
+			return fmt.Errorf("%w: %s", errHeaderValue, f.name)
+		}
+	}
 	var total uint64
 	future := now + uint64(MaxClockSkew)
 	for bi := range p.Buckets {

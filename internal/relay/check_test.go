@@ -37,6 +37,11 @@ func TestRejectReasons(t *testing.T) {
 		return datagram(1, header("a"), bucket(w0, 10*sec, e))
 	}
 	future := uint64(t0.Add(MaxClockSkew).UnixNano()) + 1
+	hdr := func(mod func(h *writer.Header)) []byte {
+		h := header("a")
+		mod(&h)
+		return datagram(1, h, bucket(w0, 10*sec, entry(key("r"), 1, 0)))
+	}
 	for _, tc := range []struct {
 		name   string
 		d      []byte
@@ -58,6 +63,10 @@ func TestRejectReasons(t *testing.T) {
 		{"zero duration", datagram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
 		{"absurd duration", datagram(1, header("a"), bucket(w0, uint64(MaxBucketDuration)+1, entry(key("r"), 1, 0))), Invalid, errLongBucket},
 		{"future", datagram(1, header("a"), bucket(future, 10*sec, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
+		// Sent on as HTTP headers: net/http would refuse every request.
+		{"CR LF in Lang", hdr(func(h *writer.Header) { h.Lang = "go\r\nX-Injected: 1" }), Invalid, errHeaderValue},
+		{"NUL in TracerVersion", hdr(func(h *writer.Header) { h.TracerVersion = "v1\x00" }), Invalid, errHeaderValue},
+		{"LF in ContainerID", hdr(func(h *writer.Header) { h.ContainerID = "abc\n" }), Invalid, errHeaderValue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTestRelay(Config{MaxDatagram: len(ok) + 64})
