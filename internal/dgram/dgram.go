@@ -156,19 +156,27 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	lc := net.ListenConfig{Control: controlUnixgram}
+	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error { return controlUnixgram(raw, mode) }}
 	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
 	if err != nil {
 		return nil, err
 	}
-	// After bind: the socket file exists only once bound, and bind applies the umask.
+	// bind created the file with mode less the umask (Linux: see
+	// controlUnixgram); chmod gives back what the umask took, and only to
+	// the socket just bound: never through a link put in its place.
 	bound, err := os.Lstat(path)
-	if err == nil {
+	switch {
+	case err != nil:
+	case bound.Mode().Type() != fs.ModeSocket:
+		err = fmt.Errorf("%s was replaced by a %v after bind", path, bound.Mode().Type())
+	case bound.Mode().Perm() != mode.Perm():
 		err = os.Chmod(path, mode)
 	}
 	if err != nil {
 		pc.Close()
-		os.Remove(path)
+		if fi, e := os.Lstat(path); e == nil && fi.Mode().Type() == fs.ModeSocket {
+			os.Remove(path)
+		}
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
 	return newConn(pc, path, bound, 0)

@@ -20,7 +20,19 @@ var (
 	ctrlSlot     = max(ctrlUnixgram, ctrlUDP)
 )
 
-func controlUnixgram(_, _ string, raw syscall.RawConn) error {
+// controlUnixgram runs before bind: the socket's mode set on its fd here is
+// the one bind gives the file (less the umask), so the file never exists
+// with more permissions than mode, whatever the process's umask.
+func controlUnixgram(raw syscall.RawConn, mode os.FileMode) error {
+	var err error
+	if cerr := raw.Control(func(fd uintptr) {
+		err = unix.Fchmod(int(fd), uint32(mode.Perm()))
+	}); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return os.NewSyscallError("fchmod", err)
+	}
 	return setsockopt(raw, unix.SO_PASSCRED, 1)
 }
 

@@ -3,6 +3,7 @@ package dgram
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,5 +283,48 @@ func TestDrain(t *testing.T) {
 	}
 	if read != 6 {
 		t.Fatalf("drained %d datagrams, want the 6 queued", read)
+	}
+}
+
+// TestSocketNeverWiderThanMode: with the process's umask at 0, the socket
+// file is never seen with more permissions than the mode asked, not even
+// between bind and the chmod after it (a world-writable moment let any
+// local user send), and it ends with exactly that mode.
+func TestSocketNeverWiderThanMode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	const mode = 0o660
+	var wider os.FileMode
+	for range 200 {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if fi, err := os.Lstat(path); err == nil && fi.Mode().Perm()&^mode != 0 {
+					wider = fi.Mode().Perm()
+					return
+				}
+			}
+		}()
+		c, err := ListenUnixgram(path, mode)
+		close(stop)
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Fatalf("socket mode %v (%v), want %v", fi.Mode().Perm(), err, os.FileMode(mode))
+		}
+		c.Close()
+		if wider != 0 {
+			t.Fatalf("socket seen with mode %v, wider than %v", wider, os.FileMode(mode))
+		}
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 )
 
-func controlUnixgram(_, _ string, _ syscall.RawConn) error { return nil }
+func controlUnixgram(_ syscall.RawConn, _ os.FileMode) error { return nil }
 
 func controlUDP(_ syscall.RawConn, _ int) error { return nil }
 
