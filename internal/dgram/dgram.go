@@ -47,6 +47,10 @@ var sendErrors = [...]sendError{
 	{ErrWouldBlock, syscall.ENOBUFS},
 	{ErrNoRelay, syscall.ECONNREFUSED},
 	{ErrNoRelay, syscall.ENOENT},
+	// A connected socket (the BSDs, macOS) whose relay went away: its
+	// next writes fail so, and only dialing again reaches a new relay.
+	{ErrNoRelay, syscall.ECONNRESET},
+	{ErrNoRelay, syscall.ENOTCONN},
 }
 
 // writeError maps the errno of one send to what Write returns.

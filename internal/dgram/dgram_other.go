@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 )
 
 func controlUnixgram(_ syscall.RawConn, _ os.FileMode) error { return nil }
@@ -36,6 +37,10 @@ func (s *batchSys) init(*Batch) {}
 func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	b.n = 0
 	buf := b.slot(0)
+	if c.draining.Load() {
+		// A deadline set after Drain must not make a drained read wait.
+		c.pc.SetReadDeadline(time.Unix(1, 0))
+	}
 	n, _, err := c.pc.ReadFrom(buf)
 	if c.drained(err) {
 		return 0, ErrDrained // here Drain loses what is queued: no non-blocking read

@@ -342,6 +342,7 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 // job of most of the pool, decoded by one worker while the others idle and
 // the socket fills (BenchmarkRelayReceive).
 func (s *Server) read(c *dgram.Conn, t Transport) {
+	failures := 0 // reads failed in a row
 	for {
 		select {
 		case <-s.free.avail:
@@ -353,20 +354,34 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		b := s.free.pop()
 		if _, err := c.ReadBatch(b); err != nil {
 			s.free.put(b)
-			if errors.Is(err, dgram.ErrDrained) {
+			switch {
+			case errors.Is(err, dgram.ErrDrained):
 				// At once, not once every reader is done: a datagram
 				// the kernel took meanwhile would be neither read nor
 				// refused (a UDP sender is told by the port's refusal).
 				c.Close()
+				return
+			case errors.Is(err, net.ErrClosed):
+				return
 			}
-			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, dgram.ErrDrained) {
-				s.log.Error("statsrelay: reading stopped", "transport", t.String(), "err", err)
+			// Anything else (none is known on Linux; elsewhere, e.g. an
+			// oversized datagram on Windows) must not end the socket's
+			// reading for good: retry, slower while it lasts.
+			failures++
+			if failures&(failures-1) == 0 { // logged at the 1st, 2nd, 4th… in a row
+				s.log.Error("statsrelay: reading failed; retrying", "transport", t.String(), "err", err, "in_a_row", failures)
 			}
-			return
+			time.Sleep(min(time.Duration(failures)*readRetryPause, time.Second))
+			continue
 		}
+		failures = 0
 		s.queue <- job{b: b, t: t}
 	}
 }
+
+// readRetryPause is the first pause after a failed read; it grows with
+// each failure in a row, up to a second.
+const readRetryPause = 10 * time.Millisecond
 
 // decode is a decode worker: every datagram of a batch goes to the Relay,
 // which counts it accepted or rejected by reason.

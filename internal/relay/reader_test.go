@@ -1,0 +1,50 @@
+// This file tests a socket reader's handling of failed reads: it retries,
+// it does not stop reading the socket for good.
+
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestReaderSurvivesFailedReads: reads that fail with an unexpected error
+// (here a read deadline in the past, which no stop asked for) are retried;
+// once reads work again the reader takes the next datagram.
+func TestReaderSurvivesFailedReads(t *testing.T) {
+	s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, time.Second)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := s.conns[UDP]
+	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil { // every read fails at once
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // several failed reads in a row
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("udp", s.Addr(UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte{0xc1}); err != nil { // rejected as malformed, but read
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram sent after the failed reads", func() bool { return s.Relay().Stats().Datagrams[UDP] == 1 })
+}
