@@ -65,8 +65,9 @@ type Origins struct {
 	root string
 	now  func() time.Time
 
-	mu sync.Mutex
-	m  map[int32]origin
+	mu        sync.Mutex
+	m         map[int32]origin
+	lastSweep int64 // unix ns of evict's last walk for expired entries
 }
 
 type origin struct {
@@ -126,11 +127,16 @@ func (o *Origins) Len() int {
 }
 
 // evict makes room for one entry: the expired ones go, or else an arbitrary
-// one (map order).
+// one (map order). The walk for expired entries runs at most once a second:
+// a cache full of live ones would otherwise cost every new pid a walk of
+// all MaxOrigins under the lock.
 func (o *Origins) evict(now int64) {
-	for pid, e := range o.m {
-		if now >= e.expires {
-			delete(o.m, pid)
+	if now-o.lastSweep >= int64(time.Second) {
+		o.lastSweep = now
+		for pid, e := range o.m {
+			if now >= e.expires {
+				delete(o.m, pid)
+			}
 		}
 	}
 	for pid := range o.m {
