@@ -338,8 +338,8 @@ func TestDatagramGroupOverLimit(t *testing.T) {
 }
 
 // TestDatagramLargeLimitUnix: with MaxDatagramBytes at its maximum, the
-// Unix socket's send buffer fits a datagram of that size (sized for the
-// default, one of 800 KB failed with EMSGSIZE).
+// Unix socket's send buffer is sized for it, so a datagram far over the
+// default limit goes out whole.
 func TestDatagramLargeLimitUnix(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	r.batch = dgram.NewBatch(1, MaxMaxDatagramBytes)

@@ -95,15 +95,14 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// As dd-trace-go: the env, service and version tags stand in for
 	// DD_ENV, DD_SERVICE and DD_VERSION, the last of each winning.
 	for _, t := range c.Tags {
-		k, v, _ := strings.Cut(t, ":")
-		for _, f := range []struct {
-			key string
-			v   *string
-			set bool
-		}{{"env", &c.Env, envSet}, {"service", &c.Service, serviceSet}, {"version", &c.Version, versionSet}} {
-			if k == f.key && !f.set && v != "" {
-				*f.v = v
-			}
+		switch k, v, _ := strings.Cut(t, ":"); {
+		case v == "":
+		case k == "env" && !envSet:
+			c.Env = v
+		case k == "service" && !serviceSet:
+			c.Service = v
+		case k == "version" && !versionSet:
+			c.Version = v
 		}
 	}
 	if raw := getenv(EnvReportHostname); c.Hostname == "" && raw != "" {

@@ -336,14 +336,13 @@ func (c *Client) drop(p *Payload, err error) {
 	p.Waiter.finish(err)
 }
 
-// release is the client done with p's body, and unhold a request body
-// over it closed: whichever comes last gives it to PutBuf. net/http may
-// read a request body after Do returns (the agent answered 400, 404 or 413
-// before reading it all), so a buffer handed on at once could be written
-// by its next owner while still going out (TestBodyNotReusedWhileSent).
-func (c *Client) release(p *Payload) { c.unhold(p) }
-
-func (c *Client) unhold(p *Payload) {
+// release lets go of one hold on p's body: the client's, once it is done
+// with the payload, or a request body's, once net/http closes it. The last
+// to let go gives the body to PutBuf: net/http may read a request body
+// after Do returns (the agent answered 400, 404 or 413 before reading it
+// all), so a buffer handed on at once could be written by its next owner
+// while still going out (TestBodyNotReusedWhileSent).
+func (c *Client) release(p *Payload) {
 	if p.holds.Add(-1) == -1 && c.cfg.PutBuf != nil {
 		c.cfg.PutBuf(p.Body)
 	}

@@ -156,7 +156,7 @@ func (c *Client) post(p *Payload) error {
 	}
 	open := func() (io.ReadCloser, error) {
 		p.holds.Add(1)
-		return &requestBody{Reader: bytes.NewReader(p.Body), close: func() { c.unhold(p) }}, nil
+		return &requestBody{Reader: bytes.NewReader(p.Body), close: func() { c.release(p) }}, nil
 	}
 	req.Body, _ = open()
 	req.GetBody = open // a retry on another connection (a stale keep-alive one)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -168,7 +169,7 @@ func inContainer(cgroups, marks []string) bool {
 		if err != nil || len(b) > maxCgroupFile {
 			continue
 		}
-		if ContainerIDFromCgroup(strings.NewReader(string(b))) != "" || strings.TrimSpace(string(b)) == "0::/" {
+		if ContainerIDFromCgroup(bytes.NewReader(b)) != "" || string(bytes.TrimSpace(b)) == "0::/" {
 			return true
 		}
 	}

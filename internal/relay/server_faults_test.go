@@ -87,75 +87,50 @@ func TestOriginReachesAgent(t *testing.T) {
 }
 
 // TestUnixAgentNeverMisfiles: a relay in a container forwarding to the
-// agent's Unix socket sends a Unix sender's stats with its container id,
-// and drops (counted) a UDP sender's, which the agent would otherwise file
-// under the relay's own container.
+// agent's Unix socket never sends a request without a container id, which
+// the agent would file under the relay's own container. With origin
+// detection on, a Unix sender's stats go with its container id and a UDP
+// sender's are dropped (counted); with it off, both are dropped.
 func TestUnixAgentNeverMisfiles(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "apm.socket")
-	ag, err := statstest.NewUnix(sock)
-	if err != nil {
-		t.Fatal(err)
+	for _, origin := range []bool{true, false} {
+		t.Run(fmt.Sprintf("origin=%v", origin), func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "apm.socket")
+			ag, err := statstest.NewUnix(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ag.Close()
+			srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: origin, ProcRoot: procRoot(t)})
+			for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
+				a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.Start()
+				for range 3 {
+					a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
+				}
+				if err := a.Stop(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop()
+			wantReqs, wantForwarded, wantDropped := 1, uint64(3), uint64(3)
+			if !origin {
+				wantReqs, wantForwarded, wantDropped = 0, 0, 6
+			}
+			reqs := ag.Requests()
+			if len(reqs) != wantReqs || wantReqs == 1 && reqs[0].Header.Get("Datadog-Container-ID") != testContainer {
+				t.Fatalf("%d requests, want %d (each with the Unix sender's container id)", len(reqs), wantReqs)
+			}
+			st := srv.Relay().Stats()
+			if st.SpansForwarded != wantForwarded || st.SpansDropped[relay.DropUnattributable] != wantDropped {
+				t.Fatalf("forwarded %d, unattributable %d; want %d and %d",
+					st.SpansForwarded, st.SpansDropped[relay.DropUnattributable], wantForwarded, wantDropped)
+			}
+			checkIdentity(t, st)
+		})
 	}
-	defer ag.Close()
-	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: procRoot(t)})
-	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
-		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Start()
-		for range 3 {
-			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
-		}
-		if err := a.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop()
-	reqs := ag.Requests()
-	if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != testContainer {
-		t.Fatalf("%d requests (want 1, with the Unix sender's container id)", len(reqs))
-	}
-	st := srv.Relay().Stats()
-	if st.SpansForwarded != 3 || st.SpansDropped[relay.DropUnattributable] != 3 {
-		t.Fatalf("forwarded %d, unattributable %d; want 3 and 3", st.SpansForwarded, st.SpansDropped[relay.DropUnattributable])
-	}
-	checkIdentity(t, st)
-}
-
-// TestUnixAgentNeverMisfilesWithoutOrigin: with origin detection off, a
-// relay in a container still never sends the agent's Unix socket a request
-// without a container id: every sender's stats are dropped, counted.
-func TestUnixAgentNeverMisfilesWithoutOrigin(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "apm.socket")
-	ag, err := statstest.NewUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: false, ProcRoot: procRoot(t)})
-	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
-		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Start()
-		for range 3 {
-			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
-		}
-		if err := a.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop()
-	if reqs := ag.Requests(); len(reqs) != 0 {
-		t.Fatalf("%d requests without a container id reached the agent's Unix socket", len(reqs))
-	}
-	st := srv.Relay().Stats()
-	if st.SpansDropped[relay.DropUnattributable] != 6 {
-		t.Fatalf("unattributable %d, want 6", st.SpansDropped[relay.DropUnattributable])
-	}
-	checkIdentity(t, st)
 }
 
 // TestBurstOfThousandSenders: 1000 senders' reports reach the Unix socket
