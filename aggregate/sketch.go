@@ -288,31 +288,15 @@ const MaxSketchBytes = int(unsafe.Sizeof(Sketch{})) + 4*(MaxBins+binSlack)
 // HeapBytes is the memory s holds: the struct and its store's capacity.
 func (s *Sketch) HeapBytes() int { return int(unsafe.Sizeof(*s)) + 4*cap(s.bins) }
 
-// Trim gives back the store capacity s does not use: a sketch reused (Reset)
-// keeps the store of its widest values, which a holder of many sketches,
-// each kept for its own values, should not pay for. It reallocates only
-// when the capacity exceeds twice the store's length plus the growth slack.
-func (s *Sketch) Trim() {
-	if n := len(s.bins); cap(s.bins) > 2*n+binSlack {
-		s.bins = append(make([]uint32, 0, n+binSlack), s.bins...)
-	}
-}
-
-// MergeGrows reports whether s.Merge(o) would allocate a larger store,
-// raising s.HeapBytes; merging a sketch whose bins s covers costs no memory.
-func (s *Sketch) MergeGrows(o *Sketch) bool {
-	if o == nil {
-		return false
-	}
-	lo, counts := o.Bins()
-	if len(counts) == 0 {
-		return false // zeros only, or empty
-	}
-	hi := lo + len(counts) - 1
+// RangeGrows reports whether adding values to the bins lo to hi (lowest
+// and highest index), in any order, would allocate a larger store, raising
+// s.HeapBytes; adding to bins s covers costs no memory.
+func (s *Sketch) RangeGrows(lo, hi int) bool {
 	if len(s.bins) > 0 {
-		// The store Merge leaves: up to the higher top, down to the lower
-		// bottom (a collapsed store folds lower bins into its lowest),
-		// never longer than MaxBins. Each resize on the way is shorter.
+		// The store the adds leave: up to the higher top, down to the
+		// lower bottom (a collapsed store folds lower bins into its
+		// lowest), never longer than MaxBins. Each resize on the way is
+		// shorter.
 		hi = max(hi, s.offset+len(s.bins)-1)
 		lo = min(lo, s.offset)
 		if s.collapsed {
@@ -320,6 +304,17 @@ func (s *Sketch) MergeGrows(o *Sketch) bool {
 		}
 	}
 	return min(hi-lo+1, MaxBins) > cap(s.bins)
+}
+
+// StoreBytes is about what a new Sketch holding values in n contiguous
+// bins takes (HeapBytes), its growth slack included: what a holder bounding
+// its memory (the relay) charges before building one.
+// A sketch of zeros only (n = 0) has no store.
+func StoreBytes(n int) int {
+	if n <= 0 {
+		return int(unsafe.Sizeof(Sketch{}))
+	}
+	return int(unsafe.Sizeof(Sketch{})) + 4*(min(n, MaxBins)+binSlack)
 }
 
 // Count is the number of values recorded.

@@ -421,11 +421,11 @@ func TestSketchClampsHugeValues(t *testing.T) {
 	}
 }
 
-// TestSketchMergeGrows: MergeGrows predicts exactly whether Merge raises
-// HeapBytes, over sketches narrow and wide, empty, collapsed and reset
-// (with a store larger than their values), and HeapBytes never exceeds
-// MaxSketchBytes.
-func TestSketchMergeGrows(t *testing.T) {
+// TestSketchRangeGrows: RangeGrows of the other sketch's bins predicts
+// exactly whether Merge raises HeapBytes, over sketches narrow and wide,
+// empty, collapsed and reset (with a store larger than their values), and
+// HeapBytes never exceeds MaxSketchBytes.
+func TestSketchRangeGrows(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	ranges := [][2]float64{{1e6, 1.05e6}, {1e3, 1e6}, {1e6, 1e9}, {1, 1e12}, {1e-3, 1e18}, {1e9, 2e9}}
 	randomSketch := func() *Sketch {
@@ -452,10 +452,11 @@ func TestSketchMergeGrows(t *testing.T) {
 	for i := range 20000 {
 		s, o := randomSketch(), randomSketch()
 		want := s.HeapBytes()
-		predicted := s.MergeGrows(o)
+		lo, counts := o.Bins()
+		predicted := len(counts) > 0 && s.RangeGrows(lo, lo+len(counts)-1)
 		s.Merge(o)
 		if got := s.HeapBytes() > want; got != predicted {
-			t.Fatalf("case %d: MergeGrows = %v, HeapBytes %d -> %d", i, predicted, want, s.HeapBytes())
+			t.Fatalf("case %d: RangeGrows = %v, HeapBytes %d -> %d", i, predicted, want, s.HeapBytes())
 		}
 		if s.HeapBytes() > MaxSketchBytes {
 			t.Fatalf("case %d: HeapBytes %d > MaxSketchBytes %d", i, s.HeapBytes(), MaxSketchBytes)
@@ -467,35 +468,29 @@ func TestSketchMergeGrows(t *testing.T) {
 	if grew < 2000 || grew > 18000 {
 		t.Fatalf("%d of 20000 merges grew: the cases do not cover both outcomes", grew)
 	}
-	if new(Sketch).MergeGrows(nil) || new(Sketch).MergeGrows(new(Sketch)) {
-		t.Fatal("merging nothing grows")
+	if !new(Sketch).RangeGrows(7, 7) {
+		t.Fatal("a first value does not grow an empty sketch")
 	}
 }
 
-// TestSketchTrim: a reused sketch's store shrinks to its values' range plus
-// slack, keeping every count; a fitting store is left alone.
-func TestSketchTrim(t *testing.T) {
-	s := new(Sketch)
-	for _, v := range logUniform(rand.New(rand.NewPCG(7, 8)), 500, 1e3, 1e12) {
-		s.Add(v)
+// TestStoreBytes: a new sketch given values in n contiguous bins, its ends
+// first as a decoded summary adds them, takes at most StoreBytes(n) and no
+// less than the bins themselves; zeros alone take StoreBytes(0).
+func TestStoreBytes(t *testing.T) {
+	for _, n := range []int{1, 2, 15, 16, 17, 100, MaxBins - 1, MaxBins, MaxBins + 1, 5000} {
+		s := new(Sketch)
+		s.AddIndex(1000+n-1, 1)
+		s.AddIndex(1000, 1)
+		for i := 1000 + 1; i < 1000+n-1; i++ {
+			s.AddIndex(i, 1)
+		}
+		if got := s.HeapBytes(); got > StoreBytes(n) || got < int(unsafe.Sizeof(*s))+4*min(n, MaxBins) {
+			t.Fatalf("%d bins: HeapBytes %d, StoreBytes %d", n, got, StoreBytes(n))
+		}
 	}
-	wide := s.HeapBytes()
-	s.Reset()
-	s.Add(1e6)
-	s.Add(1.1e6)
-	lo, counts := s.Bins()
-	want := append([]uint32(nil), counts...)
-	s.Trim()
-	gotLo, got := s.Bins()
-	if s.HeapBytes() >= wide/4 || s.HeapBytes() > int(unsafe.Sizeof(*s))+4*(len(s.bins)+binSlack) {
-		t.Fatalf("HeapBytes %d after Trim (%d before), %d bins", s.HeapBytes(), wide, len(s.bins))
-	}
-	if gotLo != lo || !slices.Equal(got, want) || s.Count() != 2 {
-		t.Fatalf("bins from %d %v, count %d; want from %d %v, 2", gotLo, got, s.Count(), lo, want)
-	}
-	before := s.HeapBytes()
-	s.Trim()
-	if s.HeapBytes() != before {
-		t.Fatalf("a fitting store was reallocated: %d -> %d", before, s.HeapBytes())
+	var z Sketch
+	z.AddZeros(3)
+	if z.HeapBytes() != StoreBytes(0) {
+		t.Fatalf("zeros only: HeapBytes %d, StoreBytes(0) %d", z.HeapBytes(), StoreBytes(0))
 	}
 }

@@ -33,6 +33,9 @@ type Group struct {
 	aggregate.Entry
 	DBType                                       string
 	SpanDerivedPrimaryTags, AdditionalMetricTags []string
+	// Wire holds the summaries instead of Ok and Err when the Decoder has
+	// WireSketches set; nil otherwise, and for a group without either.
+	Wire *GroupSketches
 }
 
 // DecodedBucket is one decoded ClientStatsBucket.
@@ -80,6 +83,12 @@ const maxSpareSketches = 256
 // the sketches it keeps and copies the strings and slices it keeps. A
 // Decoder is for one goroutine at a time; its zero value is ready to use.
 type Decoder struct {
+	// WireSketches leaves each group's summaries validated but undecoded,
+	// in Group.Wire (Ok and Err stay nil), for AddSketch to add to
+	// sketches the caller holds: a receiver merging payloads into its own
+	// then never builds a store per summary.
+	WireSketches bool
+
 	p      Payload
 	spares []*aggregate.Sketch
 	// The buckets, groups and short string arrays of every Decode are
@@ -89,8 +98,10 @@ type Decoder struct {
 	buckets []DecodedBucket
 	groups  []Group
 	strs    []string
+	wires   []GroupSketches
 	d       decoder // kept too: a decoder escapes to the heap
 	kept    [mapBuffer]binCount
+	scratch aggregate.Sketch // WireSketches: each summary is validated in it
 }
 
 // A Decoder drops an arena grown past these between payloads, so that what
@@ -136,9 +147,15 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 	if cap(dec.strs) > maxKeptStrings {
 		dec.strs = nil
 	}
-	dec.buckets, dec.groups, dec.strs = dec.buckets[:0], dec.groups[:0], dec.strs[:0]
+	if cap(dec.wires) > maxKeptGroups {
+		dec.wires = nil
+	}
+	dec.buckets, dec.groups, dec.strs, dec.wires = dec.buckets[:0], dec.groups[:0], dec.strs[:0], dec.wires[:0]
 	dec.d = decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares, kept: &dec.kept,
 		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
+	if dec.WireSketches {
+		dec.d.wireArena, dec.d.scratch = &dec.wires, &dec.scratch
+	}
 	p, err := decodeInto(b, &dec.d, &dec.p)
 	if err != nil {
 		dec.p = Payload{} // what it decoded before the error is not handed out
@@ -169,6 +186,10 @@ type decoder struct {
 	groupArena  *[]Group
 	strArena    *[]string
 	kept        *[mapBuffer]binCount // decodeSketch's scratch (Decoder; nil: on the stack)
+	// With WireSketches (Decoder), summaries are read by readWire into
+	// Group.Wire, carved from wireArena, validated in scratch.
+	wireArena *[]GroupSketches
+	scratch   *aggregate.Sketch
 }
 
 // step is one step of a path: an array index, or a map key when index < 0.
@@ -418,7 +439,11 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 	}
 	*budget -= int(n)
 	var out []T
-	if c := int(min(uint64(n), uint64(len(b)/minSize))); arena != nil && c <= maxCarve {
+	c := int(min(uint64(n), uint64(len(b)/minSize)))
+	if arena != nil && int(n) <= maxCarve && int(n) <= cap(*arena)-len(*arena) {
+		c = int(n) // room the arena already has costs nothing
+	}
+	if arena != nil && c <= maxCarve {
 		out = carve(arena, c)
 	} else {
 		out = make([]T, 0, c)
@@ -427,6 +452,17 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 		if skipNil && msgp.IsNil(b) {
 			b = b[1:]
 			continue
+		}
+		if len(out) == cap(out) && arena != nil && int(n) <= maxCarve {
+			// Elements smaller than minSize: grow from the arena, which
+			// keeps the room for the next Decode (BenchmarkDecoderSmallGroups).
+			need := min(2*cap(out)+16, int(n))
+			if cap(*arena)-len(*arena) < need {
+				// Sized to this array, not doubled: an arena past
+				// maxKeptGroups would be dropped, not kept.
+				*arena = make([]T, 0, need)
+			}
+			out = append(carve(arena, need), out...)
 		}
 		out = append(out, *new(T))
 		if b, err = elem(b, &out[len(out)-1]); err != nil {
@@ -541,9 +577,17 @@ func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
 		case gDuration:
 			g.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case gOkSummary:
-			g.Ok, b, err = d.readSummary(b)
+			if d.scratch != nil {
+				b, err = d.readWire(b, g, false)
+			} else {
+				g.Ok, b, err = d.readSummary(b)
+			}
 		case gErrorSummary:
-			g.Err, b, err = d.readSummary(b)
+			if d.scratch != nil {
+				b, err = d.readWire(b, g, true)
+			} else {
+				g.Err, b, err = d.readSummary(b)
+			}
 		case gSynthetics:
 			k.Synthetics, b, err = msgp.ReadBoolBytes(b)
 		case gTopLevelHits:

@@ -329,6 +329,15 @@ func FuzzDecodePayload(f *testing.F) {
 			err == nil && !samePayload(p, pd) {
 			t.Fatalf("Decoder.Decode after another payload = %v, %v; DecodePayload = %v, %v", pd, errD, p, err)
 		}
+		// With WireSketches, the same, summaries left on the wire.
+		wd := Decoder{WireSketches: true}
+		if _, err := wd.Decode(smallPayload(), MaxGroups); err != nil {
+			t.Fatal(err)
+		}
+		if pw, errW := wd.Decode(b, MaxGroups); (err == nil) != (errW == nil) ||
+			err != nil && err.Error() != errW.Error() || err == nil && !samePayload(p, fromWire(t, &wd, pw)) {
+			t.Fatalf("Decoder.Decode with WireSketches = %v, %v; DecodePayload = %v, %v", pw, errW, p, err)
+		}
 		if err != nil {
 			return
 		}

@@ -124,13 +124,7 @@ func check(p *writer.Payload, now uint64) error {
 		for gi := range b.Groups {
 			g := &b.Groups[gi]
 			var err error
-			var ok, bad uint64
-			if g.Ok != nil {
-				ok = g.Ok.Count()
-			}
-			if g.Err != nil {
-				bad = g.Err.Count()
-			}
+			ok, bad := sketchCounts(g)
 			switch {
 			case g.Errors > g.Hits:
 				err = errErrorsGtHits
@@ -148,4 +142,19 @@ func check(p *writer.Payload, now uint64) error {
 		}
 	}
 	return nil
+}
+
+// sketchCounts is how many values g's ok and error summaries hold, on the
+// wire or decoded.
+func sketchCounts(g *writer.Group) (ok, bad uint64) {
+	if g.Wire != nil {
+		return g.Wire.Ok.Count(), g.Wire.Err.Count()
+	}
+	if g.Ok != nil {
+		ok = g.Ok.Count()
+	}
+	if g.Err != nil {
+		bad = g.Err.Count()
+	}
+	return ok, bad
 }

@@ -214,21 +214,27 @@ func TestSequences(t *testing.T) {
 	expect("f complete", gaps+1, 2, 2)
 }
 
-// TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty
-// maps) would decode into 20 000 Groups of a few hundred bytes each; it is
-// rejected as malformed having allocated a small multiple of its size.
-func TestEmptyGroupsCannotAmplify(t *testing.T) {
+// groupsDatagram is a datagram of one bucket up to the header of its
+// array of n groups, which the caller appends.
+func groupsDatagram(start, dur uint64, n int) []byte {
 	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
 	b = msgp.AppendMapHeader(b, 1)
 	b = msgp.AppendString(b, "Stats")
 	b = msgp.AppendArrayHeader(b, 1)
 	b = msgp.AppendMapHeader(b, 3)
 	b = msgp.AppendString(b, "Start")
-	b = msgp.AppendUint64(b, uint64(time.Now().UnixNano()))
+	b = msgp.AppendUint64(b, start)
 	b = msgp.AppendString(b, "Duration")
-	b = msgp.AppendUint64(b, 1e9)
+	b = msgp.AppendUint64(b, dur)
 	b = msgp.AppendString(b, "Stats")
-	b = msgp.AppendArrayHeader(b, 20000)
+	return msgp.AppendArrayHeader(b, uint32(n))
+}
+
+// TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty
+// maps) would decode into 20 000 Groups of a few hundred bytes each; it is
+// rejected as malformed having allocated a small multiple of its size.
+func TestEmptyGroupsCannotAmplify(t *testing.T) {
+	b := groupsDatagram(uint64(time.Now().UnixNano()), 1e9, 20000)
 	for range 20000 {
 		b = msgp.AppendMapHeader(b, 0)
 	}
@@ -244,5 +250,84 @@ func TestEmptyGroupsCannotAmplify(t *testing.T) {
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16*uint64(len(b)) {
 		t.Fatalf("a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
+	}
+}
+
+// wideSketchDatagram is a datagram of n minimal groups (hits 1 and an ok
+// summary, no labels: all one key) whose summaries hold two values at the
+// ends of the indexable range: a ~45-byte sparse summary whose decoded
+// store spans MaxBins bins (8 KiB). With invalidLast, the last group has
+// more errors than hits, so the datagram is rejected after every summary
+// is read.
+func wideSketchDatagram(n int, invalidLast bool) []byte {
+	var s aggregate.Sketch
+	s.Add(1)
+	s.Add(1 << 62)
+	summary := writer.AppendSketch(nil, &s)
+	b := groupsDatagram(w0, 10*sec, n)
+	for i := range n {
+		errs := uint64(0)
+		if invalidLast && i == n-1 {
+			errs = 3
+		}
+		b = msgp.AppendMapHeader(b, 3)
+		b = msgp.AppendString(b, "Hits")
+		b = msgp.AppendUint64(b, 2)
+		b = msgp.AppendString(b, "Errors")
+		b = msgp.AppendUint64(b, errs)
+		b = msgp.AppendString(b, "OkSummary")
+		b = msgp.AppendBytes(b, summary)
+	}
+	return b
+}
+
+// TestWideSketchesCannotAmplify: summaries of a few dozen bytes each
+// decode into stores of 8 KiB; a datagram of 900 of them, merged
+// into one group or rejected at its last group, costs a small multiple
+// of its size, not a store per summary (8 MiB).
+func TestWideSketchesCannotAmplify(t *testing.T) {
+	const n = 900
+	for _, invalid := range []bool{false, true} {
+		b := wideSketchDatagram(n, invalid)
+		if len(b) > DefaultMaxDatagram {
+			t.Fatalf("datagram of %d bytes, want at most %d", len(b), DefaultMaxDatagram)
+		}
+		r := newTestRelay(Config{})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := r.Accept(b, 0, UDP)
+		runtime.ReadMemStats(&after)
+		if invalid {
+			var re *RejectError
+			if !errors.As(err, &re) || re.Reason != Invalid {
+				t.Fatalf("Accept = %v, want an invalid reject", err)
+			}
+		} else if err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+		grew := after.TotalAlloc - before.TotalAlloc
+		t.Logf("invalid=%v: %d-byte datagram allocated %d bytes (%.1f×)", invalid, len(b), grew, float64(grew)/float64(len(b)))
+		if grew > 16*uint64(len(b)) {
+			t.Fatalf("invalid=%v: a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", invalid, len(b), grew, float64(grew)/float64(len(b)))
+		}
+		if invalid {
+			continue
+		}
+		s := checkAccounting(t, r)
+		if s.Groups != 1 || s.SpansReceived != 2*n {
+			t.Fatalf("held %d groups, %d spans; want 1 group of %d", s.Groups, s.SpansReceived, 2*n)
+		}
+		var want aggregate.Sketch
+		for range n {
+			want.Add(1)
+			want.Add(1 << 62)
+		}
+		g := harvestAll(t, r)[0].Buckets[0].Groups[0]
+		for _, q := range []float64{0, 0.5, 1} {
+			if g.Ok.Count() != want.Count() || g.Ok.Quantile(q) != want.Quantile(q) {
+				t.Fatalf("merged sketch: count %d, q%v %v; want %d, %v", g.Ok.Count(), q, g.Ok.Quantile(q), want.Count(), want.Quantile(q))
+			}
+		}
 	}
 }

@@ -50,21 +50,49 @@ func labelBytes(g *writer.Group) int {
 	return groupBytes(g) + 16*(len(g.PeerTags)+len(g.SpanDerivedPrimaryTags)+len(g.AdditionalMetricTags))
 }
 
-// newGroupBytes is what holding g as a new label group costs: its decoded
-// sketches move in with it.
+// newGroupBytes is about what holding g as a new label group costs: its
+// summaries are added to sketches of their own (see WireSketch.HeapBytes).
 func newGroupBytes(g *writer.Group) int {
-	return groupOverhead + labelBytes(g) + sketchBytes(g.Ok) + sketchBytes(g.Err)
+	n := groupOverhead + labelBytes(g)
+	if g.Wire != nil {
+		n += g.Wire.Ok.HeapBytes() + g.Wire.Err.HeapBytes()
+	}
+	return n
 }
 
 // mergeGrows reports whether merging g into held raises what held takes.
 func mergeGrows(held, g *writer.Group) bool {
-	grows := func(h, o *aggregate.Sketch) bool {
-		if o == nil || o.Count() == 0 {
+	if g.Wire == nil {
+		return false
+	}
+	grows := func(h *aggregate.Sketch, o *writer.WireSketch) bool {
+		if o.Count() == 0 {
 			return false
 		}
-		return h == nil || h.MergeGrows(o)
+		lo, hi, bins := o.Bins()
+		return h == nil || bins && h.RangeGrows(lo, hi)
 	}
-	return grows(held.Ok, g.Ok) || grows(held.Err, g.Err)
+	return grows(held.Ok, &g.Wire.Ok) || grows(held.Err, &g.Wire.Err)
+}
+
+// addSketches adds g's summaries to held's sketches, creating them as
+// needed.
+func addSketches(dec *writer.Decoder, held, g *writer.Group) {
+	if g.Wire == nil {
+		return
+	}
+	for _, p := range [...]struct {
+		into **aggregate.Sketch
+		w    *writer.WireSketch
+	}{{&held.Ok, &g.Wire.Ok}, {&held.Err, &g.Wire.Err}} {
+		if p.w.Count() == 0 {
+			continue
+		}
+		if *p.into == nil {
+			*p.into = new(aggregate.Sketch)
+		}
+		dec.AddSketch(*p.into, p.w)
+	}
 }
 
 // headerBytes is what an identity's owned header takes: its strings and
@@ -142,6 +170,7 @@ type state struct {
 // every group's hashes are computed, outside the lock.
 type prepared struct {
 	p        *writer.Payload
+	dec      *writer.Decoder // p's, for its summaries (AddSketch)
 	idHash   uint64
 	full     []uint64 // per group with hits, in payload order
 	typeless []uint64
@@ -223,25 +252,15 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			case s.groups >= groupLimit:
 				fold = true
 			default:
-				// A new group takes the decoded sketches (ours: moved, not
-				// copied), which the decoder may have built in a wide
-				// sketch's store: it keeps only what its values need.
-				for _, sk := range [...]*aggregate.Sketch{g.Ok, g.Err} {
-					if sk != nil {
-						sk.Trim()
-					}
-				}
-				cost := newGroupBytes(g)
-				if s.bytes+newCost(cost) > byteLimit {
+				if s.bytes+newCost(newGroupBytes(g)) > byteLimit {
 					fold = true
 					break
 				}
+				// Its sketches are counted as they grow, below.
 				w, id = s.window(pp, id, w, ws, b)
 				i = w.add(g, gh, gth)
-				w.groups[i].Ok, w.groups[i].Err = g.Ok, g.Err
-				g.Ok, g.Err = nil, nil
 				s.groups++
-				s.hold(w, cost)
+				s.hold(w, groupOverhead+labelBytes(&w.groups[i]))
 			}
 			if fold {
 				i = -1
@@ -275,6 +294,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			held := &w.groups[i]
 			before := sketchBytes(held.Ok) + sketchBytes(held.Err)
 			held.Merge(&g.Entry)
+			addSketches(pp.dec, held, g)
 			if i != w.overflow { // an overflow group's sketches are reserved
 				s.hold(w, sketchBytes(held.Ok)+sketchBytes(held.Err)-before)
 			}

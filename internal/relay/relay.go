@@ -111,8 +111,9 @@ type Relay struct {
 	seed        uint64
 	ov          overflowHashes
 	// Per-datagram scratch, reused: *hasher (its buffers) and
-	// *writer.Decoder (its payload, sketches and slices: at most ~400 KB
-	// kept each, see writer.maxKeptGroups), held until the merge ends.
+	// *writer.Decoder (its payload, slices and scratch sketch: at most
+	// ~500 KB kept each, see writer.maxKeptGroups), held until the merge
+	// ends: the payload's summaries are added from its bytes.
 	hashers, decoders sync.Pool
 
 	datagrams, bytes [NumTransports]atomic.Uint64
@@ -155,7 +156,9 @@ func New(c Config) *Relay {
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup)
 	r.hashers.New = func() any { return &hasher{seed: r.seed} }
-	r.decoders.New = func() any { return new(writer.Decoder) }
+	// Summaries stay on the wire until merged: decoding a datagram builds
+	// no sketch store (TestWideSketchesCannotAmplify).
+	r.decoders.New = func() any { return &writer.Decoder{WireSketches: true} }
 	return r
 }
 
@@ -242,6 +245,7 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	}
 	h := r.hashers.Get().(*hasher)
 	pp := prepare(p, h)
+	pp.dec = dec
 	sender := h.runtimeID(p.RuntimeID)
 	r.merge(&pp, env, sequenced, sender, mismatch, now.UnixNano())
 	r.hashers.Put(h) // after the merge: pp holds h's hashes

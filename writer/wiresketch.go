@@ -1,0 +1,98 @@
+// This file owns WireSketch: a group's summary validated but left in its
+// wire bytes, for a receiver that adds it to sketches it already holds.
+
+package writer
+
+import (
+	"bytes"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// WireSketch is one summary of a decoded group, validated but left as it
+// came on the wire: what a Decoder with WireSketches set hands out instead
+// of a Sketch. Its values go straight into a sketch the caller holds
+// (Decoder.AddSketch), so decoding builds no store per summary: a summary
+// of a few dozen bytes with values at both ends of the range decodes into
+// an 8 KiB store, and a datagram of them into megabytes
+// (TestWideSketchesCannotAmplify in internal/relay). Its bytes alias the
+// decoded input. The zero value is an empty summary.
+type WireSketch struct {
+	b      []byte
+	count  uint64
+	lo, hi int32 // lowest and highest index with a count (none: hi < lo, or count 0)
+}
+
+// GroupSketches are the two summaries of a group on the wire.
+type GroupSketches struct{ Ok, Err WireSketch }
+
+// Count is the number of values in the summary, as Sketch.Count of it
+// decoded.
+func (w *WireSketch) Count() uint64 { return w.count }
+
+// Bins returns the lowest and highest bin index holding a value, as
+// Sketch.Bins of it decoded has them; ok is false when it holds none (it is
+// empty, or holds only zeros).
+func (w *WireSketch) Bins() (lo, hi int, ok bool) {
+	return int(w.lo), int(w.hi), w.count > 0 && w.hi >= w.lo
+}
+
+// HeapBytes is about what a new Sketch takes once the summary is added to
+// it (see aggregate.StoreBytes); 0 for an empty summary.
+func (w *WireSketch) HeapBytes() int {
+	if w.count == 0 {
+		return 0
+	}
+	return aggregate.StoreBytes(int(w.hi) - int(w.lo) + 1)
+}
+
+// AddSketch adds the values of w, a summary of the payload the last Decode
+// returned, to into, as merging its decoded sketch would.
+func (dec *Decoder) AddSketch(into *aggregate.Sketch, w *WireSketch) {
+	if w.count == 0 {
+		return
+	}
+	if err := decodeSketch(w.b, into, &dec.kept); err != nil {
+		panic("BUG: writer: a summary that validated does not decode: " + err.Error())
+	}
+}
+
+// readWire reads a summary as readSummary does, into g.Wire's Ok (or Err,
+// with isErr) as a WireSketch: decoded once into the decoder's scratch
+// sketch, to validate it and read its count and range, which then empties.
+func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
+	var w WireSketch
+	var err error
+	if msgp.IsNil(b) {
+		b = b[1:]
+	} else {
+		var v []byte
+		if v, b, err = readBytes(b); err != nil {
+			return b, err
+		}
+		if len(v) > 0 && !bytes.Equal(v, emptySketch) {
+			s := d.scratch
+			err = d.decodeSketch(v, s)
+			if err == nil && s.Count() > 0 {
+				w = WireSketch{b: v, count: s.Count(), hi: -1}
+				if lo, counts := s.Bins(); len(counts) > 0 {
+					w.lo, w.hi = int32(lo), int32(lo+len(counts)-1)
+				}
+			}
+			s.Reset()
+		}
+	}
+	if g.Wire == nil {
+		ws := carve(d.wireArena, 1)[:1]
+		ws[0] = GroupSketches{}
+		g.Wire = &ws[0]
+	}
+	if isErr {
+		g.Wire.Err = w
+	} else {
+		g.Wire.Ok = w
+	}
+	return b, err
+}

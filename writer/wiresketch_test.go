@@ -1,0 +1,138 @@
+package writer
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// fromWire is pw (decoded with WireSketches by dec) with every group's
+// summaries added by AddSketch to sketches of their own, as Decode without
+// WireSketches would have decoded them; it fails t on a group whose Ok or
+// Err is set, or whose WireSketch disagrees with its own sketch.
+func fromWire(t *testing.T, dec *Decoder, pw *Payload) *Payload {
+	t.Helper()
+	c := *pw
+	c.Buckets = slices.Clone(pw.Buckets)
+	for i := range c.Buckets {
+		gs := slices.Clone(c.Buckets[i].Groups)
+		for j := range gs {
+			g := &gs[j]
+			if g.Ok != nil || g.Err != nil {
+				t.Fatalf("group %d/%d: WireSketches left a decoded sketch", i, j)
+			}
+			if g.Wire == nil {
+				continue
+			}
+			for _, p := range [...]struct {
+				into **aggregate.Sketch
+				w    *WireSketch
+			}{{&g.Ok, &g.Wire.Ok}, {&g.Err, &g.Wire.Err}} {
+				if p.w.Count() == 0 {
+					if lo, hi, ok := p.w.Bins(); ok || p.w.HeapBytes() != 0 {
+						t.Fatalf("group %d/%d: empty summary with bins %d..%d (%v), %d bytes", i, j, lo, hi, ok, p.w.HeapBytes())
+					}
+					continue
+				}
+				s := new(aggregate.Sketch)
+				dec.AddSketch(s, p.w)
+				lo, counts := s.Bins()
+				wlo, whi, ok := p.w.Bins()
+				if s.Count() != p.w.Count() || ok != (len(counts) > 0) || ok && (wlo != lo || whi != lo+len(counts)-1) {
+					t.Fatalf("group %d/%d: summary of count %d, bins %d..%d (%v); decoded: count %d, bins from %d, %d",
+						i, j, p.w.Count(), wlo, whi, ok, s.Count(), lo, len(counts))
+				}
+				if s.HeapBytes() > p.w.HeapBytes() {
+					t.Fatalf("group %d/%d: sketch of %d bytes, summary says about %d", i, j, s.HeapBytes(), p.w.HeapBytes())
+				}
+				*p.into = s
+			}
+			g.Wire = nil
+		}
+		c.Buckets[i].Groups = gs
+	}
+	return &c
+}
+
+// TestDecoderWireSketches: with WireSketches, a Decoder gives the payload
+// a plain Decode gives, its summaries left on the wire and added by
+// AddSketch to the same sketches, a wide one included, also after
+// decoding another payload.
+func TestDecoderWireSketches(t *testing.T) {
+	e := goldenEntry
+	e.Ok, e.Err = sketchOf(1, 1<<62), sketchOf(0, 0) // as wide as a store goes; zeros only
+	wide := AppendPayload(nil, &testHeader, []Bucket{{Start: 1, Duration: 2, Groups: []*aggregate.Entry{&e}}})
+	dec := Decoder{WireSketches: true}
+	for _, b := range [][]byte{smallPayload(), wide, smallPayload()} {
+		want, err := DecodePayload(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw, err := dec.Decode(b, MaxGroups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fromWire(t, &dec, pw); !samePayload(got, want) {
+			t.Fatalf("WireSketches: %+v; want %+v", got, want)
+		}
+	}
+}
+
+// minimalGroups is a payload of n groups holding only hits and a summary:
+// about 60 bytes each, less than a Decoder preallocates for.
+func minimalGroups(n int) []byte {
+	summary := AppendSketch(nil, sketchOf(1, 1<<62))
+	b := msgp.AppendMapHeader(nil, 1)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, uint32(n))
+	for range n {
+		b = msgp.AppendMapHeader(b, 2)
+		b = msgp.AppendString(b, "Hits")
+		b = msgp.AppendUint64(b, 2)
+		b = msgp.AppendString(b, "OkSummary")
+		b = msgp.AppendBytes(b, summary)
+	}
+	return b
+}
+
+// TestDecoderSmallGroupsReuse: a Decoder with WireSketches decodes a
+// payload of groups smaller than it preallocates for, again and again,
+// without allocating: its arenas keep the room the first Decode grew, and
+// no summary builds a store.
+func TestDecoderSmallGroupsReuse(t *testing.T) {
+	b := minimalGroups(900)
+	dec := Decoder{WireSketches: true}
+	if _, err := dec.Decode(b, MaxGroups); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		p, err := dec.Decode(b, MaxGroups)
+		if err != nil || len(p.Buckets[0].Groups) != 900 || p.Buckets[0].Groups[899].Wire.Ok.Count() != 2 {
+			t.Fatalf("Decode = %v, %v", p, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Decode, want 0", allocs)
+	}
+}
+
+// BenchmarkDecoderSmallGroups decodes minimalGroups(900) (wide
+// summaries, ~60-byte groups) with a reused Decoder, summaries on the wire.
+func BenchmarkDecoderSmallGroups(b *testing.B) {
+	body := minimalGroups(900)
+	dec := Decoder{WireSketches: true}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkPayload, sinkErr = dec.Decode(body, MaxGroups)
+	}
+	if sinkErr != nil {
+		b.Fatal(sinkErr)
+	}
+}
