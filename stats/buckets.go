@@ -75,6 +75,9 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 // is over, and arms the timer for the next close.
 func (c *consumer) tick() {
 	t := c.clock()
+	if c.steppedBack(t) {
+		c.realign(t)
+	}
 	for !t.Before(c.boundary) {
 		c.shift(t)
 	}
@@ -87,6 +90,31 @@ func (c *consumer) tick() {
 	}
 	c.closeDue(t)
 	c.timer.Reset(c.due().Sub(t))
+}
+
+// steppedBack reports whether the wall clock has gone back since the timer
+// was armed by more than the longest wait it is armed for (an interval):
+// a step, as an NTP correction or a restored VM makes, not a slew. The
+// buckets follow the wall clock, so without realign the timer would wait
+// until the clock is back where it was, and no report would go out.
+func (c *consumer) steppedBack(t time.Time) bool {
+	return c.due().Sub(t) > c.interval
+}
+
+// realign reports the open buckets as they stand, the current one to its
+// nominal end, and starts the buckets again on t.
+func (c *consumer) realign(t time.Time) {
+	n := 0
+	if c.prevOpen {
+		c.tabs[n], c.buckets[n] = c.prev, bucketOf(c.prevStart, c.prevEnd)
+		c.prevOpen = false
+		n++
+	}
+	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, c.boundary)
+	c.report(n+1, nil)
+	c.start = t.Truncate(c.interval)
+	c.setFloor(c.start)
+	c.ctr.clockStepsBack.Add(1)
 }
 
 // closeDue moves on to the next bucket if the current one has ended, and

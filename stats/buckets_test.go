@@ -276,3 +276,55 @@ func TestSpanEndValues(t *testing.T) {
 		}
 	}
 }
+
+// TestClockStepBack: the wall clock going back an hour (a step, as an NTP
+// correction or a restored VM makes) does not stall reports for that hour.
+// The tick that sees it reports the open buckets as they stand, the
+// current one to its nominal end, restarts the buckets on the new time and
+// arms the timer within an interval; the next report comes an interval
+// later. Nothing is lost or late; ClockStepsBack counts the step. A Flush
+// that sees a step does the same, then reports the new bucket up to now.
+func TestClockStepBack(t *testing.T) {
+	const iv = 10 * time.Second
+	for _, viaFlush := range []bool{false, true} {
+		d := newDriven(t, iv, epoch.Add(3*time.Second))
+		d.publish("before", epoch.Add(4*time.Second))
+		d.at(epoch.Add(6 * time.Second))
+		back := epoch.Add(-time.Hour + 7*time.Second)
+		d.publish("after", back)
+		var done chan error
+		if viaFlush {
+			done = make(chan error, 1)
+			d.now = back
+			d.c.flush(done)
+		} else {
+			d.at(back)
+		}
+		got := d.reports(epoch)
+		if len(got) == 0 || got[0].start != 0 || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["before"] != 1 {
+			t.Fatalf("flush %v: at the step back: %v; want [0s +10s) map[before:1] first", viaFlush, got)
+		}
+		if wait := d.c.due().Sub(d.now); wait <= 0 || wait > iv {
+			t.Fatalf("flush %v: timer armed for %v after the step, want at most %v", viaFlush, wait, iv)
+		}
+		if viaFlush {
+			// The flush also reports the new bucket up to now.
+			if len(got) != 2 || got[1].start != -time.Hour || got[1].length != 7*time.Second || got[1].hits["after"] != 1 {
+				t.Fatalf("flush: %v; want [0s +10s) map[before:1], [-1h +7s) map[after:1]", got)
+			}
+		} else if len(got) != 1 {
+			t.Fatalf("at the step back: %v; want only [0s +10s)", got)
+		}
+		d.at(back.Truncate(iv).Add(iv + iv/graceDivisor))
+		got = d.reports(epoch)
+		switch {
+		case viaFlush && len(got) != 0:
+			t.Fatalf("flush: an interval later: %v; want nothing more", got)
+		case !viaFlush && (len(got) != 1 || got[0].start != -time.Hour || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["after"] != 1):
+			t.Fatalf("an interval later: %v; want [-1h +10s) map[after:1]", got)
+		}
+		if h := d.a.Health(); h.ClockStepsBack != 1 || h.Counted != 2 || h.LateSpans != 0 {
+			t.Fatalf("flush %v: clock steps %d, counted %d, late %d; want 1, 2, 0", viaFlush, h.ClockStepsBack, h.Counted, h.LateSpans)
+		}
+	}
+}

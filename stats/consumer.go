@@ -316,6 +316,9 @@ func (c *consumer) drainAll() {
 }
 
 func (c *consumer) flush(done chan error) {
+	if t := c.clock(); c.steppedBack(t) {
+		c.realign(t) // before the spans stamped on the new time are read
+	}
 	c.drainAll()
 	t := c.clock()
 	c.closeDue(t)

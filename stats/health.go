@@ -56,6 +56,11 @@ type Health struct {
 	// LateSpans were counted in the oldest open bucket because they ended
 	// before it began (see Span.Start); they are part of Counted.
 	LateSpans uint64
+	// ClockStepsBack counts the times the consumer found the wall clock
+	// gone back by more than an interval: each time it reported the open
+	// buckets as they stood and started new ones on the new time, rather
+	// than wait for the clock to come back to report again.
+	ClockStepsBack uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).
 	PeerTagsCut uint64
@@ -134,7 +139,7 @@ type counters struct {
 
 	// Written by the consumer goroutine only.
 	counted, overflowed, recycled, cleared, entries, aggDropped atomic.Uint64
-	stopUndrained, late                                         atomic.Uint64
+	stopUndrained, late, clockStepsBack                         atomic.Uint64
 	collapsedSpans                                              atomic.Uint64
 	collapsed                                                   [aggregate.NumFields]atomic.Uint64
 	// Written by the sender (and the consumer when it drops a report).
@@ -223,6 +228,7 @@ func (a *Aggregator) Health() Health {
 		AggregateDropped: c.aggDropped.Load(),
 		StopUndrained:    c.stopUndrained.Load(),
 		LateSpans:        c.late.Load(),
+		ClockStepsBack:   c.clockStepsBack.Load(),
 		Counted:          c.counted.Load(),
 		Overflowed:       c.overflowed.Load(),
 		Recycled:         c.recycled.Load(),

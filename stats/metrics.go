@@ -56,6 +56,7 @@ func (m *emitter) emit(h Health) {
 	count("spans.overflowed", h.Overflowed, l.Overflowed)
 	count("spans.cleared", h.Cleared, l.Cleared)
 	count("spans.late", h.LateSpans, l.LateSpans)
+	count("clock.steps_back", h.ClockStepsBack, l.ClockStepsBack)
 	count("peer_tags.cut", h.PeerTagsCut, l.PeerTagsCut)
 	count("labels.truncated", h.LabelsTruncated, l.LabelsTruncated)
 	for f := range aggregate.NumFields {
