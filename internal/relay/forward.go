@@ -52,6 +52,9 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 	return f
 }
 
+// allWindows is a boundary after every window, ended or not.
+var allWindows = time.Unix(0, 1<<62)
+
 // run forwards at every boundary plus the grace until stop ends; then, once
 // Run closes final, it forwards everything held and gives pending retries a
 // last attempt.
@@ -72,11 +75,23 @@ func (f *forwarder) run(stop context.Context) {
 		}
 		select {
 		case <-tick.C:
-			f.forward(boundary)
+			// The wall clock gone back by more than an interval (a step:
+			// an NTP correction, a restored VM) would stall forwarding
+			// until it is back at the boundary: forward everything held
+			// and realign on the new time.
+			stepped := boundary.Sub(cfg.Now()) > cfg.Interval
+			if stepped {
+				f.s.clockStepsBack.Add(1)
+				f.s.log.Warn("statsrelay: the wall clock went back; forwarding everything held and realigning the intervals",
+					"expected_after", boundary, "now", cfg.Now())
+				f.forward(allWindows)
+			} else {
+				f.forward(boundary)
+			}
 			now := cfg.Now()
 			f.trouble.check(f.s.troubleCounters(), now, false)
 			boundary = boundary.Add(cfg.Interval)
-			if now.Sub(boundary) >= cfg.Interval { // the process was paused: realign
+			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
 				boundary = now.Truncate(cfg.Interval).Add(cfg.Interval)
 			}
 			tick.Reset(boundary.Add(cfg.Grace).Sub(now))
@@ -84,7 +99,7 @@ func (f *forwarder) run(stop context.Context) {
 			f.client.RunDue(time.Now())
 		case <-stop.Done():
 			<-f.final
-			f.forward(time.Unix(0, 1<<62)) // every window, ended or not
+			f.forward(allWindows)
 			f.client.Final()
 			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)
 			return

@@ -182,6 +182,9 @@ type Server struct {
 	// lastRound is how long the last forward round took (ns), rounds how
 	// many there were.
 	lastRound, rounds atomic.Int64
+	// clockStepsBack counts the forward rounds that found the wall clock
+	// gone back by more than an interval.
+	clockStepsBack atomic.Uint64
 }
 
 // batchStack is the free read batches, last in first out: the batch just

@@ -1034,3 +1034,56 @@ func sendIdentities(t *testing.T, conn net.Conn, runtime string, n int, hits uin
 		}
 	}
 }
+
+// TestClockStepBackKeepsForwarding: the relay's wall clock stepping back an
+// hour does not stall forwarding for that hour. The round that finds the
+// step forwards everything held (spans merged before it) and realigns on
+// the new time; spans stamped on the new time reach the agent an interval
+// or so later, not an hour; statsrelay_clock_steps_back_total counts it.
+func TestClockStepBackKeepsForwarding(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(resource string, hits uint64) {
+		h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: resource}, Hits: hits, Duration: 10 * hits}
+		start := uint64(now().Truncate(time.Second).UnixNano())
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("before", 3)
+	waitFor(t, "the first datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	offset.Store(int64(-time.Hour))
+	waitFor(t, "the round after the step", func() bool { return s.Relay().Stats().SpansForwarded == 3 })
+	send("after", 4)
+	waitFor(t, "the second datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
+	waitFor(t, "the next round", func() bool { return s.Relay().Stats().SpansForwarded == 7 })
+	got := map[string]uint64{}
+	for _, p := range statstest.Accepted(ag.Requests()) {
+		for _, b := range p.Payload.Buckets {
+			for _, g := range b.Groups {
+				got[g.Resource] += g.Hits
+			}
+		}
+	}
+	if len(got) != 2 || got["before"] != 3 || got["after"] != 4 {
+		t.Fatalf("the agent got %v; want before:3 after:4", got)
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "\nstatsrelay_clock_steps_back_total 1\n") {
+		t.Fatalf("no statsrelay_clock_steps_back_total 1 in:\n%s", rec.Body.String())
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
