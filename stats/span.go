@@ -27,7 +27,10 @@ type Span struct {
 	// ServiceSource says where the service name came from (wire key srv_src).
 	ServiceSource string
 	// PeerTags are "key:value" pairs; kept only for client, producer and
-	// consumer spans, as a set (order does not matter).
+	// consumer spans, as a set (order does not matter). Of an internal span
+	// or one without kind, only "_dd.base_service:<service>" is kept (with
+	// a value): the agent's one peer tag for a span whose service was
+	// overridden, naming the service it would otherwise have had.
 	PeerTags []string
 	// Start is the span's start (unix ns); Duration its length (ns). Spans
 	// with Duration <= 0 are not counted. A span is counted in the bucket
@@ -51,6 +54,7 @@ var (
 	kindClient   = kindWord("client")
 	kindProducer = kindWord("producer")
 	kindConsumer = kindWord("consumer")
+	kindInternal = kindWord("internal")
 )
 
 // kindWord returns a kind of 6 or 8 bytes as one little-endian word with
@@ -95,6 +99,24 @@ func keepsPeerTags(kind string) bool {
 		return true
 	}
 	return false
+}
+
+// baseServicePrefix starts the one peer tag kept of an internal span or
+// one without kind, as the agent's peerTagKeysToAggregateForSpan does.
+const baseServicePrefix = "_dd.base_service:"
+
+// baseServiceTag returns the first "_dd.base_service:" tag with a value of
+// an internal span, or one without kind, and whether there is one.
+func baseServiceTag(kind string, tags []string) (string, bool) {
+	if kind != "" && kindWord(kind) != kindInternal {
+		return "", false
+	}
+	for _, t := range tags {
+		if len(t) > len(baseServicePrefix) && strings.HasPrefix(t, baseServicePrefix) {
+			return t, true
+		}
+	}
+	return "", false
 }
 
 // MaxPeerTags is the most peer tags of one span that are looked at: the
@@ -147,7 +169,8 @@ func spanEnd(start, duration int64) int64 {
 
 // Snapshot writes into r what Publish queues in the inbox for s: its key
 // fields and measurements, its end, the peer tags of a client, producer or
-// consumer span up to MaxPeerTags, and each label cut to its limit. r must
+// consumer span up to MaxPeerTags (of an internal span, its base service
+// tag), and each label cut to its limit. r must
 // be zero, as a claimed inbox slot is: fields that stay zero are not
 // written. It returns how many peer tags it left out and how many labels it
 // cut (Health.PeerTagsCut, Health.LabelsTruncated). It is for feeding an
@@ -174,7 +197,9 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 		max(len(s.SpanKind), len(s.HTTPMethod), len(s.HTTPEndpoint), len(s.GRPCStatusCode), len(s.ServiceSource)) > MaxTagLen {
 		cut.labels = truncateLabels(r)
 	}
-	if len(s.PeerTags) > 0 && keepsPeerTags(s.SpanKind) {
+	switch {
+	case len(s.PeerTags) == 0:
+	case keepsPeerTags(s.SpanKind):
 		tags := s.PeerTags
 		if len(tags) > MaxPeerTags {
 			cut.peerTags, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
@@ -188,6 +213,11 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 		if len(tags) > n {
 			r.ExtraPeerTags = append([]string(nil), tags[n:]...)
 			cut.labels += truncateAll(r.ExtraPeerTags, MaxTagLen)
+		}
+	default:
+		if t, ok := baseServiceTag(s.SpanKind, s.PeerTags); ok {
+			r.PeerTags[0], r.NumPeerTags = t, 1
+			cut.labels += truncateAll(r.PeerTags[:1], MaxTagLen)
 		}
 	}
 	return cut

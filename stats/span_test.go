@@ -54,6 +54,31 @@ func TestPeerTagsOnlyForClientKinds(t *testing.T) {
 	}
 }
 
+// TestBaseServicePeerTag: of an internal span or one without kind, the
+// one peer tag kept is the first "_dd.base_service:" with a value, as the
+// agent keeps it; a server span keeps none, a client span all.
+func TestBaseServicePeerTag(t *testing.T) {
+	tags := []string{"peer.service:db", "_dd.base_service:", "_dd.base_service:web", "_dd.base_service:other"}
+	for _, tc := range []struct {
+		kind string
+		tags []string
+		want []string
+	}{
+		{"internal", tags, []string{"_dd.base_service:web"}},
+		{"Internal", tags, []string{"_dd.base_service:web"}},
+		{"", tags, []string{"_dd.base_service:web"}},
+		{"internal", tags[:2], nil},
+		{"server", tags, nil},
+		{"consumer", tags, tags},
+	} {
+		var r aggregate.Record
+		(&Span{SpanKind: tc.kind, PeerTags: tc.tags}).snapshot(&r)
+		if got := r.PeerTags[:r.NumPeerTags]; len(got) != len(tc.want) || len(got) > 0 && !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("kind %q, tags %q: kept %q, want %q", tc.kind, tc.tags, got, tc.want)
+		}
+	}
+}
+
 // TestPeerTagsAreCapped: a span with 10 000 peer tags keeps MaxPeerTags of
 // them, costs Publish a bounded copy, and the cut is counted; the span is
 // counted once.
