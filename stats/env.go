@@ -6,9 +6,9 @@
 package stats
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
 // Environment variables read for the Config fields left at their zero value.
@@ -149,29 +150,15 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 		}
 		ignore(EnvAgentURL, raw, "want http://host:port or unix:///path")
 	}
-	host, port := strings.TrimSpace(getenv(EnvAgentHost)), strings.TrimSpace(getenv(EnvAgentPort))
-	if port != "" {
-		// Digits only: Atoi takes "+8126", which no URL does.
-		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
-			ignore(EnvAgentPort, port, "want a port number")
-			port = ""
-		}
+	u, err := agentclient.HostPortURL(getenv(EnvAgentHost), getenv(EnvAgentPort))
+	if errors.Is(err, agentclient.ErrAgentPort) {
+		ignore(EnvAgentPort, strings.TrimSpace(getenv(EnvAgentPort)), "want a port number")
 	}
-	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
-		host = host[1 : len(host)-1] // an IPv6 address as written in URLs
+	if errors.Is(err, agentclient.ErrAgentHost) {
+		ignore(EnvAgentHost, strings.TrimSpace(getenv(EnvAgentHost)), "not a host name or address")
 	}
-	if host != "" || port != "" {
-		if host == "" {
-			host = "localhost"
-		}
-		if port == "" {
-			port = "8126"
-		}
-		u := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}).String()
-		if _, err := parseAgentURL(u); err == nil {
-			return u
-		}
-		ignore(EnvAgentHost, host, "not a host name or address")
+	if u != "" {
+		return u
 	}
 	if exists(DefaultAgentSocket) {
 		return "unix://" + DefaultAgentSocket

@@ -17,6 +17,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/relay"
 )
 
@@ -51,22 +52,39 @@ func main() {
 	}
 }
 
+// agentFromEnv is -agent's default, found as the tracers find the agent:
+// DD_TRACE_AGENT_URL, else DD_AGENT_HOST and DD_TRACE_AGENT_PORT (a relay
+// deployed with its pods' environment reaches the node's agent), else
+// relay.DefaultAgentURL. A bad host or port is an error ("" and the error),
+// reported at start unless -agent says where the agent is.
+func agentFromEnv(lookupEnv func(string) (string, bool)) (string, error) {
+	if v, _ := lookupEnv("DD_TRACE_AGENT_URL"); strings.TrimSpace(v) != "" {
+		return strings.TrimSpace(v), nil
+	}
+	host, _ := lookupEnv("DD_AGENT_HOST")
+	port, _ := lookupEnv("DD_TRACE_AGENT_PORT")
+	switch u, err := agentclient.HostPortURL(host, port); {
+	case err != nil:
+		return "", fmt.Errorf("DD_AGENT_HOST=%q DD_TRACE_AGENT_PORT=%q: %w (or give -agent)", host, port, err)
+	case u != "":
+		return u, nil
+	}
+	return relay.DefaultAgentURL, nil
+}
+
 // parseFlags reads the flags, then STATSRELAY_<NAME> for each flag not on
 // the command line (set to the empty string, it is empty: -unix and -udp
 // are then disabled).
 func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (options, error) {
 	var o options
 	c := &o.cfg
-	agent, _ := lookupEnv("DD_TRACE_AGENT_URL")
-	if agent == "" {
-		agent = relay.DefaultAgentURL
-	}
+	agent, agentErr := agentFromEnv(lookupEnv)
 	fs.StringVar(&c.UnixPath, "unix", relay.DefaultUnixPath, "Unix datagram socket to listen on; empty disables")
 	fs.StringVar(&o.mode, "socket-mode", "0660", "file mode of the Unix socket (octal)")
 	fs.StringVar(&c.UDPAddr, "udp", relay.DefaultUDPAddr, "UDP address to listen on; empty disables")
 	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
-	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else "+relay.DefaultAgentURL+")")
+	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+")")
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
 	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")
@@ -98,6 +116,9 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	})
 	if err := errors.Join(errs...); err != nil {
 		return o, err
+	}
+	if agentErr != nil && c.AgentURL == "" { // neither -agent nor STATSRELAY_AGENT
+		return o, agentErr
 	}
 	mode, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil || mode > 0o777 || mode == 0 {

@@ -46,8 +46,8 @@ func parse(args []string, env map[string]string) (options, error) {
 
 // TestFlagsAndEnvironment: defaults, STATSRELAY_<NAME> for a flag not
 // given (empty disables a socket), the flag winning over the variable,
-// DD_TRACE_AGENT_URL as the agent's default, and clear errors naming the
-// bad input.
+// DD_TRACE_AGENT_URL (else DD_AGENT_HOST, DD_TRACE_AGENT_PORT) as the
+// agent's default, and clear errors naming the bad input.
 func TestFlagsAndEnvironment(t *testing.T) {
 	o, err := parse(nil, nil)
 	if err != nil {
@@ -77,6 +77,28 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		c.StopDrain != 250*time.Millisecond || o.stopTimeout != 30*time.Second || c.MaxHeldBytes != 64<<20 ||
 		c.ForwardParallel != 3 || c.SpinWait >= 0 {
 		t.Fatalf("flag over env, env over default: %+v", c)
+	}
+	// DD_AGENT_HOST and DD_TRACE_AGENT_PORT when DD_TRACE_AGENT_URL is
+	// not set, as the tracers read them; bad, they fail the start unless
+	// -agent is given.
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DD_AGENT_HOST": "10.0.0.7"}, "http://10.0.0.7:8126"},
+		{map[string]string{"DD_AGENT_HOST": "[fd00::7]", "DD_TRACE_AGENT_PORT": "18126"}, "http://[fd00::7]:18126"},
+		{map[string]string{"DD_TRACE_AGENT_PORT": "18126"}, "http://localhost:18126"},
+		{map[string]string{"DD_AGENT_HOST": "10.0.0.7", "DD_TRACE_AGENT_URL": "http://agent:8126"}, "http://agent:8126"},
+	} {
+		if o, err := parse(nil, tc.env); err != nil || o.cfg.AgentURL != tc.want {
+			t.Errorf("%v: agent %q, %v; want %q", tc.env, o.cfg.AgentURL, err, tc.want)
+		}
+	}
+	if _, err := parse(nil, map[string]string{"DD_TRACE_AGENT_PORT": "+8126"}); err == nil || !strings.Contains(err.Error(), "DD_TRACE_AGENT_PORT") {
+		t.Errorf("a bad DD_TRACE_AGENT_PORT: error %v", err)
+	}
+	if o, err := parse([]string{"-agent", "http://a:1"}, map[string]string{"DD_AGENT_HOST": "a b"}); err != nil || o.cfg.AgentURL != "http://a:1" {
+		t.Errorf("-agent over a bad DD_AGENT_HOST: %q, %v", o.cfg.AgentURL, err)
 	}
 	o, err = parse([]string{"-udp", "", "-unix", ""}, nil)
 	if err != nil || o.cfg.UDPAddr != "-" || o.cfg.UnixPath != "-" {
