@@ -80,7 +80,7 @@ func (d *datagramOut) send(r *report, last bool) {
 	// CPU (a thousand processes flushing at once) is not a full socket.
 	patience := datagramPatience
 	pause := datagramFirstPause
-	var first error
+	var first, lastErr error
 	if r.headerOnly {
 		// The final flag without spans (consumer.sendFinal): one try, and
 		// neither a payload sent nor one dropped if it fails.
@@ -127,6 +127,16 @@ func (d *datagramOut) send(r *report, last bool) {
 			}
 		}
 		d.bufs.put(p.body)
+		lastErr = err
+	}
+	if r.fallback != nil {
+		if last && lastErr != nil {
+			// The final flag, and what was just dropped, on the header
+			// alone: one try, as for consumer.sendFinal's.
+			var none time.Duration
+			_ = d.write(part{body: r.fallback}, writer.FlagFinal, &none)
+		}
+		d.bufs.put(r.fallback)
 	}
 	if r.done != nil {
 		r.done <- first

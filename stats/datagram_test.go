@@ -295,6 +295,25 @@ func publishBigGroup(a *Aggregator) uint64 {
 	return n
 }
 
+// TestFinalFlagAfterOversizedLastPart: when Stop's last part is one group
+// over MaxDatagramBytes, dropped and counted, the final flag and that drop
+// still reach the relay, on a datagram of the header alone.
+func TestFinalFlagAfterOversizedLastPart(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	const limit = 40 << 10
+	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1})
+	big := publishBigGroup(a)
+	stop(t, a)
+	if h := a.Health(); h.PayloadsDropped != 1 || h.SpansUnsent != big {
+		t.Fatalf("Health: dropped %d payloads / %d spans, want 1 / %d", h.PayloadsDropped, h.SpansUnsent, big)
+	}
+	got := r.read(t)
+	last := got[len(got)-1]
+	if len(got) != 1 || !last.env.Final() || last.env.DroppedPayloads != 1 || uint64(last.env.DroppedSpans) != big || last.hits != 0 {
+		t.Fatalf("relay got %+v; want one datagram of no spans, final, telling of 1 payload / %d spans dropped", got, big)
+	}
+}
+
 // TestDatagramGroupOverLimit: a group too large alone for MaxDatagramBytes
 // is not sent over the limit (the relay would drop it as truncated while
 // this SDK counted it sent): its payload is dropped, counted, returned by

@@ -70,6 +70,12 @@ func (c *consumer) send(m int, done chan error) {
 	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
 	})
+	if c.stopping && c.packer.Reserve > 0 {
+		// To a relay: should the last part not be written (one group over
+		// the limit, the relay gone), the final flag and the drops go out
+		// on the header alone.
+		r.fallback = c.headerOnly()
+	}
 	c.queue(r)
 }
 
@@ -78,11 +84,15 @@ func (c *consumer) send(m int, done chan error) {
 // flag (the relay forgets this sender at once rather than after it idles)
 // and whatever was dropped since the previous datagram.
 func (c *consumer) sendFinal() {
+	c.queue(&report{parts: []part{{body: c.headerOnly()}}, final: true, headerOnly: true})
+}
+
+// headerOnly is a payload of the header alone, with room for the envelope.
+func (c *consumer) headerOnly() []byte {
 	h := c.header
 	h.Sequence = c.nextSeq()
 	body := c.bufs.get(c.packer.Reserve + writer.HeaderSize(&h))
-	body = writer.AppendPayload(body[:c.packer.Reserve], &h, nil)
-	c.queue(&report{parts: []part{{body: body}}, final: true, headerOnly: true})
+	return writer.AppendPayload(body[:c.packer.Reserve], &h, nil)
 }
 
 // queue hands r to the sender, or drops it, counted, when the send queue
@@ -100,6 +110,9 @@ func (c *consumer) queue(r *report) {
 			return
 		case <-c.abort:
 		}
+	}
+	if r.fallback != nil {
+		c.bufs.put(r.fallback)
 	}
 	if r.headerOnly {
 		c.bufs.put(r.parts[0].body) // no span in it, nothing to count

@@ -34,6 +34,9 @@ type report struct {
 	// headerOnly: a relay's final flag when Stop had no group left, one
 	// part of the header alone (consumer.sendFinal); HTTP never gets one.
 	headerOnly bool
+	// fallback (to a relay, Stop's report): a payload of the header alone
+	// that carries the final flag if the last part is not written.
+	fallback []byte
 }
 
 type part struct {
