@@ -168,7 +168,14 @@ func (c *consumer) reportAll(t time.Time, done chan error) {
 		c.prevOpen = false
 		n++
 	}
-	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, t)
+	end := t
+	if !t.After(c.start) {
+		// The clock went back (by less than steppedBack sees) or did not
+		// move since the last report: a bucket of length 0 holding spans
+		// would be refused, so it runs to its nominal end.
+		end = c.boundary
+	}
+	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, end)
 	n++
 	if t.After(c.start) {
 		c.start = t

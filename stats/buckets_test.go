@@ -328,3 +328,21 @@ func TestClockStepBack(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushAfterSmallStepBack: a Flush that finds the clock gone back
+// behind the current bucket's start, by less than an interval, reports
+// that bucket to its nominal end, never with Duration 0 (which the relay
+// and the agent refuse) however many spans it holds.
+func TestFlushAfterSmallStepBack(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.at(epoch.Add(iv + 200*time.Millisecond)) // the current bucket starts at 10 s
+	d.publish("x", epoch.Add(iv+300*time.Millisecond))
+	d.at(epoch.Add(iv + 400*time.Millisecond))
+	d.now = epoch.Add(iv - 100*time.Millisecond) // the clock steps back 0.5 s
+	d.c.flush(make(chan error, 1))
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["x"] != 1 {
+		t.Fatalf("flush: %v; want [10s +10s) map[x:1]", got)
+	}
+}
