@@ -64,7 +64,9 @@ func Split(body []byte, alloc func(n int) []byte, emit func(body []byte, hits ui
 	}
 	groups, content := 0, 0
 	for i := range pl.Buckets {
-		content += bucketHeaderSize
+		if len(pl.Buckets[i].Groups) > 0 { // pack leaves empty buckets out
+			content += bucketHeaderSize
+		}
 		for j := range pl.Buckets[i].Groups {
 			groups++
 			content += pl.Buckets[i].Groups[j].Size()

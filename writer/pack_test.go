@@ -250,6 +250,25 @@ func TestSplit(t *testing.T) {
 	}
 }
 
+// TestSplitEmptyBuckets: empty buckets, which Pack leaves out, do not
+// count toward the half a part may take: two groups beside twenty empty
+// buckets still split in two.
+func TestSplitEmptyBuckets(t *testing.T) {
+	e1 := &aggregate.Entry{Key: aggregate.Key{Service: "s", Name: "a"}, Hits: 3}
+	e2 := &aggregate.Entry{Key: aggregate.Key{Service: "s", Name: "b"}, Hits: 4}
+	buckets := []Bucket{{Start: 1, Duration: 10, Groups: []*aggregate.Entry{e1, e2}}}
+	for i := range 20 {
+		buckets = append(buckets, Bucket{Start: uint64(100 + i), Duration: 10})
+	}
+	var parts []part
+	if err := Split(AppendPayload(nil, &testHeader, buckets), nil, collect(t, &parts)); err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 2 || parts[0].hits != 3 || parts[1].hits != 4 {
+		t.Fatalf("%d parts, want two of 3 and 4 hits", len(parts))
+	}
+}
+
 func TestSplitRejects(t *testing.T) {
 	one := AppendPayload(nil, &testHeader, []Bucket{{Groups: []*aggregate.Entry{&goldenEntry}}})
 	for name, tc := range map[string]struct {
