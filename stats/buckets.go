@@ -47,8 +47,16 @@ func (c *consumer) dest(s *aggregate.Record) int {
 // them in runs of one bucket.
 func (c *consumer) route(batch []*aggregate.Record) int {
 	done := 0
+	checked := false // the clock, once per batch that holds a late span
 	for done < len(batch) {
 		d := c.dest(batch[done])
+		if d == toLate && !checked {
+			// Spans stamped on a clock stepped back are late by the
+			// buckets of before: realigned, they are current.
+			checked = true
+			c.now()
+			d = c.dest(batch[done])
+		}
 		end := done + 1
 		for end < len(batch) && c.dest(batch[end]) == d {
 			end++
@@ -74,10 +82,7 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 // stream cannot hold it) before it closes the previous bucket if its grace
 // is over, and arms the timer for the next close.
 func (c *consumer) tick() {
-	t := c.clock()
-	if c.steppedBack(t) {
-		c.realign(t)
-	}
+	t := c.now()
 	for !t.Before(c.boundary) {
 		c.shift(t)
 	}
@@ -101,16 +106,29 @@ func (c *consumer) steppedBack(t time.Time) bool {
 	return c.due().Sub(t) > c.interval
 }
 
-// realign reports the open buckets as they stand, the current one to its
-// nominal end, and starts the buckets again on t.
+// now reads the clock, realigning first if it stepped back.
+func (c *consumer) now() time.Time {
+	t := c.clock()
+	if c.steppedBack(t) {
+		c.realign(t)
+	}
+	return t
+}
+
+// realign reports the open buckets as they stand and starts the buckets
+// again on t. They go out stamped as if they ended at t, each with its
+// nominal length: the clock that stamped them ran ahead (a correction
+// steps toward the true time), and a relay on the new clock refuses a
+// bucket that starts in its future.
 func (c *consumer) realign(t time.Time) {
 	n := 0
+	curLen := c.boundary.Sub(c.start)
 	if c.prevOpen {
-		c.tabs[n], c.buckets[n] = c.prev, bucketOf(c.prevStart, c.prevEnd)
+		c.tabs[n], c.buckets[n] = c.prev, bucketOf(t.Add(-curLen-c.prevEnd.Sub(c.prevStart)), t.Add(-curLen))
 		c.prevOpen = false
 		n++
 	}
-	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, c.boundary)
+	c.tabs[n], c.buckets[n] = c.table, bucketOf(t.Add(-curLen), t)
 	c.report(n+1, nil)
 	c.start = t.Truncate(c.interval)
 	c.setFloor(c.start)

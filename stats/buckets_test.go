@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -279,54 +280,103 @@ func TestSpanEndValues(t *testing.T) {
 
 // TestClockStepBack: the wall clock going back an hour (a step, as an NTP
 // correction or a restored VM makes) does not stall reports for that hour.
-// The tick that sees it reports the open buckets as they stand, the
-// current one to its nominal end, restarts the buckets on the new time and
-// arms the timer within an interval; the next report comes an interval
-// later. Nothing is lost or late; ClockStepsBack counts the step. A Flush
-// that sees a step does the same, then reports the new bucket up to now.
+// The first of the consumer's timer, a Flush, a drain of a span stamped on
+// the new time, or Stop to see it reports the open buckets as they stand,
+// stamped as ending now (a relay on the new clock refuses buckets from its
+// future), restarts the buckets on the new time and arms the timer within
+// an interval. Nothing is lost or late; ClockStepsBack counts the step; a
+// relay on the new clock accepts every report.
 func TestClockStepBack(t *testing.T) {
 	const iv = 10 * time.Second
-	for _, viaFlush := range []bool{false, true} {
+	for _, seen := range []string{"tick", "flush", "drain", "stop"} {
 		d := newDriven(t, iv, epoch.Add(3*time.Second))
 		d.publish("before", epoch.Add(4*time.Second))
 		d.at(epoch.Add(6 * time.Second))
 		back := epoch.Add(-time.Hour + 7*time.Second)
+		d.now = back
 		d.publish("after", back)
-		var done chan error
-		if viaFlush {
-			done = make(chan error, 1)
-			d.now = back
-			d.c.flush(done)
-		} else {
+		switch seen {
+		case "tick":
 			d.at(back)
+		case "flush":
+			d.c.flush(make(chan error, 1))
+		case "drain": // the run loop's drain, before the timer fires
+			d.c.drainAll()
+		case "stop":
+			d.c.finish()
 		}
-		got := d.reports(epoch)
-		if len(got) == 0 || got[0].start != 0 || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["before"] != 1 {
-			t.Fatalf("flush %v: at the step back: %v; want [0s +10s) map[before:1] first", viaFlush, got)
+		got := d.relayed(back)
+		if len(got) == 0 || got[0].start != -time.Hour-3*time.Second || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["before"] != 1 {
+			t.Fatalf("%s: at the step back: %v; want [-1h3s +10s) map[before:1] first", seen, got)
 		}
-		if wait := d.c.due().Sub(d.now); wait <= 0 || wait > iv {
-			t.Fatalf("flush %v: timer armed for %v after the step, want at most %v", viaFlush, wait, iv)
-		}
-		if viaFlush {
-			// The flush also reports the new bucket up to now.
+		switch seen {
+		case "flush", "stop": // they report the new bucket up to now too
 			if len(got) != 2 || got[1].start != -time.Hour || got[1].length != 7*time.Second || got[1].hits["after"] != 1 {
-				t.Fatalf("flush: %v; want [0s +10s) map[before:1], [-1h +7s) map[after:1]", got)
+				t.Fatalf("%s: %v; want [-1h3s +10s) map[before:1], [-1h +7s) map[after:1]", seen, got)
 			}
-		} else if len(got) != 1 {
-			t.Fatalf("at the step back: %v; want only [0s +10s)", got)
-		}
-		d.at(back.Truncate(iv).Add(iv + iv/graceDivisor))
-		got = d.reports(epoch)
-		switch {
-		case viaFlush && len(got) != 0:
-			t.Fatalf("flush: an interval later: %v; want nothing more", got)
-		case !viaFlush && (len(got) != 1 || got[0].start != -time.Hour || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["after"] != 1):
-			t.Fatalf("an interval later: %v; want [-1h +10s) map[after:1]", got)
+		default:
+			if len(got) != 1 {
+				t.Fatalf("%s: at the step back: %v; want only [-1h3s +10s)", seen, got)
+			}
 		}
 		if h := d.a.Health(); h.ClockStepsBack != 1 || h.Counted != 2 || h.LateSpans != 0 {
-			t.Fatalf("flush %v: clock steps %d, counted %d, late %d; want 1, 2, 0", viaFlush, h.ClockStepsBack, h.Counted, h.LateSpans)
+			t.Fatalf("%s: clock steps %d, counted %d, late %d; want 1, 2, 0", seen, h.ClockStepsBack, h.Counted, h.LateSpans)
+		}
+		if seen == "stop" {
+			continue
+		}
+		if wait := d.c.due().Sub(d.now); wait <= 0 || wait > iv {
+			t.Fatalf("%s: timer armed for %v after the step, want at most %v", seen, wait, iv)
+		}
+		d.at(back.Truncate(iv).Add(iv + iv/graceDivisor))
+		got = d.relayed(d.now)
+		switch {
+		case seen == "flush" && len(got) != 0:
+			t.Fatalf("flush: an interval later: %v; want nothing more", got)
+		case seen != "flush" && (len(got) != 1 || got[0].start != -time.Hour || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["after"] != 1):
+			t.Fatalf("%s: an interval later: %v; want [-1h +10s) map[after:1]", seen, got)
 		}
 	}
+}
+
+// relayed is reports, each payload also given to a relay whose clock
+// reads now, which must accept it.
+func (d *driven) relayed(now time.Time) []bucket {
+	d.t.Helper()
+	r := relay.New(relay.Config{Now: func() time.Time { return now }})
+	var bodies [][]byte
+	for done := false; !done; {
+		select {
+		case rep, ok := <-d.a.snd.in:
+			if !ok {
+				done = true
+				break
+			}
+			for _, p := range rep.parts {
+				if err := r.Accept(p.body, 0, relay.UDP); err != nil {
+					d.t.Fatalf("a relay on the clock refuses the report: %v", err)
+				}
+				bodies = append(bodies, p.body)
+			}
+		default:
+			done = true
+		}
+	}
+	var out []bucket
+	for _, body := range bodies {
+		pl, err := writer.DecodePayload(body)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		for _, b := range pl.Buckets {
+			got := bucket{start: time.Duration(int64(b.Start) - epoch.UnixNano()), length: time.Duration(b.Duration), hits: map[string]uint64{}}
+			for _, g := range b.Groups {
+				got.hits[g.Resource] += g.Hits
+			}
+			out = append(out, got)
+		}
+	}
+	return out
 }
 
 // TestFlushAfterSmallStepBack: a Flush that finds the clock gone back

@@ -316,9 +316,7 @@ func (c *consumer) drainAll() {
 }
 
 func (c *consumer) flush(done chan error) {
-	if t := c.clock(); c.steppedBack(t) {
-		c.realign(t) // before the spans stamped on the new time are read
-	}
+	c.now() // realigned before the spans stamped on the new time are read
 	c.drainAll()
 	t := c.clock()
 	c.closeDue(t)
@@ -370,7 +368,7 @@ func (c *consumer) finish() {
 	}
 	c.ctr.stopUndrained.Add(uint64(c.in.DiscardClosed()))
 	c.stopping = true
-	c.reportAll(c.clock(), nil)
+	c.reportAll(c.now(), nil)
 	if c.packer.Reserve > 0 && !c.finalSent && !c.halt.Load() {
 		c.sendFinal() // to a relay: the final flag goes out all the same
 	}
