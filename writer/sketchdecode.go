@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/bits"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -83,6 +84,29 @@ func decodeSketch(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount) e
 // general decoder's order, so the two leave into alike (FuzzDecodeSketch
 // compares them). It is most of what the relay decodes (BenchmarkAccept).
 func decodeCanonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount) bool {
+	return canonical(b, into, kept, nil)
+}
+
+// summary is what readWire needs of a summary it does not decode: its
+// count (saturating, as Sketch.Count) and the indexes of its lowest and
+// highest bins with a count (hi < lo: none).
+type summary struct {
+	count  uint64
+	lo, hi int
+}
+
+// add counts c more values; bins lo to hi hold them when c > 0.
+func (sm *summary) add(c uint64) {
+	t, carry := bits.Add64(sm.count, c, 0)
+	sm.count = t | -carry
+}
+
+// canonical is decodeCanonical; given sm (and a nil into) it also
+// summarizes b, without a store: validating a summary this way, not by
+// decoding it into a scratch sketch, is what keeps the relay's wire
+// summaries as cheap as decoding them once (BenchmarkAcceptSketches in
+// internal/relay).
+func canonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount, sm *summary) bool {
 	rest, ok := bytes.CutPrefix(b, emptySketch)
 	if !ok {
 		return false
@@ -95,7 +119,7 @@ func decodeCanonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount
 			return false
 		}
 		if store[0] == tagBinCounts {
-			return decodeCanonicalMap(store, rest, into, kept)
+			return decodeCanonicalMap(store, rest, into, kept, sm)
 		}
 		if store[0] != tagContiguous {
 			return false
@@ -118,6 +142,7 @@ func decodeCanonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount
 	// The scan of storeScan.field for one packed field, on a local: through
 	// its pointer it was slower (BenchmarkDecodeSketch).
 	st := storeScan{offset: offset, first: -1, last: -1}
+	var total summary
 	for i := 0; i < len(counts); i += 8 {
 		bits := binary.LittleEndian.Uint64(counts[i:])
 		if bits == 0 {
@@ -132,12 +157,21 @@ func decodeCanonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount
 				st.first, st.firstBits = i/8, bits
 			}
 			st.last, st.lastBits = i/8, bits
+			total.add(c)
 		}
 	}
 	if st.first >= 0 && (offset+st.first < minBinIndex || offset+st.last > maxBinIndex) {
 		return false
 	}
 	if into == nil {
+		if sm != nil {
+			total.add(zeros)
+			total.lo, total.hi = offset+st.first, offset+st.last
+			if st.first < 0 {
+				total.lo, total.hi = 0, -1
+			}
+			*sm = total
+		}
 		return true
 	}
 	if st.first >= 0 {
@@ -171,13 +205,14 @@ func canonicalZeros(rest []byte) (zeros uint64, ok bool) {
 // the highest and the lowest first, as addEnds does (bin by bin, the sketch
 // would grow its store at each: BenchmarkDecodePayload), then the rest in
 // wire order.
-func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount) bool {
+func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount, sm *summary) bool {
 	zeros, ok := canonicalZeros(rest)
 	if !ok {
 		return false
 	}
 	n, prev := 0, minBinIndex-1
 	var last uint64 // the highest bin's count
+	total := summary{hi: -1}
 	for b := store; len(b) > 0; n++ {
 		i, bits, next, ok := canonicalMapEntry(b)
 		if !ok || i <= prev || i > maxBinIndex || n >= MaxDecodedBins {
@@ -190,9 +225,20 @@ func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch, kept *[mapBu
 		if n < mapBuffer {
 			kept[n] = binCount{i, c}
 		}
+		if n == 0 {
+			total.lo = i
+		}
+		total.add(c)
 		prev, last, b = i, c, next
 	}
 	if into == nil {
+		if sm != nil {
+			if n > 0 {
+				total.hi = prev
+			}
+			total.add(zeros)
+			*sm = total
+		}
 		return true
 	}
 	if n > 0 {

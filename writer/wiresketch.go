@@ -32,9 +32,9 @@ type GroupSketches struct{ Ok, Err WireSketch }
 // decoded.
 func (w *WireSketch) Count() uint64 { return w.count }
 
-// Bins returns the lowest and highest bin index holding a value, as
-// Sketch.Bins of it decoded has them; ok is false when it holds none (it is
-// empty, or holds only zeros).
+// Bins returns the lowest and highest bin index holding a value (a Sketch
+// of them keeps at most aggregate.MaxBins: its lowest bins collapse); ok is
+// false when it holds none (it is empty, or holds only zeros).
 func (w *WireSketch) Bins() (lo, hi int, ok bool) {
 	return int(w.lo), int(w.hi), w.count > 0 && w.hi >= w.lo
 }
@@ -60,8 +60,9 @@ func (dec *Decoder) AddSketch(into *aggregate.Sketch, w *WireSketch) {
 }
 
 // readWire reads a summary as readSummary does, into g.Wire's Ok (or Err,
-// with isErr) as a WireSketch: decoded once into the decoder's scratch
-// sketch, to validate it and read its count and range, which then empties.
+// with isErr) as a WireSketch: validated and summarized (count, bin range)
+// in one scan of its counts when laid out as AppendSketch writes, else
+// decoded into the decoder's scratch sketch, which then empties.
 func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 	var w WireSketch
 	var err error
@@ -73,15 +74,21 @@ func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 			return b, err
 		}
 		if len(v) > 0 && !bytes.Equal(v, emptySketch) {
-			s := d.scratch
-			err = d.decodeSketch(v, s)
-			if err == nil && s.Count() > 0 {
-				w = WireSketch{b: v, count: s.Count(), hi: -1}
+			var sm summary
+			if !canonical(v, nil, d.kept, &sm) {
+				// Another layout than AppendSketch's: decoded in the
+				// scratch sketch to validate and summarize it.
+				s := d.scratch
+				err = decodeGeneral(v, s)
+				sm = summary{count: s.Count(), hi: -1}
 				if lo, counts := s.Bins(); len(counts) > 0 {
-					w.lo, w.hi = int32(lo), int32(lo+len(counts)-1)
+					sm.lo, sm.hi = lo, lo+len(counts)-1
 				}
+				s.Reset()
 			}
-			s.Reset()
+			if err == nil && sm.count > 0 {
+				w = WireSketch{b: v, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi)}
+			}
 		}
 	}
 	if g.Wire == nil {

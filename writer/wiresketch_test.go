@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -41,7 +43,8 @@ func fromWire(t *testing.T, dec *Decoder, pw *Payload) *Payload {
 				dec.AddSketch(s, p.w)
 				lo, counts := s.Bins()
 				wlo, whi, ok := p.w.Bins()
-				if s.Count() != p.w.Count() || ok != (len(counts) > 0) || ok && (wlo != lo || whi != lo+len(counts)-1) {
+				// A sketch keeps at most MaxBins bins: its lowest collapse.
+				if s.Count() != p.w.Count() || ok != (len(counts) > 0) || ok && (max(wlo, whi-aggregate.MaxBins+1) != lo || whi != lo+len(counts)-1) {
 					t.Fatalf("group %d/%d: summary of count %d, bins %d..%d (%v); decoded: count %d, bins from %d, %d",
 						i, j, p.w.Count(), wlo, whi, ok, s.Count(), lo, len(counts))
 				}
@@ -134,5 +137,41 @@ func BenchmarkDecoderSmallGroups(b *testing.B) {
 	}
 	if sinkErr != nil {
 		b.Fatal(sinkErr)
+	}
+}
+
+// TestWireSummaryMatchesDecode: the one-scan summary of a summary laid
+// out as AppendSketch writes it (contiguous or map, zeros or not, narrow
+// or collapsed) has the count and bin range of the sketch it encodes.
+func TestWireSummaryMatchesDecode(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	maps := 0
+	for i := range 3000 {
+		s := new(aggregate.Sketch)
+		for range r.IntN(60) {
+			s.Add(math.Exp(r.Float64() * float64(1+r.IntN(45))))
+		}
+		if r.IntN(4) == 0 {
+			s.AddZeros(uint64(r.IntN(5)))
+		}
+		b := AppendSketch(nil, s)
+		if len(b) > len(emptySketch) && b[len(emptySketch)] == tagPositive && b[len(emptySketch)+2] == tagBinCounts {
+			maps++
+		}
+		var sm summary
+		if !canonical(b, nil, new([mapBuffer]binCount), &sm) {
+			t.Fatalf("case %d: AppendSketch's layout not read as canonical", i)
+		}
+		lo, counts := s.Bins()
+		want := summary{count: s.Count(), lo: lo, hi: lo + len(counts) - 1}
+		if len(counts) == 0 {
+			want.lo, want.hi = 0, -1
+		}
+		if sm != want {
+			t.Fatalf("case %d: summary %+v, want %+v", i, sm, want)
+		}
+	}
+	if maps < 300 || maps > 2700 {
+		t.Fatalf("%d of 3000 summaries in map form: the cases do not cover both layouts", maps)
 	}
 }

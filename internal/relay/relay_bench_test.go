@@ -57,6 +57,31 @@ func BenchmarkAccept(b *testing.B) {
 	}
 }
 
+// BenchmarkAcceptSketches: a 16 KiB datagram of groups of 50 spans, each
+// latency in its own bin, as the relay benchmarks in bench/ send: the
+// summaries' cost, checked then added to the held sketches.
+func BenchmarkAcceptSketches(b *testing.B) {
+	durs := make([]float64, 50)
+	for i := range durs {
+		durs[i] = 1 + float64(i)*0.37
+	}
+	var es []*aggregate.Entry
+	var d, prev []byte
+	for len(d) <= 16<<10 {
+		es = append(es, entry(key(fmt.Sprintf("GET /api/v1/items/%d", len(es))), 50, 1, durs...))
+		prev, d = d, datagram(1, header("rt"), bucket(w0, 10*sec, es...))
+	}
+	r := newTestRelay(Config{})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(prev)))
+	for b.Loop() {
+		if err := r.Accept(prev, 0, UDP); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(es)-1), "ns/group")
+}
+
 var sinkBatches []Batch
 
 // BenchmarkAcceptHarvest: one interval of 100 16 KiB datagrams of
