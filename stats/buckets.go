@@ -15,6 +15,13 @@ func (c *consumer) begin(t time.Time) {
 	c.start = t.Truncate(c.interval)
 	c.setFloor(c.start)
 	c.timer = time.NewTimer(c.due().Sub(t))
+	c.armed = c.due()
+}
+
+// arm sets the timer for the next due time, t being now.
+func (c *consumer) arm(t time.Time) {
+	c.armed = c.due()
+	c.timer.Reset(c.armed.Sub(t))
 }
 
 // setFloor makes the current bucket the aligned interval from floor.
@@ -93,8 +100,11 @@ func (c *consumer) tick() {
 		}
 		n -= k
 	}
+	// Read again: a step back seen while draining realigned the buckets
+	// on a later clock than t, which closeDue must not undo.
+	t = c.now()
 	c.closeDue(t)
-	c.timer.Reset(c.due().Sub(t))
+	c.arm(t)
 }
 
 // steppedBack reports whether the wall clock has gone back since the timer
@@ -133,6 +143,7 @@ func (c *consumer) realign(t time.Time) {
 	c.start = t.Truncate(c.interval)
 	c.setFloor(c.start)
 	c.ctr.clockStepsBack.Add(1)
+	c.arm(t) // seen by a drain, the step must not wait for the old schedule
 }
 
 // closeDue moves on to the next bucket if the current one has ended, and

@@ -327,8 +327,8 @@ func TestClockStepBack(t *testing.T) {
 		if seen == "stop" {
 			continue
 		}
-		if wait := d.c.due().Sub(d.now); wait <= 0 || wait > iv {
-			t.Fatalf("%s: timer armed for %v after the step, want at most %v", seen, wait, iv)
+		if wait := d.c.armed.Sub(d.now); wait <= 0 || wait > iv || !d.c.armed.Equal(d.c.due()) {
+			t.Fatalf("%s: timer armed for %v after the step (due in %v), want at most %v", seen, wait, d.c.due().Sub(d.now), iv)
 		}
 		d.at(back.Truncate(iv).Add(iv + iv/graceDivisor))
 		got = d.relayed(d.now)
@@ -371,5 +371,52 @@ func TestFlushAfterSmallStepBack(t *testing.T) {
 	got := d.reports(epoch)
 	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["x"] != 1 {
 		t.Fatalf("flush: %v; want [10s +10s) map[x:1]", got)
+	}
+}
+
+// TestStepBackDuringTick: a step back seen by the tick's drain (the tick
+// read the clock just before it) realigns once, and the tick's closing
+// work, on the clock read again, does not move the buckets back onto the
+// old one.
+func TestStepBackDuringTick(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("before", epoch.Add(4*time.Second))
+	d.at(epoch.Add(6 * time.Second))
+	old := epoch.Add(iv)
+	back := old.Add(-time.Hour)
+	d.publish("after", back)
+	reads := 0
+	d.c.clock = func() time.Time {
+		if reads++; reads == 1 {
+			return old
+		}
+		return back
+	}
+	d.c.tick()
+	d.now = back.Add(time.Second)
+	d.c.clock = func() time.Time { return d.now }
+	d.c.now()
+	if h := d.a.Health(); h.ClockStepsBack != 1 || h.LateSpans != 0 || d.c.start.Sub(epoch) != -time.Hour+iv {
+		t.Fatalf("one step back counted %d times, %d late; buckets at %v, want 1, 0, -59m50s", h.ClockStepsBack, h.LateSpans, d.c.start.Sub(epoch))
+	}
+}
+
+// TestStopClosesDueBoundary: Stop after a boundary the timer has not
+// handled yet (the wall clock jumped ahead, or an hour's interval ended
+// as Stop came) reports the bucket that ended at the boundary as it is,
+// never one across it, which could outlast what a relay takes (an hour).
+func TestStopClosesDueBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		iv, at time.Duration
+	}{{10 * time.Second, 2 * time.Hour}, {time.Hour, time.Hour + time.Second}} {
+		d := newDriven(t, tc.iv, epoch.Add(3*time.Second))
+		d.publish("x", epoch.Add(4*time.Second))
+		d.now = epoch.Add(tc.at)
+		d.c.finish()
+		got := d.relayed(d.now)
+		if len(got) != 1 || got[0].start != 0 || got[0].length != tc.iv || got[0].hits["x"] != 1 {
+			t.Fatalf("interval %v, Stop at %v: %v; want [0s +%v) map[x:1]", tc.iv, tc.at, got, tc.iv)
+		}
 	}
 }

@@ -86,6 +86,7 @@ type consumer struct {
 	start     time.Time // start of the current bucket's report
 	boundary  time.Time // the current bucket's aligned end
 	timer     *time.Timer
+	armed     time.Time // when the timer fires, on the wall clock (tests read it)
 	poll      *time.Timer         // drainPeriod, while parked with spans below the mark
 	quiet     bool                // the last drainPeriod brought no span
 	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
@@ -318,10 +319,10 @@ func (c *consumer) drainAll() {
 func (c *consumer) flush(done chan error) {
 	c.now() // realigned before the spans stamped on the new time are read
 	c.drainAll()
-	t := c.clock()
+	t := c.now()
 	c.closeDue(t)
 	c.reportAll(t, done)
-	c.timer.Reset(c.due().Sub(t))
+	c.arm(t)
 }
 
 func (c *consumer) clear() {
@@ -367,8 +368,13 @@ func (c *consumer) finish() {
 		c.batch[0] = aggregate.Record{} // do not pin the span's strings
 	}
 	c.ctr.stopUndrained.Add(uint64(c.in.DiscardClosed()))
+	// A boundary the timer has not handled yet is closed first, as Flush
+	// does, so that no bucket spans it (or outlasts what a relay takes);
+	// before stopping is set, so that only the last report is final.
+	t := c.now()
+	c.closeDue(t)
 	c.stopping = true
-	c.reportAll(c.now(), nil)
+	c.reportAll(t, nil)
 	if c.packer.Reserve > 0 && !c.finalSent && !c.halt.Load() {
 		c.sendFinal() // to a relay: the final flag goes out all the same
 	}
