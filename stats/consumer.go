@@ -86,7 +86,7 @@ type consumer struct {
 	start     time.Time // start of the current bucket's report
 	boundary  time.Time // the current bucket's aligned end
 	timer     *time.Timer
-	armed     time.Time // when the timer fires, on the wall clock (tests read it)
+	armed     time.Time           // when the timer fires, on the wall clock (tests read it)
 	poll      *time.Timer         // drainPeriod, while parked with spans below the mark
 	quiet     bool                // the last drainPeriod brought no span
 	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
