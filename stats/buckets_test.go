@@ -420,3 +420,55 @@ func TestStopClosesDueBoundary(t *testing.T) {
 		}
 	}
 }
+
+// TestStopReportsWaitOrDropOnHalt: every report Stop makes, not only its
+// last (the bucket of a boundary the timer had not handled, the report of
+// a clock step), waits for a send queue full for a moment, and is dropped
+// and counted, not encoded, once Stop's context has given up (halt).
+func TestStopReportsWaitOrDropOnHalt(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("x", epoch.Add(4*time.Second))
+	d.now = epoch.Add(iv + iv/graceDivisor + time.Second) // the grace passed, unhandled
+	for range cap(d.a.snd.in) {
+		d.c.out <- &report{}
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		for range cap(d.a.snd.in) {
+			<-d.a.snd.in
+		}
+	}()
+	d.c.finish()
+	if got, h := d.reports(epoch), d.a.Health(); h.SpansUnsent != 0 || len(got) != 1 || got[0].hits["x"] != 1 {
+		t.Fatalf("Stop with time left: reported %v, SpansUnsent %d (%v); want x reported, 0 unsent", got, h.SpansUnsent, h.LastSendError)
+	}
+	for _, at := range []time.Time{epoch.Add(2 * iv), epoch.Add(-time.Hour)} {
+		d := newDriven(t, iv, epoch.Add(3*time.Second))
+		d.publish("x", epoch.Add(4*time.Second))
+		d.c.consume()
+		d.now = at
+		d.c.halt.Store(true)
+		d.c.finish()
+		if got, h := d.reports(epoch), d.a.Health(); len(got) != 0 || h.SpansUnsent != 1 {
+			t.Fatalf("Stop at %v after halt: queued %v, SpansUnsent %d; want nothing queued, 1 unsent", at.Sub(epoch), got, h.SpansUnsent)
+		}
+	}
+}
+
+// TestStopAfterUnhandledBoundary: Stop half a second after a boundary the
+// timer has not handled puts each span still queued in the bucket of its
+// end: the boundary is crossed before the inbox is read, as a tick does.
+func TestStopAfterUnhandledBoundary(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("x", epoch.Add(4*time.Second))
+	d.publish("y", epoch.Add(iv+300*time.Millisecond))
+	d.now = epoch.Add(iv + 500*time.Millisecond)
+	d.c.finish()
+	got := d.relayed(d.now)
+	if len(got) != 2 || got[0].start != 0 || got[0].length != iv || len(got[0].hits) != 1 || got[0].hits["x"] != 1 ||
+		got[1].start != iv || got[1].length != 500*time.Millisecond || len(got[1].hits) != 1 || got[1].hits["y"] != 1 {
+		t.Fatalf("%v; want [0s +10s) map[x:1], [10s +500ms) map[y:1]", got)
+	}
+}

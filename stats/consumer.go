@@ -92,8 +92,9 @@ type consumer struct {
 	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
-	stopping  bool                // Stop's final report: wait for the sender
-	finalSent bool                // a report went to the sender while stopping
+	stopping  bool                // Stop's reports: wait for the sender
+	final     bool                // Stop's last report: the relay's final flag
+	finalSent bool                // the final report went to the sender
 
 	// halt is set with abort, for AddBatch to look at between spans.
 	halt atomic.Bool
@@ -349,7 +350,18 @@ func (c *consumer) discard(entries []*aggregate.Entry) {
 // first, the spans still in the inbox are dropped unread and counted
 // (StopUndrained), and so is the last report unless it is already encoded.
 func (c *consumer) finish() {
+	// Every report from here waits for the sender, or is dropped once
+	// Stop gives up; only the last is final.
+	c.stopping = true
 	c.in.Close()
+	// Boundaries the timer has not handled yet are crossed before the
+	// spans are read, as tick does, so that a span lands in the bucket of
+	// its end and no bucket spans a boundary (or outlasts what a relay
+	// takes).
+	t := c.now()
+	for !t.Before(c.boundary) {
+		c.shift(t)
+	}
 	for !c.halt.Load() {
 		if c.consume() > 0 {
 			continue
@@ -368,12 +380,9 @@ func (c *consumer) finish() {
 		c.batch[0] = aggregate.Record{} // do not pin the span's strings
 	}
 	c.ctr.stopUndrained.Add(uint64(c.in.DiscardClosed()))
-	// A boundary the timer has not handled yet is closed first, as Flush
-	// does, so that no bucket spans it (or outlasts what a relay takes);
-	// before stopping is set, so that only the last report is final.
-	t := c.now()
+	t = c.now()
 	c.closeDue(t)
-	c.stopping = true
+	c.final = true
 	c.reportAll(t, nil)
 	if c.packer.Reserve > 0 && !c.finalSent && !c.halt.Load() {
 		c.sendFinal() // to a relay: the final flag goes out all the same

@@ -9,7 +9,7 @@ import "github.com/spanstats/spanstats/writer"
 // report encodes c.buckets[:n], whose groups are the entries of c.tabs[:n]
 // hit in them, into payloads no larger than the packer's limit, resets
 // those tables for their next interval and queues the payloads for the
-// sender. It never waits for the sender, but for Stop's final report: the
+// sender. It never waits for the sender, but for Stop's reports: the
 // consumer has nothing else left to do, and a send queue full for a moment
 // (the sender finishing a request) must not lose the last interval. That
 // wait ends when the sender takes the report or when Stop's context gives
@@ -65,12 +65,12 @@ func (c *consumer) report(n int, done chan error) {
 
 // send packs c.buckets[:m] and queues the payloads for the sender.
 func (c *consumer) send(m int, done chan error) {
-	r := &report{done: done, final: c.stopping}
-	c.finalSent = c.finalSent || c.stopping
+	r := &report{done: done, final: c.final}
+	c.finalSent = c.finalSent || c.final
 	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
 	})
-	if c.stopping && c.packer.Reserve > 0 {
+	if c.final && c.packer.Reserve > 0 {
 		// To a relay: should the last part not be written (one group over
 		// the limit, the relay gone), the final flag and the drops go out
 		// on the header alone.
