@@ -314,6 +314,33 @@ func TestFinalFlagAfterOversizedLastPart(t *testing.T) {
 	}
 }
 
+// TestFinalFlagWithShortJitter: Stop's report held by the sender for a
+// jitter that ends before the sender sees its queue closed still goes out
+// with the final flag (the sender's timer and the closed queue are ready
+// together, and either may be taken first).
+func TestFinalFlagWithShortJitter(t *testing.T) {
+	const iv = 10 * time.Second
+	for i := range 20 {
+		r := listenRelay(t, "unixgram")
+		a, err := New(Config{AgentURL: r.url, BucketInterval: iv, SendJitter: iv/graceDivisor + time.Nanosecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := epoch.Add(3 * time.Second)
+		d := &driven{t: t, a: a, c: a.cons, now: at}
+		d.c.clock = func() time.Time { return d.now }
+		d.c.begin(at)
+		d.publish("x", epoch.Add(4*time.Second))
+		d.c.finish()
+		a.snd.run()
+		d.c.timer.Stop()
+		got := r.read(t)
+		if len(got) != 1 || got[0].hits != 1 || !got[0].env.Final() {
+			t.Fatalf("run %d: relay got %+v; want one datagram of 1 span, final", i, got)
+		}
+	}
+}
+
 // TestDatagramGroupOverLimit: a group too large alone for MaxDatagramBytes
 // is not sent over the limit (the relay would drop it as truncated while
 // this SDK counted it sent): its payload is dropped, counted, returned by

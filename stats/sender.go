@@ -208,7 +208,7 @@ func (s *sender) run() {
 // sendHeld sends the first n held reports, in arrival order.
 func (s *sender) sendHeld(n int) {
 	for _, d := range s.delayed[:n] {
-		s.send(d.r, false)
+		s.send(d.r, d.r.final) // Stop's last, due before the queue's close is seen
 	}
 	s.delayed = slices.Delete(s.delayed, 0, n)
 }
