@@ -94,7 +94,13 @@ func (f *forwarder) run(stop context.Context) {
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
 				boundary = now.Truncate(cfg.Interval).Add(cfg.Interval)
 			}
-			tick.Reset(boundary.Add(cfg.Grace).Sub(now))
+			wait := boundary.Add(cfg.Grace).Sub(now)
+			if wait > cfg.Interval+cfg.Grace {
+				// Longer than any wait: the clock went back during the
+				// round. The next one, at once, sees the step.
+				wait = 0
+			}
+			tick.Reset(wait)
 		case <-retryC:
 			f.client.RunDue(time.Now())
 		case <-stop.Done():
