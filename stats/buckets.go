@@ -90,9 +90,7 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 // is over, and arms the timer for the next close.
 func (c *consumer) tick() {
 	t := c.now()
-	for !t.Before(c.boundary) {
-		c.shift(t)
-	}
+	c.crossBoundaries(t)
 	for n := c.in.Len(); n > 0; {
 		k := c.consume()
 		if k == 0 {
@@ -151,11 +149,16 @@ func (c *consumer) realign(t time.Time) {
 // A Flush may run after a due time but before the timer is handled; it
 // calls this first so that no bucket ever spans a boundary.
 func (c *consumer) closeDue(t time.Time) {
-	for !t.Before(c.boundary) {
-		c.shift(t)
-	}
+	c.crossBoundaries(t)
 	if c.prevOpen && !t.Before(c.graceEnd) {
 		c.closePrev()
+	}
+}
+
+// crossBoundaries shifts past every boundary t has reached.
+func (c *consumer) crossBoundaries(t time.Time) {
+	for !t.Before(c.boundary) {
+		c.shift(t)
 	}
 }
 

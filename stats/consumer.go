@@ -359,9 +359,7 @@ func (c *consumer) finish() {
 	// its end and no bucket spans a boundary (or outlasts what a relay
 	// takes).
 	t := c.now()
-	for !t.Before(c.boundary) {
-		c.shift(t)
-	}
+	c.crossBoundaries(t)
 	for !c.halt.Load() {
 		if c.consume() > 0 {
 			continue

@@ -79,16 +79,17 @@ func (f *forwarder) run(stop context.Context) {
 			// an NTP correction, a restored VM) would stall forwarding
 			// until it is back at the boundary: forward everything held
 			// and realign on the new time.
-			stepped := boundary.Sub(cfg.Now()) > cfg.Interval
+			now := cfg.Now()
+			stepped := boundary.Sub(now) > cfg.Interval
 			if stepped {
 				f.s.clockStepsBack.Add(1)
 				f.s.log.Warn("statsrelay: the wall clock went back; forwarding everything held and realigning the intervals",
-					"expected_after", boundary, "now", cfg.Now())
+					"expected_after", boundary, "now", now)
 				f.forward(allWindows)
 			} else {
 				f.forward(boundary)
 			}
-			now := cfg.Now()
+			now = cfg.Now()
 			f.trouble.check(f.s.troubleCounters(), now, false)
 			boundary = boundary.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign

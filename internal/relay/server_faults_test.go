@@ -202,6 +202,33 @@ func TestBurstOfThousandSenders(t *testing.T) {
 	checkIdentity(t, st)
 }
 
+// floodUDP starts three senders writing valid datagrams to the UDP
+// address as fast as they can, kept sending once the relay refuses them;
+// the function it returns stops them and waits (calling it again is a
+// no-op).
+func floodUDP(t *testing.T, addr string) (stop func()) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			c, err := net.Dial("udp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			d := validDatagram(uint64(g)<<32+1, 5)
+			for !done.Load() {
+				_, _ = c.Write(d)
+			}
+		})
+	}
+	return func() {
+		done.Store(true)
+		wg.Wait()
+	}
+}
+
 // TestStopDrainIsBounded: senders that never let the UDP socket empty do
 // not keep the relay from stopping: Run returns about StopDrain after its
 // context ends (the readers, one datagram per recvmmsg, then close the
@@ -212,26 +239,7 @@ func TestStopDrainIsBounded(t *testing.T) {
 	const drain = 100 * time.Millisecond
 	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
 		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: drain, Logger: slog.New(slog.DiscardHandler)})
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for g := range 3 {
-		wg.Go(func() {
-			c, err := net.Dial("udp", s.Addr(relay.UDP))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			d := validDatagram(uint64(g)<<32+1, 5)
-			for !stop.Load() {
-				_, _ = c.Write(d) // refused once the relay closes: kept sending
-			}
-		})
-	}
-	defer func() {
-		stop.Store(true)
-		wg.Wait()
-	}()
+	defer floodUDP(t, s.Addr(relay.UDP))()
 	waitFor(t, "the flood to reach the relay", func() bool { return s.Relay().Stats().Datagrams[relay.UDP] > 1000 })
 	start := time.Now()
 	done := make(chan struct{})
@@ -263,26 +271,8 @@ func TestStopLosesNothingSilently(t *testing.T) {
 	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: path, AgentURL: ag.URL(),
 		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: 3 * time.Second, SpinWait: -1,
 		Logger: slog.New(slog.DiscardHandler)})
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for g := range 3 {
-		wg.Go(func() {
-			c, err := net.Dial("udp", s.Addr(relay.UDP))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			d := validDatagram(uint64(g)<<32+1, 5)
-			for !stop.Load() {
-				_, _ = c.Write(d)
-			}
-		})
-	}
-	defer func() {
-		stop.Store(true)
-		wg.Wait()
-	}()
+	stopFlood := floodUDP(t, s.Addr(relay.UDP))
+	defer stopFlood()
 	waitFor(t, "the flood to reach the relay", func() bool { return s.Relay().Stats().Datagrams[relay.UDP] > 1000 })
 	snd, err := dgram.DialUnixgram(path, 0)
 	if err != nil {
@@ -296,7 +286,7 @@ func TestStopLosesNothingSilently(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // the Unix reader has drained its empty socket
 	werr := snd.Write(validDatagram(1, 1000))
-	stop.Store(true)
+	stopFlood()
 	<-done
 	st := s.Relay().Stats()
 	checkIdentity(t, st)
