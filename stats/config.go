@@ -16,6 +16,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/writer"
 )
 
 // Defaults for the zero values of Config.
@@ -152,7 +153,10 @@ type Config struct {
 	// ContainerID and EntityID are sent as Datadog-Container-ID and
 	// Datadog-Entity-ID headers when set (ContainerID also in the payload).
 	ContainerID, EntityID string
-	// Tags, GitCommitSha, ImageTag and ProcessTags are copied to the payload.
+	// Tags, GitCommitSha, ImageTag and ProcessTags are copied to the
+	// payload. Each payload repeats them: New refuses more than
+	// writer.MaxStrings tags, or a header over a quarter of MaxPayloadBytes
+	// (MaxDatagramBytes toward a relay).
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 
@@ -363,8 +367,25 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
+	// Every payload repeats the header: one that fills the limit leaves no
+	// room for a group, and every report would be dropped.
+	if len(c.Tags) > writer.MaxStrings {
+		return c, fmt.Errorf("%w: %d Tags, the agent and the relay decode at most %d", ErrBadConfig, len(c.Tags), writer.MaxStrings)
+	}
+	limit, name := c.MaxPayloadBytes, "MaxPayloadBytes"
+	if t.network != "" {
+		limit, name = c.MaxDatagramBytes, "MaxDatagramBytes"
+	}
+	h := headerOf(&c)
+	if n := writer.HeaderSize(&h); n > limit/maxHeaderShare {
+		return c, fmt.Errorf("%w: the payload header (Tags and the other identity fields) is %d bytes, over 1/%d of %s (%d)", ErrBadConfig, n, maxHeaderShare, name, limit)
+	}
 	return c, nil
 }
+
+// maxHeaderShare: the payload header may take at most this fraction of a
+// payload or datagram, leaving the rest for groups.
+const maxHeaderShare = 4
 
 // namedString is a string field of Config and its name, for errors.
 type namedString struct {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/stats/statstest"
+	"github.com/spanstats/spanstats/writer"
 )
 
 // The package's tests run intervals and /info polls in milliseconds; the
@@ -206,6 +207,59 @@ func TestUDPDatagramLimit(t *testing.T) {
 	}
 	if c, err := (Config{AgentURL: "unixgram:///run/relay.sock"}).withDefaults(); err != nil || c.MaxDatagramBytes != DefaultMaxDatagramBytes {
 		t.Errorf("unixgram: MaxDatagramBytes %d (%v), want %d", c.MaxDatagramBytes, err, DefaultMaxDatagramBytes)
+	}
+}
+
+// TestHeaderTooLarge: every payload repeats the header, so Tags that would
+// fill a quarter of the payload or datagram limit are refused by New,
+// naming the limit, and the largest header under it is accepted.
+func TestHeaderTooLarge(t *testing.T) {
+	tags := func(n int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprintf("tag%05d:%030d", i, i)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		url, limit string
+		max        int
+	}{
+		{"unixgram:///run/relay.sock", "MaxDatagramBytes", DefaultMaxDatagramBytes / 4},
+		{"udp://127.0.0.1:8127", "MaxDatagramBytes", MaxUDPDatagramBytes / 4},
+		{"http://127.0.0.1:8126", "MaxPayloadBytes", 1 << 20 / 4},
+	} {
+		cfg := Config{AgentURL: tc.url, RuntimeID: "r", MaxPayloadBytes: 1 << 20}
+		c, err := cfg.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := headerOf(&c)
+		base := writer.HeaderSize(&h)
+		h.Tags = tags(1)
+		per := writer.HeaderSize(&h) - base
+		n := (tc.max - base) / per // tags that fit
+		cfg.Tags = tags(n)
+		c, err = cfg.withDefaults()
+		if err != nil {
+			t.Fatalf("%s: %d tags: %v", tc.url, n, err)
+		}
+		if h := headerOf(&c); writer.HeaderSize(&h) > tc.max || writer.HeaderSize(&h) <= tc.max-per {
+			t.Fatalf("%s: %d tags make a header of %d bytes, want in (%d, %d]", tc.url, n, writer.HeaderSize(&h), tc.max-per, tc.max)
+		}
+		cfg.Tags = tags(n + 1)
+		_, err = cfg.withDefaults()
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.limit) {
+			t.Fatalf("%s: %d tags: %v, want ErrBadConfig naming %s", tc.url, n+1, err, tc.limit)
+		}
+	}
+	many := make([]string, writer.MaxStrings+1)
+	for i := range many {
+		many[i] = "a"
+	}
+	_, err := Config{Tags: many, MaxPayloadBytes: MaxMaxPayloadBytes}.withDefaults()
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Tags") {
+		t.Fatalf("%d tags: %v, want ErrBadConfig naming Tags", len(many), err)
 	}
 }
 
