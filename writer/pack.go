@@ -12,7 +12,7 @@ import (
 var ErrUnsplittable = errors.New("writer: a payload of one group cannot be split")
 
 // A Packer packs groups, in order, into complete payloads of at most Limit
-// bytes each. Each payload carries the header and, of each bucket, the
+// bytes and MaxBuckets buckets each. Each payload carries the header and, of each bucket, the
 // groups that fit, so a bucket may continue in the next payload; groups
 // are additive, so the agent (or a relay) sums them back. A group whose
 // payload alone exceeds Limit is still emitted, alone: it is never dropped,
@@ -90,12 +90,12 @@ func pack[S groupSource](p *Packer, h *Header, src S, emit func([]byte, uint64))
 		h = &emptyHeader
 	}
 	fixed := HeaderSize(h) - bucketHeaderSize
-	from, size, hits, groups := cut{}, fixed, uint64(0), 0
+	from, size, hits, groups, buckets := cut{}, fixed, uint64(0), 0, 0
 	flush := func(to cut) {
 		if groups > 0 {
 			emitPart(p, h, src, from, to, size, hits, emit)
 		}
-		from, size, hits, groups = to, fixed, 0, 0
+		from, size, hits, groups, buckets = to, fixed, 0, 0, 0
 	}
 	for i := range src.buckets() {
 		inPart := false // bucket i has a group in the current payload
@@ -108,11 +108,16 @@ func pack[S groupSource](p *Packer, h *Header, src S, emit func([]byte, uint64))
 			if !inPart {
 				gs += bucketHeaderSize
 			}
-			if groups > 0 && size+gs > p.Limit {
+			// At most MaxBuckets buckets a payload: one the decoder (a
+			// relay's, or Split's after a 413) refuses is never written.
+			if groups > 0 && (size+gs > p.Limit || !inPart && buckets == MaxBuckets) {
 				flush(cut{i, j})
 				if inPart {
 					gs += bucketHeaderSize
 				}
+			}
+			if !inPart || groups == 0 {
+				buckets++
 			}
 			size += gs
 			hits += e.Hits

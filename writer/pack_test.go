@@ -337,3 +337,30 @@ func TestPackReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestPackBucketLimit: a payload of more than MaxBuckets buckets (a relay
+// holding groups that differ only in Type puts each in its own bucket) is
+// packed into payloads of at most MaxBuckets buckets, whatever Limit, so
+// every one decodes, and so does Split's answer to a 413 for each.
+func TestPackBucketLimit(t *testing.T) {
+	e := tableEntries(t)[0]
+	pl := &Payload{Header: testHeader}
+	const n = 2*MaxBuckets + 3
+	for i := range n {
+		g := Group{Entry: *e}
+		g.Type = fmt.Sprintf("t%d", i)
+		pl.Buckets = append(pl.Buckets, DecodedBucket{Start: 10, Duration: 10, Groups: []Group{g}})
+	}
+	var parts []part
+	p := Packer{Limit: 1 << 30}
+	p.PackPayload(pl, collect(t, &parts))
+	if len(parts) != 3 || len(parts[0].p.Buckets) != MaxBuckets || len(parts[1].p.Buckets) != MaxBuckets || len(parts[2].p.Buckets) != 3 {
+		t.Fatalf("%d parts, want 3 of %d, %d and 3 buckets", len(parts), MaxBuckets, MaxBuckets)
+	}
+	checkParts(t, parts, pl.Buckets, &testHeader, 1<<30)
+	var split []part
+	if err := Split(parts[0].body, nil, collect(t, &split)); err != nil || len(split) < 2 {
+		t.Fatalf("Split of a part: %v, %d parts", err, len(split))
+	}
+	checkParts(t, split, parts[0].p.Buckets, &testHeader, len(parts[0].body))
+}
