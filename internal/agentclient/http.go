@@ -164,14 +164,16 @@ func (c *Client) post(p *Payload) error {
 	rh := req.Header
 	rh.Set("Content-Type", "application/msgpack")
 	if h != nil {
-		rh.Set("Datadog-Meta-Lang", h.Lang)
-		rh.Set("Datadog-Meta-Lang-Version", h.LangVersion)
-		rh.Set("Datadog-Meta-Tracer-Version", h.TracerVersion)
-		if h.ContainerID != "" {
-			rh.Set("Datadog-Container-ID", h.ContainerID)
-		}
-		if h.EntityID != "" {
-			rh.Set("Datadog-Entity-ID", h.EntityID)
+		// An unknown value is left out, not sent empty (a relay knows no
+		// sender's language version: the payload does not carry it).
+		for _, kv := range [...][2]string{
+			{"Datadog-Meta-Lang", h.Lang}, {"Datadog-Meta-Lang-Version", h.LangVersion},
+			{"Datadog-Meta-Tracer-Version", h.TracerVersion},
+			{"Datadog-Container-ID", h.ContainerID}, {"Datadog-Entity-ID", h.EntityID},
+		} {
+			if kv[1] != "" {
+				rh.Set(kv[0], kv[1])
+			}
 		}
 	}
 	resp, err := c.http.Do(req)

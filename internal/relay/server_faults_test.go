@@ -64,7 +64,7 @@ func TestOriginReachesAgent(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: procRoot(t), UDPAddr: "-"})
-	a, err := stats.New(stats.Config{AgentURL: "unixgram://" + srv.Addr(relay.Unix), Service: "web"})
+	a, err := stats.New(stats.Config{AgentURL: "unixgram://" + srv.Addr(relay.Unix), Service: "web", TracerVersion: "v1.2.3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +83,11 @@ func TestOriginReachesAgent(t *testing.T) {
 		reqs[0].Payload.ContainerID != testContainer {
 		t.Fatalf("container header %q, entity %q, payload %q; want %s", h.Get("Datadog-Container-ID"),
 			h.Get("Datadog-Entity-ID"), reqs[0].Payload.ContainerID, testContainer)
+	}
+	// The payload carries no language version: the relay sends no empty
+	// header for it.
+	if _, ok := h["Datadog-Meta-Lang-Version"]; ok || h.Get("Datadog-Meta-Lang") != "go" || h.Get("Datadog-Meta-Tracer-Version") != "v1.2.3" {
+		t.Fatalf("language headers %q", h)
 	}
 }
 
