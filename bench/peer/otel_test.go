@@ -84,6 +84,12 @@ var otelRows = []otelRow{
 	{name: "compute tax", kind: trace.SpanKindInternal, under: "local"},
 	{name: "compute tax", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{num("_dd.measured", 1)}},
 	{name: "job", kind: trace.SpanKindInternal},
+	// A service override: the agent's one peer tag of an internal span
+	// (peerTagKeysToAggregateForSpan), none of a server span.
+	{name: "work", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{num("_dd.measured", 1), str("_dd.base_service", "Web Base"), str("db.system", "redis")}},
+	{name: "job", kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{str("_dd.base_service", "web-base")}},
+	{name: "job", kind: trace.SpanKindUnspecified, attrs: []attribute.KeyValue{str("_dd.base_service", "web-base")}},
+	{name: "serve", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("_dd.base_service", "web-base"), str("peer.service", "db")}},
 	{name: "override", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("service.name", "Tax Engine!"), str("operation.name", "Web.Request"), str("resource.name", "custom res"), str("span.type", "worker")}},
 	{name: "nosvc", kind: trace.SpanKindServer, res: []attribute.KeyValue{str("deployment.environment.name", "prod")}},
 	{name: "ressvc", kind: trace.SpanKindClient, under: "local", res: []attribute.KeyValue{str("service.name", "Shop Front"), str("db.system", "redis")}, attrs: []attribute.KeyValue{str("db.statement", "DEL a b")}},

@@ -42,7 +42,10 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 	sp.SpanKind = kindName(kind)
 	sp.HTTPStatusCode = httpStatusCode(&v)
 	sp.GRPCStatusCode = grpcStatusCode(&v)
-	if kind == trace.SpanKindClient || kind == trace.SpanKindProducer || kind == trace.SpanKindConsumer {
+	// A server span has no peer tags; of an internal or kindless one
+	// stats.Span keeps only _dd.base_service (the agent's one peer tag for
+	// a span whose service was overridden).
+	if kind != trace.SpanKindServer {
 		sp.PeerTags = p.peerTags(&v, b[:0])
 	}
 
