@@ -59,7 +59,9 @@ func (c *consumer) report(n int, done chan error) {
 		return
 	}
 	if done != nil {
-		done <- err
+		// Through the sender, not answered here: it may hold an earlier
+		// report for its jitter, and Flush returns only once that is sent.
+		c.queue(&report{done: done, answer: err})
 	}
 }
 

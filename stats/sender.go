@@ -37,6 +37,9 @@ type report struct {
 	// fallback (to a relay, Stop's report): a payload of the header alone
 	// that carries the final flag if the last part is not written.
 	fallback []byte
+	// answer is done's outcome for a report without parts: a Flush that
+	// found nothing to send, once the reports held before it are sent.
+	answer error
 }
 
 type part struct {
@@ -183,6 +186,10 @@ func (s *sender) run() {
 				// Someone waits for it: send it now, after the reports
 				// still held, so that payloads leave in sequence order.
 				s.sendHeld(len(s.delayed))
+				if len(r.parts) == 0 {
+					r.done <- r.answer
+					continue
+				}
 				s.send(r, r.final)
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -636,7 +637,7 @@ func TestSendJitter(t *testing.T) {
 		}
 	}
 	flushed := time.Now()
-	in <- &report{done: make(chan error, 1)} // a Flush: not delayed
+	in <- &report{parts: []part{{}}, done: make(chan error, 1)} // a Flush: not delayed
 	waitFor(t, "the flushed report sent", sent(1))
 	if d := out.sent[0].Sub(flushed); d > jitter/2 {
 		t.Errorf("the report Flush waits for was sent %s after it was queued", d)
@@ -712,3 +713,72 @@ func (o *orderOut) send(r *report, _ bool) {
 func (o *orderOut) nextDue() (time.Time, bool) { return time.Time{}, false }
 func (o *orderOut) runDue(time.Time)           {}
 func (o *orderOut) stop()                      {}
+
+// TestFlushReleasesHeldReport: a Flush that finds nothing to send still
+// goes through the sender, which first sends the reports it holds for
+// their jitter: Flush returns once they are sent, with the consumer's
+// answer (here ErrAgentOff).
+func TestFlushReleasesHeldReport(t *testing.T) {
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	out := &orderOut{record: func(n int) { mu.Lock(); order = append(order, n); mu.Unlock() }}
+	in := make(chan *report, 4)
+	s := a.snd
+	s.out, s.in = out, in
+	go s.run()
+	in <- &report{parts: []part{{hits: 1}}} // held for up to 14 minutes
+	in <- &report{parts: []part{{hits: 2}}}
+	done := make(chan error, 1)
+	in <- &report{done: done, answer: ErrAgentOff} // a Flush with nothing to send
+	select {
+	case err := <-done:
+		mu.Lock()
+		got := fmt.Sprint(order)
+		mu.Unlock()
+		if !errors.Is(err, ErrAgentOff) || got != "[1 2]" {
+			t.Fatalf("Flush answered %v having sent %s; want ErrAgentOff after [1 2]", err, got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush not answered")
+	}
+	close(in)
+	<-s.done
+}
+
+// TestEmptyFlushSendsHeldReport: end to end, an interval's report held by
+// the jitter is at the agent when a Flush that found the table empty
+// returns.
+func TestEmptyFlushSendsHeldReport(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	const iv = 200 * time.Millisecond
+	a, err := New(Config{AgentURL: ag.URL(), BucketInterval: iv, SendJitter: iv / 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A seed whose first delay is over 70 of the sender's 80 ms.
+	for seed := uint64(1); ; seed++ {
+		if rand.New(rand.NewPCG(seed, seed)).Int64N(int64(a.snd.jitter)+1) > int64(70*time.Millisecond) {
+			a.snd.rng = rand.New(rand.NewPCG(seed, seed))
+			break
+		}
+	}
+	time.Sleep(time.Until(time.Now().Truncate(iv).Add(iv + 5*time.Millisecond)))
+	a.Start()
+	defer stop(t, a)
+	now := time.Now()
+	a.Publish(&Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Start: now.UnixNano() - 1e6, Duration: 1e6})
+	// The bucket closes a grace after its end; its report is then held
+	// for 70 to 80 ms.
+	time.Sleep(time.Until(now.Truncate(iv).Add(iv + iv/graceDivisor + 30*time.Millisecond)))
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if h, reqs := a.Health(), len(ag.Requests()); h.SpansSent != 1 || reqs != 1 {
+		t.Fatalf("Flush returned with %d spans sent, %d requests at the agent; want 1, 1", h.SpansSent, reqs)
+	}
+}
