@@ -105,6 +105,7 @@ func (d *datagramOut) send(r *report, last bool) {
 		}
 		for errors.Is(err, dgram.ErrNoRelay) && patience >= pause && d.ctx.Err() == nil {
 			d.ctr.payloadsFailed.Add(1)
+			d.ctr.payloadsRetried.Add(1)
 			// Jittered: a host's senders that lost the relay together must
 			// not retry together.
 			d.sleep(take(&patience, pause/2+rand.N(pause/2+1)))

@@ -224,6 +224,10 @@ func TestDatagramNoRelay(t *testing.T) {
 	if h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 0 {
 		t.Fatalf("dropped %d, unsent %d, sent %d; want 1 3 0", h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
 	}
+	// Every failed attempt but the last was retried, as over HTTP.
+	if h.PayloadsFailed < 2 || h.PayloadsRetried != h.PayloadsFailed-h.PayloadsDropped {
+		t.Fatalf("failed %d, retried %d, dropped %d; want retried = failed - dropped, some retries", h.PayloadsFailed, h.PayloadsRetried, h.PayloadsDropped)
+	}
 	checkConservation(t, h)
 }
 

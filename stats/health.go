@@ -78,7 +78,9 @@ type Health struct {
 	// A payload retried three times and then sent adds 3 here and 1 to
 	// PayloadsSent.
 	PayloadsFailed uint64
-	// PayloadsRetried counts attempts scheduled after a retryable failure.
+	// PayloadsRetried counts attempts scheduled after a retryable failure
+	// (toward a relay: a missing relay; a full socket's short waits are
+	// neither failures nor retries).
 	PayloadsRetried uint64
 	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
 	// timed out after the request was sent: the agent may have accepted
