@@ -38,6 +38,13 @@ var containerIDExp = regexp.MustCompile(
 // file ("hierarchy:controllers:path" lines; the first path that ends in a
 // container id wins), or "" for a process outside any container.
 func ContainerIDFromCgroup(r io.Reader) string {
+	id, _ := scanCgroup(r)
+	return id
+}
+
+// scanCgroup is ContainerIDFromCgroup with the read error, if the file
+// ended on one before a container id was found.
+func scanCgroup(r io.Reader) (string, error) {
 	sc := bufio.NewScanner(io.LimitReader(r, maxCgroupFile))
 	sc.Buffer(nil, maxCgroupFile)
 	for sc.Scan() {
@@ -54,10 +61,26 @@ func ContainerIDFromCgroup(r io.Reader) string {
 			continue
 		}
 		if m := containerIDExp.FindStringSubmatch(line[i+1+j+1:]); m != nil {
-			return m[1]
+			return m[1], nil
 		}
 	}
-	return ""
+	return "", sc.Err()
+}
+
+// alive tells whether <dir>/stat shows a process that has not exited: a
+// zombie's cgroup file lists only root paths, which would pass it for a
+// host process ("pid (comm) state ...", comm may hold any byte).
+func alive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state != 'Z' && state != 'X' && state != 'x'
 }
 
 // Origins maps sender pids to container ids by reading
@@ -88,8 +111,9 @@ func NewOrigins(procRoot string, now func() time.Time) *Origins {
 
 // ContainerID returns the container id of pid; known is false when its
 // cgroup file cannot be read (the process is gone, or not in this pid
-// namespace), and then id is "". A known "" is a process outside any
-// container.
+// namespace), or names no container while <pid>/stat does not show a live
+// process (a zombie's cgroup shows only root paths), and then id is "".
+// A known "" is a live process outside any container.
 func (o *Origins) ContainerID(pid int32) (id string, known bool) {
 	return o.containerIDAt(pid, o.now().UnixNano())
 }
@@ -107,9 +131,17 @@ func (o *Origins) containerIDAt(pid int32, now int64) (id string, known bool) {
 	// Read outside the lock: two workers may both read a new pid, which is
 	// cheaper than making every lookup wait for a file read.
 	e = origin{expires: now + int64(OriginTTL)}
-	if f, err := os.Open(filepath.Join(o.root, strconv.Itoa(int(pid)), "cgroup")); err == nil {
-		e.id, e.known = ContainerIDFromCgroup(f), true
+	dir := filepath.Join(o.root, strconv.Itoa(int(pid)))
+	if f, err := os.Open(filepath.Join(dir, "cgroup")); err == nil {
+		id, err := scanCgroup(f)
 		f.Close()
+		// A read that failed (the process exited meanwhile) is no answer,
+		// and "no container" only of a live process: else the payload's
+		// own claim stands (TestOriginOfExitedSender).
+		e.id, e.known = id, err == nil && (id != "" || alive(dir))
+		if !e.known {
+			e.id = ""
+		}
 	}
 	o.mu.Lock()
 	if len(o.m) >= MaxOrigins {

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,6 +57,82 @@ func writeCgroup(t *testing.T, root string, pid int32, c string) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(c), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	writeStat(t, dir, 'S')
+}
+
+// writeStat writes dir/stat of a process in state (comm with the ") "
+// a real one may hold).
+func writeStat(t *testing.T, dir string, state byte) {
+	stat := fmt.Sprintf("%s (a) b) %c 1 1 1 0 -1 4194560", filepath.Base(dir), state)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOriginOfExitedSender: a sender whose cgroup file names no container
+// is taken for a host process only while it lives; exited (a zombie: its
+// cgroup shows root paths only), gone, or its file unreadable, the answer
+// is unknown and the payload's own container id stands, uncorrected.
+func TestOriginOfExitedSender(t *testing.T) {
+	root := fakeProc(t, map[int32]string{201: cgroups["host"], 202: cgroups["host"], 203: cgroups["host"], 204: cgroups["docker"]})
+	writeStat(t, filepath.Join(root, "202"), 'Z')
+	if err := os.Remove(filepath.Join(root, "203", "stat")); err != nil {
+		t.Fatal(err)
+	}
+	// An id found is the process's, zombie or not.
+	writeStat(t, filepath.Join(root, "204"), 'Z')
+	// A cgroup that opens but does not read.
+	if err := os.MkdirAll(filepath.Join(root, "205", "cgroup"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeStat(t, filepath.Join(root, "205"), 'S')
+	o := NewOrigins(root, nil)
+	for pid, want := range map[int32]struct {
+		id    string
+		known bool
+	}{201: {"", true}, 202: {"", false}, 203: {"", false}, 204: {dockerID, true}, 205: {"", false}} {
+		if id, known := o.ContainerID(pid); id != want.id || known != want.known {
+			t.Errorf("pid %d: %q %v, want %q %v", pid, id, known, want.id, want.known)
+		}
+	}
+	r := newTestRelay(Config{Origins: o})
+	claims := header("a")
+	claims.ContainerID = gardenID
+	for i, pid := range []int32{201, 202, 205} {
+		mustAccept(t, r, datagram(uint64(i+1), claims, bucket(w0, 10*sec, entry(key("r"), 1<<i, 0))), pid, Unix)
+	}
+	got := map[string]uint64{}
+	for _, b := range harvestAll(t, r) {
+		got[b.ContainerID] += b.Hits
+	}
+	if s := r.Stats(); s.ContainerMismatches != 1 || got[""] != 1 || got[gardenID] != 6 {
+		t.Fatalf("mismatches %d, hits by container %v; want 1, only the live host sender's corrected", s.ContainerMismatches, got)
+	}
+}
+
+// TestAliveOnThisHost: this process's own /proc stat reads as alive, and
+// a child that exited but is not yet reaped (a zombie) does not.
+func TestAliveOnThisHost(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	if !alive(filepath.Join("/proc", strconv.Itoa(os.Getpid()))) {
+		t.Fatal("this process is not alive by its stat")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(dir) && time.Now().Before(deadline) { // it exits; nothing reaps it yet
+		time.Sleep(5 * time.Millisecond)
+	}
+	zombie := !alive(dir)
+	_ = cmd.Wait()
+	if !zombie {
+		t.Fatal("the exited child still reads as alive")
 	}
 }
 
