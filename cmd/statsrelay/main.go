@@ -82,7 +82,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.StringVar(&c.UnixPath, "unix", relay.DefaultUnixPath, "Unix datagram socket to listen on; empty disables")
 	fs.StringVar(&o.mode, "socket-mode", "0660", "file mode of the Unix socket (octal)")
 	fs.StringVar(&c.UDPAddr, "udp", relay.DefaultUDPAddr, "UDP address to listen on; empty disables")
-	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted)")
+	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted); 0 keeps the system's default")
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
 	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+")")
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
@@ -156,22 +156,33 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	if c.SpinWait == 0 {
 		c.SpinWait = -1 // ServerConfig's "never"; its zero is the default
 	}
+	if c.UDPRcvBuf == 0 {
+		c.UDPRcvBuf = -1 // ServerConfig's "the system's"; its zero is the default
+	}
 	return o, nil
 }
 
 // serve runs the relay and its HTTP endpoint until ctx ends.
 func serve(ctx context.Context, o options, log *slog.Logger) error {
 	o.cfg.Logger = log
-	srv, err := relay.NewServer(o.cfg)
-	if err != nil {
-		return err
-	}
+	// The HTTP port first: a busy one must fail the start before the
+	// sockets exist, or their file would stay behind.
+	var ln net.Listener
 	if o.httpAddr != "" {
-		metrics.ExposeMetadata(true)
-		ln, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.httpAddr); err != nil {
 			return fmt.Errorf("-http %s: %w", o.httpAddr, err)
 		}
+	}
+	srv, err := relay.NewServer(o.cfg)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return err
+	}
+	if ln != nil {
+		metrics.ExposeMetadata(true)
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()

@@ -202,6 +202,12 @@ func TestBinaryStartErrors(t *testing.T) {
 	if err := os.WriteFile(notSocket, []byte("an operator's file\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	sock := filepath.Join(t.TempDir(), "relay.sock")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -209,6 +215,7 @@ func TestBinaryStartErrors(t *testing.T) {
 	}{
 		{[]string{"-interval", "10ms"}, 2, "-interval 10ms"},
 		{[]string{"-unix", notSocket, "-udp", "", "-http", "", "-agent", ag.URL()}, 1, notSocket},
+		{[]string{"-unix", sock, "-udp", "", "-http", busy.Addr().String(), "-agent", ag.URL()}, 1, "-http " + busy.Addr().String()},
 	} {
 		b := startBinary(t, tc.args...)
 		if code := b.wait(t); code != tc.code || !strings.Contains(b.output(), tc.want) {
@@ -217,5 +224,8 @@ func TestBinaryStartErrors(t *testing.T) {
 	}
 	if got, err := os.ReadFile(notSocket); err != nil || string(got) != "an operator's file\n" {
 		t.Errorf("the file at the socket path after the refused start: %q, %v; want it untouched", got, err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a start failed on a busy -http left its socket file behind: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
 )
 
 // TestReaderSurvivesFailedReads: reads that fail with an unexpected error
@@ -47,4 +49,30 @@ func TestReaderSurvivesFailedReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the datagram sent after the failed reads", func() bool { return s.Relay().Stats().Datagrams[UDP] == 1 })
+}
+
+// TestUDPRcvBufSystemDefault: a negative UDPRcvBuf keeps the system's
+// receive buffer (what -udp-rcvbuf 0 asks for), zero takes
+// DefaultUDPRcvBuf, each as the kernel grants it to a plain socket.
+func TestUDPRcvBufSystemDefault(t *testing.T) {
+	granted := func(rcvbuf int) int {
+		c, err := dgram.ListenUDP("127.0.0.1:0", rcvbuf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ReadBuffer()
+	}
+	for _, tc := range []struct{ cfg, want int }{{-1, granted(0)}, {0, granted(DefaultUDPRcvBuf)}} {
+		s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", UDPRcvBuf: tc.cfg, AgentURL: "http://127.0.0.1:1",
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.conns[UDP].ReadBuffer()
+		s.closeConns()
+		if got != tc.want {
+			t.Errorf("UDPRcvBuf %d: SO_RCVBUF %d, want %d", tc.cfg, got, tc.want)
+		}
+	}
 }

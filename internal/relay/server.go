@@ -63,9 +63,11 @@ const (
 // ServerConfig configures a Server; zero fields take the defaults above
 // (UnixPath and UDPAddr: "-" disables the socket, as the empty flag does).
 type ServerConfig struct {
-	UnixPath    string
-	SocketMode  os.FileMode
-	UDPAddr     string
+	UnixPath   string
+	SocketMode os.FileMode
+	UDPAddr    string
+	// UDPRcvBuf is the UDP socket's SO_RCVBUF (0: DefaultUDPRcvBuf;
+	// negative: the system's default).
 	UDPRcvBuf   int
 	MaxDatagram int
 	AgentURL    string
@@ -115,7 +117,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.SocketMode == 0 {
 		c.SocketMode = DefaultSocketMode
 	}
-	or(&c.UDPRcvBuf, DefaultUDPRcvBuf)
+	if c.UDPRcvBuf == 0 { // negative: the system's default
+		c.UDPRcvBuf = DefaultUDPRcvBuf
+	}
 	or(&c.MaxDatagram, DefaultMaxDatagram)
 	or(&c.MaxGroups, DefaultMaxGroups)
 	or(&c.MaxHeldBytes, DefaultMaxHeldBytes)
