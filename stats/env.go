@@ -67,9 +67,6 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	if c.AgentURL == "" {
 		c.AgentURL = agentURLFromEnv(getenv, exists, ignore)
 	}
-	// Set by the config or their own variable: DD_TAGS does not replace them.
-	envSet, serviceSet, versionSet := c.Env != "" || getenv(EnvEnv) != "", c.Service != "" || getenv(EnvService) != "",
-		c.Version != "" || getenv(EnvVersion) != ""
 	for _, f := range []struct {
 		v    *string
 		name string
@@ -86,6 +83,9 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			*f.v = v
 		}
 	}
+	// Set by the config or their own variable (a usable value: not blank,
+	// no control character): DD_TAGS does not replace them.
+	envSet, serviceSet, versionSet := c.Env != "", c.Service != "", c.Version != ""
 	if c.Tags == nil {
 		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
 			ignore(EnvTags, raw, "has a control character")

@@ -162,6 +162,11 @@ func TestEnvIdentityFromTags(t *testing.T) {
 	if c.Env != "prod" || c.Service != "cfg" {
 		t.Fatalf("DD_TAGS replaced DD_ENV or the config: env %q service %q", c.Env, c.Service)
 	}
+	// A blank DD_ENV, or one refused, is not set: DD_TAGS' env stands in.
+	c, _ = envCase(Config{}, map[string]string{EnvTags: "env:staging,service:web", EnvEnv: "  ", EnvService: "a\nb"}, false)
+	if c.Env != "staging" || c.Service != "web" {
+		t.Fatalf("a blank DD_ENV and a refused DD_SERVICE: env %q service %q, want DD_TAGS' staging web", c.Env, c.Service)
+	}
 	host, _ := os.Hostname()
 	c, _ = envCase(Config{}, map[string]string{EnvReportHostname: "true"}, false)
 	if c.Hostname != strings.TrimSpace(host) || c.Hostname == "" {
