@@ -106,23 +106,39 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
+	fromEnv := map[string]string{} // flag name → the variable that set it
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := lookupEnv(env); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
 			}
+			fromEnv[f.Name] = env
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
 		return o, err
 	}
-	if agentErr != nil && c.AgentURL == "" { // neither -agent nor STATSRELAY_AGENT
+	if agentErr != nil && o.cfg.AgentURL == "" { // neither -agent nor STATSRELAY_AGENT
 		return o, agentErr
 	}
+	if err := check(&o); err != nil {
+		// Each check's error starts with its flag: say which variable set it.
+		name, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "-"), " ")
+		if env, ok := fromEnv[name]; ok {
+			err = fmt.Errorf("%w (set by %s)", err, env)
+		}
+		return o, err
+	}
+	return o, nil
+}
+
+// check validates the parsed options; each error names its flag first.
+func check(o *options) error {
+	c := &o.cfg
 	mode, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil || mode > 0o777 || mode == 0 {
-		return o, fmt.Errorf("-socket-mode %q: want an octal file mode such as 0660", o.mode)
+		return fmt.Errorf("-socket-mode %q: want an octal file mode such as 0660", o.mode)
 	}
 	c.SocketMode = os.FileMode(mode)
 	if c.UnixPath == "" {
@@ -133,25 +149,25 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	switch {
 	case c.MaxDatagram < 1024 || c.MaxDatagram > 1<<20:
-		return o, fmt.Errorf("-max-datagram %d: want 1024..1048576", c.MaxDatagram)
+		return fmt.Errorf("-max-datagram %d: want 1024..1048576", c.MaxDatagram)
 	case c.Interval < time.Second || c.Interval > time.Hour:
-		return o, fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
+		return fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
 	case c.Grace < 0 || c.Grace >= c.Interval:
-		return o, fmt.Errorf("-grace %s: want 0 <= grace < interval", c.Grace)
+		return fmt.Errorf("-grace %s: want 0 <= grace < interval", c.Grace)
 	case c.MaxGroups < 1:
-		return o, fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
+		return fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
 	case c.MaxHeldBytes < 1<<20:
-		return o, fmt.Errorf("-max-held-bytes %d: want >= 1048576", c.MaxHeldBytes)
+		return fmt.Errorf("-max-held-bytes %d: want >= 1048576", c.MaxHeldBytes)
 	case c.ForwardParallel < 1 || c.ForwardParallel > 256:
-		return o, fmt.Errorf("-forward-parallel %d: want 1..256", c.ForwardParallel)
+		return fmt.Errorf("-forward-parallel %d: want 1..256", c.ForwardParallel)
 	case c.UDPRcvBuf < 0:
-		return o, fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
+		return fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
 	case c.StopDrain <= 0 || c.StopDrain > time.Minute:
-		return o, fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
+		return fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
 	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:
-		return o, fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
+		return fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
 	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:
-		return o, fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
+		return fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
 	}
 	if c.SpinWait == 0 {
 		c.SpinWait = -1 // ServerConfig's "never"; its zero is the default
@@ -159,7 +175,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	if c.UDPRcvBuf == 0 {
 		c.UDPRcvBuf = -1 // ServerConfig's "the system's"; its zero is the default
 	}
-	return o, nil
+	return nil
 }
 
 // serve runs the relay and its HTTP endpoint until ctx ends.

@@ -120,7 +120,9 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
 		{[]string{"-spin-wait", "2ms"}, nil, "-spin-wait"},
 		{[]string{"-spin-wait", "-1us"}, nil, "-spin-wait"},
-		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout"},
+		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},
+		{nil, map[string]string{"STATSRELAY_MAX_DATAGRAM": "10"}, "(set by STATSRELAY_MAX_DATAGRAM)"},
+		{nil, map[string]string{"STATSRELAY_SOCKET_MODE": "7777"}, "(set by STATSRELAY_SOCKET_MODE)"},
 	} {
 		if _, err := parse(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: error %v, want one naming %s", tc.args, tc.env, err, tc.want)

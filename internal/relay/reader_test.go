@@ -7,6 +7,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,22 @@ func TestUDPRcvBufSystemDefault(t *testing.T) {
 			t.Errorf("UDPRcvBuf %d: SO_RCVBUF %d, want %d", tc.cfg, got, tc.want)
 		}
 	}
+}
+
+// TestProcRootMissing: with origin detection on, a proc root that is not a
+// directory (a mistyped -proc-root) fails the start, naming it, rather
+// than finding no sender's container.
+func TestProcRootMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "prco")
+	_, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1", Origin: true, ProcRoot: missing,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("NewServer with proc root %s: %v, want an error naming it", missing, err)
+	}
+	s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1", Origin: false, ProcRoot: missing,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("origin off: the proc root is not read, yet %v", err)
+	}
+	s.closeConns()
 }

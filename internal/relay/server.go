@@ -232,6 +232,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger}
 	if cfg.Origin {
+		if fi, err := os.Stat(cfg.ProcRoot); err != nil || !fi.IsDir() {
+			// A mistyped path would find no sender's container, quietly.
+			if runtime.GOOS == "linux" || cfg.ProcRoot != "/proc" {
+				return nil, fmt.Errorf("relay: proc root %s is not a directory (origin detection reads <proc-root>/<pid>/cgroup; turn it off instead)", cfg.ProcRoot)
+			}
+			s.log.Info("statsrelay: no /proc here: origin detection is off")
+			cfg.Origin = false
+		}
+	}
+	if cfg.Origin {
 		if SamePIDNamespace(cfg.ProcRoot) {
 			s.origins = NewOrigins(cfg.ProcRoot, cfg.Now)
 		} else {
