@@ -42,11 +42,14 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 	sp.SpanKind = kindName(kind)
 	sp.HTTPStatusCode = httpStatusCode(&v)
 	sp.GRPCStatusCode = grpcStatusCode(&v)
-	// A server span has no peer tags; of an internal or kindless one
-	// stats.Span keeps only _dd.base_service (the agent's one peer tag for
-	// a span whose service was overridden).
-	if kind != trace.SpanKindServer {
-		sp.PeerTags = p.peerTags(&v, b[:0])
+	switch kind {
+	case trace.SpanKindClient, trace.SpanKindProducer, trace.SpanKindConsumer:
+		sp.PeerTags = p.peerTags(&v, b[:0], false)
+	case trace.SpanKindServer:
+	default:
+		// Internal or kindless: _dd.base_service alone, the agent's one
+		// peer tag of a span whose service was overridden.
+		sp.PeerTags = p.peerTags(&v, b[:0], true)
 	}
 
 	parent := s.Parent()
@@ -412,18 +415,39 @@ func parseGRPC(s string) string {
 // peerHeader is what precedes each value in peerTags' memo key.
 const peerHeader = 6
 
+// baseIndex stands for _dd.base_service in the memo key of an internal
+// span's peer tags: no index of the configured keys.
+const (
+	baseIndex      = 0xffff
+	baseServiceKey = "_dd.base_service"
+)
+
+var baseIDs = [1]attr{aDDBaseService}
+
 // peerTags follows the conversion's peer-tag lookup (span, then resource,
 // any type as a string; peer.service and _dd.base_service normalized) and
-// the concentrator's (IP addresses quantized). The result is shared and
-// must not be modified.
-func (p *Processor) peerTags(v *view, b []byte) []string {
-	// The memo key: per tag found, the key's index (2 bytes), the value's
-	// length (4 bytes) and the value. Length-prefixed, not delimited: a
-	// value may hold any byte.
+// the concentrator's (IP addresses quantized). With baseOnly, the one
+// key is _dd.base_service, as the agent's for an internal span, and as
+// its, none when no peer tag is aggregated. The result is shared and must
+// not be modified.
+func (p *Processor) peerTags(v *view, b []byte, baseOnly bool) []string {
+	// The memo key: per tag found, the key's index (2 bytes; baseIndex for
+	// baseOnly's), the value's length (4 bytes) and the value.
+	// Length-prefixed, not delimited: a value may hold any byte.
 	found := false
-	for i, id := range p.keys.peerIDs {
+	ids := p.keys.peerIDs
+	if baseOnly {
+		if len(ids) == 0 || !v.has(aDDBaseService) {
+			return nil
+		}
+		ids = baseIDs[:]
+	}
+	for i, id := range ids {
 		if !v.has(id) {
 			continue
+		}
+		if baseOnly {
+			i = baseIndex
 		}
 		mark := len(b)
 		b = append(b, byte(i), byte(i>>8), 0, 0, 0, 0)
@@ -448,7 +472,10 @@ func (p *Processor) peerTags(v *view, b []byte) []string {
 		n := int(rest[2]) | int(rest[3])<<8 | int(rest[4])<<16 | int(rest[5])<<24
 		val := rest[peerHeader : peerHeader+n]
 		rest = rest[peerHeader+n:]
-		k := p.keys.peerKeys[i]
+		k := baseServiceKey
+		if i != baseIndex {
+			k = p.keys.peerKeys[i]
+		}
 		if k == "peer.service" || k == "_dd.base_service" {
 			if val, _ = normalize.NormalizePeerService(val); val == "" {
 				continue
