@@ -1,4 +1,4 @@
-started="2026-12-03 07:40:48 UTC"
-elapsed="1393"
-commit="cefef23"
-COUNT="5" BENCHTIME="4s" BENCH="."
+started="2026-12-03 16:28:04 UTC"
+elapsed="1654"
+commit="64ae5fe"
+COUNT="6" BENCHTIME="4s" BENCH="."
