@@ -98,7 +98,14 @@ func newKeyIndex(peerKeys []string) *keyIndex {
 		k.ids[name] = attr(i)
 	}
 	k.n = int(firstPeerOnly)
+	// Each key once: the list then has at most maxAttrs keys, and a key's
+	// index stays below peerTags' baseIndex.
+	seen := make(map[string]bool, len(peerKeys))
 	for _, name := range peerKeys {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
 		id, ok := k.ids[name]
 		if !ok {
 			if k.n >= maxAttrs {

@@ -310,3 +310,23 @@ func TestForceFlushLeavesTimeForTheNext(t *testing.T) {
 	defer scancel()
 	_ = agg.Stop(sctx)
 }
+
+// TestPeerTagKeysDeduplicated: WithPeerTagKeys reads each key once, so a
+// long list of repeats neither grows the key list nor lets a key's index
+// reach the one an internal span's _dd.base_service uses in the memo.
+func TestPeerTagKeysDeduplicated(t *testing.T) {
+	keys := make([]string, 0xffff+1)
+	for i := range keys {
+		keys[i] = "db.instance"
+	}
+	keys[0xffff] = "peer.service"
+	p := NewProcessor(nil, WithPeerTagKeys(keys...))
+	if len(p.keys.peerKeys) != 2 {
+		t.Fatalf("%d peer keys kept, want 2", len(p.keys.peerKeys))
+	}
+	got := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindClient, local: true,
+		attrs: []attribute.KeyValue{attribute.String("peer.service", "billing")}})
+	if want := []string{"peer.service:billing"}; !slices.Equal(got.PeerTags, want) {
+		t.Fatalf("peer tags %q, want %q", got.PeerTags, want)
+	}
+}
