@@ -80,7 +80,7 @@ func (d *datagramOut) send(r *report, last bool) {
 	// CPU (a thousand processes flushing at once) is not a full socket.
 	patience := datagramPatience
 	pause := datagramFirstPause
-	var first, lastErr error
+	first, lastErr := r.answer, error(nil)
 	if r.headerOnly {
 		// The final flag without spans (consumer.sendFinal): one try, and
 		// neither a payload sent nor one dropped if it fails.

@@ -120,9 +120,13 @@ func (c *consumer) queue(r *report) {
 		c.bufs.put(r.parts[0].body) // no span in it, nothing to count
 		return
 	}
-	if len(r.parts) > 0 {
-		c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
+	if len(r.parts) == 0 { // a Flush with nothing to send: nothing dropped
+		if done != nil {
+			done <- r.answer
+		}
+		return
 	}
+	c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
 	for _, p := range r.parts {
 		c.ctr.droppedReport(p.hits)
 		c.bufs.put(p.body)

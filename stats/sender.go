@@ -37,8 +37,9 @@ type report struct {
 	// fallback (to a relay, Stop's report): a payload of the header alone
 	// that carries the final flag if the last part is not written.
 	fallback []byte
-	// answer is done's outcome for a report without parts: a Flush that
-	// found nothing to send, once the reports held before it are sent.
+	// answer is the consumer's outcome for done (ErrAgentOff), if any: a
+	// Flush that found nothing to send still waits for the reports held
+	// before it, sent with it (sender.withHeld).
 	answer error
 }
 
@@ -141,7 +142,7 @@ type httpOut struct {
 func (h *httpOut) start() { h.client.ReadInfo() }
 
 func (h *httpOut) send(r *report, _ bool) {
-	w := agentclient.NewWaiter(r.done, len(r.parts))
+	w := agentclient.NewWaiter(r.done, len(r.parts), r.answer)
 	for _, p := range r.parts {
 		h.client.Send(&agentclient.Payload{Body: p.body, Hits: p.hits, Headers: &h.headers, Waiter: w})
 	}
@@ -185,9 +186,10 @@ func (s *sender) run() {
 			if r.done != nil || s.jitter <= 0 {
 				// Someone waits for it: send it now, after the reports
 				// still held, so that payloads leave in sequence order.
-				s.sendHeld(len(s.delayed))
-				if len(r.parts) == 0 {
-					r.done <- r.answer
+				if r = s.withHeld(r); len(r.parts) == 0 {
+					if r.done != nil {
+						r.done <- r.answer
+					}
 					continue
 				}
 				s.send(r, r.final)
@@ -210,6 +212,28 @@ func (s *sender) run() {
 			s.logs.check(s.health(), time.Now(), false)
 		}
 	}
+}
+
+// withHeld returns r with the parts of every held report before its own,
+// so that whoever waits for r (Flush) is answered once those too are
+// handed over, with their first error. A held final report (Stop's) goes
+// out on its own first, with its flag.
+func (s *sender) withHeld(r *report) *report {
+	if len(s.delayed) == 0 {
+		return r
+	}
+	if slices.ContainsFunc(s.delayed, func(d delayedReport) bool { return d.r.final || d.r.fallback != nil }) {
+		s.sendHeld(len(s.delayed))
+		return r
+	}
+	var parts []part
+	for _, d := range s.delayed {
+		parts = append(parts, d.r.parts...)
+	}
+	s.delayed = slices.Delete(s.delayed, 0, len(s.delayed))
+	m := *r
+	m.parts = append(parts, r.parts...)
+	return &m
 }
 
 // sendHeld sends the first n held reports, in arrival order.

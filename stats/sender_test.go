@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -700,14 +701,16 @@ func TestJitterKeepsOrder(t *testing.T) {
 	}
 }
 
-// orderOut is a transport that records each report's first part's hits.
+// orderOut is a transport that records each part's hits, in order.
 type orderOut struct{ record func(int) }
 
 func (o *orderOut) start() {}
 func (o *orderOut) send(r *report, _ bool) {
-	o.record(int(r.parts[0].hits))
+	for _, p := range r.parts {
+		o.record(int(p.hits))
+	}
 	if r.done != nil {
-		r.done <- nil
+		r.done <- r.answer
 	}
 }
 func (o *orderOut) nextDue() (time.Time, bool) { return time.Time{}, false }
@@ -751,10 +754,19 @@ func TestFlushReleasesHeldReport(t *testing.T) {
 
 // TestEmptyFlushSendsHeldReport: end to end, an interval's report held by
 // the jitter is at the agent when a Flush that found the table empty
-// returns.
+// returns; refused (400), Flush returns the agent's error.
 func TestEmptyFlushSendsHeldReport(t *testing.T) {
+	for _, status := range []int{200, 400} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) { emptyFlushSendsHeldReport(t, status) })
+	}
+}
+
+func emptyFlushSendsHeldReport(t *testing.T, status int) {
 	ag := statstest.New()
 	defer ag.Close()
+	if status != 200 {
+		ag.FailNext(1, status)
+	}
 	const iv = 200 * time.Millisecond
 	a, err := New(Config{AgentURL: ag.URL(), BucketInterval: iv, SendJitter: iv / 2})
 	if err != nil {
@@ -775,10 +787,36 @@ func TestEmptyFlushSendsHeldReport(t *testing.T) {
 	// The bucket closes a grace after its end; its report is then held
 	// for 70 to 80 ms.
 	time.Sleep(time.Until(now.Truncate(iv).Add(iv + iv/graceDivisor + 30*time.Millisecond)))
-	if err := a.Flush(context.Background()); err != nil {
-		t.Fatalf("Flush: %v", err)
+	err = a.Flush(context.Background())
+	h, reqs := a.Health(), len(ag.Requests())
+	if status == 200 && (err != nil || h.SpansSent != 1 || reqs != 1) {
+		t.Fatalf("Flush = %v with %d spans sent, %d requests at the agent; want nil, 1, 1", err, h.SpansSent, reqs)
 	}
-	if h, reqs := a.Health(), len(ag.Requests()); h.SpansSent != 1 || reqs != 1 {
-		t.Fatalf("Flush returned with %d spans sent, %d requests at the agent; want 1, 1", h.SpansSent, reqs)
+	var ae *AgentError
+	if status != 200 && (!errors.As(err, &ae) || ae.StatusCode != status || h.SpansUnsent != 1 || reqs != 1) {
+		t.Fatalf("Flush = %v with %d spans unsent, %d requests; want the agent's %d, 1, 1", err, h.SpansUnsent, reqs, status)
+	}
+}
+
+// TestEmptyFlushOnFullQueue: a Flush with nothing to send that finds the
+// send queue full drops nothing, so it does not say it did.
+func TestEmptyFlushOnFullQueue(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		arrived <- struct{}{}
+		<-release
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendQueue: 1, HTTPTimeout: time.Minute})
+	fillSendQueue(t, a, arrived)
+	before := a.Health()
+	err := flushWithin(a, 5*time.Second) // nothing published since
+	after := a.Health()
+	close(release)
+	stop(t, a)
+	if err != nil || after.PayloadsDropped != before.PayloadsDropped || after.SpansUnsent != before.SpansUnsent {
+		t.Fatalf("an empty Flush on a full queue = %v, dropped %d -> %d; want nil, nothing dropped", err, before.PayloadsDropped, after.PayloadsDropped)
 	}
 }

@@ -123,9 +123,10 @@ type Waiter struct {
 }
 
 // NewWaiter returns a Waiter for n payloads that sends the outcome on done
-// (which must have room for it, or be nil).
-func NewWaiter(done chan error, n int) *Waiter {
-	return &Waiter{done: done, left: n}
+// (which must have room for it, or be nil): first, if not nil, else the
+// first payload's error.
+func NewWaiter(done chan error, n int, first error) *Waiter {
+	return &Waiter{done: done, left: n, first: first}
 }
 
 func (w *Waiter) finish(err error) {

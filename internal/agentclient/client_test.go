@@ -117,7 +117,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	c := New(context.Background(), testConfig(agent.URL), obs)
 	defer c.Close()
 	done := make(chan error, 1)
-	c.Send(&Payload{Body: []byte{0x80}, Hits: 3, Headers: &Headers{ContainerID: "abc"}, Waiter: NewWaiter(done, 1)})
+	c.Send(&Payload{Body: []byte{0x80}, Hits: 3, Headers: &Headers{ContainerID: "abc"}, Waiter: NewWaiter(done, 1, nil)})
 	var ae *AgentError
 	if err := <-done; !errors.As(err, &ae) || ae.StatusCode != http.StatusTemporaryRedirect {
 		t.Fatalf("outcome %v, want the 307 as an AgentError", err)
@@ -196,7 +196,7 @@ func TestSplitKeepsEveryField(t *testing.T) {
 	c := New(context.Background(), testConfig(agent.URL), obs)
 	defer c.Close()
 	done := make(chan error, 1)
-	c.Send(&Payload{Body: body, Hits: 21, Waiter: NewWaiter(done, 1)})
+	c.Send(&Payload{Body: body, Hits: 21, Waiter: NewWaiter(done, 1, nil)})
 	if err := <-done; err != nil || obs.split != 1 || obs.sent < 2 || obs.dropped != 0 {
 		t.Fatalf("outcome %v; split %d sent %d dropped %d", err, obs.split, obs.sent, obs.dropped)
 	}
