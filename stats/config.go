@@ -267,6 +267,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	tagsFromEnv := c.Tags == nil
 	c = c.withEnv(os.Getenv, fileExists, c.Logger)
 	c.Tags = slices.Clone(c.Tags) // trimmed below: never the caller's array
 	for _, f := range c.identity() {
@@ -367,20 +368,33 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
-	// Every payload repeats the header: one that fills the limit leaves no
-	// room for a group, and every report would be dropped.
+	err := c.headerFits(t.network != "")
+	if err != nil && tagsFromEnv && len(c.Tags) > 0 {
+		// As for any environment value that cannot be used: logged,
+		// ignored.
+		c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "tags", len(c.Tags), "reason", err.Error())
+		c.Tags = nil
+		err = c.headerFits(t.network != "")
+	}
+	return c, err
+}
+
+// headerFits checks the payload header against the payload (or datagram)
+// limit: every payload repeats it, and one that fills the limit leaves no
+// room for a group, so that every report would be dropped.
+func (c *Config) headerFits(datagrams bool) error {
 	if len(c.Tags) > writer.MaxStrings {
-		return c, fmt.Errorf("%w: %d Tags, the agent and the relay decode at most %d", ErrBadConfig, len(c.Tags), writer.MaxStrings)
+		return fmt.Errorf("%w: %d Tags, the agent and the relay decode at most %d", ErrBadConfig, len(c.Tags), writer.MaxStrings)
 	}
 	limit, name := c.MaxPayloadBytes, "MaxPayloadBytes"
-	if t.network != "" {
+	if datagrams {
 		limit, name = c.MaxDatagramBytes, "MaxDatagramBytes"
 	}
-	h := headerOf(&c)
+	h := headerOf(c)
 	if n := writer.HeaderSize(&h); n > limit/maxHeaderShare {
-		return c, fmt.Errorf("%w: the payload header (Tags and the other identity fields) is %d bytes, over 1/%d of %s (%d)", ErrBadConfig, n, maxHeaderShare, name, limit)
+		return fmt.Errorf("%w: the payload header (Tags and the other identity fields) is %d bytes, over 1/%d of %s (%d)", ErrBadConfig, n, maxHeaderShare, name, limit)
 	}
-	return c, nil
+	return nil
 }
 
 // maxHeaderShare: the payload header may take at most this fraction of a

@@ -1,9 +1,11 @@
 package stats
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"reflect"
@@ -260,6 +262,25 @@ func TestHeaderTooLarge(t *testing.T) {
 	_, err := Config{Tags: many, MaxPayloadBytes: MaxMaxPayloadBytes}.withDefaults()
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Tags") {
 		t.Fatalf("%d tags: %v, want ErrBadConfig naming Tags", len(many), err)
+	}
+}
+
+// TestLongTagsFromEnvironment: DD_TAGS that would crowd groups out of
+// every datagram is logged and ignored, as any unusable environment
+// value; the same Tags set in the Config are refused.
+func TestLongTagsFromEnvironment(t *testing.T) {
+	var tags []string
+	for i := range 600 {
+		tags = append(tags, fmt.Sprintf("team_tag_%04d:%030d", i, i))
+	}
+	t.Setenv(EnvTags, strings.Join(tags, ","))
+	var buf bytes.Buffer
+	c, err := Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaults()
+	if err != nil || c.Tags != nil || !strings.Contains(buf.String(), EnvTags) || !strings.Contains(buf.String(), "MaxDatagramBytes") {
+		t.Fatalf("a long DD_TAGS: %v, %d tags kept, logged %q; want it ignored and logged", err, len(c.Tags), buf.String())
+	}
+	if _, err := (Config{AgentURL: "unixgram:///run/relay.sock", Tags: tags, Logger: slog.New(slog.DiscardHandler)}).withDefaults(); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("the same Tags in the Config: %v, want ErrBadConfig", err)
 	}
 }
 
