@@ -84,15 +84,17 @@ func TestUDPRcvBufSystemDefault(t *testing.T) {
 // than finding no sender's container.
 func TestProcRootMissing(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "prco")
-	_, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1", Origin: true, ProcRoot: missing,
+	_, err := NewServer(ServerConfig{UnixPath: filepath.Join(t.TempDir(), "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1", Origin: true, ProcRoot: missing,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("NewServer with proc root %s: %v, want an error naming it", missing, err)
 	}
-	s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1", Origin: false, ProcRoot: missing,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("origin off: the proc root is not read, yet %v", err)
+	for _, origin := range []bool{false, true} { // without a Unix socket, origins are never read
+		s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1", Origin: origin, ProcRoot: missing,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("origin %v, no Unix socket: the proc root is not read, yet %v", origin, err)
+		}
+		s.closeConns()
 	}
-	s.closeConns()
 }

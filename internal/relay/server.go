@@ -231,6 +231,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger}
+	if cfg.UnixPath == "" || cfg.UnixPath == "-" {
+		cfg.Origin = false // UDP carries no credentials
+	}
 	if cfg.Origin {
 		if fi, err := os.Stat(cfg.ProcRoot); err != nil || !fi.IsDir() {
 			// A mistyped path would find no sender's container, quietly.
