@@ -263,12 +263,15 @@ var ErrBadConfig = errors.New("stats: bad config")
 
 // withDefaults returns c with the environment (see env.go) and then the
 // defaults filled in, or an error for values that cannot work.
-func (c Config) withDefaults() (Config, error) {
+func (c Config) withDefaults() (Config, error) { return c.withDefaultsFrom(os.Getenv) }
+
+// withDefaultsFrom is withDefaults reading the environment with getenv.
+func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	tagsFromEnv := c.Tags == nil
-	c = c.withEnv(os.Getenv, fileExists, c.Logger)
+	given := c
+	c = c.withEnv(getenv, fileExists, c.Logger)
 	c.Tags = slices.Clone(c.Tags) // trimmed below: never the caller's array
 	for _, f := range c.identity() {
 		*f.v = strings.TrimSpace(*f.v)
@@ -369,12 +372,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
 	err := c.headerFits(t.network != "")
-	if err != nil && tagsFromEnv && len(c.Tags) > 0 {
-		// As for any environment value that cannot be used: logged,
-		// ignored.
-		c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "tags", len(c.Tags), "reason", err.Error())
-		c.Tags = nil
-		err = c.headerFits(t.network != "")
+	if err != nil && given.Tags == nil && getenv(EnvTags) != "" {
+		// As for any environment value that cannot be used: logged and
+		// ignored, with the env, service and version it would have set.
+		c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "reason", err.Error())
+		return given.withDefaultsFrom(func(k string) string {
+			if k == EnvTags {
+				return ""
+			}
+			return getenv(k)
+		})
 	}
 	return c, err
 }

@@ -273,11 +273,21 @@ func TestLongTagsFromEnvironment(t *testing.T) {
 	for i := range 600 {
 		tags = append(tags, fmt.Sprintf("team_tag_%04d:%030d", i, i))
 	}
-	t.Setenv(EnvTags, strings.Join(tags, ","))
+	// Its service, env and version go with it; DD_VERSION stays.
+	t.Setenv(EnvTags, strings.Join(append(tags, "service:from-tags", "env:from-tags"), ","))
+	t.Setenv(EnvVersion, "1.2")
 	var buf bytes.Buffer
 	c, err := Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaults()
 	if err != nil || c.Tags != nil || !strings.Contains(buf.String(), EnvTags) || !strings.Contains(buf.String(), "MaxDatagramBytes") {
 		t.Fatalf("a long DD_TAGS: %v, %d tags kept, logged %q; want it ignored and logged", err, len(c.Tags), buf.String())
+	}
+	if c.Service != "" || c.Env != "" || c.Version != "1.2" {
+		t.Fatalf("the ignored DD_TAGS left service %q env %q version %q; want none, none, DD_VERSION's", c.Service, c.Env, c.Version)
+	}
+	// Too long by its own service: ignored all the same.
+	t.Setenv(EnvTags, "service:"+strings.Repeat("s", 20000))
+	if c, err := (Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.DiscardHandler)}).withDefaults(); err != nil || c.Service != "" {
+		t.Fatalf("a DD_TAGS long by its service: %v, service of %d bytes", err, len(c.Service))
 	}
 	if _, err := (Config{AgentURL: "unixgram:///run/relay.sock", Tags: tags, Logger: slog.New(slog.DiscardHandler)}).withDefaults(); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("the same Tags in the Config: %v, want ErrBadConfig", err)
