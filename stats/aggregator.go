@@ -24,10 +24,12 @@ var (
 	// ErrNotStarted is returned by Flush before Start: nothing would
 	// answer it.
 	ErrNotStarted = errors.New("stats: aggregator not started")
-	// ErrSendQueueFull is returned by Flush when the report could not be
-	// queued because the sender is still busy with earlier ones; the report
-	// is dropped and counted in PayloadsDropped.
-	ErrSendQueueFull = errors.New("stats: send queue full, report dropped")
+	// ErrSendQueueFull is returned by Flush when its report could not be
+	// queued because the sender is still busy with earlier ones: the
+	// report is dropped and counted in PayloadsDropped. A Flush that had
+	// nothing new to send drops nothing, but could not wait for those
+	// earlier reports either.
+	ErrSendQueueFull = errors.New("stats: send queue full: the sender is busy with earlier reports")
 )
 
 // Aggregator computes span stats and reports them to the agent. Publish,

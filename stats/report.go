@@ -4,7 +4,11 @@
 
 package stats
 
-import "github.com/spanstats/spanstats/writer"
+import (
+	"cmp"
+
+	"github.com/spanstats/spanstats/writer"
+)
 
 // report encodes c.buckets[:n], whose groups are the entries of c.tabs[:n]
 // hit in them, into payloads no larger than the packer's limit, resets
@@ -120,9 +124,11 @@ func (c *consumer) queue(r *report) {
 		c.bufs.put(r.parts[0].body) // no span in it, nothing to count
 		return
 	}
-	if len(r.parts) == 0 { // a Flush with nothing to send: nothing dropped
+	if len(r.parts) == 0 {
+		// A Flush with nothing new: nothing dropped, but the reports before
+		// it are not handed over yet, so it cannot answer nil.
 		if done != nil {
-			done <- r.answer
+			done <- cmp.Or(r.answer, ErrSendQueueFull)
 		}
 		return
 	}
