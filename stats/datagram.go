@@ -78,7 +78,7 @@ func (d *datagramOut) dial() error {
 func (d *datagramOut) send(r *report, last bool) {
 	// The patience is time slept waiting for the relay: a sender starved of
 	// CPU (a thousand processes flushing at once) is not a full socket.
-	patience := datagramPatience
+	patience := datagramPatience * time.Duration(1+r.merged) // per report, held ones merged in included
 	pause := datagramFirstPause
 	first, lastErr := r.answer, error(nil)
 	if r.headerOnly {

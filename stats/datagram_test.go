@@ -514,3 +514,32 @@ func TestDatagramFinalFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldReportsKeepTheirPatience: toward a missing relay, a Flush that
+// takes a report held for its jitter along (sender.withHeld) waits for the
+// relay as long as the two reports would each have: one patience apiece,
+// not one shared, and both are dropped, counted.
+func TestHeldReportsKeepTheirPatience(t *testing.T) {
+	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *report, 2)
+	s := a.snd
+	s.in = in
+	go s.run()
+	in <- &report{parts: []part{{body: make([]byte, 64), hits: 1}}} // held
+	done := make(chan error, 1)
+	start := time.Now()
+	in <- &report{parts: []part{{body: make([]byte, 64), hits: 2}}, done: done}
+	err = <-done
+	took := time.Since(start)
+	close(in)
+	<-s.done
+	if !errors.Is(err, dgram.ErrNoRelay) || took < 2*datagramPatience*3/4 {
+		t.Fatalf("Flush = %v after %s; want ErrNoRelay after about %s, two reports' patience", err, took, 2*datagramPatience)
+	}
+	if h := a.Health(); h.PayloadsDropped != 2 || h.SpansUnsent != 3 {
+		t.Fatalf("dropped %d payloads, %d spans; want 2, 3", h.PayloadsDropped, h.SpansUnsent)
+	}
+}

@@ -41,6 +41,9 @@ type report struct {
 	// Flush that found nothing to send still waits for the reports held
 	// before it, sent with it (sender.withHeld).
 	answer error
+	// merged counts the held reports whose parts withHeld put before this
+	// report's: each keeps its own patience toward a relay.
+	merged int
 }
 
 type part struct {
@@ -230,9 +233,10 @@ func (s *sender) withHeld(r *report) *report {
 	for _, d := range s.delayed {
 		parts = append(parts, d.r.parts...)
 	}
-	s.delayed = slices.Delete(s.delayed, 0, len(s.delayed))
 	m := *r
 	m.parts = append(parts, r.parts...)
+	m.merged = r.merged + len(s.delayed)
+	s.delayed = slices.Delete(s.delayed, 0, len(s.delayed))
 	return &m
 }
 
