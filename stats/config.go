@@ -372,16 +372,23 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
 	err := c.headerFits(t.network != "")
-	if err != nil && given.Tags == nil && getenv(EnvTags) != "" {
+	if err != nil && given.Tags == nil && len(c.Tags) > 0 {
 		// As for any environment value that cannot be used: logged and
-		// ignored, with the env, service and version it would have set.
-		c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "reason", err.Error())
-		return given.withDefaultsFrom(func(k string) string {
+		// ignored, with the env, service and version it would have set,
+		// if that is the cause. The other variables were logged already.
+		quiet := given
+		quiet.Logger = slog.New(slog.DiscardHandler)
+		d, derr := quiet.withDefaultsFrom(func(k string) string {
 			if k == EnvTags {
 				return ""
 			}
 			return getenv(k)
 		})
+		if derr == nil {
+			c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "reason", err.Error())
+			d.Logger = c.Logger
+			return d, nil
+		}
 	}
 	return c, err
 }

@@ -284,10 +284,24 @@ func TestLongTagsFromEnvironment(t *testing.T) {
 	if c.Service != "" || c.Env != "" || c.Version != "1.2" {
 		t.Fatalf("the ignored DD_TAGS left service %q env %q version %q; want none, none, DD_VERSION's", c.Service, c.Env, c.Version)
 	}
-	// Too long by its own service: ignored all the same.
+	// Too long by its own service: ignored all the same; another
+	// variable's warning is logged once.
 	t.Setenv(EnvTags, "service:"+strings.Repeat("s", 20000))
-	if c, err := (Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.DiscardHandler)}).withDefaults(); err != nil || c.Service != "" {
+	t.Setenv(EnvEnv, "a\x01b")
+	buf.Reset()
+	if c, err := (Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))}).withDefaults(); err != nil || c.Service != "" {
 		t.Fatalf("a DD_TAGS long by its service: %v, service of %d bytes", err, len(c.Service))
+	}
+	if n := strings.Count(buf.String(), "name="+EnvEnv); n != 1 {
+		t.Fatalf("DD_ENV's warning logged %d times, want 1: %q", n, buf.String())
+	}
+	// Not the cause (the Config's own ProcessTags are): the error, and no
+	// word of DD_TAGS.
+	t.Setenv(EnvTags, "team:a")
+	buf.Reset()
+	_, err = Config{AgentURL: "unixgram:///run/relay.sock", ProcessTags: strings.Repeat("p", 20000), Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaults()
+	if !errors.Is(err, ErrBadConfig) || strings.Contains(buf.String(), "name="+EnvTags) {
+		t.Fatalf("ProcessTags too long: %v, logged %q; want ErrBadConfig and DD_TAGS not blamed", err, buf.String())
 	}
 	if _, err := (Config{AgentURL: "unixgram:///run/relay.sock", Tags: tags, Logger: slog.New(slog.DiscardHandler)}).withDefaults(); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("the same Tags in the Config: %v, want ErrBadConfig", err)

@@ -15,9 +15,9 @@ import (
 )
 
 // Bounds of the wait for a full socket or a missing relay: the sender
-// sleeps at most datagramPatience in all retrying a report's datagrams,
-// then drops what is left (counted, and announced in the next datagram's
-// envelope).
+// sleeps at most datagramPatience in all retrying a report's datagrams
+// (per report, for held reports a Flush takes along), then drops what is
+// left (counted, and announced in the next datagram's envelope).
 const (
 	datagramPatience   = 100 * time.Millisecond
 	datagramFirstPause = 500 * time.Microsecond

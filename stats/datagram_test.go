@@ -543,3 +543,27 @@ func TestHeldReportsKeepTheirPatience(t *testing.T) {
 		t.Fatalf("dropped %d payloads, %d spans; want 2, 3", h.PayloadsDropped, h.SpansUnsent)
 	}
 }
+
+// TestEmptyFlushHeldPatience: a Flush with nothing new of its own that
+// takes one held report along waits one report's patience, not two.
+func TestEmptyFlushHeldPatience(t *testing.T) {
+	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *report, 2)
+	s := a.snd
+	s.in = in
+	go s.run()
+	in <- &report{parts: []part{{body: make([]byte, 64), hits: 1}}} // held
+	done := make(chan error, 1)
+	start := time.Now()
+	in <- &report{done: done}
+	err = <-done
+	took := time.Since(start)
+	close(in)
+	<-s.done
+	if !errors.Is(err, dgram.ErrNoRelay) || took > datagramPatience*3/2 {
+		t.Fatalf("Flush = %v after %s; want ErrNoRelay within about %s", err, took, datagramPatience)
+	}
+}

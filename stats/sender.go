@@ -236,6 +236,9 @@ func (s *sender) withHeld(r *report) *report {
 	m := *r
 	m.parts = append(parts, r.parts...)
 	m.merged = r.merged + len(s.delayed)
+	if len(r.parts) == 0 { // a Flush with nothing new is no report of its own
+		m.merged--
+	}
 	s.delayed = slices.Delete(s.delayed, 0, len(s.delayed))
 	return &m
 }
