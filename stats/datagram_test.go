@@ -515,11 +515,12 @@ func TestDatagramFinalFlag(t *testing.T) {
 	}
 }
 
-// TestHeldReportsKeepTheirPatience: toward a missing relay, a Flush that
-// takes a report held for its jitter along (sender.withHeld) waits for the
-// relay as long as the two reports would each have: one patience apiece,
-// not one shared, and both are dropped, counted.
-func TestHeldReportsKeepTheirPatience(t *testing.T) {
+// flushHeldToMissingRelay runs a sender toward a missing relay, holding a
+// 1-span report for its jitter, then queues a Flush's report of own parts
+// (none: a Flush with nothing new), and returns the Flush's answer and how
+// long it took.
+func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, error, time.Duration) {
+	t.Helper()
 	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -531,11 +532,20 @@ func TestHeldReportsKeepTheirPatience(t *testing.T) {
 	in <- &report{parts: []part{{body: make([]byte, 64), hits: 1}}} // held
 	done := make(chan error, 1)
 	start := time.Now()
-	in <- &report{parts: []part{{body: make([]byte, 64), hits: 2}}, done: done}
+	in <- &report{parts: own, done: done}
 	err = <-done
 	took := time.Since(start)
 	close(in)
 	<-s.done
+	return a, err, took
+}
+
+// TestHeldReportsKeepTheirPatience: toward a missing relay, a Flush that
+// takes a report held for its jitter along (sender.withHeld) waits for the
+// relay as long as the two reports would each have: one patience apiece,
+// not one shared, and both are dropped, counted.
+func TestHeldReportsKeepTheirPatience(t *testing.T) {
+	a, err, took := flushHeldToMissingRelay(t, []part{{body: make([]byte, 64), hits: 2}})
 	if !errors.Is(err, dgram.ErrNoRelay) || took < 2*datagramPatience*3/4 {
 		t.Fatalf("Flush = %v after %s; want ErrNoRelay after about %s, two reports' patience", err, took, 2*datagramPatience)
 	}
@@ -547,22 +557,7 @@ func TestHeldReportsKeepTheirPatience(t *testing.T) {
 // TestEmptyFlushHeldPatience: a Flush with nothing new of its own that
 // takes one held report along waits one report's patience, not two.
 func TestEmptyFlushHeldPatience(t *testing.T) {
-	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := make(chan *report, 2)
-	s := a.snd
-	s.in = in
-	go s.run()
-	in <- &report{parts: []part{{body: make([]byte, 64), hits: 1}}} // held
-	done := make(chan error, 1)
-	start := time.Now()
-	in <- &report{done: done}
-	err = <-done
-	took := time.Since(start)
-	close(in)
-	<-s.done
+	_, err, took := flushHeldToMissingRelay(t, nil)
 	if !errors.Is(err, dgram.ErrNoRelay) || took > datagramPatience*3/2 {
 		t.Fatalf("Flush = %v after %s; want ErrNoRelay within about %s", err, took, datagramPatience)
 	}

@@ -669,17 +669,7 @@ func TestSendJitter(t *testing.T) {
 // TestJitterKeepsOrder: a report Flush waits for, and a held report due
 // before an earlier one, never overtake the reports held before them.
 func TestJitterKeepsOrder(t *testing.T) {
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: 30*time.Millisecond + time.Second/graceDivisor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var order []int
-	out := &orderOut{record: func(n int) { mu.Lock(); order = append(order, n); mu.Unlock() }}
-	in := make(chan *report, 64)
-	s := a.snd
-	s.out, s.in = out, in
-	go s.run()
+	in, s, order := orderedSender(t, time.Second, 30*time.Millisecond+time.Second/graceDivisor, 64)
 	for i := range 40 {
 		in <- &report{parts: []part{{hits: uint64(i)}}}
 		if i%10 == 9 {
@@ -696,9 +686,27 @@ func TestJitterKeepsOrder(t *testing.T) {
 			want = append(want, 100+i)
 		}
 	}
-	if fmt.Sprint(order) != fmt.Sprint(want) {
-		t.Fatalf("sent in the order %v, want %v", order, want)
+	if got := fmt.Sprint(order()); got != fmt.Sprint(want) {
+		t.Fatalf("sent in the order %v, want %v", got, want)
 	}
+}
+
+// orderedSender runs an aggregator's sender (interval iv, SendJitter
+// jitter) fed by the returned channel of room queue, over an orderOut;
+// order returns the hits of the parts sent so far, in order.
+func orderedSender(t *testing.T, iv, jitter time.Duration, queue int) (in chan *report, s *sender, order func() []int) {
+	t.Helper()
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: iv, SendJitter: jitter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sent []int
+	in = make(chan *report, queue)
+	s = a.snd
+	s.out, s.in = &orderOut{record: func(n int) { mu.Lock(); sent = append(sent, n); mu.Unlock() }}, in
+	go s.run()
+	return in, s, func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(sent) }
 }
 
 // orderOut is a transport that records each part's hits, in order.
@@ -722,27 +730,14 @@ func (o *orderOut) stop()                      {}
 // their jitter: Flush returns once they are sent, with the consumer's
 // answer (here ErrAgentOff).
 func TestFlushReleasesHeldReport(t *testing.T) {
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var order []int
-	out := &orderOut{record: func(n int) { mu.Lock(); order = append(order, n); mu.Unlock() }}
-	in := make(chan *report, 4)
-	s := a.snd
-	s.out, s.in = out, in
-	go s.run()
+	in, s, order := orderedSender(t, time.Hour, 20*time.Minute, 4)
 	in <- &report{parts: []part{{hits: 1}}} // held for up to 14 minutes
 	in <- &report{parts: []part{{hits: 2}}}
 	done := make(chan error, 1)
 	in <- &report{done: done, answer: ErrAgentOff} // a Flush with nothing to send
 	select {
 	case err := <-done:
-		mu.Lock()
-		got := fmt.Sprint(order)
-		mu.Unlock()
-		if !errors.Is(err, ErrAgentOff) || got != "[1 2]" {
+		if got := fmt.Sprint(order()); !errors.Is(err, ErrAgentOff) || got != "[1 2]" {
 			t.Fatalf("Flush answered %v having sent %s; want ErrAgentOff after [1 2]", err, got)
 		}
 	case <-time.After(10 * time.Second):
