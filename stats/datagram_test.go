@@ -519,7 +519,7 @@ func TestDatagramFinalFlag(t *testing.T) {
 // 1-span report for its jitter, then queues a Flush's report of own parts
 // (none: a Flush with nothing new), and returns the Flush's answer and how
 // long it took.
-func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, error, time.Duration) {
+func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, time.Duration, error) {
 	t.Helper()
 	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
 	if err != nil {
@@ -537,7 +537,7 @@ func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, error, time
 	took := time.Since(start)
 	close(in)
 	<-s.done
-	return a, err, took
+	return a, took, err
 }
 
 // TestHeldReportsKeepTheirPatience: toward a missing relay, a Flush that
@@ -545,7 +545,7 @@ func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, error, time
 // relay as long as the two reports would each have: one patience apiece,
 // not one shared, and both are dropped, counted.
 func TestHeldReportsKeepTheirPatience(t *testing.T) {
-	a, err, took := flushHeldToMissingRelay(t, []part{{body: make([]byte, 64), hits: 2}})
+	a, took, err := flushHeldToMissingRelay(t, []part{{body: make([]byte, 64), hits: 2}})
 	if !errors.Is(err, dgram.ErrNoRelay) || took < 2*datagramPatience*3/4 {
 		t.Fatalf("Flush = %v after %s; want ErrNoRelay after about %s, two reports' patience", err, took, 2*datagramPatience)
 	}
@@ -557,7 +557,7 @@ func TestHeldReportsKeepTheirPatience(t *testing.T) {
 // TestEmptyFlushHeldPatience: a Flush with nothing new of its own that
 // takes one held report along waits one report's patience, not two.
 func TestEmptyFlushHeldPatience(t *testing.T) {
-	_, err, took := flushHeldToMissingRelay(t, nil)
+	_, took, err := flushHeldToMissingRelay(t, nil)
 	if !errors.Is(err, dgram.ErrNoRelay) || took > datagramPatience*3/2 {
 		t.Fatalf("Flush = %v after %s; want ErrNoRelay within about %s", err, took, datagramPatience)
 	}
