@@ -472,3 +472,48 @@ func TestStopAfterUnhandledBoundary(t *testing.T) {
 		t.Fatalf("%v; want [0s +10s) map[x:1], [10s +500ms) map[y:1]", got)
 	}
 }
+
+// TestFlushAfterBoundaryBeforeTimer: a Flush handled after a boundary but
+// before the timer crosses it first, so the spans that ended after it (and
+// those stamped "now") go to the new bucket, not the one that ended.
+func TestFlushAfterBoundaryBeforeTimer(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	b := epoch.Add(iv) // the timer has not fired for it
+	d.now = b.Add(500 * time.Millisecond)
+	d.publish("before", b.Add(-time.Second))
+	d.publish("after", b.Add(200*time.Millisecond))
+	d.publish("now", time.Time{})
+	d.c.flush(make(chan error, 1))
+	got := d.reports(epoch)
+	want := []bucket{
+		{start: 0, length: iv, hits: map[string]uint64{"before": 1}},
+		{start: iv, length: 500 * time.Millisecond, hits: map[string]uint64{"after": 1, "now": 1}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("buckets %v, want %v", got, want)
+	}
+}
+
+// TestDrainAfterBoundaryBeforeTimer: a busy consumer that drains a batch
+// after a boundary, before it handles the timer, puts the batch's spans in
+// the bucket of their end.
+func TestDrainAfterBoundaryBeforeTimer(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	b := epoch.Add(iv)
+	d.publish("before", b.Add(-time.Second))
+	d.now = b.Add(500 * time.Millisecond)
+	d.publish("after", b.Add(200*time.Millisecond))
+	d.c.drainAll()
+	d.at(b.Add(iv / graceDivisor))
+	d.at(b.Add(iv + iv/graceDivisor))
+	got := d.reports(epoch)
+	want := []bucket{
+		{start: 0, length: iv, hits: map[string]uint64{"before": 1}},
+		{start: iv, length: iv, hits: map[string]uint64{"after": 1}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("buckets %v, want %v", got, want)
+	}
+}

@@ -255,6 +255,14 @@ func (c *consumer) consume() int {
 	// In place: the batch is the inbox's own slots.
 	in := c.in
 	n := in.Ready(drainBatch)
+	if n == 0 {
+		return 0
+	}
+	// Every span in the batch was published before this reading, so a
+	// boundary it has reached is one they may have ended after: crossed
+	// first, they go to the bucket of their end, not the one ending, even
+	// when the timer has not been handled yet. One clock read per batch.
+	c.crossBoundaries(c.now())
 	batch := c.batchPtrs[:n]
 	for i := range batch {
 		batch[i] = in.At(i)
@@ -318,7 +326,9 @@ func (c *consumer) drainAll() {
 }
 
 func (c *consumer) flush(done chan error) {
-	c.now() // realigned before the spans stamped on the new time are read
+	// Realigned and past any boundary reached before the spans are read:
+	// those stamped on the new time must not go to an earlier bucket.
+	c.crossBoundaries(c.now())
 	c.drainAll()
 	t := c.now()
 	c.closeDue(t)
