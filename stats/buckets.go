@@ -12,7 +12,7 @@ import (
 
 // begin opens the bucket of t and arms the timer for its end.
 func (c *consumer) begin(t time.Time) {
-	c.start = t.Truncate(c.interval)
+	c.start = writer.AlignStart(t, c.interval)
 	c.setFloor(c.start)
 	c.timer = time.NewTimer(c.due().Sub(t))
 	c.armed = c.due()
@@ -138,7 +138,7 @@ func (c *consumer) realign(t time.Time) {
 	}
 	c.tabs[n], c.buckets[n] = c.table, bucketOf(t.Add(-curLen), t)
 	c.report(n+1, nil)
-	c.start = t.Truncate(c.interval)
+	c.start = writer.AlignStart(t, c.interval)
 	c.setFloor(c.start)
 	c.ctr.clockStepsBack.Add(1)
 	c.arm(t) // seen by a drain, the step must not wait for the old schedule
@@ -177,7 +177,7 @@ func (c *consumer) shift(t time.Time) {
 	c.graceEnd = end.Add(c.grace)
 	next := end
 	if t.Sub(end) >= c.interval { // the process was paused: realign on now
-		next = t.Truncate(c.interval)
+		next = writer.AlignStart(t, c.interval)
 	}
 	c.start = next
 	c.setFloor(next)

@@ -517,3 +517,23 @@ func TestDrainAfterBoundaryBeforeTimer(t *testing.T) {
 		t.Fatalf("buckets %v, want %v", got, want)
 	}
 }
+
+// TestBucketsAlignOnTheEpoch: buckets start at multiples of the interval
+// since the Unix epoch, as the agent and the relay align them, also for an
+// interval that does not divide a day (time.Truncate's zero time is 3 s off
+// the epoch modulo 7 s).
+func TestBucketsAlignOnTheEpoch(t *testing.T) {
+	const iv = 7 * time.Second
+	at := time.Unix(1_800_000_000, 0)
+	d := newDriven(t, iv, at)
+	d.publish("a", at)
+	d.at(d.c.due())
+	d.at(d.c.due())
+	got := d.reports(time.Unix(0, 0))
+	if len(got) != 1 || got[0].length != iv || got[0].hits["a"] != 1 {
+		t.Fatalf("buckets %v, want one of %v holding the span", got, iv)
+	}
+	if got[0].start%iv != 0 {
+		t.Fatalf("bucket starts %v past a multiple of %v since the epoch", got[0].start%iv, iv)
+	}
+}

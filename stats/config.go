@@ -162,7 +162,9 @@ type Config struct {
 
 	// BucketInterval is the reporting interval (default 10 s, within
 	// [MinBucketInterval, MaxBucketInterval]). Buckets start on multiples
-	// of it; a bucket is reported a tenth of the interval after its end
+	// of it since the Unix epoch (as the agent and statsrelay align them;
+	// an interval that divides a day keeps them on the wall clock's round
+	// times too); a bucket is reported a tenth of the interval after its end
 	// (see Span.Start).
 	BucketInterval time.Duration
 	// SendJitter is the most an interval's report waits past its boundary

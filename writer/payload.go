@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"time"
+
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -20,6 +22,20 @@ type Bucket struct {
 	Start, Duration uint64
 	AgentTimeShift  int64
 	Groups          []*aggregate.Entry
+}
+
+// AlignStart returns the start of the interval of length d that holds t,
+// aligned on the Unix epoch as the agent aligns its buckets (start - start %
+// size). time.Time.Truncate aligns on Go's zero time instead, which agrees
+// with the epoch only for lengths that divide a day: the SDK's buckets, the
+// relay's windows and its forwarding boundaries all use this one.
+func AlignStart(t time.Time, d time.Duration) time.Time {
+	ns := t.UnixNano()
+	m := ns % int64(d)
+	if m < 0 {
+		m += int64(d)
+	}
+	return time.Unix(0, ns-m)
 }
 
 // Map keys: msgpack fixstr prefix (0xa0 | length) followed by the agent's key,

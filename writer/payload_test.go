@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch/pb/sketchpb"
 	"github.com/tinylib/msgp/msgp"
@@ -406,5 +407,25 @@ func TestAppendPayloadAllocs(t *testing.T) {
 	}
 	if _, err := DecodePayload(buf); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAlignStart: the start of t's interval on the epoch, t itself when it
+// is one, and the floor (not toward zero) before the epoch.
+func TestAlignStart(t *testing.T) {
+	for _, tc := range []struct {
+		t    int64 // unix ns
+		d    time.Duration
+		want int64
+	}{
+		{1_800_000_000_000_000_000, 10 * time.Second, 1_800_000_000_000_000_000},
+		{1_800_000_009_999_999_999, 10 * time.Second, 1_800_000_000_000_000_000},
+		{1_800_000_000_000_000_000, 7 * time.Second, 1_799_999_999_000_000_000},
+		{-1, time.Second, -1_000_000_000},
+		{0, time.Hour, 0},
+	} {
+		if got := AlignStart(time.Unix(0, tc.t), tc.d).UnixNano(); got != tc.want {
+			t.Errorf("AlignStart(%d, %v) = %d, want %d", tc.t, tc.d, got, tc.want)
+		}
 	}
 }

@@ -52,6 +52,13 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 	return f
 }
 
+// boundaryAfter is the end of the window holding t: the boundary the
+// forwarder waits for (plus the grace), on the epoch as windowOf aligns
+// windows and the SDK its buckets.
+func boundaryAfter(t time.Time, interval time.Duration) time.Time {
+	return writer.AlignStart(t, interval).Add(interval)
+}
+
 // allWindows is a boundary after every window, ended or not.
 var allWindows = time.Unix(0, 1<<62)
 
@@ -62,7 +69,7 @@ func (f *forwarder) run(stop context.Context) {
 	defer f.client.Close()
 	f.client.ReadInfo()
 	cfg := &f.s.cfg
-	boundary := cfg.Now().Truncate(cfg.Interval).Add(cfg.Interval)
+	boundary := boundaryAfter(cfg.Now(), cfg.Interval)
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
 	defer tick.Stop()
 	retry := time.NewTimer(time.Hour)
@@ -93,7 +100,7 @@ func (f *forwarder) run(stop context.Context) {
 			f.trouble.check(f.s.troubleCounters(), now, false)
 			boundary = boundary.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
-				boundary = now.Truncate(cfg.Interval).Add(cfg.Interval)
+				boundary = boundaryAfter(now, cfg.Interval)
 			}
 			wait := boundary.Add(cfg.Grace).Sub(now)
 			if wait > cfg.Interval+cfg.Grace {

@@ -218,7 +218,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 	byteLimit := s.maxBytes - bytesReserve(s.maxBytes)
 	for bi := range pp.p.Buckets {
 		b := &pp.p.Buckets[bi]
-		ws := b.Start - b.Start%s.interval
+		ws := windowOf(b.Start, s.interval)
 		var w *window
 		if id != nil {
 			w = id.windows[ws]
@@ -328,4 +328,11 @@ func (s *state) window(pp *prepared, id *identity, w *window, ws uint64, b *writ
 func (s *state) hold(w *window, n int) {
 	w.bytes += n
 	s.bytes += n
+}
+
+// windowOf is the start of the window holding start (unix ns): aligned on
+// the epoch, as the agent aligns buckets and the forwarder's boundaries
+// (boundaryAfter) end windows.
+func windowOf(start, interval uint64) uint64 {
+	return start - start%interval
 }

@@ -429,3 +429,23 @@ func TestHeldBytesOfTypicalGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundariesEndWindows: the forwarder's boundary after t is the end of
+// the merge window holding t, for intervals that divide a day and for ones
+// that do not (time.Truncate aligns on Go's zero time, 3 s off the epoch
+// modulo 7 s, which split an SDK's bucket across two forwards).
+func TestBoundariesEndWindows(t *testing.T) {
+	at := time.Unix(1_800_000_000, 123_456_789)
+	for _, iv := range []time.Duration{time.Second, 7 * time.Second, 10 * time.Second, 11 * time.Second, 70 * time.Second, time.Hour} {
+		for _, t0 := range []time.Time{at, at.Add(iv / 2), at.Add(-time.Nanosecond)} {
+			ts := uint64(t0.UnixNano())
+			want := windowOf(ts, uint64(iv)) + uint64(iv)
+			if got := uint64(boundaryAfter(t0, iv).UnixNano()); got != want {
+				t.Errorf("interval %v at %v: boundary %d, want the window's end %d (off by %v)", iv, t0, got, want, time.Duration(int64(got-want)))
+			}
+			if want%uint64(iv) != 0 {
+				t.Errorf("interval %v: window end %d is not on the epoch's alignment", iv, want)
+			}
+		}
+	}
+}

@@ -46,7 +46,8 @@ const (
 
 // Config configures a Relay; the zero value is usable.
 type Config struct {
-	// Interval is the window length buckets are merged by (zero: 10 s).
+	// Interval is the window length buckets are merged by (zero: 10 s),
+	// windows starting on its multiples since the Unix epoch.
 	Interval time.Duration
 	// MaxGroups bounds the groups held over all identities (zero: 200 000).
 	MaxGroups int
