@@ -31,8 +31,9 @@ var (
 	// ErrNegativeValues: the sketch's negative store holds values; latencies
 	// are never negative.
 	ErrNegativeValues = errors.New("writer: sketch has negative values")
-	// ErrBadCount: a bin or zero count is NaN, infinite, negative or above 2^53.
-	ErrBadCount = errors.New("writer: sketch count is not a finite non-negative number")
+	// ErrBadCount: a bin or zero count is NaN, infinite, negative, not a
+	// whole number or above 2^53.
+	ErrBadCount = errors.New("writer: sketch count is not a whole non-negative number")
 	// ErrTooManyBins: more than MaxDecodedBins bin entries.
 	ErrTooManyBins = errors.New("writer: sketch has too many bins")
 	// ErrMalformedSketch: the bytes are not a well-formed DDSketch message
@@ -46,12 +47,11 @@ var (
 // into (it does not reset into first; a nil into only validates b). It reads
 // what AppendSketch and sketches-go write: positive bins as contiguous counts
 // (packed or not) and/or as the binCounts map, in any field order, with
-// unknown fields skipped. Empty input is an empty sketch. Fractional counts
-// are rounded to the nearest whole number.
+// unknown fields skipped. Empty input is an empty sketch.
 //
 // It rejects a mapping other than the agent's (ErrMapping, also when the
 // mapping is missing), a negative store with values (ErrNegativeValues),
-// NaN, infinite, negative or huge counts (ErrBadCount), more than
+// NaN, infinite, negative, fractional or huge counts (ErrBadCount), more than
 // MaxDecodedBins bins (ErrTooManyBins) and malformed bytes
 // (ErrMalformedSketch). On error into is left unchanged: b is validated
 // completely before anything is added. It allocates nothing itself; into
@@ -638,5 +638,7 @@ func countSlow(bits uint64) (uint64, error) {
 	if u := int64(f); float64(u) == f {
 		return uint64(u), nil // a whole number: every count sketches-go or we write
 	}
-	return uint64(int64(math.Round(f))), nil
+	// A fraction of a span: no tracer counts so, and rounding would merge
+	// a sketch other than the one sent.
+	return 0, ErrBadCount
 }

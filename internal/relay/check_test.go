@@ -331,3 +331,27 @@ func TestWideSketchesCannotAmplify(t *testing.T) {
 		}
 	}
 }
+
+// TestFractionalCountIsInvalid: a sketch bin holding a fraction of a span
+// is rejected as invalid, not rounded into a sketch other than the one sent
+// (1.5 would become 2, 0.4 would vanish).
+func TestFractionalCountIsInvalid(t *testing.T) {
+	for _, c := range []float64{1.5, 0.4} {
+		d := datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 0, 5)))
+		one := binary.LittleEndian.AppendUint64(nil, math.Float64bits(1))
+		i := bytes.Index(d, one)
+		if i < 0 || bytes.Count(d, one) != 1 {
+			t.Fatal("count 1.0 not found once in the encoded sketch")
+		}
+		binary.LittleEndian.PutUint64(d[i:], math.Float64bits(c))
+		r := newTestRelay(Config{MaxDatagram: len(d) + 64})
+		err := r.Accept(d, 0, UDP)
+		var rej *RejectError
+		if !errors.As(err, &rej) || rej.Reason != Invalid {
+			t.Errorf("count %v: Accept = %v, want an invalid rejection", c, err)
+		}
+		if n := r.Stats().Rejected[Invalid]; n != 1 {
+			t.Errorf("count %v: %d invalid rejections counted, want 1", c, n)
+		}
+	}
+}
