@@ -12,7 +12,10 @@ import (
 )
 
 // Limits of DecodePayload. Memory is also bounded by the input: no slice is
-// preallocated beyond what the remaining bytes could hold.
+// preallocated beyond what the remaining bytes could hold, and a payload
+// carries at most one group per MinWireGroupBytes of it and one string-array
+// element per MinWireStringBytes (a decoded group or string is many times
+// larger than the least its encoding takes).
 const (
 	// MaxBuckets is the most buckets one payload may carry.
 	MaxBuckets = 1 << 12
@@ -63,7 +66,21 @@ type Payload struct {
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
 func DecodePayload(b []byte) (*Payload, error) {
-	return decodeInto(b, &decoder{groups: MaxGroups}, new(Payload))
+	return decodeInto(b, &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b)}, new(Payload))
+}
+
+// MinWireStringBytes is the wire size per element the string arrays of a
+// payload (Tags, PeerTags, ...) may take on average, all arrays together:
+// their elements are key:value tags, four bytes at least, while a decoded
+// string is sixteen bytes before its arena grows, so input claiming smaller
+// ones (empty strings, one byte each) would make the decoder allocate
+// about twenty times its size (TestEmptyStringsCannotAmplify).
+const MinWireStringBytes = 4
+
+// stringBudget is how many string-array elements a payload of b may carry,
+// MinWireStringBytes each, and a few more for a tiny payload.
+func stringBudget(b []byte) int {
+	return len(b)/MinWireStringBytes + 16
 }
 
 // MinWireGroupBytes is the least a group takes on the wire from a tracer
@@ -151,7 +168,7 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 		dec.wires = nil
 	}
 	dec.buckets, dec.groups, dec.strs, dec.wires = dec.buckets[:0], dec.groups[:0], dec.strs[:0], dec.wires[:0]
-	dec.d = decoder{groups: min(maxGroups, MaxGroups), alias: true, spares: &dec.spares, kept: &dec.kept,
+	dec.d = decoder{groups: min(maxGroups, MaxGroups), strs: stringBudget(b), alias: true, spares: &dec.spares, kept: &dec.kept,
 		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
 	if dec.WireSketches {
 		dec.d.wireArena, dec.d.scratch = &dec.wires, &dec.scratch
@@ -178,6 +195,7 @@ func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 // MaxGroups, and where to put what it decodes.
 type decoder struct {
 	groups int
+	strs   int                  // string-array elements the payload may still carry
 	alias  bool                 // strings alias the input (Decoder)
 	spares *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	// Where bucket and group slices and short string arrays are carved
@@ -652,17 +670,20 @@ func (d *decoder) decodeSketch(v []byte, s *aggregate.Sketch) error {
 	return decodeSketch(v, s, d.kept)
 }
 
-// strings reads an array (or nil) of at most MaxStrings strings; an
-// empty array is nil.
+// strings reads an array (or nil) of at most MaxStrings strings, taken
+// from the payload's d.strs; an empty array is nil.
 func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 	if len(b) > 0 && b[0] == 0x90 { // an empty fixarray: the writer's two unset lists of every group
 		return nil, b[1:], nil
 	}
-	budget := MaxStrings
-	return decodeArray(b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
+	limit := min(MaxStrings, d.strs)
+	budget := limit
+	out, b, err := decodeArray(b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
 		*s, b, err = d.readString(b)
 		return b, err
 	})
+	d.strs -= limit - budget
+	return out, b, err
 }
 
 func readString(b []byte) (string, []byte, error) {

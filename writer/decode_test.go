@@ -171,6 +171,30 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
+// TestDecodePayloadEmptyGroupsCannotAmplify: DecodePayload (Split's, the
+// fake agent's) bounds groups by the input as the relay's Decoder does: 32 Ki
+// one-byte groups would decode into 32 Ki Groups of a few hundred bytes
+// each (57 MB); they are refused having allocated a small multiple of the
+// input, while 16 such groups (a tiny payload's allowance) decode.
+func TestDecodePayloadEmptyGroupsCannotAmplify(t *testing.T) {
+	empties := func(n int) []byte {
+		return mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(uint32(n)).raw(bytes.Repeat([]byte{0x80}, n)...)
+	}
+	in := empties(32 << 10)
+	var err error
+	got := allocated(func() { _, err = DecodePayload(in) })
+	if !errors.Is(err, msgp.ErrLimitExceeded) {
+		t.Fatalf("DecodePayload = %v, want %v", err, msgp.ErrLimitExceeded)
+	}
+	if got > 16*uint64(len(in)) {
+		t.Fatalf("a %d-byte payload allocated %d bytes (%.0f×), bound 16×", len(in), got, float64(got)/float64(len(in)))
+	}
+	p, err := DecodePayload(empties(16))
+	if err != nil || len(p.Buckets) != 1 || len(p.Buckets[0].Groups) != 16 {
+		t.Fatalf("16 empty groups: %+v, %v", p, err)
+	}
+}
+
 // Array headers that promise more than the input holds must fail fast and
 // without allocating for elements that are not there.
 func TestDecodeHugeArrayHeaders(t *testing.T) {

@@ -355,3 +355,58 @@ func TestFractionalCountIsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// peerTagsDatagram is a datagram of n groups, each with k empty peer tags
+// (one byte each on the wire, a 16-byte string decoded); with invalidLast
+// the last group has more errors than hits.
+func peerTagsDatagram(n, k int, invalidLast bool) []byte {
+	b := groupsDatagram(w0, 10*sec, n)
+	for i := range n {
+		errs := uint64(0)
+		if invalidLast && i == n-1 {
+			errs = 2
+		}
+		b = msgp.AppendMapHeader(b, 3)
+		b = msgp.AppendString(b, "Hits")
+		b = msgp.AppendUint64(b, 1)
+		b = msgp.AppendString(b, "Errors")
+		b = msgp.AppendUint64(b, errs)
+		b = msgp.AppendString(b, "PeerTags")
+		b = msgp.AppendArrayHeader(b, uint32(k))
+		for range k {
+			b = msgp.AppendString(b, "")
+		}
+	}
+	return b
+}
+
+// TestEmptyStringsCannotAmplify: a datagram of 800 groups of 40 empty peer
+// tags, or one group of 60 000, would decode into 16 bytes (and an arena
+// doubling) per byte received; it is rejected as malformed (past one
+// string-array element per writer.MinWireStringBytes) having allocated at
+// most 16× its size.
+func TestEmptyStringsCannotAmplify(t *testing.T) {
+	for _, tc := range []struct {
+		n, k    int
+		invalid bool
+	}{{800, 40, true}, {800, 40, false}, {1, 60000, false}} {
+		b := peerTagsDatagram(tc.n, tc.k, tc.invalid)
+		if len(b) > DefaultMaxDatagram {
+			t.Fatalf("datagram of %d bytes, want at most %d", len(b), DefaultMaxDatagram)
+		}
+		r := newTestRelay(Config{})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := r.Accept(b, 0, UDP)
+		runtime.ReadMemStats(&after)
+		var re *RejectError
+		if !errors.As(err, &re) || re.Reason != Malformed {
+			t.Errorf("%d groups × %d empty peer tags: Accept = %v, want a malformed reject", tc.n, tc.k, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16*uint64(len(b)) {
+			t.Errorf("%d groups × %d empty peer tags: a %d-byte datagram allocated %d bytes (%.0f×), bound 16×",
+				tc.n, tc.k, len(b), grew, float64(grew)/float64(len(b)))
+		}
+	}
+}
