@@ -64,7 +64,11 @@ type Limits struct {
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode     int
 	ServiceSource                                int
 	// PeerTag is the budget of each peer-tag key (peer.hostname, db.instance,
-	// ...), counted separately per key.
+	// ...), counted separately per key: a value over it becomes
+	// key:BlockedValue. When the agent gave no list of peer-tag keys, an
+	// interval tracks at most 64 keys, whatever PeerTag says; a tag of any
+	// further key becomes a bare BlockedValue, its key dropped too, so that
+	// junk keys cannot multiply the groups either.
 	PeerTag int
 }
 
