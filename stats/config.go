@@ -249,7 +249,8 @@ type Config struct {
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender
 	// goroutine. MetricsNamespace is the namespace that client already
-	// prepends (e.g. "datadog.tracer."), so the prefix is never doubled.
+	// prepends (e.g. "datadog.tracer.", with or without the trailing dot),
+	// so the prefix is never doubled.
 	Metrics          MetricsClient
 	MetricsNamespace string
 	// Logger receives warnings (default slog.Default()): configuration

@@ -20,8 +20,13 @@ const MetricsPrefix = "datadog.tracer.stats."
 // metricName is prefix+name without the part the client already adds:
 // a client whose namespace is "datadog.tracer." gets "stats.<name>", so the
 // metric arrives as datadog.tracer.stats.<name>, never with the prefix twice.
+// A namespace given without its trailing dot ("datadog.tracer") is the same
+// one: DogStatsD clients (datadog-go's WithNamespace) add the dot.
 func metricName(namespace, name string) string {
 	full := MetricsPrefix + name
+	if namespace != "" && !strings.HasSuffix(namespace, ".") {
+		namespace += "."
+	}
 	if namespace != "" && strings.HasPrefix(full, namespace) {
 		return full[len(namespace):]
 	}

@@ -41,6 +41,9 @@ func TestMetricsNoDoublePrefix(t *testing.T) {
 	for _, tc := range []struct{ namespace, name string }{
 		{"", "datadog.tracer.stats.spans.counted[]"},
 		{"datadog.tracer.", "stats.spans.counted[]"},
+		{"datadog.tracer", "stats.spans.counted[]"}, // the client adds the dot
+		{"datadog", "tracer.stats.spans.counted[]"},
+		{"datadog.trace", "datadog.tracer.stats.spans.counted[]"}, // not a prefix at a dot
 	} {
 		rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
 		a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec, MetricsNamespace: tc.namespace,
@@ -60,7 +63,8 @@ func TestMetricsNoDoublePrefix(t *testing.T) {
 			t.Errorf("namespace %q: %s = %d, want 2", tc.namespace, col, rec.counts[col])
 		}
 		for k := range rec.counts {
-			if strings.Contains(k, "datadog.tracer.datadog.tracer") || (tc.namespace != "" && strings.HasPrefix(k, tc.namespace)) {
+			if strings.Contains(k, "datadog.tracer.datadog.tracer") || strings.HasPrefix(k, ".") ||
+				(tc.namespace != "" && strings.HasPrefix(k, tc.namespace+".")) {
 				t.Errorf("metric %q carries the prefix twice", k)
 			}
 		}
