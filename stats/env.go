@@ -96,7 +96,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// As dd-trace-go: the env, service and version tags stand in for
 	// DD_ENV, DD_SERVICE and DD_VERSION, the last of each winning.
 	for _, t := range c.Tags {
-		switch k, v, _ := strings.Cut(t, ":"); {
+		switch k, v, _ := strings.Cut(t, ":"); { // DD_TAGS' trimmed by parseTags
 		case v == "":
 		case k == "env" && !envSet:
 			c.Env = v
@@ -145,10 +145,13 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 		ignore(EnvRelayURL, raw, "want unixgram:///path/to/relay.sock or udp://host:port")
 	}
 	if raw := strings.TrimSpace(getenv(EnvAgentURL)); raw != "" {
-		if _, err := parseAgentURL(raw); err == nil {
+		// An HTTP agent only, as dd-trace-go: a udp:// copied from a
+		// DogStatsD setting must not send datagrams there (SPANSTATS_RELAY_URL
+		// names a relay).
+		if t, err := parseAgentURL(raw); err == nil && t.network == "" {
 			return raw
 		}
-		ignore(EnvAgentURL, raw, "want http://host:port or unix:///path")
+		ignore(EnvAgentURL, raw, "want http://host:port or unix:///path (a relay goes in "+EnvRelayURL+")")
 	}
 	u, err := agentclient.HostPortURL(getenv(EnvAgentHost), getenv(EnvAgentPort))
 	if errors.Is(err, agentclient.ErrAgentPort) {
@@ -175,7 +178,19 @@ func parseTags(raw string) []string {
 	}
 	var tags []string
 	for t := range strings.SplitSeq(raw, sep) {
-		if t = strings.TrimSpace(t); t != "" {
+		t = strings.TrimSpace(t)
+		// As dd-trace-go's ForEachStringTag: key and value trimmed ("env :
+		// staging" is env:staging), an empty key skipped.
+		if k, v, ok := strings.Cut(t, ":"); ok {
+			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+			if k == "" {
+				continue
+			}
+			if len(k)+1+len(v) != len(t) {
+				t = k + ":" + v
+			}
+		}
+		if t != "" {
 			tags = append(tags, t)
 		}
 	}

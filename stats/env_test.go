@@ -96,6 +96,10 @@ func TestEnvBadValues(t *testing.T) {
 		check       func(Config) bool
 	}{
 		{EnvAgentURL, "ftp://agent", func(c Config) bool { return c.AgentURL == "" }},
+		// A relay: SPANSTATS_RELAY_URL names one; a DogStatsD address
+		// copied here must not get datagrams (dd-trace-go refuses it too).
+		{EnvAgentURL, "udp://127.0.0.1:8125", func(c Config) bool { return c.AgentURL == "" }},
+		{EnvAgentURL, "unixgram:///run/relay.sock", func(c Config) bool { return c.AgentURL == "" }},
 		// Not a relay: an HTTP agent belongs in DD_TRACE_AGENT_URL.
 		{EnvRelayURL, "http://agent:8126", func(c Config) bool { return c.AgentURL == "" }},
 		{EnvRelayURL, "udp://no-port", func(c Config) bool { return c.AgentURL == "" }},
@@ -166,6 +170,11 @@ func TestEnvIdentityFromTags(t *testing.T) {
 	c, _ = envCase(Config{}, map[string]string{EnvTags: "env:staging,service:web", EnvEnv: "  ", EnvService: "a\nb"}, false)
 	if c.Env != "staging" || c.Service != "web" {
 		t.Fatalf("a blank DD_ENV and a refused DD_SERVICE: env %q service %q, want DD_TAGS' staging web", c.Env, c.Service)
+	}
+	// As dd-trace-go: key and value trimmed, an entry without a key skipped.
+	c, logs = envCase(Config{}, map[string]string{EnvTags: "env : staging, service :web ,: x, team :  core"}, false)
+	if c.Env != "staging" || c.Service != "web" || !slices.Equal(c.Tags, []string{"env:staging", "service:web", "team:core"}) || len(logs) != 0 {
+		t.Fatalf("DD_TAGS with spaces around keys: env %q service %q tags %q (logs %q); want staging web [env:staging service:web team:core]", c.Env, c.Service, c.Tags, logs)
 	}
 	host, _ := os.Hostname()
 	c, _ = envCase(Config{}, map[string]string{EnvReportHostname: "true"}, false)
