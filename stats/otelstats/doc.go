@@ -22,7 +22,11 @@
 // is counted. With a sampler that drops spans, wrap it in RecordDropped:
 // dropped spans are then recorded, counted here, and still not exported.
 // Spans that a remote parent marked as not sampled are dropped by
-// ParentBased too; RecordDropped counts those as well.
+// ParentBased too; RecordDropped counts those as well. A span whose end is
+// not after its start is not counted (the SDK counts positive durations
+// only, as dd-trace-java does), where the agent's OTLP path counts it with
+// a duration of 0: only spans given equal timestamps, as imported ones may
+// be, differ.
 //
 // Concurrency: a Processor is safe for concurrent use; OnEnd runs on the
 // goroutine that ends the span, never blocks, and on a repeated route
