@@ -26,8 +26,8 @@ const (
 	maxCgroupFile = 64 << 10
 )
 
-// containerIDExp matches a container id at the end of a cgroup path, after
-// a non-hex character, with an optional ".scope": 64 hex digits (Docker,
+// containerIDExp matches a container id at the end of a cgroup path segment,
+// after a non-hex character, with an optional ".scope": 64 hex digits (Docker,
 // containerd, CRI-O), 32 hex digits, '-' and digits (ECS Fargate), or the
 // UUID-like 8-4-4-4-4 hex groups (Garden, ECS task ids). A pod's UUID
 // (8-4-4-4-12) is deliberately not a container id.
@@ -35,8 +35,11 @@ var containerIDExp = regexp.MustCompile(
 	`(?:^|[^0-9a-f])([0-9a-f]{64}|[0-9a-f]{32}-[0-9]+|[0-9a-f]{8}(?:-[0-9a-f]{4}){4})(?:\.scope)?$`)
 
 // ContainerIDFromCgroup returns the container id in a /proc/<pid>/cgroup
-// file ("hierarchy:controllers:path" lines; the first path that ends in a
-// container id wins), or "" for a process outside any container.
+// file ("hierarchy:controllers:path" lines; the first path holding a
+// container id wins), or "" for a process outside any container. The id is
+// the deepest path segment that is one: a container's processes may sit
+// below its own cgroup (systemd in the container moves them to
+// docker-<id>.scope/init.scope, rootless podman to libpod-<id>.scope/container).
 func ContainerIDFromCgroup(r io.Reader) string {
 	id, _ := scanCgroup(r)
 	return id
@@ -60,11 +63,27 @@ func scanCgroup(r io.Reader) (string, error) {
 		if j < 0 {
 			continue
 		}
-		if m := containerIDExp.FindStringSubmatch(line[i+1+j+1:]); m != nil {
-			return m[1], nil
+		if id := idInPath(line[i+1+j+1:]); id != "" {
+			return id, nil
 		}
 	}
 	return "", sc.Err()
+}
+
+// idInPath is the container id of the deepest segment of a cgroup path
+// that ends in one, or "".
+func idInPath(path string) string {
+	for path != "" {
+		k := strings.LastIndexByte(path, '/')
+		if m := containerIDExp.FindStringSubmatch(path[k+1:]); m != nil {
+			return m[1]
+		}
+		if k < 0 {
+			break
+		}
+		path = path[:k]
+	}
+	return ""
 }
 
 // alive tells whether <dir>/stat shows a process that has not exited: a

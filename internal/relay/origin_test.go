@@ -25,14 +25,19 @@ var cgroups = map[string]string{
 		dockerID + ".scope\n",
 	"fargate": "9:perf_event:/ecs/34dc0b5e626f2c5c4c5170e34b10e765/" + fargateID + "\n",
 	"garden":  "1:name=systemd:/system.slice/garden.service/garden/" + gardenID + "\n",
-	"host":    "0::/user.slice/user-1000.slice/session-2.scope\n",
-	"pod uid": "0::/kubepods/besteffort/pod2c3a7a68-2f2c-4c1e-9b1e-6a4f2f0f1a2b\n",
-	"garbage": "not a cgroup line\n:::\n12:memory\n",
+	// A container's processes below its own cgroup: systemd as its pid 1,
+	// rootless podman with crun.
+	"nested systemd": "0::/system.slice/docker-" + dockerID + ".scope/init.scope\n",
+	"nested podman":  "0::/user.slice/user-1001.slice/user@1001.service/user.slice/libpod-" + dockerID + ".scope/container\n",
+	"host":           "0::/user.slice/user-1000.slice/session-2.scope\n",
+	"pod uid":        "0::/kubepods/besteffort/pod2c3a7a68-2f2c-4c1e-9b1e-6a4f2f0f1a2b\n",
+	"garbage":        "not a cgroup line\n:::\n12:memory\n",
 }
 
 func TestContainerIDFromCgroup(t *testing.T) {
 	for name, want := range map[string]string{
 		"docker": dockerID, "systemd": dockerID, "k8s": dockerID, "fargate": fargateID,
+		"nested systemd": dockerID, "nested podman": dockerID,
 		"garden": gardenID, "host": "", "pod uid": "", "garbage": "",
 	} {
 		if got := ContainerIDFromCgroup(strings.NewReader(cgroups[name])); got != want {
@@ -262,5 +267,24 @@ func TestSamePIDNamespace(t *testing.T) {
 	}
 	if !SamePIDNamespace("/proc") {
 		t.Error("this process's own /proc is not its pid namespace")
+	}
+}
+
+// TestNestedCgroupKeepsTheClaim: a sender in a sub-cgroup of its container
+// (rootless podman) is found in it, so the container id it claims is
+// forwarded, not erased as a host process's and counted as a mismatch.
+func TestNestedCgroupKeepsTheClaim(t *testing.T) {
+	const pid = 4242
+	root := fakeProc(t, map[int32]string{pid: cgroups["nested podman"]})
+	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
+	h := header("rt-1")
+	h.ContainerID = dockerID
+	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("a"), 3, 0))), pid, Unix)
+	out := harvestAll(t, r)
+	if len(out) != 1 || out[0].ContainerID != dockerID || out[0].Hits != 3 {
+		t.Fatalf("forwarded %+v, want one batch of 3 hits in container %s", out, dockerID)
+	}
+	if m := r.Stats().ContainerMismatches; m != 0 {
+		t.Fatalf("%d container mismatches counted, want 0", m)
 	}
 }
