@@ -160,8 +160,8 @@ func check(o *options) error {
 		return fmt.Errorf("-max-held-bytes %d: want >= 1048576", c.MaxHeldBytes)
 	case c.ForwardParallel < 1 || c.ForwardParallel > 256:
 		return fmt.Errorf("-forward-parallel %d: want 1..256", c.ForwardParallel)
-	case c.UDPRcvBuf < 0:
-		return fmt.Errorf("-udp-rcvbuf %d: want >= 0", c.UDPRcvBuf)
+	case c.UDPRcvBuf < 0 || c.UDPRcvBuf > relay.MaxUDPRcvBuf:
+		return fmt.Errorf("-udp-rcvbuf %d: want 0..%d", c.UDPRcvBuf, relay.MaxUDPRcvBuf)
 	case c.StopDrain <= 0 || c.StopDrain > time.Minute:
 		return fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
 	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:

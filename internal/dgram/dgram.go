@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"io/fs"
 	"net"
 	"os"
@@ -202,10 +203,18 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
+// MaxRcvBuf is the largest receive buffer ListenUDP takes: the kernel caps
+// SO_RCVBUF at INT_MAX/2 (and doubles it), and a larger int would wrap to a
+// negative int32 that the kernel reads as its minimum, a few KiB.
+const MaxRcvBuf = math.MaxInt32 / 2
+
 // ListenUDP binds a UDP socket at addr ("host:port") with a receive buffer of
-// rcvbuf bytes (the system default if rcvbuf <= 0); see ReadBuffer for the
-// size the kernel granted.
+// rcvbuf bytes (the system default if rcvbuf <= 0; more than MaxRcvBuf is an
+// error); see ReadBuffer for the size the kernel granted.
 func ListenUDP(addr string, rcvbuf int) (*Conn, error) {
+	if rcvbuf > MaxRcvBuf {
+		return nil, fmt.Errorf("dgram: receive buffer of %d bytes: at most %d", rcvbuf, MaxRcvBuf)
+	}
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
 		return controlUDP(raw, rcvbuf)
 	}}

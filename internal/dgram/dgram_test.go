@@ -387,3 +387,21 @@ func TestDialStreamSocket(t *testing.T) {
 		t.Fatalf("DialUnixgram to a stream socket: %v", err)
 	}
 }
+
+// TestListenUDPRefusesHugeReadBuffer: past MaxRcvBuf the int32 the kernel
+// takes would wrap negative and leave a buffer of a few KiB; ListenUDP
+// refuses it instead, and takes MaxRcvBuf itself.
+func TestListenUDPRefusesHugeReadBuffer(t *testing.T) {
+	for _, n := range []int{MaxRcvBuf + 1, 1 << 31, 1<<32 + 4096} {
+		if c, err := ListenUDP("127.0.0.1:0", n); err == nil {
+			got := c.ReadBuffer()
+			c.Close()
+			t.Errorf("ListenUDP(rcvbuf %d) = nil error, buffer %d bytes; want an error", n, got)
+		}
+	}
+	c, err := ListenUDP("127.0.0.1:0", MaxRcvBuf)
+	if err != nil {
+		t.Fatalf("ListenUDP(MaxRcvBuf): %v", err)
+	}
+	c.Close()
+}

@@ -25,8 +25,10 @@ const (
 	DefaultSocketMode = 0o660
 	DefaultUDPAddr    = "127.0.0.1:8127"
 	DefaultUDPRcvBuf  = 4 << 20
-	DefaultAgentURL   = "http://127.0.0.1:8126"
-	DefaultGrace      = 3 * time.Second
+	// MaxUDPRcvBuf is the largest UDPRcvBuf: what the kernel takes.
+	MaxUDPRcvBuf    = dgram.MaxRcvBuf
+	DefaultAgentURL = "http://127.0.0.1:8126"
+	DefaultGrace    = 3 * time.Second
 	// DefaultStopDrain bounds how long the readers go on taking what the
 	// kernel queued once Run's context ends.
 	DefaultStopDrain = time.Second
@@ -67,7 +69,7 @@ type ServerConfig struct {
 	SocketMode os.FileMode
 	UDPAddr    string
 	// UDPRcvBuf is the UDP socket's SO_RCVBUF (0: DefaultUDPRcvBuf;
-	// negative: the system's default).
+	// negative: the system's default; at most MaxUDPRcvBuf).
 	UDPRcvBuf   int
 	MaxDatagram int
 	AgentURL    string
