@@ -121,7 +121,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-spin-wait", "2ms"}, nil, "-spin-wait"},
 		{[]string{"-spin-wait", "-1us"}, nil, "-spin-wait"},
 		// Past what SO_RCVBUF takes: it would wrap to a buffer of a few KiB.
-		{[]string{"-udp-rcvbuf", "2147483648"}, nil, "-udp-rcvbuf 2147483648: want 0..1073741823"},
+		{[]string{"-udp-rcvbuf", "1073741824"}, nil, "-udp-rcvbuf 1073741824: want 0..1073741823"},
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},
 		{nil, map[string]string{"STATSRELAY_MAX_DATAGRAM": "10"}, "(set by STATSRELAY_MAX_DATAGRAM)"},
 		{nil, map[string]string{"STATSRELAY_SOCKET_MODE": "7777"}, "(set by STATSRELAY_SOCKET_MODE)"},
