@@ -283,8 +283,11 @@ func newPacer(p Pacing, producers int) pacer {
 
 // run publishes w's spans through d at the pace from start, until it has
 // published k or end (if not zero) has passed, storing its count in c after
-// each burst and adding one to bursts: a burst is one wake-up that
-// publishes, so bursts per span is what the pacing's sleeps cost per span.
+// each burst and adding one to bursts each time it sleeps: bursts per span
+// is what the pacing's wake-ups cost per span. A producer that a slow
+// Publish holds past its next due time does not sleep, and so does not
+// count one (counting passes instead gave every burst cell the harness's
+// figure, however late its producers ran).
 func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time, c, bursts *paddedCount) {
 	paceFrom, done := start, 0
 	for done < k {
@@ -303,9 +306,9 @@ func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time
 			d.Publish(w.Finished())
 		}
 		c.Store(uint64(done))
-		bursts.Add(1)
 		if wait := time.Until(paceFrom.Add(time.Duration(done) * pc.every)); wait > 0 {
 			time.Sleep(wait)
+			bursts.Add(1)
 		}
 	}
 }
