@@ -51,6 +51,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestSocketURLWithHost: a socket URL written with two slashes reads its
+// first path segment as a host; New refuses it naming the three-slash
+// form, rather than sending to a path that is not there. "localhost" is
+// taken as the tracers take it.
+func TestSocketURLWithHost(t *testing.T) {
+	for _, raw := range []string{"unixgram://var/run/relay.sock", "unix://var/run/datadog/apm.socket"} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), ":///var/run/") {
+			t.Errorf("New(%q) = %v, want ErrBadConfig naming the three-slash form", raw, err)
+		}
+	}
+	for raw, want := range map[string]string{
+		"unixgram://localhost/run/relay.sock":         "/run/relay.sock",
+		"unix://localhost/var/run/datadog/apm.socket": "/var/run/datadog/apm.socket",
+	} {
+		tg, err := parseAgentURL(raw)
+		if err != nil || tg.address+tg.http.UnixSocket != want {
+			t.Errorf("parseAgentURL(%q) = %+v, %v; want the socket %s", raw, tg, err, want)
+		}
+	}
+}
+
 // TestSocketPathTooLong: a Unix socket path longer than the kernel takes
 // (unixgram:// to a relay, unix:// to the agent) is refused by New, saying
 // so, rather than failing every send with "invalid argument"; the longest

@@ -25,6 +25,9 @@ func parseAgentURL(raw string) (target, error) {
 	if err == nil {
 		switch u.Scheme {
 		case "unixgram":
+			if err := agentclient.CheckSocketHost(u); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+			}
 			p := cmp.Or(u.Path, u.Opaque)
 			if p == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)

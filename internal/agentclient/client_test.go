@@ -141,6 +141,8 @@ func TestParseURL(t *testing.T) {
 		{"http://agent:8126/", "http://agent:8126", "", true},
 		{"unix:///var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
 		{"unix://", "", "", false},
+		{"unix://var/run/datadog/apm.socket", "", "", false}, // two slashes: "var" is a host
+		{"unix://localhost/var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
 		{"http://", "", "", false},
 		{"ftp://x", "", "", false},
 		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath), "", "", false}, // too long for a socket

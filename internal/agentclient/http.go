@@ -59,6 +59,9 @@ func ParseURL(raw string) (Endpoint, error) {
 		base := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/")}
 		return Endpoint{Base: base.String()}, nil
 	case "unix":
+		if err := CheckSocketHost(u); err != nil {
+			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
+		}
 		p := u.Path
 		if p == "" {
 			p = u.Opaque
@@ -73,6 +76,17 @@ func ParseURL(raw string) (Endpoint, error) {
 	default:
 		return Endpoint{}, fmt.Errorf("agent URL %q: scheme %q is not supported (use http, https or unix)", raw, u.Scheme)
 	}
+}
+
+// CheckSocketHost refuses a socket URL with a host: unix://var/run/x.sock
+// (two slashes) parses with host "var" and path /run/x.sock, a socket that
+// is not there. "localhost" is taken, as the tracers take it, and ignored.
+func CheckSocketHost(u *url.URL) error {
+	if u.Host != "" && u.Host != "localhost" {
+		return fmt.Errorf("%q would be read as a host, not the start of the socket path: write %s:///%s%s (three slashes)",
+			u.Host, u.Scheme, u.Host, u.Path)
+	}
+	return nil
 }
 
 // CheckPort refuses a URL whose port, when it has one, is not a number in
