@@ -1,4 +1,4 @@
-started="2026-12-03 16:28:04 UTC"
-elapsed="1654"
-commit="64ae5fe"
+started="2026-12-03 18:49:40 UTC"
+elapsed="1669"
+commit="3e0de1e"
 COUNT="6" BENCHTIME="4s" BENCH="."
