@@ -537,3 +537,18 @@ func TestBucketsAlignOnTheEpoch(t *testing.T) {
 		t.Fatalf("bucket starts %v past a multiple of %v since the epoch", got[0].start%iv, iv)
 	}
 }
+
+// TestClockPast2262: a wall clock past what UnixNano holds (a bad RTC)
+// leaves the consumer working: a boundary tick returns.
+func TestClockPast2262(t *testing.T) {
+	at := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := newDriven(t, 10*time.Second, at)
+	d.publish("a", time.Time{})
+	done := make(chan struct{})
+	go func() { d.at(at.Add(10 * time.Second)); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the boundary tick did not return: crossBoundaries never reaches the clock")
+	}
+}

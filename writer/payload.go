@@ -29,13 +29,15 @@ type Bucket struct {
 // size). time.Time.Truncate aligns on Go's zero time instead, which agrees
 // with the epoch only for lengths that divide a day: the SDK's buckets, the
 // relay's windows and its forwarding boundaries all use this one.
+//
+// It shifts Truncate by the epoch's offset rather than taking t.UnixNano()
+// modulo d: UnixNano is undefined past 2262, and a clock that far off
+// (a bad RTC) must still get a start at or before t, or a consumer waiting
+// for the next boundary would wait forever.
 func AlignStart(t time.Time, d time.Duration) time.Time {
-	ns := t.UnixNano()
-	m := ns % int64(d)
-	if m < 0 {
-		m += int64(d)
-	}
-	return time.Unix(0, ns-m)
+	epoch := time.Unix(0, 0)
+	off := epoch.Sub(epoch.Truncate(d)) // the epoch's offset on Truncate's grid, in [0, d)
+	return t.Add(-off).Truncate(d).Add(off)
 }
 
 // Map keys: msgpack fixstr prefix (0xa0 | length) followed by the agent's key,

@@ -428,4 +428,11 @@ func TestAlignStart(t *testing.T) {
 			t.Errorf("AlignStart(%d, %v) = %d, want %d", tc.t, tc.d, got, tc.want)
 		}
 	}
+	// Past 2262, where UnixNano is undefined: still a start within d before t.
+	for _, d := range []time.Duration{time.Second, 7 * time.Second, 10 * time.Second} {
+		far := time.Date(2300, 1, 1, 0, 0, 3, 0, time.UTC)
+		if got := AlignStart(far, d); got.After(far) || !got.Add(d).After(far) {
+			t.Errorf("AlignStart(%v, %v) = %v, want within %v before it", far, d, got, d)
+		}
+	}
 }
