@@ -230,6 +230,34 @@ func groupsDatagram(start, dur uint64, n int) []byte {
 	return msgp.AppendArrayHeader(b, uint32(n))
 }
 
+// acceptAllocated is r.Accept(b) and the bytes it allocated.
+func acceptAllocated(r *Relay, b []byte) (uint64, error) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := r.Accept(b, 0, UDP)
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, err
+}
+
+// hitsGroups appends n groups of hits each, one more error than hits in the
+// last with invalidLast, and a third field written by field.
+func hitsGroups(b []byte, n int, hits uint64, invalidLast bool, field func([]byte) []byte) []byte {
+	for i := range n {
+		errs := uint64(0)
+		if invalidLast && i == n-1 {
+			errs = hits + 1
+		}
+		b = msgp.AppendMapHeader(b, 3)
+		b = msgp.AppendString(b, "Hits")
+		b = msgp.AppendUint64(b, hits)
+		b = msgp.AppendString(b, "Errors")
+		b = msgp.AppendUint64(b, errs)
+		b = field(b)
+	}
+	return b
+}
+
 // TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty
 // maps) would decode into 20 000 Groups of a few hundred bytes each; it is
 // rejected as malformed having allocated a small multiple of its size.
@@ -239,16 +267,12 @@ func TestEmptyGroupsCannotAmplify(t *testing.T) {
 		b = msgp.AppendMapHeader(b, 0)
 	}
 	r := New(Config{})
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	err := r.Accept(b, 0, UDP)
-	runtime.ReadMemStats(&after)
+	grew, err := acceptAllocated(r, b)
 	var re *RejectError
 	if !errors.As(err, &re) || re.Reason != Malformed {
 		t.Fatalf("Accept = %v, want a malformed reject", err)
 	}
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16*uint64(len(b)) {
+	if grew > 16*uint64(len(b)) {
 		t.Fatalf("a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
 	}
 }
@@ -264,20 +288,9 @@ func wideSketchDatagram(n int, invalidLast bool) []byte {
 	s.Add(1)
 	s.Add(1 << 62)
 	summary := writer.AppendSketch(nil, &s)
-	b := groupsDatagram(w0, 10*sec, n)
-	for i := range n {
-		errs := uint64(0)
-		if invalidLast && i == n-1 {
-			errs = 3
-		}
-		b = msgp.AppendMapHeader(b, 3)
-		b = msgp.AppendString(b, "Hits")
-		b = msgp.AppendUint64(b, 2)
-		b = msgp.AppendString(b, "Errors")
-		b = msgp.AppendUint64(b, errs)
-		b = msgp.AppendString(b, "OkSummary")
-		b = msgp.AppendBytes(b, summary)
-	}
+	b := hitsGroups(groupsDatagram(w0, 10*sec, n), n, 2, invalidLast, func(b []byte) []byte {
+		return msgp.AppendBytes(msgp.AppendString(b, "OkSummary"), summary)
+	})
 	return b
 }
 
@@ -293,11 +306,7 @@ func TestWideSketchesCannotAmplify(t *testing.T) {
 			t.Fatalf("datagram of %d bytes, want at most %d", len(b), DefaultMaxDatagram)
 		}
 		r := newTestRelay(Config{})
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		err := r.Accept(b, 0, UDP)
-		runtime.ReadMemStats(&after)
+		grew, err := acceptAllocated(r, b)
 		if invalid {
 			var re *RejectError
 			if !errors.As(err, &re) || re.Reason != Invalid {
@@ -306,7 +315,6 @@ func TestWideSketchesCannotAmplify(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("Accept: %v", err)
 		}
-		grew := after.TotalAlloc - before.TotalAlloc
 		t.Logf("invalid=%v: %d-byte datagram allocated %d bytes (%.1f×)", invalid, len(b), grew, float64(grew)/float64(len(b)))
 		if grew > 16*uint64(len(b)) {
 			t.Fatalf("invalid=%v: a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", invalid, len(b), grew, float64(grew)/float64(len(b)))
@@ -360,24 +368,13 @@ func TestFractionalCountIsInvalid(t *testing.T) {
 // (one byte each on the wire, a 16-byte string decoded); with invalidLast
 // the last group has more errors than hits.
 func peerTagsDatagram(n, k int, invalidLast bool) []byte {
-	b := groupsDatagram(w0, 10*sec, n)
-	for i := range n {
-		errs := uint64(0)
-		if invalidLast && i == n-1 {
-			errs = 2
-		}
-		b = msgp.AppendMapHeader(b, 3)
-		b = msgp.AppendString(b, "Hits")
-		b = msgp.AppendUint64(b, 1)
-		b = msgp.AppendString(b, "Errors")
-		b = msgp.AppendUint64(b, errs)
-		b = msgp.AppendString(b, "PeerTags")
-		b = msgp.AppendArrayHeader(b, uint32(k))
+	return hitsGroups(groupsDatagram(w0, 10*sec, n), n, 1, invalidLast, func(b []byte) []byte {
+		b = msgp.AppendArrayHeader(msgp.AppendString(b, "PeerTags"), uint32(k))
 		for range k {
 			b = msgp.AppendString(b, "")
 		}
-	}
-	return b
+		return b
+	})
 }
 
 // TestEmptyStringsCannotAmplify: a datagram of 800 groups of 40 empty peer
@@ -395,16 +392,12 @@ func TestEmptyStringsCannotAmplify(t *testing.T) {
 			t.Fatalf("datagram of %d bytes, want at most %d", len(b), DefaultMaxDatagram)
 		}
 		r := newTestRelay(Config{})
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		err := r.Accept(b, 0, UDP)
-		runtime.ReadMemStats(&after)
+		grew, err := acceptAllocated(r, b)
 		var re *RejectError
 		if !errors.As(err, &re) || re.Reason != Malformed {
 			t.Errorf("%d groups × %d empty peer tags: Accept = %v, want a malformed reject", tc.n, tc.k, err)
 		}
-		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16*uint64(len(b)) {
+		if grew > 16*uint64(len(b)) {
 			t.Errorf("%d groups × %d empty peer tags: a %d-byte datagram allocated %d bytes (%.0f×), bound 16×",
 				tc.n, tc.k, len(b), grew, float64(grew)/float64(len(b)))
 		}
