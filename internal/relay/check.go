@@ -30,6 +30,7 @@ const (
 
 var reasonNames = [NumReasons]string{"truncated", "malformed", "invalid"}
 
+// String is the reason as statsrelay_datagrams_rejected_total labels it.
 func (r Reason) String() string {
 	if r < NumReasons {
 		return reasonNames[r]
@@ -43,9 +44,12 @@ type RejectError struct {
 	Err    error
 }
 
+// Error names the reason and what broke.
 func (e *RejectError) Error() string {
 	return "relay: " + e.Reason.String() + " datagram: " + e.Err.Error()
 }
+
+// Unwrap returns the decoder's or the check's error.
 func (e *RejectError) Unwrap() error { return e.Err }
 
 // Bounds of a valid payload.

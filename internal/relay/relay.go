@@ -22,6 +22,7 @@ const (
 	NumTransports
 )
 
+// String is the transport as the metrics' transport label names it.
 func (t Transport) String() string {
 	switch t {
 	case Unix:
