@@ -90,7 +90,8 @@ const (
 	// gigabytes, and their payloads would exceed the agent's request limit.
 	MaxMaxAggregates = 1 << 16
 	// MaxMaxPayloadBytes bounds MaxPayloadBytes: the agent refuses bodies
-	// over 25 MiB (413).
+	// over its max_request_bytes, 25 MiB by default (a lower limit given
+	// by /info splits payloads before they are sent).
 	MaxMaxPayloadBytes = 25 << 20
 	// MaxMaxDatagramBytes bounds MaxDatagramBytes: the relay accepts no
 	// longer datagram (its -max-datagram flag stops there too).

@@ -87,8 +87,9 @@ type Health struct {
 	// the payload, so the retry may count its spans twice (delivery is
 	// at-least-once).
 	RetriesAfterTimeout uint64
-	// PayloadsSplit counts payloads the agent refused as too large (413),
-	// each re-sent as two smaller complete payloads.
+	// PayloadsSplit counts payloads the agent refused as too large (413,
+	// or its 400 "read limit reached"), or larger than the limit its /info
+	// gives, each re-sent as two smaller complete payloads.
 	PayloadsSplit uint64
 	// PayloadsDropped were given up: retry budget exhausted, refused by the
 	// agent (400 and other 4xx, 404), send queue full, or still unsent at

@@ -24,6 +24,9 @@ var (
 	// ErrAgentOff is the outcome of a payload dropped because the agent
 	// does not accept client stats (404, or /info without /v0.6/stats).
 	ErrAgentOff = errors.New("agent does not accept client stats")
+	// ErrOverAgentLimit is the cause of a split made before sending: the
+	// body is larger than the max_request_bytes the agent's /info gives.
+	ErrOverAgentLimit = errors.New("payload over the agent's max_request_bytes")
 )
 
 // Defaults shared by the SDK's sender and the relay's forwarder.
@@ -155,7 +158,10 @@ type Client struct {
 	retries  []*Payload // waiting for their due time
 	retryLen int        // bytes in retries
 	infoDue  time.Time  // next /info poll while off
-	rng      *rand.Rand
+	// maxBody is the agent's body limit from /info (0: unknown): a larger
+	// payload is split before it is sent, as a 413 would have it.
+	maxBody int64
+	rng     *rand.Rand
 }
 
 // New returns a client of cfg.Endpoint reporting to obs. Ending ctx aborts
@@ -205,8 +211,8 @@ func (c *Client) SendAll(ps []*Payload) {
 	slots := make(chan struct{}, c.cfg.Parallel)
 	var wg sync.WaitGroup
 	for i, p := range ps {
-		if c.off.Load() {
-			continue // attempt drops it below, unposted
+		if c.off.Load() || c.overLimit(p) {
+			continue // attempt drops or splits it below, unposted
 		}
 		slots <- struct{}{}
 		posted[i] = true
@@ -278,7 +284,16 @@ func (c *Client) attempt(p *Payload) {
 		c.drop(p, ErrAgentOff)
 		return
 	}
+	if c.overLimit(p) {
+		c.split(p, fmt.Errorf("%w (%d bytes, limit %d)", ErrOverAgentLimit, len(p.Body), c.maxBody))
+		return
+	}
 	c.settle(p, c.post(p))
+}
+
+// overLimit says p's body is over the agent's limit, which would refuse it.
+func (c *Client) overLimit(p *Payload) bool {
+	return c.maxBody > 0 && int64(len(p.Body)) > c.maxBody
 }
 
 // settle decides the fate of p, whose attempt ended with err.
@@ -356,8 +371,9 @@ func (c *Client) getBuf(n int) []byte {
 	return make([]byte, 0, n)
 }
 
-// split answers a 413: the payload is re-encoded as complete payloads of
-// about half its size. One that cannot be split (a single group) is dropped.
+// split answers a 413 (or the agent's 400 for a body over its limit, or a
+// body over the limit /info gave): the payload is re-encoded as complete
+// payloads of about half its size. One that cannot be split (a single group) is dropped.
 func (c *Client) split(p *Payload, cause error) {
 	var parts []*Payload
 	err := writer.Split(p.Body, c.getBuf, func(body []byte, hits uint64) {
@@ -377,8 +393,8 @@ func (c *Client) split(p *Payload, cause error) {
 	}
 }
 
-// ReadInfo polls the agent's /info: whether it accepts client stats, and
-// which peer tags it aggregates on. An unreachable agent leaves the state
+// ReadInfo polls the agent's /info: whether it accepts client stats, its
+// body limit, and which peer tags it aggregates on. An unreachable agent leaves the state
 // as it was (payloads are retried; the agent may be starting).
 func (c *Client) ReadInfo() {
 	c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
@@ -386,6 +402,7 @@ func (c *Client) ReadInfo() {
 	if err != nil {
 		return
 	}
+	c.maxBody = info.Config.MaxRequestBytes
 	if slices.Contains(info.Endpoints, StatsPath) {
 		if c.off.Swap(false) {
 			c.obs.On()

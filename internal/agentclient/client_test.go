@@ -473,3 +473,127 @@ func TestBodyNotReusedWhileSent(t *testing.T) {
 		}
 	}
 }
+
+// limitAgent answers as the agent (v0.85.4) does to a body over its
+// max_request_bytes: 400 with the limited reader's error wrapped by the
+// decoder. It serves /info with that limit when advertise is set, and
+// records the size of every stats body it takes.
+func limitAgent(t *testing.T, limit int, advertise bool) (*httptest.Server, func() (posts int, taken []int)) {
+	var mu sync.Mutex
+	var posts int
+	var taken []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == InfoPath {
+			cfg := ""
+			if advertise {
+				cfg = `, "config": {"max_request_bytes": ` + strconv.Itoa(limit) + `}`
+			}
+			_, _ = io.WriteString(w, `{"endpoints": ["`+StatsPath+`"]`+cfg+`}`)
+			return
+		}
+		b, _ := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+		mu.Lock()
+		defer mu.Unlock()
+		posts++
+		if len(b) > limit {
+			http.Error(w, "read limit reached at PeerTags at Stats/51", http.StatusBadRequest)
+			return
+		}
+		if _, err := writer.DecodePayload(b); err != nil {
+			t.Errorf("agent: %v", err)
+		}
+		taken = append(taken, len(b))
+	}))
+	return srv, func() (int, []int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return posts, slices.Clone(taken)
+	}
+}
+
+// splitBody is a payload of 16 groups, 120 hits, about 3 KiB.
+func splitBody() []byte {
+	var groups []writer.Group
+	for i := range 16 {
+		var g writer.Group
+		g.Service, g.Name, g.Resource, g.Hits = "svc", "op", strings.Repeat("r", 150)+strconv.Itoa(i), uint64(i)
+		groups = append(groups, g)
+	}
+	pl := &writer.Payload{Header: writer.Header{Service: "svc"},
+		Buckets: []writer.DecodedBucket{{Start: 10, Duration: 10, Groups: groups}}}
+	return pl.Append(nil)
+}
+
+// TestAgentReadLimit400Splits: the agent's answer to a body over its limit
+// is a 400 naming the read limit, not a 413; the client splits on it as on
+// a 413 until every part fits, and every hit arrives.
+func TestAgentReadLimit400Splits(t *testing.T) {
+	body := splitBody()
+	limit := len(body) / 3
+	agent, got := limitAgent(t, limit, false)
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: body, Hits: 120, Waiter: NewWaiter(done, 1, nil)})
+	if err := <-done; err != nil || obs.dropped != 0 || obs.split < 2 {
+		t.Fatalf("outcome %v; split %d sent %d dropped %d", err, obs.split, obs.sent, obs.dropped)
+	}
+	posts, taken := got()
+	if posts != len(taken)+obs.split || obs.sent != len(taken) {
+		t.Fatalf("%d posts, %d taken, %d splits, %d sent: every refusal must be one split", posts, len(taken), obs.split, obs.sent)
+	}
+	// Any other 400 is a refusal, not split.
+	if classify(&AgentError{StatusCode: 400, Body: "decode: msgp: attempted to decode type \"int\" with method for \"str\""}) != refused {
+		t.Fatal("a decoding 400 must be refused, not split")
+	}
+}
+
+// TestInfoLimitSplitsBeforeSending: with max_request_bytes in /info, a
+// larger payload is split before it is sent: the agent never sees a body
+// over its limit, and every hit arrives.
+func TestInfoLimitSplitsBeforeSending(t *testing.T) {
+	body := splitBody()
+	limit := len(body) / 3
+	agent, got := limitAgent(t, limit, true)
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	c.ReadInfo()
+	if c.maxBody != int64(limit) {
+		t.Fatalf("limit from /info %d, want %d", c.maxBody, limit)
+	}
+	done := make(chan error, 2)
+	// Through both ways in: Send, and SendAll with requests in parallel.
+	c.Send(&Payload{Body: body, Hits: 120, Waiter: NewWaiter(done, 1, nil)})
+	c.cfg.Parallel = 4
+	c.SendAll([]*Payload{{Body: slices.Clone(body), Hits: 120, Waiter: NewWaiter(done, 1, nil)}})
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	posts, taken := got()
+	if posts != len(taken) || obs.failed != 0 || obs.dropped != 0 || obs.split < 4 {
+		t.Fatalf("%d posts, %d taken, failed %d dropped %d split %d: nothing over the limit may be sent",
+			posts, len(taken), obs.failed, obs.dropped, obs.split)
+	}
+	for _, n := range taken {
+		if n > limit {
+			t.Fatalf("a body of %d bytes went out over the limit %d", n, limit)
+		}
+	}
+	// A single group over the limit cannot be split: dropped, with the cause.
+	var g writer.Group
+	g.Service, g.Resource, g.Hits = "svc", strings.Repeat("r", limit), 1
+	one := (&writer.Payload{Buckets: []writer.DecodedBucket{{Start: 10, Duration: 10, Groups: []writer.Group{g}}}}).Append(nil)
+	c.Send(&Payload{Body: one, Hits: 1})
+	if obs.dropped != 1 || !errors.Is(obs.lastErr, ErrOverAgentLimit) || !errors.Is(obs.lastErr, writer.ErrUnsplittable) {
+		t.Fatalf("dropped %d, %v; want 1 for ErrOverAgentLimit and ErrUnsplittable", obs.dropped, obs.lastErr)
+	}
+	if p, _ := got(); p != posts {
+		t.Fatal("the unsplittable payload was sent over the limit")
+	}
+}

@@ -3,8 +3,10 @@ package statstest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +30,10 @@ type Agent struct {
 
 	mu       sync.Mutex
 	requests []Request
-	notify   chan struct{}
+	seq      int           // stats requests numbered so far (SetHandler's n)
+	notify   chan struct{} // coalesced, for Notify
+	changed  chan struct{} // closed and replaced at each recorded request
+	maxBody  int64         // the body limit (SetMaxRequestBytes)
 	// handler, when set, answers a stats request instead of the default
 	// 200. Tests use it to misbehave.
 	handler func(w http.ResponseWriter, r *http.Request, n int) bool
@@ -57,12 +62,19 @@ func NewUnix(path string) (*Agent, error) {
 	return a, nil
 }
 
+// DefaultMaxRequestBytes is the agent's default body limit
+// (max_request_bytes), which the fake agent applies as the agent does.
+const DefaultMaxRequestBytes = 25 << 20
+
 func newAgent() *Agent {
 	return &Agent{
-		notify: make(chan struct{}, 1),
+		notify:  make(chan struct{}, 1),
+		changed: make(chan struct{}),
+		maxBody: DefaultMaxRequestBytes,
 		info: map[string]any{
 			"version":   "7.99.0-fake",
 			"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"},
+			"config":    map[string]any{"max_request_bytes": DefaultMaxRequestBytes},
 		},
 	}
 }
@@ -80,16 +92,32 @@ func (a *Agent) mux() http.Handler {
 	return m
 }
 
+// ErrReadLimit is the Err of a request whose body was over the limit.
+var ErrReadLimit = errors.New("read limit reached")
+
 func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	a.mu.Lock()
+	limit := a.maxBody
+	a.mu.Unlock()
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if int64(len(body)) > limit {
+		// As the agent (v0.85.4) answers it: its decoder wraps the limited
+		// reader's error, so the status is 400, not 413. The body is not
+		// kept.
+		a.record(Request{Header: r.Header.Clone(), Err: ErrReadLimit, Status: http.StatusBadRequest})
+		http.Error(w, fmt.Sprintf("%v at Stats (statstest: body over max_request_bytes %d)", ErrReadLimit, limit),
+			http.StatusBadRequest)
 		return
 	}
 	req := Request{Header: r.Header.Clone(), Body: body}
 	req.Payload, req.Err = writer.DecodePayload(body)
 	a.mu.Lock()
-	n := len(a.requests) + 1
+	a.seq++
+	n := a.seq
 	h := a.handler
 	fail := 0
 	if a.failN > 0 {
@@ -109,8 +137,15 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(sw, "OK\n")
 	}
 	req.Status = sw.status
+	a.record(req)
+}
+
+// record keeps req and wakes the waiters.
+func (a *Agent) record(req Request) {
 	a.mu.Lock()
 	a.requests = append(a.requests, req)
+	close(a.changed)
+	a.changed = make(chan struct{})
 	a.mu.Unlock()
 	select {
 	case a.notify <- struct{}{}:
@@ -151,6 +186,19 @@ func (a *Agent) FailNext(n, status int) {
 	a.mu.Unlock()
 }
 
+// SetMaxRequestBytes sets the body limit (DefaultMaxRequestBytes at
+// first): a larger body is answered 400 "read limit reached", as the agent
+// answers it, recorded with Err ErrReadLimit and no Body. The limit is
+// also written into the /info document's config.max_request_bytes.
+func (a *Agent) SetMaxRequestBytes(n int64) {
+	a.mu.Lock()
+	a.maxBody = n
+	info := maps.Clone(a.info)
+	info["config"] = map[string]any{"max_request_bytes": n}
+	a.info = info
+	a.mu.Unlock()
+}
+
 // SetInfo replaces the JSON document served at GET /info.
 func (a *Agent) SetInfo(info map[string]any) {
 	a.mu.Lock()
@@ -165,18 +213,22 @@ func (a *Agent) Requests() []Request {
 	return append([]Request(nil), a.requests...)
 }
 
-// Notify receives (coalesced) after each stats request.
+// Notify receives (coalesced) after each stats request: one reader at a
+// time; WaitHits serves any number of waiters.
 func (a *Agent) Notify() <-chan struct{} { return a.notify }
 
 // WaitHits waits until the accepted requests hold at least n spans (hits)
 // in total, and returns that total, or ctx's error with the total so far.
 func (a *Agent) WaitHits(ctx context.Context, n uint64) (uint64, error) {
 	for {
+		a.mu.Lock()
+		changed := a.changed
+		a.mu.Unlock()
 		if _, hits := Sum(a.Requests()); hits >= n {
 			return hits, nil
 		}
 		select {
-		case <-a.notify:
+		case <-changed:
 		case <-ctx.Done():
 			_, hits := Sum(a.Requests())
 			return hits, ctx.Err()
@@ -184,8 +236,13 @@ func (a *Agent) WaitHits(ctx context.Context, n uint64) (uint64, error) {
 	}
 }
 
-// Close stops the server and closes its connections.
-func (a *Agent) Close() { a.srv.Close() }
+// Close stops the server and closes its connections, also those of
+// requests in flight: a client stalled in the middle of a body does not
+// hold it up.
+func (a *Agent) Close() {
+	a.srv.CloseClientConnections()
+	a.srv.Close()
+}
 
 // GroupKey identifies a group across payloads for totals.
 type GroupKey struct {

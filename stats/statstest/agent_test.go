@@ -198,3 +198,112 @@ func TestFailNextAndWaitHits(t *testing.T) {
 		t.Fatalf("WaitHits(3) = %d, %v; want 2, DeadlineExceeded", hits, err)
 	}
 }
+
+// TestReadLimit: a body over the limit is answered 400 "read limit
+// reached…", as the agent answers it, and recorded without its body; one
+// at the limit is taken; /info gives the limit.
+func TestReadLimit(t *testing.T) {
+	a := New()
+	defer a.Close()
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	a.SetMaxRequestBytes(int64(len(body)))
+	c := &http.Client{Timeout: 10 * time.Second}
+	big := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "rr", SpanKind: "server", Duration: 7})
+	resp, err := c.Post(a.URL()+"/v0.6/stats", "application/msgpack", bytes.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !bytes.HasPrefix(msg, []byte("read limit reached")) {
+		t.Fatalf("over the limit: %d %q; want 400 read limit reached", resp.StatusCode, msg)
+	}
+	if got := post(t, c, a.URL(), body); got != http.StatusOK {
+		t.Fatalf("at the limit: %d, want 200", got)
+	}
+	reqs := a.Requests()
+	if len(reqs) != 2 || reqs[0].Err != ErrReadLimit || reqs[0].Body != nil || reqs[0].Status != 400 || reqs[1].Status != 200 {
+		t.Fatalf("recorded %+v", reqs)
+	}
+	resp, err = c.Get(a.URL() + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Config struct {
+			MaxRequestBytes int64 `json:"max_request_bytes"`
+		} `json:"config"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.Config.MaxRequestBytes != int64(len(body)) {
+		t.Fatalf("/info config.max_request_bytes %d (%v), want %d", info.Config.MaxRequestBytes, err, len(body))
+	}
+}
+
+// TestConcurrentRequestsAndWaiters: requests in flight together get
+// distinct numbers, and every WaitHits waiter wakes on the request that
+// completes its count.
+func TestConcurrentRequestsAndWaiters(t *testing.T) {
+	a := New()
+	defer a.Close()
+	const n = 8
+	release := make(chan struct{})
+	seen := make(chan int, n)
+	a.SetHandler(func(_ http.ResponseWriter, _ *http.Request, i int) bool {
+		seen <- i
+		<-release // every request is in the handler before any returns
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waited := make(chan error, 3)
+	for range 3 {
+		go func() { _, err := a.WaitHits(ctx, n); waited <- err }()
+	}
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	c := &http.Client{Timeout: 10 * time.Second}
+	posted := make(chan int, n)
+	for range n {
+		go func() { posted <- post(t, c, a.URL(), body) }()
+	}
+	nums := map[int]bool{}
+	for range n {
+		nums[<-seen] = true
+	}
+	close(release)
+	for range n {
+		if s := <-posted; s != http.StatusOK {
+			t.Fatalf("status %d", s)
+		}
+	}
+	if len(nums) != n {
+		t.Fatalf("%d requests in flight together got %d distinct numbers: %v", n, len(nums), nums)
+	}
+	for range 3 {
+		if err := <-waited; err != nil {
+			t.Fatalf("a waiter missed the wake-up: %v", err)
+		}
+	}
+	c.CloseIdleConnections()
+}
+
+// TestCloseWithStalledClient: Close returns although a client stopped in
+// the middle of a body.
+func TestCloseWithStalledClient(t *testing.T) {
+	a := New()
+	conn, err := net.Dial("tcp", a.URL()[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "POST /v0.6/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+	time.Sleep(50 * time.Millisecond) // the handler is reading the body
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a stalled client")
+	}
+}

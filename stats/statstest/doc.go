@@ -15,7 +15,9 @@
 // headers, body, the decoded payload or the decode error, and the status
 // answered — under one mutex. A test makes it misbehave with FailNext (the
 // next n requests get a status) or SetHandler (any answer: hang, 413, fail
-// the n-th), replaces the /info document with SetInfo, waits with WaitHits
+// the n-th), lowers its body limit with SetMaxRequestBytes (over it, the
+// agent's own answer: 400 "read limit reached"), replaces the /info
+// document with SetInfo, waits with WaitHits
 // or Notify, and adds up what was accepted with Sum to check what it
 // published against what arrived. It imports no part of package stats, so
 // the stats package's own tests use it too.
