@@ -104,6 +104,7 @@ func (d *datagramOut) send(r *report, last bool) {
 			err = d.write(p, flags, &patience)
 		}
 		for errors.Is(err, dgram.ErrNoRelay) && patience >= pause && d.ctx.Err() == nil {
+			d.ctr.noteError(err)
 			d.ctr.payloadsFailed.Add(1)
 			d.ctr.payloadsRetried.Add(1)
 			// Jittered: a host's senders that lost the relay together must

@@ -562,3 +562,33 @@ func TestEmptyFlushHeldPatience(t *testing.T) {
 		t.Fatalf("Flush = %v after %s; want ErrNoRelay within about %s", err, took, datagramPatience)
 	}
 }
+
+// TestDatagramUDPRelayGone: a UDP relay that took one report closes; the
+// next reports are not counted sent into nothing: each is retried within
+// its patience, then dropped and counted, with ErrNoRelay as the last
+// error, and Flush says so.
+func TestDatagramUDPRelayGone(t *testing.T) {
+	r := listenRelay(t, "udp")
+	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1})
+	publishN(a, 10, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.read(t); len(got) != 1 || got[0].hits != 10 {
+		t.Fatalf("relay got %+v, want one datagram of 10 spans", got)
+	}
+	r.conn.Close()
+	for i := range 3 {
+		publishN(a, 10, "r")
+		if err := a.Flush(context.Background()); !errors.Is(err, dgram.ErrNoRelay) {
+			t.Fatalf("Flush %d to the gone relay = %v, want ErrNoRelay", i+1, err)
+		}
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.SpansSent != 10 || h.SpansUnsent != 30 || h.PayloadsDropped != 3 || !errors.Is(h.LastSendError, dgram.ErrNoRelay) {
+		t.Fatalf("sent %d unsent %d dropped %d, last error %v; want 10 30 3, ErrNoRelay",
+			h.SpansSent, h.SpansUnsent, h.PayloadsDropped, h.LastSendError)
+	}
+	checkConservation(t, h)
+}

@@ -321,8 +321,10 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 }
 
 // DialUDP returns a Sender to the relay's UDP socket at addr ("host:port").
-// UDP cannot tell at dial time whether a relay listens: a later Write matches
-// ErrNoRelay once the kernel has seen the port unreachable.
+// UDP cannot tell at dial time whether a relay listens: a Write matches
+// ErrNoRelay once the kernel has seen the port unreachable, on Linux that
+// very Write when the relay is on the same host (the kernel's answer is
+// there when the send returns), else the next one.
 func DialUDP(addr string) (*Sender, error) {
 	conn, err := net.Dial("udp", addr)
 	if err != nil {

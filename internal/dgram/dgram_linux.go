@@ -238,6 +238,13 @@ func (s *senderSys) init(path string) {
 
 // sendto runs inside RawConn.Write and always returns true: Write never waits
 // for the socket to become writable.
+//
+// On UDP a port nobody listens on answers with an ICMP error the kernel
+// keeps on the socket, and a send reports it only on the next send, which
+// it fails unsent: a sender whose retry then succeeded would count every
+// datagram sent into a relay that is gone. Over loopback the ICMP error is
+// there as soon as the send returns, so the pending error is read at once
+// and the datagram just sent is refused with it (TestUDPRelayGoneRefused).
 func (s *senderSys) sendto(fd uintptr) bool {
 	for {
 		err := unix.Sendto(int(fd), s.p, unix.MSG_DONTWAIT, s.to)
@@ -245,6 +252,11 @@ func (s *senderSys) sendto(fd uintptr) bool {
 			continue
 		}
 		s.errno, _ = err.(syscall.Errno)
+		if err == nil && s.to == nil {
+			if pending, gerr := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR); gerr == nil && pending != 0 {
+				s.errno = syscall.Errno(pending)
+			}
+		}
 		return true
 	}
 }

@@ -328,3 +328,37 @@ func TestSocketNeverWiderThanMode(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPRelayGoneRefused: once the relay's UDP socket is closed, every
+// Write to its port is refused (ErrNoRelay), not one in two: the kernel's
+// port-unreachable for a datagram is read when it is sent, so a retry does
+// not count a datagram sent into nothing.
+func TestUDPRelayGoneRefused(t *testing.T) {
+	c, err := ListenUDP("127.0.0.1:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := DialUDP(c.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("there")); err != nil {
+		t.Fatalf("write to a listening relay: %v", err)
+	}
+	c.Close()
+	for i := range 6 {
+		if err := s.Write([]byte("gone")); !errors.Is(err, ErrNoRelay) {
+			t.Fatalf("write %d after the relay closed: %v, want ErrNoRelay", i+1, err)
+		}
+	}
+	// A relay back on the port is written to again.
+	c2, err := ListenUDP(c.LocalAddr().String(), 0)
+	if err != nil {
+		t.Skipf("port taken again meanwhile: %v", err)
+	}
+	defer c2.Close()
+	if err := s.Write([]byte("back")); err != nil {
+		t.Fatalf("write to the relay back on its port: %v", err)
+	}
+}
