@@ -91,13 +91,7 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 func (c *consumer) tick() {
 	t := c.now()
 	c.crossBoundaries(t)
-	for n := c.in.Len(); n > 0; {
-		k := c.consume()
-		if k == 0 {
-			break
-		}
-		n -= k
-	}
+	c.drainQueued()
 	// Read again: a step back seen while draining realigned the buckets
 	// on a later clock than t, which closeDue must not undo.
 	t = c.now()

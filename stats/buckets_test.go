@@ -303,7 +303,7 @@ func TestClockStepBack(t *testing.T) {
 		case "flush":
 			d.c.flush(make(chan error, 1))
 		case "drain": // the run loop's drain, before the timer fires
-			d.c.drainAll()
+			d.c.drainQueued()
 		case "stop":
 			d.c.finish()
 		}
@@ -505,7 +505,7 @@ func TestDrainAfterBoundaryBeforeTimer(t *testing.T) {
 	d.publish("before", b.Add(-time.Second))
 	d.now = b.Add(500 * time.Millisecond)
 	d.publish("after", b.Add(200*time.Millisecond))
-	d.c.drainAll()
+	d.c.drainQueued()
 	d.at(b.Add(iv / graceDivisor))
 	d.at(b.Add(iv + iv/graceDivisor))
 	got := d.reports(epoch)

@@ -309,3 +309,51 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestFlushUnderSteadyLoadReturns: producers that keep the inbox full
+// (the consumer slowed to a millisecond a batch) do not hold a Flush in
+// its drain, nor Stop past its deadline: a Flush drains what was queued
+// when it came, then reports.
+func TestFlushUnderSteadyLoadReturns(t *testing.T) {
+	old := now
+	now = func() time.Time { time.Sleep(time.Millisecond); return time.Now() } // read once a batch
+	defer func() { now = old }()
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 1024})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			s := Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Duration: 10}
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				a.Publish(&s)
+			}
+		})
+	}
+	defer func() { close(done); wg.Wait() }()
+	time.Sleep(50 * time.Millisecond) // the inbox is full
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := a.Flush(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("Flush under a steady load: %v", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	start := time.Now()
+	_ = a.Stop(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > 2*time.Second {
+		t.Fatalf("Stop(50ms) under a steady load took %s", took)
+	}
+	close(done)
+	wg.Wait()
+	done = make(chan struct{}) // for the deferred close
+	checkConservation(t, a.Health())
+}
