@@ -16,9 +16,15 @@ import (
 //	Published == Counted + Ineligible + InboxFull + AfterStop + AgentOffSpans + AggregateDropped + StopUndrained + Pending
 //
 // and every counted span is in a payload that was sent, one that was not,
-// one still aggregating, or was discarded by Clear:
+// or was discarded by Clear, or is still on its way:
 //
-//	Counted == SpansSent + SpansUnsent + Cleared + (spans in the open buckets)
+//	Counted == SpansSent + SpansUnsent + Cleared + (spans on their way)
+//
+// where the spans on their way are those in the open buckets and in
+// reports the sender has not settled (queued for it, held for the send's
+// jitter, waiting for a retry). No counter holds them: the second identity
+// is exact once Stop has returned, when there are none; before, Counted
+// less the other three is what is on its way.
 type Health struct {
 	// Published is the number of Publish calls with a non-nil span.
 	Published uint64
