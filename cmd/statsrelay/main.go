@@ -39,7 +39,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "statsrelay:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if o.demo {
 		err = runDemo(ctx, os.Stdout, time.Second, 5)
@@ -52,6 +52,32 @@ func main() {
 	}
 }
 
+// signalContext returns a context that the first SIGINT or SIGTERM ends: a
+// graceful stop, whose final forward may take up to -stop-timeout. A second
+// signal exits at once with 128 + its number, as a shell reports a process
+// killed by it; what the relay holds is lost. The channel keeps both, so a
+// second signal sent before the first is handled is not missed.
+func signalContext() (context.Context, func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		if _, ok := <-sigs; !ok {
+			return
+		}
+		cancel()
+		if s, ok := <-sigs; ok {
+			fmt.Fprintf(os.Stderr, "statsrelay: second signal (%v): exiting without the final forward\n", s)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(sigs)
+		cancel()
+	}
+}
+
 // agentFromEnv is -agent's default, found as the tracers find the agent:
 // DD_TRACE_AGENT_URL, else DD_AGENT_HOST and DD_TRACE_AGENT_PORT (a relay
 // deployed with its pods' environment reaches the node's agent), else
@@ -59,7 +85,13 @@ func main() {
 // reported at start unless -agent says where the agent is.
 func agentFromEnv(lookupEnv func(string) (string, bool)) (string, error) {
 	if v, _ := lookupEnv("DD_TRACE_AGENT_URL"); strings.TrimSpace(v) != "" {
-		return strings.TrimSpace(v), nil
+		v = strings.TrimSpace(v)
+		if _, err := agentclient.ParseURL(v); err != nil {
+			// A pod's environment may point its tracers at this relay
+			// (unixgram://, udp://): the relay forwards to the agent.
+			return "", fmt.Errorf("DD_TRACE_AGENT_URL: %w (the relay forwards to the agent: give -agent)", err)
+		}
+		return v, nil
 	}
 	host, _ := lookupEnv("DD_AGENT_HOST")
 	port, _ := lookupEnv("DD_TRACE_AGENT_PORT")
@@ -105,6 +137,12 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.demo {
+		if len(set) > 1 {
+			return o, errors.New("-demo takes no other flag: it runs its own agent, relay and senders")
+		}
+		return o, nil
+	}
 	var errs []error
 	fromEnv := map[string]string{} // flag name → the variable that set it
 	fs.VisitAll(func(f *flag.Flag) {
@@ -125,7 +163,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	if err := check(&o); err != nil {
 		// Each check's error starts with its flag: say which variable set it.
 		name, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "-"), " ")
-		if env, ok := fromEnv[name]; ok {
+		if env, ok := fromEnv[strings.TrimSuffix(name, ":")]; ok {
 			err = fmt.Errorf("%w (set by %s)", err, env)
 		}
 		return o, err
@@ -141,6 +179,9 @@ func check(o *options) error {
 		return fmt.Errorf("-socket-mode %q: want an octal file mode such as 0660", o.mode)
 	}
 	c.SocketMode = os.FileMode(mode)
+	if _, err := agentclient.ParseURL(c.AgentURL); err != nil {
+		return fmt.Errorf("-agent: %w", err)
+	}
 	if c.UnixPath == "" {
 		c.UnixPath = "-"
 	}

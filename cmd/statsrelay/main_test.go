@@ -125,6 +125,11 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},
 		{nil, map[string]string{"STATSRELAY_MAX_DATAGRAM": "10"}, "(set by STATSRELAY_MAX_DATAGRAM)"},
 		{nil, map[string]string{"STATSRELAY_SOCKET_MODE": "7777"}, "(set by STATSRELAY_SOCKET_MODE)"},
+		// A pod's tracer setting, pointing at the relay itself.
+		{nil, map[string]string{"DD_TRACE_AGENT_URL": "unixgram:///run/relay.sock"}, "DD_TRACE_AGENT_URL: agent URL"},
+		{[]string{"-agent", "udp://127.0.0.1:8127"}, nil, "-agent: agent URL"},
+		{nil, map[string]string{"STATSRELAY_AGENT": "ftp://x"}, "(set by STATSRELAY_AGENT)"},
+		{[]string{"-demo", "-interval", "30s"}, nil, "-demo takes no other flag"},
 	} {
 		if _, err := parse(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: error %v, want one naming %s", tc.args, tc.env, err, tc.want)
@@ -132,20 +137,23 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
-// TestDemo: the demo ends by itself and its last line shows every span
-// published reaching the agent through the relay.
+// TestDemo: the demo ends by itself and its summary shows every span
+// counted by the aggregators reaching the agent through the relay.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), &out, stats.MinBucketInterval, 2); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, out.String())
 	}
-	m := regexp.MustCompile(`published (\d+) spans from 4 processes; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).
+	m := regexp.MustCompile(`Publish called (\d+) times .* counted (\d+), inbox full (\d+); sent to the relay (\d+), unsent 0\n` +
+		`sent \d+ spans; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).
 		FindStringSubmatch(out.String())
 	if m == nil {
-		t.Fatalf("no summary line:\n%s", out.String())
+		t.Fatalf("no summary lines:\n%s", out.String())
 	}
-	n, _ := strconv.Atoi(m[1])
-	if n == 0 || m[2] != m[1] || m[3] != m[1] || m[4] != m[1] {
-		t.Fatalf("summary %q: want published = received = forwarded = decoded > 0", m[0])
+	calls, _ := strconv.Atoi(m[1])
+	counted, _ := strconv.Atoi(m[2])
+	full, _ := strconv.Atoi(m[3])
+	if counted == 0 || counted+full != calls || m[4] != m[2] || m[5] != m[2] || m[6] != m[2] || m[7] != m[2] {
+		t.Fatalf("summary %q: want calls = counted + inbox full, counted = sent = received = forwarded = decoded > 0", m[0])
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,5 +228,54 @@ func TestBinaryStartErrors(t *testing.T) {
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a start failed on a busy -http left its socket file behind: %v", err)
+	}
+}
+
+// TestBinarySecondSignalExits: while the final forward after a SIGTERM
+// waits on an agent that does not answer (-stop-timeout 5m), a second
+// SIGTERM, sent at once, ends the process at once with status 143 (128 +
+// SIGTERM), not 0, and says so.
+func TestBinarySecondSignalExits(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	release := make(chan struct{})
+	defer close(release) // before ag.Close, deferred earlier
+	entered := make(chan struct{}, 16)
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		entered <- struct{}{}
+		<-release
+		return false
+	})
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
+		"-interval", "1h", "-stop-timeout", "5m")
+	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
+	if m == nil {
+		t.Fatalf("no udp address in the start line:\n%s", b.output())
+	}
+	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	a.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered: // the final forward is held by the agent
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no forward after SIGTERM:\n%s", b.output())
+	}
+	start := time.Now()
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := b.wait(t)
+	if took := time.Since(start); took > 5*time.Second || code != 128+int(syscall.SIGTERM) ||
+		!strings.Contains(b.output(), "second signal (terminated): exiting without the final forward") {
+		t.Fatalf("after a second SIGTERM: exit status %d in %s; want 143 at once, said:\n%s", code, took, b.output())
 	}
 }
