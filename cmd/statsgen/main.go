@@ -46,6 +46,12 @@ func main() {
 	flag.StringVar(&o.agent, "agent", "", "agent URL (http://host:port or unix:///path), or a statsrelay's (unixgram:///path or udp://host:port); empty starts an embedded fake agent")
 	flag.IntVar(&o.top, "top", 8, "keys shown per interval")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// The flag package stops at the first word that is not a flag: the
+		// flags after it would be silently ignored.
+		fmt.Fprintf(os.Stderr, "statsgen: unexpected arguments %q: statsgen takes flags only (the flags after the first other word are not read)\n", flag.Args())
+		os.Exit(2)
+	}
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "statsgen:", err)
 		os.Exit(1)
@@ -56,14 +62,16 @@ func (o options) validate() error {
 	switch {
 	case o.keys <= 0, o.producers <= 0, o.top <= 0:
 		return errors.New("-keys, -producers and -top must be > 0")
-	case o.errRatio < 0 || o.errRatio > 1:
+	case !(o.errRatio >= 0 && o.errRatio <= 1): // NaN too
 		return errors.New("-errors must be in [0, 1]")
 	case o.minDur <= 0 || o.maxDur < o.minDur:
 		return errors.New("need 0 < -min <= -max")
-	case !(o.rate >= 0 && o.rate <= maxRate) || o.run <= 0 || o.interval <= 0:
+	case !(o.rate >= 0 && o.rate <= maxRate) || o.run <= 0:
 		// NaN fails the first test too; past maxRate the pacing's per-step
 		// budget would no longer count down (1e30 - 1 == 1e30).
-		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible), -run and -interval > 0", maxRate)
+		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible), -run > 0", maxRate)
+	case o.interval < stats.MinBucketInterval || o.interval > stats.MaxBucketInterval:
+		return fmt.Errorf("-interval %s: want %s..%s", o.interval, stats.MinBucketInterval, stats.MaxBucketInterval)
 	case o.dist != "loguniform" && o.dist != "uniform" && o.dist != "fixed":
 		return fmt.Errorf("unknown -dist %q", o.dist)
 	}
@@ -97,6 +105,9 @@ func run(o options, out io.Writer) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// After the first signal the default handling is back: a second one
+	// ends the process at once, without waiting for Stop.
+	context.AfterFunc(ctx, cancel)
 	ctx, cancelRun := context.WithTimeout(ctx, o.run)
 	defer cancelRun()
 	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.0f%% errors, %s durations %s..%s, rate %s\n",
@@ -148,10 +159,24 @@ loop:
 	stopErr := agg.Stop(stopCtx)
 	report()
 	h := agg.Health()
-	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + rejected %d; payloads sent %d failed %d dropped %d, %d bytes\n",
-		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
+	fmt.Fprintf(out, "\ndone: published %d = counted %d + ineligible %d + inbox-full %d + after-stop %d + agent-off %d + aggregate-dropped %d + stop-undrained %d\n",
+		h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.StopUndrained)
+	fmt.Fprintf(out, "      counted %d = sent %d + unsent %d + cleared %d; payloads sent %d failed %d dropped %d, %d bytes\n",
+		h.Counted, h.SpansSent, h.SpansUnsent, h.Cleared, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped, h.BytesSent)
 	if h.LastSendError != nil {
 		fmt.Fprintf(out, "last send error (%s): %v\n", h.LastSendErrorAt.Format("15:04:05.000"), h.LastSendError)
+	}
+	if in := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.StopUndrained; in != h.Published {
+		return fmt.Errorf("published %d spans, accounted for %d", h.Published, in)
+	}
+	if out := h.SpansSent + h.SpansUnsent + h.Cleared; out != h.Counted && stopErr == nil {
+		return fmt.Errorf("counted %d spans, sent, unsent or cleared %d", h.Counted, out)
+	}
+	switch {
+	case h.AgentOffSpans > 0:
+		return fmt.Errorf("the agent does not accept client stats: %d spans not aggregated", h.AgentOffSpans)
+	case h.SpansUnsent > 0:
+		return fmt.Errorf("%d of %d counted spans were not delivered (last error: %v)", h.SpansUnsent, h.Counted, h.LastSendError)
 	}
 	if fake != nil {
 		_, hits := statstest.Sum(fake.Requests())
@@ -177,8 +202,8 @@ func (st *status) line(h stats.Health) {
 	now := time.Now()
 	rate := float64(h.Published-st.published) / now.Sub(st.last).Seconds()
 	st.last, st.published = now, h.Published
-	fmt.Fprintf(st.out, "\n%.0f spans/s  published %d counted %d inbox-full %d collapsed %d  payloads sent %d failed %d dropped %d\n",
-		rate, h.Published, h.Counted, h.InboxFull, h.CollapsedSpans+h.Overflowed, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped)
+	fmt.Fprintf(st.out, "\n%.0f spans/s  published %d counted %d inbox-full %d agent-off %d collapsed %d  payloads sent %d failed %d dropped %d\n",
+		rate, h.Published, h.Counted, h.InboxFull, h.AgentOffSpans, h.CollapsedSpans+h.Overflowed, h.PayloadsSent, h.PayloadsFailed, h.PayloadsDropped)
 	if h.PayloadsFailed+h.PayloadsDropped > 0 && h.LastSendError != nil {
 		fmt.Fprintf(st.out, "  last send error (%s): %v\n", h.LastSendErrorAt.Format("15:04:05.000"), h.LastSendError)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 func TestMain(m *testing.M) {
@@ -49,19 +51,21 @@ func TestRunEmbeddedAgent(t *testing.T) {
 }
 
 func TestValidateRejectsBadFlags(t *testing.T) {
-	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: 1, top: 1}
+	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: time.Second, top: 1}
 	if err := good.validate(); err != nil {
 		t.Fatalf("valid options rejected: %v", err)
 	}
 	for name, mut := range map[string]func(*options){
-		"keys":      func(o *options) { o.keys = 0 },
-		"errors":    func(o *options) { o.errRatio = 1.5 },
-		"min>max":   func(o *options) { o.minDur, o.maxDur = 2, 1 },
-		"dist":      func(o *options) { o.dist = "normal" },
-		"rate":      func(o *options) { o.rate = -1 },
-		"rate 1e30": func(o *options) { o.rate = 1e30 }, // the pacing would never count it down
-		"rate NaN":  func(o *options) { o.rate = math.NaN() },
-		"interval":  func(o *options) { o.interval = 0 },
+		"keys":                             func(o *options) { o.keys = 0 },
+		"errors":                           func(o *options) { o.errRatio = 1.5 },
+		"min>max":                          func(o *options) { o.minDur, o.maxDur = 2, 1 },
+		"dist":                             func(o *options) { o.dist = "normal" },
+		"rate":                             func(o *options) { o.rate = -1 },
+		"rate 1e30":                        func(o *options) { o.rate = 1e30 }, // the pacing would never count it down
+		"rate NaN":                         func(o *options) { o.rate = math.NaN() },
+		"interval":                         func(o *options) { o.interval = 0 },
+		"interval under the SDK's minimum": func(o *options) { o.interval = time.Millisecond },
+		"errors NaN":                       func(o *options) { o.errRatio = math.NaN() },
 	} {
 		o := good
 		mut(&o)
@@ -77,11 +81,41 @@ func TestRunExplainsFailures(t *testing.T) {
 	var out bytes.Buffer
 	o := options{rate: 2000, keys: 5, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
 		producers: 1, run: 1200 * time.Millisecond, interval: time.Second, top: 1, agent: "http://127.0.0.1:1"}
-	_ = run(o, &out)
+	err := run(o, &out)
 	s := out.String()
-	for _, want := range []string{"interval 1s", "spans/s", "last send error", "connection refused"} {
+	// Nothing was delivered: the run fails, saying how much was lost.
+	if err == nil || !strings.Contains(err.Error(), "counted spans were not delivered") {
+		t.Errorf("run = %v, want an error for the undelivered spans", err)
+	}
+	for _, want := range []string{"interval 1s", "spans/s", "last send error", "connection refused", "unsent"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestRunFailsWhenAgentOff: an agent whose /info lists no stats endpoint
+// takes nothing; the run fails saying so, and its final line accounts for
+// every span published (agent-off among them).
+func TestRunFailsWhenAgentOff(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+	var out bytes.Buffer
+	o := options{rate: 2000, keys: 5, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
+		producers: 1, run: 1200 * time.Millisecond, interval: time.Second, top: 1, agent: ag.URL()}
+	err := run(o, &out)
+	if err == nil || !strings.Contains(err.Error(), "does not accept client stats") {
+		t.Fatalf("run = %v, want the agent-off error:\n%s", err, out.String())
+	}
+	// The few spans counted before /info was read are cleared.
+	m := regexp.MustCompile(`done: published (\d+) = counted (\d+) \+ ineligible 0 \+ inbox-full 0 \+ after-stop 0 \+ agent-off (\d+) .*\n.*counted \d+ = sent 0 \+ unsent 0 \+ cleared (\d+);`).
+		FindStringSubmatch(out.String())
+	n := make([]int, len(m))
+	for i := 1; i < len(m); i++ {
+		n[i], _ = strconv.Atoi(m[i])
+	}
+	if m == nil || n[1] != n[2]+n[3] || n[3] == 0 || n[4] != n[2] {
+		t.Fatalf("final lines do not put every span in agent-off or cleared:\n%s", out.String())
 	}
 }
