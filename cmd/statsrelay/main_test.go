@@ -112,6 +112,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{nil, map[string]string{"STATSRELAY_MAX_GROUPS": "many"}, "STATSRELAY_MAX_GROUPS"},
 		{[]string{"-socket-mode", "rw"}, nil, "-socket-mode"},
 		{[]string{"-grace", "20s"}, nil, "-grace"},
+		{[]string{"-interval", "2s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
 		{[]string{"-interval", "10ms"}, nil, "-interval"},
 		{[]string{"-max-datagram", "10"}, nil, "-max-datagram"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
