@@ -245,7 +245,8 @@ type Config struct {
 	// PayloadsDropped.
 	MaxRetryPayloads, MaxRetryBytes int
 	// InfoRefresh is how often /info is polled while the agent does not
-	// accept stats (default 30 s, within [MinInfoRefresh, MaxInfoRefresh]).
+	// accept stats, or while /info cannot be read (its body limit is then
+	// unknown) (default 30 s, within [MinInfoRefresh, MaxInfoRefresh]).
 	InfoRefresh time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender

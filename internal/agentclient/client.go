@@ -57,7 +57,8 @@ type Config struct {
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry.
 	MaxRetryPayloads, MaxRetryBytes int
-	// InfoRefresh is the /info poll period while the agent is off.
+	// InfoRefresh is the /info poll period while the agent is off or
+	// /info is stale (see NextDue).
 	InfoRefresh time.Duration
 	// Parallel is how many requests SendAll, RunDue and Final have in
 	// flight at once (at least 1): a relay sends one request per identity
@@ -157,7 +158,11 @@ type Client struct {
 
 	retries  []*Payload // waiting for their due time
 	retryLen int        // bytes in retries
-	infoDue  time.Time  // next /info poll while off
+	infoDue  time.Time  // next /info poll, while off or while infoStale
+	// infoStale: the last /info poll failed (an agent starting after the
+	// process), or the agent refused a body as too large: /info is polled
+	// again, for its limit, until it answers.
+	infoStale bool
 	// maxBody is the agent's body limit from /info (0: unknown): a larger
 	// payload is split before it is sent, as a 413 would have it.
 	maxBody int64
@@ -232,7 +237,8 @@ func (c *Client) SendAll(ps []*Payload) {
 }
 
 // NextDue is when RunDue has work without a new payload: the earliest
-// retry, or the next /info poll while the agent is off.
+// retry, or the next /info poll while the agent is off or /info is stale
+// (it failed, or a body was refused as too large).
 func (c *Client) NextDue() (time.Time, bool) {
 	var d time.Time
 	ok := false
@@ -241,15 +247,16 @@ func (c *Client) NextDue() (time.Time, bool) {
 			d, ok = p.due, true
 		}
 	}
-	if c.off.Load() && (!ok || c.infoDue.Before(d)) {
+	if (c.off.Load() || c.infoStale) && (!ok || c.infoDue.Before(d)) {
 		d, ok = c.infoDue, true
 	}
 	return d, ok
 }
 
-// RunDue polls /info if due and attempts every retry due at now.
+// RunDue polls /info if due (see NextDue) and attempts every retry due at
+// now.
 func (c *Client) RunDue(now time.Time) {
-	if c.off.Load() && !now.Before(c.infoDue) {
+	if (c.off.Load() || c.infoStale) && !now.Before(c.infoDue) {
 		c.ReadInfo()
 	}
 	var due []*Payload
@@ -313,6 +320,9 @@ func (c *Client) settle(p *Payload, err error) {
 		}
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
 	case tooLarge:
+		// The agent's limit is lower than /info said, or was not read:
+		// read it again at the next poll.
+		c.infoStale = true
 		c.split(p, err)
 	case notFound:
 		switched := !c.off.Swap(true)
@@ -400,8 +410,10 @@ func (c *Client) ReadInfo() {
 	c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 	info, err := c.fetchInfo()
 	if err != nil {
+		c.infoStale = true
 		return
 	}
+	c.infoStale = false
 	c.maxBody = info.Config.MaxRequestBytes
 	if slices.Contains(info.Endpoints, StatsPath) {
 		if c.off.Swap(false) {

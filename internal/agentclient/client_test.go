@@ -565,18 +565,20 @@ func TestInfoLimitSplitsBeforeSending(t *testing.T) {
 	if c.maxBody != int64(limit) {
 		t.Fatalf("limit from /info %d, want %d", c.maxBody, limit)
 	}
-	done := make(chan error, 2)
-	// Through both ways in: Send, and SendAll with requests in parallel.
+	done := make(chan error, 3)
+	// Through both ways in: Send, and SendAll with requests in parallel
+	// (two payloads: one alone takes Send's way).
 	c.Send(&Payload{Body: body, Hits: 120, Waiter: NewWaiter(done, 1, nil)})
 	c.cfg.Parallel = 4
-	c.SendAll([]*Payload{{Body: slices.Clone(body), Hits: 120, Waiter: NewWaiter(done, 1, nil)}})
-	for range 2 {
+	c.SendAll([]*Payload{{Body: slices.Clone(body), Hits: 120, Waiter: NewWaiter(done, 1, nil)},
+		{Body: slices.Clone(body), Hits: 120, Waiter: NewWaiter(done, 1, nil)}})
+	for range 3 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
 	posts, taken := got()
-	if posts != len(taken) || obs.failed != 0 || obs.dropped != 0 || obs.split < 4 {
+	if posts != len(taken) || obs.failed != 0 || obs.dropped != 0 || obs.split < 6 {
 		t.Fatalf("%d posts, %d taken, failed %d dropped %d split %d: nothing over the limit may be sent",
 			posts, len(taken), obs.failed, obs.dropped, obs.split)
 	}
@@ -595,5 +597,51 @@ func TestInfoLimitSplitsBeforeSending(t *testing.T) {
 	}
 	if p, _ := got(); p != posts {
 		t.Fatal("the unsplittable payload was sent over the limit")
+	}
+}
+
+// TestStaleInfoPolledAgain: an /info that fails at start (an agent starting
+// after the process) is polled again at InfoRefresh although the agent is
+// on, until it answers: its limit then splits payloads before they are
+// sent. A body refused as too large makes /info stale again.
+func TestStaleInfoPolledAgain(t *testing.T) {
+	body := splitBody()
+	limit := len(body) / 3
+	var infoCalls atomic.Int32
+	inner, got := limitAgent(t, limit, true)
+	defer inner.Close()
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == InfoPath && infoCalls.Add(1) == 1 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	c.ReadInfo()
+	due, ok := c.NextDue()
+	if c.Off() || c.maxBody != 0 || !ok || due.After(time.Now().Add(c.cfg.InfoRefresh)) {
+		t.Fatalf("after a failed /info: off %v, limit %d, next due %v (%v); want on, unknown, a poll within InfoRefresh",
+			c.Off(), c.maxBody, due, ok)
+	}
+	c.RunDue(due)
+	if infoCalls.Load() != 2 || c.maxBody != int64(limit) {
+		t.Fatalf("/info calls %d, limit %d; want 2 calls and the limit %d", infoCalls.Load(), c.maxBody, limit)
+	}
+	if _, ok := c.NextDue(); ok {
+		t.Fatal("nothing is due once /info answered")
+	}
+	c.Send(&Payload{Body: body, Hits: 120})
+	if posts, taken := got(); posts != len(taken) || obs.sent != len(taken) || obs.dropped != 0 {
+		t.Fatalf("%d posts, %d taken, sent %d dropped %d: nothing over the limit may be sent", posts, len(taken), obs.sent, obs.dropped)
+	}
+	// A refusal as too large (here a 413 from an agent whose limit went down
+	// since) makes /info due again.
+	c.settle(&Payload{Body: splitBody(), Hits: 120}, &AgentError{StatusCode: http.StatusRequestEntityTooLarge})
+	if _, ok := c.NextDue(); !ok {
+		t.Fatal("no /info poll due after a body refused as too large")
 	}
 }

@@ -97,7 +97,7 @@ type ServerConfig struct {
 	// (zero: DefaultForwardParallel).
 	ForwardParallel int
 	// InfoRefresh is how often the agent's /info is polled while it does
-	// not accept stats (zero: agentclient.DefaultInfoRefresh).
+	// not accept stats, or cannot be read (zero: agentclient.DefaultInfoRefresh).
 	InfoRefresh time.Duration
 	// StopDrain is how long, once Run's context ends, the readers go on
 	// taking what the kernel queued before the sockets close (zero:
