@@ -141,8 +141,11 @@ func (r *Ring[T]) SetClear(clear func(*T)) { r.clear = clear }
 // Cap returns the number of slots (the rounded-up capacity).
 func (r *Ring[T]) Cap() int { return len(r.buf) }
 
-// Len returns an approximate number of queued items, for metrics only; it
-// may be stale by the time it returns.
+// Len returns the number of queued items: claimed slots included, written
+// or not. From another goroutine than the consumer it is approximate (for
+// metrics), stale by the time it returns. From the consumer, which alone
+// moves head, it counts at least every item whose push returned before
+// the call: the consumer's Flush drains that many (stats' drainQueued).
 func (r *Ring[T]) Len() int {
 	h := r.head.Load() // head first: then tail >= head always holds
 	t := r.tail.Load() &^ closedBit

@@ -240,6 +240,7 @@ func (a *Agent) WaitHits(ctx context.Context, n uint64) (uint64, error) {
 // requests in flight: a client stalled in the middle of a body does not
 // hold it up.
 func (a *Agent) Close() {
+	a.srv.Listener.Close() // no connection from here on: none can stall Close
 	a.srv.CloseClientConnections()
 	a.srv.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -263,18 +264,34 @@ func TestConcurrentRequestsAndWaiters(t *testing.T) {
 	}
 	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
 	c := &http.Client{Timeout: 10 * time.Second}
-	posted := make(chan int, n)
+	posted := make(chan error, n) // t.Fatal belongs to the test's goroutine
 	for range n {
-		go func() { posted <- post(t, c, a.URL(), body) }()
+		go func() {
+			resp, err := c.Post(a.URL()+"/v0.6/stats", "application/msgpack", bytes.NewReader(body))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			posted <- err
+		}()
 	}
 	nums := map[int]bool{}
 	for range n {
-		nums[<-seen] = true
+		select {
+		case i := <-seen:
+			nums[i] = true
+		case err := <-posted: // a request that failed before the handler
+			close(release)
+			t.Fatalf("a request failed: %v", err)
+		}
 	}
 	close(release)
 	for range n {
-		if s := <-posted; s != http.StatusOK {
-			t.Fatalf("status %d", s)
+		if err := <-posted; err != nil {
+			t.Fatal(err)
 		}
 	}
 	if len(nums) != n {
@@ -298,7 +315,7 @@ func TestCloseWithStalledClient(t *testing.T) {
 	}
 	defer conn.Close()
 	_, _ = io.WriteString(conn, "POST /v0.6/stats HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
-	time.Sleep(50 * time.Millisecond) // the handler is reading the body
+	time.Sleep(200 * time.Millisecond) // the headers are read: the connection is active, the handler reads the body
 	closed := make(chan struct{})
 	go func() { a.Close(); close(closed) }()
 	select {
