@@ -93,7 +93,7 @@ func (t *Table) addHits(spans []*Record) int {
 			q[head%recordLag].record()
 			head++
 		}
-		b, zero := bin(float64(s.Duration))
+		b, zero := bin(durationValue(s.Duration))
 		if sk := e.sketch(s.Error); sk != nil && !zero {
 			if c := sk.binAt(b); c != nil {
 				prefetch(unsafe.Pointer(c))

@@ -47,7 +47,7 @@ type Entry struct {
 
 // record adds one span's measurements.
 func (e *Entry) record(d int64, isErr, topLevel bool) {
-	i, zero := bin(float64(d))
+	i, zero := bin(durationValue(d))
 	e.recordBin(d, i, zero, isErr, topLevel)
 }
 

@@ -69,6 +69,14 @@ func (s *Sketch) Add(v float64) {
 	}
 }
 
+// durationValue is the value a span's duration (ns) adds to a sketch: as the
+// agent's statsraw (v0.85.4, nsTimestampToFloat) has it, the float64 cut to
+// ten significant bits, so that a duration near a bin bound lands in the
+// agent's bin, not the next (TestRandomSpansMatchAgent in bench/peer).
+func durationValue(d int64) float64 {
+	return math.Float64frombits(math.Float64bits(float64(d)) &^ (1<<43 - 1))
+}
+
 // bin is where Add puts v: the mapping index of its bin, or zero for the
 // zero bucket (v too small to index, or NaN). Values above the indexable
 // range clamp to the top bin, +Inf included.
