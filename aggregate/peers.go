@@ -20,13 +20,14 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 	}
 }
 
-// keptPeers returns the span's peer tags whose key is kept, in the
-// tracer's order, in t.kept.
+// keptPeers returns the span's peer tags whose key is kept and whose value
+// is not empty (the agent aggregates no empty value), in the tracer's
+// order, in t.kept.
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
 	if t.peerKeys == nil {
-		p = append(p, s.PeerTags[:s.NumPeerTags]...)
-		p = append(p, s.ExtraPeerTags...)
+		p = appendValued(p, s.PeerTags[:s.NumPeerTags])
+		p = appendValued(p, s.ExtraPeerTags)
 	} else {
 		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
 		p = t.keepPeers(p, s.ExtraPeerTags)
@@ -45,11 +46,28 @@ func (t *Table) sortedPeers(kept []string) []string {
 
 func (t *Table) keepPeers(dst, tags []string) []string {
 	for i, tag := range tags {
-		if t.keepPeer(i, tag) {
+		if t.keepPeer(i, tag) && hasValue(tag) {
 			dst = append(dst, tag)
 		}
 	}
 	return dst
+}
+
+// appendValued appends the tags of tags that have a value.
+func appendValued(dst, tags []string) []string {
+	for _, tag := range tags {
+		if hasValue(tag) {
+			dst = append(dst, tag)
+		}
+	}
+	return dst
+}
+
+// hasValue reports whether a "key:value" peer tag has a value: neither
+// "key:" nor a bare "key".
+func hasValue(tag string) bool {
+	i := strings.IndexByte(tag, ':')
+	return i >= 0 && i < len(tag)-1
 }
 
 // keepPeer reports whether tag's key is kept. Spans of one client repeat

@@ -91,3 +91,33 @@ func TestSetPeerTagKeysFilters(t *testing.T) {
 		t.Fatalf("%d groups after un-filtering, want 2", n)
 	}
 }
+
+// TestPeerTagsWithoutValueDropped: a peer tag without a value ("key:", or
+// a bare "key") is not part of the key, as the agent aggregates no empty
+// value: spans that differ only by one group together, with or without a
+// peer-tag key filter.
+func TestPeerTagsWithoutValueDropped(t *testing.T) {
+	for _, keys := range [][]string{nil, {"peer.service", "db.instance"}} {
+		tb := NewTable(0)
+		tb.SetPeerTagKeys(keys)
+		for _, tags := range [][]string{
+			{"peer.service:db"}, {"peer.service:db", "db.instance:"}, {"db.instance:", "peer.service:db"},
+			{"peer.service:db", "db.instance"},
+		} {
+			s := baseSpan()
+			s.SetPeerTags(tags)
+			tb.Add(&s)
+		}
+		s := baseSpan()
+		s.SetPeerTags([]string{"peer.service:"})
+		tb.Add(&s)
+		es := tb.Touched(nil)
+		if len(es) != 2 || es[0].Hits != 4 || !slices.Equal(es[0].PeerTags, []string{"peer.service:db"}) ||
+			es[1].Hits != 1 || es[1].PeerTags != nil {
+			for _, e := range es {
+				t.Logf("%q: %d hits", e.PeerTags, e.Hits)
+			}
+			t.Fatalf("keys %q: %d entries; want peer.service:db with 4 hits, and no peer tags with 1", keys, len(es))
+		}
+	}
+}
