@@ -112,7 +112,8 @@ func TestLongResourceTruncated(t *testing.T) {
 
 // TestEveryLabelTruncated: each label field and peer tag over its limit is
 // cut to it at a rune boundary and counted once; values at the limit are
-// kept as they are.
+// kept as they are. A gRPC status code is no name and no number: it is
+// dropped (CanonicalGRPCCode), not cut.
 func TestEveryLabelTruncated(t *testing.T) {
 	over := func(n int) string { return strings.Repeat("x", n-1) + "é" } // 2-byte rune straddles n
 	s := Span{Service: over(MaxServiceLen), Name: over(MaxNameLen), Type: over(MaxTypeLen),
@@ -124,8 +125,8 @@ func TestEveryLabelTruncated(t *testing.T) {
 	}
 	var r aggregate.Record
 	_, cut := s.Snapshot(&r)
-	if want := 7 + len(s.PeerTags); cut != want {
-		t.Fatalf("truncated %d labels, want %d", cut, want)
+	if want := 6 + len(s.PeerTags); cut != want || r.GRPCStatusCode != "" {
+		t.Fatalf("truncated %d labels, gRPC code %q; want %d, none", cut, r.GRPCStatusCode, want)
 	}
 	for _, c := range []struct {
 		name string
@@ -134,7 +135,7 @@ func TestEveryLabelTruncated(t *testing.T) {
 	}{
 		{"Service", r.Service, MaxServiceLen}, {"Name", r.Name, MaxNameLen}, {"Type", r.Type, MaxTypeLen},
 		{"Resource", r.Resource, MaxResourceLen}, {"HTTPMethod", r.HTTPMethod, MaxTagLen},
-		{"HTTPEndpoint", r.HTTPEndpoint, MaxTagLen}, {"GRPCStatusCode", r.GRPCStatusCode, MaxTagLen},
+		{"HTTPEndpoint", r.HTTPEndpoint, MaxTagLen},
 		{"PeerTags[0]", r.PeerTags[0], MaxTagLen}, {"ExtraPeerTags[1]", r.ExtraPeerTags[1], MaxTagLen},
 	} {
 		if len(c.v) != c.max-1 || !utf8.ValidString(c.v) {

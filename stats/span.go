@@ -23,6 +23,8 @@ type Span struct {
 	HTTPStatusCode uint32
 	HTTPMethod     string
 	HTTPEndpoint   string
+	// GRPCStatusCode is grouped by as the agent groups it: its number
+	// (CanonicalGRPCCode: "NOT_FOUND" is "5"; an unknown value is "").
 	GRPCStatusCode string
 	// ServiceSource says where the service name came from (wire key srv_src).
 	ServiceSource string
@@ -186,7 +188,10 @@ func (s *Span) Snapshot(r *aggregate.Record) (peerTagsCut, labelsCut int) {
 func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 	r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
 	r.SpanKind = s.SpanKind
-	r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
+	r.HTTPMethod, r.HTTPEndpoint = s.HTTPMethod, s.HTTPEndpoint
+	if s.GRPCStatusCode != "" {
+		r.GRPCStatusCode = CanonicalGRPCCode(s.GRPCStatusCode)
+	}
 	r.ServiceSource = s.ServiceSource
 	r.HTTPStatusCode = s.HTTPStatusCode
 	r.Duration = s.Duration
@@ -194,7 +199,7 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 	r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
 	// max compiles to conditional moves: two branches, not nine.
 	if max(len(s.Service)-MaxServiceLen, len(s.Name)-MaxNameLen, len(s.Type)-MaxTypeLen, len(s.Resource)-MaxResourceLen) > 0 ||
-		max(len(s.SpanKind), len(s.HTTPMethod), len(s.HTTPEndpoint), len(s.GRPCStatusCode), len(s.ServiceSource)) > MaxTagLen {
+		max(len(s.SpanKind), len(s.HTTPMethod), len(s.HTTPEndpoint), len(s.ServiceSource)) > MaxTagLen {
 		cut.labels = truncateLabels(r)
 	}
 	switch {
@@ -232,7 +237,7 @@ func truncateLabels(r *aggregate.Record) (n int) {
 	}{
 		{&r.Service, MaxServiceLen}, {&r.Name, MaxNameLen}, {&r.Type, MaxTypeLen},
 		{&r.Resource, MaxResourceLen}, {&r.SpanKind, MaxTagLen}, {&r.HTTPMethod, MaxTagLen},
-		{&r.HTTPEndpoint, MaxTagLen}, {&r.GRPCStatusCode, MaxTagLen}, {&r.ServiceSource, MaxTagLen},
+		{&r.HTTPEndpoint, MaxTagLen}, {&r.ServiceSource, MaxTagLen},
 	} {
 		if len(*f.v) > f.max {
 			*f.v = truncateUTF8(*f.v, f.max)

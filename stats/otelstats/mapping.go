@@ -7,7 +7,6 @@ package otelstats
 import (
 	"encoding/binary"
 	"strconv"
-	"strings"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
@@ -364,7 +363,7 @@ func grpcStatusCode(v *view) string {
 			return parseGRPC(s)
 		}
 		if n, ok := v.int(a); ok {
-			return parseGRPC(strconv.FormatInt(n, 10))
+			return parseGRPC(smallInt(n))
 		}
 	}
 	// rpc.response.status_code counts for gRPC only: rpc.system.name is
@@ -374,43 +373,30 @@ func grpcStatusCode(v *view) string {
 			return parseGRPC(s)
 		}
 		if n, ok := v.int(aRPCResponseStatusCode); ok {
-			return parseGRPC(strconv.FormatInt(n, 10))
+			return parseGRPC(smallInt(n))
 		}
 	}
 	return ""
 }
 
-// grpcCodes are the names the concentrator accepts for each code: Google's
-// enum names, and the spellings without underscores it also maps.
-var grpcCodes = map[string]string{
-	"OK": "0", "CANCELLED": "1", "CANCELED": "1", "UNKNOWN": "2", "INVALID_ARGUMENT": "3", "INVALIDARGUMENT": "3",
-	"DEADLINE_EXCEEDED": "4", "DEADLINEEXCEEDED": "4", "NOT_FOUND": "5", "NOTFOUND": "5",
-	"ALREADY_EXISTS": "6", "ALREADYEXISTS": "6", "PERMISSION_DENIED": "7", "PERMISSIONDENIED": "7",
-	"RESOURCE_EXHAUSTED": "8", "RESOURCEEXHAUSTED": "8", "FAILED_PRECONDITION": "9", "FAILEDPRECONDITION": "9",
-	"ABORTED": "10", "OUT_OF_RANGE": "11", "OUTOFRANGE": "11", "UNIMPLEMENTED": "12", "INTERNAL": "13",
-	"UNAVAILABLE": "14", "DATA_LOSS": "15", "DATALOSS": "15", "UNAUTHENTICATED": "16",
+// smallInt is n in decimal, without allocating for the gRPC codes 0..16.
+func smallInt(n int64) string {
+	if n >= 0 && n <= 16 {
+		return smallInts[n]
+	}
+	return strconv.FormatInt(n, 10)
 }
 
-// smallCodes are the canonical numeric strings, so a numeric code costs no
-// allocation.
-var smallCodes = func() (c [17]string) {
+var smallInts = func() (c [17]string) {
 	for i := range c {
 		c[i] = strconv.Itoa(i)
 	}
 	return c
 }()
 
-// parseGRPC follows the concentrator's parseGRPCStatusString.
-func parseGRPC(s string) string {
-	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
-		if n < uint64(len(smallCodes)) {
-			return smallCodes[n]
-		}
-		return strconv.FormatUint(n, 10)
-	}
-	s = strings.TrimPrefix(s, "StatusCode.")
-	return grpcCodes[strings.ToUpper(s)]
-}
+// parseGRPC follows the concentrator's parseGRPCStatusString, as Publish
+// does (stats.CanonicalGRPCCode); a small code costs no allocation.
+func parseGRPC(s string) string { return stats.CanonicalGRPCCode(s) }
 
 // peerHeader is what precedes each value in peerTags' memo key.
 const peerHeader = 6

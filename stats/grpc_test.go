@@ -1,0 +1,53 @@
+package stats
+
+import (
+	"testing"
+
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// TestCanonicalGRPCCode: the codes as the agent's concentrator (v0.85.4,
+// parseGRPCStatusString) reads them; bench/peer's TestRandomSpansMatchAgent
+// compares with the agent itself.
+func TestCanonicalGRPCCode(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "0": "0", "5": "5", "16": "16", "17": "17", "05": "5", "0000": "0", "4294967295": "4294967295",
+		"4294967296": "", "-1": "", "+5": "", " 5": "", "5 ": "",
+		"NOT_FOUND": "5", "not_found": "5", "NotFound": "5", "NOTFOUND": "5", "StatusCode.NOT_FOUND": "5",
+		"StatusCode.notfound": "5", "statuscode.NOT_FOUND": "", "StatusCode.5": "", "OK": "0", "ok": "0",
+		"Canceled": "1", "CANCELLED": "1", "UNAUTHENTICATED": "16", "DATA_LOSS": "15", "DataLoss": "15",
+		"bogus": "", "NOT FOUND": "", "Unimplemented": "12",
+	} {
+		if got := CanonicalGRPCCode(in); got != want {
+			t.Errorf("CanonicalGRPCCode(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "StatusCode.Unavailable", "bogus"} {
+		if n := testing.AllocsPerRun(100, func() { _ = CanonicalGRPCCode(in) }); n != 0 {
+			t.Errorf("CanonicalGRPCCode(%q) allocates %v times", in, n)
+		}
+	}
+}
+
+// TestGRPCCodesGroupAsTheAgent: spans whose codes name the same code in
+// different ways are one group, under its number.
+func TestGRPCCodesGroupAsTheAgent(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	for _, c := range []string{"5", "NOT_FOUND", "NotFound", "StatusCode.NOT_FOUND", "05", "bogus", ""} {
+		a.Publish(&Span{Service: "s", Name: "grpc.client", Resource: "/pkg.Svc/Get", SpanKind: "client", GRPCStatusCode: c, Duration: 10})
+	}
+	stop(t, a)
+	got := map[string]uint64{}
+	for _, r := range ag.Requests() {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				got[g.GRPCStatusCode] += g.Hits
+			}
+		}
+	}
+	if len(got) != 2 || got["5"] != 5 || got[""] != 2 {
+		t.Fatalf("hits by gRPC code %v; want 5 under \"5\" and 2 without", got)
+	}
+}
