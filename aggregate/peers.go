@@ -21,8 +21,8 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 }
 
 // keptPeers returns the span's peer tags whose key is kept and whose value
-// is not empty (the agent aggregates no empty value), in the tracer's
-// order, in t.kept.
+// is not empty (the agent aggregates no empty value), IP addresses in them
+// quantized (quantizeTag), in the tracer's order, in t.kept.
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
 	if t.peerKeys == nil {
@@ -31,6 +31,9 @@ func (t *Table) keptPeers(s *Record) []string {
 	} else {
 		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
 		p = t.keepPeers(p, s.ExtraPeerTags)
+	}
+	for i, tag := range p {
+		p[i] = t.quantizeTag(tag)
 	}
 	t.kept = p
 	return p

@@ -35,6 +35,10 @@ type Table struct {
 	keyBuf []byte   // scratch: seed, then the key bytes of the span being added
 	kept   []string // scratch: a span's kept peer tags, in the tracer's order
 	peers  []string // scratch: a span's kept peer tags, sorted
+	// quantized holds the peer tags whose IP addresses were quantized, so
+	// that each is made once (quantizeTag); qbuf is its scratch.
+	quantized map[string]string
+	qbuf      []byte
 
 	halt          *atomic.Bool        // see SetHalt; nil: never
 	budgets       *budgets            // nil: no cardinality limits

@@ -1,0 +1,267 @@
+// This file owns the quantization of IP addresses in peer-tag values: the
+// agent's concentrator groups "out.host:10.1.2.3" and "out.host:10.1.2.4"
+// as one "out.host:blocked-ip-address", so the SDK must too.
+
+package aggregate
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// BlockedIP stands in a peer-tag value for an IP address, as the agent's
+// obfuscator (v0.85.4, QuantizePeerIPAddresses) writes it.
+const BlockedIP = "blocked-ip-address"
+
+// maxQuantized bounds the quantized tags a Table keeps to hand out the same
+// string for the same tag; past it they are forgotten and made again.
+const maxQuantized = 4096
+
+// quantizeTag returns tag ("key:value") with the IP addresses of its value
+// quantized (quantizeValue), as a string the table keeps, or tag itself when
+// nothing changes: allocation-free but for a quantized tag new to the
+// table.
+func (t *Table) quantizeTag(tag string) string {
+	i := strings.IndexByte(tag, ':')
+	if i < 0 || !mayHoldIP(tag[i+1:]) {
+		return tag
+	}
+	b, changed := quantizeValue(append(t.qbuf[:0], tag[:i+1]...), tag[i+1:])
+	t.qbuf = b
+	if !changed {
+		return tag
+	}
+	if s, ok := t.quantized[string(b)]; ok {
+		return s
+	}
+	if t.quantized == nil || len(t.quantized) >= maxQuantized {
+		t.quantized = make(map[string]string)
+	}
+	s := string(b)
+	t.quantized[s] = s
+	return s
+}
+
+// mayHoldIP is a quick test passed by every value quantizeValue changes: one
+// holds a digit (an IPv4 address), a colon (an IPv6 one) or a comma (a list,
+// whose duplicates go). Most peer-tag values, host and service names, hold
+// none.
+func mayHoldIP(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c >= '0' && c <= '9' || c == ':' || c == ',' {
+			return true
+		}
+	}
+	return false
+}
+
+// quantizeValue appends v to dst with each comma-separated entry that is an
+// IP address quantized (quantizeEntry) and duplicate entries after that
+// dropped, as the agent's QuantizePeerIPAddresses does, and reports whether
+// that differs from v.
+func quantizeValue(dst []byte, v string) ([]byte, bool) {
+	base := len(dst)
+	var spans [8][2]int // [start, end) in dst of the entries kept, to find duplicates
+	kept := spans[:0]
+	for from := 0; ; {
+		j := strings.IndexByte(v[from:], ',')
+		entry := v[from:]
+		if j >= 0 {
+			entry = v[from : from+j]
+		}
+		mark := len(dst)
+		if len(kept) > 0 {
+			dst = append(dst, ',')
+		}
+		at := len(dst)
+		dst = appendEntry(dst, entry)
+		dup := false
+		for _, r := range kept {
+			if dup = string(dst[r[0]:r[1]]) == string(dst[at:]); dup {
+				break
+			}
+		}
+		if dup {
+			dst = dst[:mark]
+		} else {
+			kept = append(kept, [2]int{at, len(dst)})
+		}
+		if j < 0 {
+			break
+		}
+		from += j + 1
+	}
+	return dst, string(dst[base:]) != v
+}
+
+// appendEntry appends e, quantized if it is an IP address.
+func appendEntry(dst []byte, e string) []byte {
+	prefix, port, suffix, ok := quantizeEntry(e)
+	if !ok {
+		return append(dst, e...)
+	}
+	dst = append(append(dst, prefix...), BlockedIP...)
+	if port != "" {
+		dst = append(append(dst, ':'), port...)
+	}
+	return append(dst, suffix...)
+}
+
+// allowedIPs are kept as they are: loopback and the cloud providers'
+// metadata endpoints, which name no peer.
+var allowedIPs = [...]string{"127.0.0.1", "::1", "169.254.169.254", "fd00:ec2::254", "169.254.170.2"}
+
+// quantizeEntry reports whether e is an IP address to quantize, as the
+// agent's quantizeIP reads one: after an optional "ip-" or scheme prefix
+// (dnspoll, ftp, file, http, https, with "://" or ":///"), an address with
+// an optional port (a bracketed IPv6 one too), and after an IPv4 address
+// (octets separated by '.', '_' or '-') any text. The quantized entry is
+// prefix + BlockedIP + (":" + port) + suffix.
+func quantizeEntry(e string) (prefix, port, suffix string, ok bool) {
+	prefix, rest := schemePrefix(e)
+	host, port, valid := splitHostPort(rest)
+	if !valid {
+		host, port = rest, ""
+	}
+	n, isIP := ipLen(host)
+	if !isIP {
+		return "", "", "", false
+	}
+	for _, a := range allowedIPs {
+		if host[:n] == a {
+			return "", "", "", false
+		}
+	}
+	return prefix, port, host[n:], true
+}
+
+var schemes = [...]string{"dnspoll", "ftp", "file", "http", "https"}
+
+// schemePrefix splits off what the agent takes for a prefix: "ip-" at the
+// start (AWS host names), or the first scheme found anywhere in e with
+// "://" or ":///" after it and something after that. Text before the
+// scheme is dropped, as the agent drops it.
+func schemePrefix(e string) (prefix, rest string) {
+	if r, ok := strings.CutPrefix(e, "ip-"); ok {
+		return "ip-", r
+	}
+	for _, s := range schemes {
+		i := strings.Index(e, s)
+		if i < 0 {
+			continue
+		}
+		for _, sep := range [...]string{":///", "://"} {
+			if end := i + len(s) + len(sep); end < len(e) && e[i+len(s):end] == sep {
+				return e[i:end], e[end:]
+			}
+		}
+	}
+	return "", e
+}
+
+// splitHostPort is net.SplitHostPort's split, as the agent's copy of it has
+// it, reporting failure instead of an error: host is before the last colon
+// (in brackets for an IPv6 address), port after it.
+func splitHostPort(hp string) (host, port string, ok bool) {
+	i := strings.LastIndexByte(hp, ':')
+	if i < 0 {
+		return "", "", false
+	}
+	lo, hi := 0, 0 // no '[' may follow lo, no ']' follow hi
+	if hp[0] == '[' {
+		end := strings.IndexByte(hp, ']')
+		if end < 0 || end+1 != i {
+			return "", "", false
+		}
+		host, lo, hi = hp[1:end], 1, end+1
+	} else {
+		host = hp[:i]
+		if strings.IndexByte(host, ':') >= 0 {
+			return "", "", false
+		}
+	}
+	if strings.IndexByte(hp[lo:], '[') >= 0 || strings.IndexByte(hp[hi:], ']') >= 0 {
+		return "", "", false
+	}
+	return host, hp[i+1:], true
+}
+
+// ipLen reports whether s starts with an IP address as the agent reads
+// one, and its length: the first of '.', '_', '-', ':' or '%' in s decides
+// (an IPv4 address with that separator, all of s an IPv6 address, or
+// neither); s must start with a hex digit or ':'.
+func ipLen(s string) (int, bool) {
+	if s == "" || !(isHex(s[0]) || s[0] == ':') {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '.', '_', '-':
+			return ipv4Len(s, s[i])
+		case ':':
+			if _, err := netip.ParseAddr(s); err == nil {
+				return len(s), true
+			}
+			return 0, false
+		case '%':
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// ipv4Len reports whether s starts with four decimal octets (no leading
+// zero, at most 255) separated by sep, and where they end: at the fifth
+// separator (not the last byte), or at the first other byte after a digit
+// of the fourth octet.
+func ipv4Len(s string, sep byte) (int, bool) {
+	octets, val, digits := 0, 0, 0 // separators seen; the octet's value and digits
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 {
+				return 0, false // a leading zero
+			}
+			val = 10*val + int(c-'0')
+			digits++
+			if val > 255 {
+				return 0, false
+			}
+		case c == sep:
+			if i == 0 || i == len(s)-1 || s[i-1] == sep {
+				return 0, false
+			}
+			if octets == 3 {
+				return i, true
+			}
+			octets++
+			val, digits = 0, 0
+		default:
+			if octets == 3 && digits > 0 {
+				return i, true
+			}
+			return 0, false
+		}
+	}
+	if octets < 3 {
+		return 0, false
+	}
+	return len(s), true
+}
+
+// QuantizeIPs returns the peer-tag value v as the table keys it: each
+// comma-separated entry that is an IP address (with an optional port,
+// scheme or "ip-" prefix) replaced by BlockedIP, loopback and cloud
+// metadata addresses excepted, and duplicate entries dropped, as the
+// agent's concentrator (v0.85.4, obfuscate.QuantizePeerIPAddresses) does
+// before it groups by peer tags. bench/peer's TestQuantizeIPsMatchesAgent
+// compares the two.
+func QuantizeIPs(v string) string {
+	b, changed := quantizeValue(nil, v)
+	if !changed {
+		return v
+	}
+	return string(b)
+}

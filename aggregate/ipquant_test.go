@@ -1,0 +1,67 @@
+package aggregate
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestPeerIPsQuantized: peer tags naming IP addresses group under
+// BlockedIP, the port kept; loopback stays as it is; a host name is not
+// touched. bench/peer's TestQuantizeIPsMatchesAgent checks QuantizeIPs
+// against the agent's own function.
+func TestPeerIPsQuantized(t *testing.T) {
+	tb := NewTable(0)
+	for _, tags := range [][]string{
+		{"out.host:10.1.2.3", "peer.service:db"}, {"out.host:10.9.8.7", "peer.service:db"},
+		{"out.host:[2001:db8::1]:5432"}, {"out.host:10.1.2.3:5432"}, {"out.host:127.0.0.1"}, {"out.host:db.internal"},
+	} {
+		s := baseSpan()
+		s.SetPeerTags(tags)
+		tb.Add(&s)
+	}
+	got := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		got[strings.Join(e.PeerTags, " ")+" "] = e.Hits
+	}
+	want := map[string]uint64{
+		"out.host:blocked-ip-address peer.service:db ": 2, "out.host:blocked-ip-address:5432 ": 2,
+		"out.host:127.0.0.1 ": 1, "out.host:db.internal ": 1,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Fatalf("groups %v, want %v", got, want)
+		}
+	}
+}
+
+// TestQuantizeTagOncePerTag: a quantized tag is made once and handed out
+// again without allocating; a tag without an IP address is itself.
+func TestQuantizeTagOncePerTag(t *testing.T) {
+	tb := NewTable(0)
+	a := tb.quantizeTag("out.host:10.1.2.3:80")
+	b := tb.quantizeTag(strings.Clone("out.host:10.1.2.3:80")) // other bytes, same tag
+	if a != "out.host:blocked-ip-address:80" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("%q, %q: want one string", a, b)
+	}
+	tag := "out.host:10.1.2.3:80"
+	if n := testing.AllocsPerRun(100, func() { _ = tb.quantizeTag(tag) }); n != 0 {
+		t.Fatalf("a known quantized tag allocates %v times", n)
+	}
+	plain := "peer.service:billing-db"
+	if got := tb.quantizeTag(plain); unsafe.StringData(got) != unsafe.StringData(plain) {
+		t.Fatal("a tag without an IP address was copied")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = tb.quantizeTag(plain) }); n != 0 {
+		t.Fatalf("a plain tag allocates %v times", n)
+	}
+	for i := range maxQuantized + 10 { // the map stays bounded
+		tb.quantizeTag("out.host:10.0." + string(rune('0'+i%10)) + ".1:" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676)))
+	}
+	if len(tb.quantized) > maxQuantized {
+		t.Fatalf("%d quantized tags kept, bound %d", len(tb.quantized), maxQuantized)
+	}
+}
