@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
@@ -114,12 +115,15 @@ func peerSet(tags []string) string {
 }
 
 // expectedKey is the group an eligible span must land in, written from the
-// contract rather than from the SDK's code: strings as given, peer tags only
-// for client, producer and consumer spans (kind compared case-insensitively).
+// contract rather than from the SDK's code: strings as given but the gRPC
+// code, canonical (stats.CanonicalGRPCCode, which TestRandomSpansMatchAgent
+// holds to the agent's), peer tags only for client, producer
+// and consumer spans (kind compared case-insensitively), with a value, IP
+// addresses quantized by the agent's own obfuscator.
 func expectedKey(s *stats.Span) groupKey {
 	k := groupKey{
 		Service: s.Service, Name: s.Name, Resource: s.Resource, Type: s.Type, SpanKind: s.SpanKind,
-		HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: s.GRPCStatusCode,
+		HTTPMethod: s.HTTPMethod, HTTPEndpoint: s.HTTPEndpoint, GRPCStatusCode: stats.CanonicalGRPCCode(s.GRPCStatusCode),
 		ServiceSource: s.ServiceSource, HTTPStatusCode: s.HTTPStatusCode, Synthetics: s.Synthetics,
 		IsTraceRoot: pb.Trilean_FALSE,
 	}
@@ -128,7 +132,13 @@ func expectedKey(s *stats.Span) groupKey {
 	}
 	switch strings.ToLower(s.SpanKind) {
 	case "client", "producer", "consumer":
-		k.PeerTags = peerSet(s.PeerTags)
+		var tags []string
+		for _, t := range s.PeerTags {
+			if key, v, _ := strings.Cut(t, ":"); v != "" {
+				tags = append(tags, key+":"+obfuscate.QuantizePeerIPAddresses(v))
+			}
+		}
+		k.PeerTags = peerSet(tags)
 	}
 	return k
 }
@@ -337,9 +347,9 @@ func (p *producer) run(agg *stats.Aggregator, ts []spanTemplate, n int) error {
 		}
 		if s.Error {
 			tl.errors++
-			tl.errs = append(tl.errs, float64(s.Duration))
+			tl.errs = append(tl.errs, concentratorValue(s.Duration))
 		} else {
-			tl.ok = append(tl.ok, float64(s.Duration))
+			tl.ok = append(tl.ok, concentratorValue(s.Duration))
 		}
 	}
 	return nil
@@ -376,6 +386,13 @@ func decodeSummary(b []byte) (*ddsketch.DDSketch, error) {
 		return nil, fmt.Errorf("ddsketch.FromProto: %w", err)
 	}
 	return sk, nil
+}
+
+// concentratorValue is what the agent's concentrator adds to a sketch for
+// a span of d ns: the float cut to ten significant bits (statsraw,
+// nsTimestampToFloat), which the SDK does as well.
+func concentratorValue(d int64) float64 {
+	return math.Float64frombits(math.Float64bits(float64(d)) &^ (1<<43 - 1))
 }
 
 // referenceSketch is the agent's own sketch fed the given values.
