@@ -5,8 +5,10 @@
 package aggregate
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"strings"
+	"unsafe"
 )
 
 // BlockedIP stands in a peer-tag value for an IP address, as the agent's
@@ -22,7 +24,11 @@ const maxQuantized = 4096
 // nothing changes: allocation-free but for a quantized tag new to the
 // table.
 func (t *Table) quantizeTag(tag string) string {
-	i := strings.IndexByte(tag, ':')
+	return t.quantizeAt(tag, strings.IndexByte(tag, ':'))
+}
+
+// quantizeAt is quantizeTag with the index of tag's first colon known.
+func (t *Table) quantizeAt(tag string, i int) string {
 	if i < 0 || !mayHoldIP(tag[i+1:]) {
 		return tag
 	}
@@ -42,13 +48,46 @@ func (t *Table) quantizeTag(tag string) string {
 	return s
 }
 
-// mayHoldIP is a quick test passed by every value quantizeValue changes: one
-// holds a digit (an IPv4 address), a colon (an IPv6 one) or a comma (a list,
-// whose duplicates go). Most peer-tag values, host and service names, hold
-// none.
+// mayHoldIP is a quick test passed by every value quantizeValue changes,
+// which most peer-tag values, host and service names, fail at their first
+// byte (BenchmarkConsumer/HighCardinalityPeer): a list (a comma: its
+// duplicates go), or an address where quantizeEntry looks for one. That is
+// at the start, or after "ip-" or a scheme's "://"; an IPv4 address starts
+// with a digit, an IPv6 one with a hex digit or ':' and holds a ':', a
+// bracketed one with '['.
 func mayHoldIP(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c >= '0' && c <= '9' || c == ':' || c == ',' {
+	if v == "" {
+		return false
+	}
+	c := v[0]
+	if c >= '0' && c <= '9' || c == ':' || c == '[' || c == 'i' && strings.HasPrefix(v, "ip-") {
+		return true
+	}
+	// A scheme's "://" and an IPv6 address both need a colon, a list a
+	// comma: one pass finds whether there is either.
+	if !hasColonOrComma(v) {
+		return false
+	}
+	i := strings.IndexByte(v, ':')
+	return i >= 0 && (isHex(c) || strings.Contains(v[i:], "://")) || strings.IndexByte(v, ',') >= 0
+}
+
+// hasColonOrComma reports whether v holds a ':' or a ',', eight bytes at a
+// time: the consumer asks it of every peer-tag value it keys.
+func hasColonOrComma(v string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	b := unsafe.Slice(unsafe.StringData(v), len(v))
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		colon, comma := x^(':'*ones), x^(','*ones)
+		// A zero byte in either: the classic has-zero-byte test.
+		if ((colon-ones)&^colon|(comma-ones)&^comma)&highs != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c == ':' || c == ',' {
 			return true
 		}
 	}
@@ -259,6 +298,9 @@ func ipv4Len(s string, sep byte) (int, bool) {
 // before it groups by peer tags. bench/peer's TestQuantizeIPsMatchesAgent
 // compares the two.
 func QuantizeIPs(v string) string {
+	if !mayHoldIP(v) { // as quantizeTag: the comparison with the agent covers both
+		return v
+	}
 	b, changed := quantizeValue(nil, v)
 	if !changed {
 		return v

@@ -65,3 +65,30 @@ func TestQuantizeTagOncePerTag(t *testing.T) {
 		t.Fatalf("%d quantized tags kept, bound %d", len(tb.quantized), maxQuantized)
 	}
 }
+
+// TestHasColonOrComma: the eight-bytes-at-a-time test agrees with a byte
+// loop on every position and on bytes that differ from ':' and ',' by one
+// bit or one step.
+func TestHasColonOrComma(t *testing.T) {
+	fill := []byte{'a', '9', ';', '+', '-', 0x3b, 0x2d, 0xba, 0xac, 0x00, 0xff, '.'}
+	for n := 0; n <= 24; n++ {
+		for _, f := range fill {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = f
+			}
+			if hasColonOrComma(string(b)) {
+				t.Fatalf("%q: found a colon or comma in none", b)
+			}
+			for i := range b {
+				for _, c := range []byte{':', ','} {
+					b[i] = c
+					if !hasColonOrComma(string(b)) {
+						t.Fatalf("%q: missed %q at %d", b, c, i)
+					}
+					b[i] = f
+				}
+			}
+		}
+	}
+}

@@ -25,16 +25,8 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 // quantized (quantizeTag), in the tracer's order, in t.kept.
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
-	if t.peerKeys == nil {
-		p = appendValued(p, s.PeerTags[:s.NumPeerTags])
-		p = appendValued(p, s.ExtraPeerTags)
-	} else {
-		p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
-		p = t.keepPeers(p, s.ExtraPeerTags)
-	}
-	for i, tag := range p {
-		p[i] = t.quantizeTag(tag)
-	}
+	p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
+	p = t.keepPeers(p, s.ExtraPeerTags)
 	t.kept = p
 	return p
 }
@@ -47,30 +39,17 @@ func (t *Table) sortedPeers(kept []string) []string {
 	return p
 }
 
+// keepPeers appends to dst the tags of tags that have a value (neither
+// "key:" nor a bare "key") and whose key is kept, quantized.
 func (t *Table) keepPeers(dst, tags []string) []string {
 	for i, tag := range tags {
-		if t.keepPeer(i, tag) && hasValue(tag) {
-			dst = append(dst, tag)
+		c := strings.IndexByte(tag, ':')
+		if c < 0 || c == len(tag)-1 || t.peerKeys != nil && !t.keepPeer(i, tag) {
+			continue
 		}
+		dst = append(dst, t.quantizeAt(tag, c))
 	}
 	return dst
-}
-
-// appendValued appends the tags of tags that have a value.
-func appendValued(dst, tags []string) []string {
-	for _, tag := range tags {
-		if hasValue(tag) {
-			dst = append(dst, tag)
-		}
-	}
-	return dst
-}
-
-// hasValue reports whether a "key:value" peer tag has a value: neither
-// "key:" nor a bare "key".
-func hasValue(tag string) bool {
-	i := strings.IndexByte(tag, ':')
-	return i >= 0 && i < len(tag)-1
 }
 
 // keepPeer reports whether tag's key is kept. Spans of one client repeat
