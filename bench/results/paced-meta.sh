@@ -1,4 +1,4 @@
-paced_started="2026-12-03 18:29:56 UTC"
-paced_elapsed="1184"
-paced_commit="3e0de1e"
+paced_started="2026-12-03 22:46:51 UTC"
+paced_elapsed="1178"
+paced_commit="d7ea017"
 paced_count="6" paced_benchtime="3s"
