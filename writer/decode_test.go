@@ -338,9 +338,11 @@ func FuzzDecodePayload(f *testing.F) {
 	f.Add([]byte(oneGroup(1, mp(nil).key("PeerTags").raw(0xc0))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePayload(b)
-		// A Decoder accepts and rejects the same inputs, with
-		// the same values.
-		if pa, errA := new(Decoder).Decode(b, MaxGroups); (err == nil) != (errA == nil) ||
+		// A Decoder given DecodePayload's group budget (it bounds
+		// groups by the input's size) accepts and rejects the same
+		// inputs, with the same values and errors.
+		budget := min(MaxGroups, len(b)/MinWireGroupBytes+16)
+		if pa, errA := new(Decoder).Decode(b, budget); (err == nil) != (errA == nil) ||
 			err != nil && err.Error() != errA.Error() || !reflect.DeepEqual(p, pa) {
 			t.Fatalf("Decoder.Decode = %v, %v; DecodePayload = %v, %v", pa, errA, p, err)
 		}
@@ -349,7 +351,7 @@ func FuzzDecodePayload(f *testing.F) {
 		if _, err := dec.Decode(smallPayload(), MaxGroups); err != nil {
 			t.Fatal(err)
 		}
-		if pd, errD := dec.Decode(b, MaxGroups); (err == nil) != (errD == nil) ||
+		if pd, errD := dec.Decode(b, budget); (err == nil) != (errD == nil) ||
 			err == nil && !samePayload(p, pd) {
 			t.Fatalf("Decoder.Decode after another payload = %v, %v; DecodePayload = %v, %v", pd, errD, p, err)
 		}
@@ -358,7 +360,7 @@ func FuzzDecodePayload(f *testing.F) {
 		if _, err := wd.Decode(smallPayload(), MaxGroups); err != nil {
 			t.Fatal(err)
 		}
-		if pw, errW := wd.Decode(b, MaxGroups); (err == nil) != (errW == nil) ||
+		if pw, errW := wd.Decode(b, budget); (err == nil) != (errW == nil) ||
 			err != nil && err.Error() != errW.Error() || err == nil && !samePayload(p, fromWire(t, &wd, pw)) {
 			t.Fatalf("Decoder.Decode with WireSketches = %v, %v; DecodePayload = %v, %v", pw, errW, p, err)
 		}
