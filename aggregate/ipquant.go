@@ -19,16 +19,11 @@ const BlockedIP = "blocked-ip-address"
 // string for the same tag; past it they are forgotten and made again.
 const maxQuantized = 4096
 
-// quantizeTag returns tag ("key:value") with the IP addresses of its value
-// quantized (quantizeValue), as a string the table keeps, or tag itself when
-// nothing changes: allocation-free but for a quantized tag new to the
-// table.
-func (t *Table) quantizeTag(tag string) string {
-	return t.quantizeAt(tag, strings.IndexByte(tag, ':'))
-}
-
-// quantizeAt is quantizeTag with the index of tag's first colon known.
-func (t *Table) quantizeAt(tag string, i int) string {
+// quantizeTag returns tag ("key:value", its first colon at i) with the IP
+// addresses of its value quantized (quantizeValue), as a string the table
+// keeps, or tag itself when nothing changes: allocation-free but for a
+// quantized tag new to the table.
+func (t *Table) quantizeTag(tag string, i int) string {
 	if i < 0 || !mayHoldIP(tag[i+1:]) {
 		return tag
 	}
@@ -298,7 +293,7 @@ func ipv4Len(s string, sep byte) (int, bool) {
 // before it groups by peer tags. bench/peer's TestQuantizeIPsMatchesAgent
 // compares the two.
 func QuantizeIPs(v string) string {
-	if !mayHoldIP(v) { // as quantizeTag: the comparison with the agent covers both
+	if !mayHoldIP(v) { // quantizeTag's pre-check: the comparison with the agent covers both
 		return v
 	}
 	b, changed := quantizeValue(nil, v)

@@ -47,7 +47,7 @@ func (t *Table) keepPeers(dst, tags []string) []string {
 		if c < 0 || c == len(tag)-1 || t.peerKeys != nil && !t.keepPeer(i, tag) {
 			continue
 		}
-		dst = append(dst, t.quantizeAt(tag, c))
+		dst = append(dst, t.quantizeTag(tag, c))
 	}
 	return dst
 }

@@ -228,6 +228,12 @@ func (d *Concentrator) statSpanConfig(s *stats.Span, meta map[string]string) age
 	if s.Measured {
 		mi |= 2
 	}
+	return spanConfig(s, d.start-s.Duration, meta, d.tags.metrics[mi], d.peerTags)
+}
+
+// spanConfig is the StatSpanConfig of s starting at start, with its meta
+// and metrics: a root span has no parent, an error span Error 1.
+func spanConfig(s *stats.Span, start int64, meta map[string]string, metrics map[string]float64, peerTags []string) agentstats.StatSpanConfig {
 	var parent uint64
 	if !s.TraceRoot {
 		parent = 1
@@ -242,12 +248,12 @@ func (d *Concentrator) statSpanConfig(s *stats.Span, meta map[string]string) age
 		Name:         s.Name,
 		Type:         s.Type,
 		ParentID:     parent,
-		Start:        d.start - s.Duration,
+		Start:        start,
 		Duration:     s.Duration,
 		Error:        isErr,
 		Meta:         meta,
-		Metrics:      d.tags.metrics[mi],
-		PeerTags:     d.peerTags,
+		Metrics:      metrics,
+		PeerTags:     peerTags,
 		HTTPMethod:   meta["http.method"],
 		HTTPEndpoint: meta["http.endpoint"],
 	}

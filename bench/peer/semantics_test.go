@@ -312,21 +312,7 @@ func TestRandomSpansMatchAgent(t *testing.T) {
 	var eligible, skippedDuration uint64
 	for i, sp := range spans {
 		s := &sp.s
-		var parent uint64
-		if !s.TraceRoot {
-			parent = 1
-		}
-		var isErr int32
-		if s.Error {
-			isErr = 1
-		}
-		meta := semMeta(sp)
-		ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
-			Service: s.Service, Resource: s.Resource, Name: s.Name, Type: s.Type,
-			ParentID: parent, Start: s.Start, Duration: s.Duration, Error: isErr,
-			Meta: meta, Metrics: semMetrics(s), PeerTags: keys,
-			HTTPMethod: meta["http.method"], HTTPEndpoint: meta["http.endpoint"],
-		})
+		ss, ok := sc.NewStatSpanWithConfig(spanConfig(s, s.Start, semMeta(sp), semMetrics(s), keys))
 		if s.Duration <= 0 {
 			if ok {
 				skippedDuration++ // documented: the SDK does not count it
