@@ -62,7 +62,7 @@ func TestQuantizeTagOncePerTag(t *testing.T) {
 		t.Fatalf("a plain tag allocates %v times", n)
 	}
 	for i := range maxQuantized + 10 { // the map stays bounded
-		quantize(tb, "out.host:10.0." + string(rune('0'+i%10)) + ".1:" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676)))
+		quantize(tb, "out.host:10.0."+string(rune('0'+i%10))+".1:"+string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676)))
 	}
 	if len(tb.quantized) > maxQuantized {
 		t.Fatalf("%d quantized tags kept, bound %d", len(tb.quantized), maxQuantized)
