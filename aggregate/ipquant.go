@@ -72,21 +72,28 @@ func mayHoldIP(v string) bool {
 func hasColonOrComma(v string) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	b := unsafe.Slice(unsafe.StringData(v), len(v))
-	for len(b) >= 8 {
+	if len(b) < 8 {
+		for _, c := range b {
+			if c == ':' || c == ',' {
+				return true
+			}
+		}
+		return false
+	}
+	// The last word overlaps the one before it: no byte-by-byte tail.
+	for last := len(b) - 8; ; {
 		x := binary.LittleEndian.Uint64(b)
 		colon, comma := x^(':'*ones), x^(','*ones)
 		// A zero byte in either: the classic has-zero-byte test.
 		if ((colon-ones)&^colon|(comma-ones)&^comma)&highs != 0 {
 			return true
 		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c == ':' || c == ',' {
-			return true
+		if last == 0 {
+			return false
 		}
+		n := min(8, last)
+		b, last = b[n:], last-n
 	}
-	return false
 }
 
 // quantizeValue appends v to dst with each comma-separated entry that is an

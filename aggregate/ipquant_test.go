@@ -74,7 +74,7 @@ func TestQuantizeTagOncePerTag(t *testing.T) {
 // bit or one step.
 func TestHasColonOrComma(t *testing.T) {
 	fill := []byte{'a', '9', ';', '+', '-', 0x3b, 0x2d, 0xba, 0xac, 0x00, 0xff, '.'}
-	for n := 0; n <= 24; n++ {
+	for n := 0; n <= 40; n++ {
 		for _, f := range fill {
 			b := make([]byte, n)
 			for i := range b {

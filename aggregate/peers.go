@@ -10,6 +10,7 @@ import "strings"
 func (t *Table) SetPeerTagKeys(keys []string) {
 	t.forgetRecent() // cached spans were keyed under the old filter
 	clear(t.keepMemo[:])
+	clear(t.tagMemo[:])
 	if keys == nil {
 		t.peerKeys = nil
 		return
@@ -43,32 +44,61 @@ func (t *Table) sortedPeers(kept []string) []string {
 // "key:" nor a bare "key") and whose key is kept, quantized.
 func (t *Table) keepPeers(dst, tags []string) []string {
 	for i, tag := range tags {
-		c := strings.IndexByte(tag, ':')
-		if c < 0 || c == len(tag)-1 || t.peerKeys != nil && !t.keepPeer(i, tag) {
+		if i < len(t.tagMemo) {
+			// Pins at most one tracer string per position, as keepMemo.
+			m := &t.tagMemo[i]
+			if !same(m.tag, tag) {
+				m.tag = tag
+				m.out, m.keep = t.keepTag(i, tag)
+			}
+			if m.keep {
+				dst = append(dst, m.out)
+			}
 			continue
 		}
-		dst = append(dst, t.quantizeTag(tag, c))
+		if out, keep := t.keepTag(i, tag); keep {
+			dst = append(dst, out)
+		}
 	}
 	return dst
 }
 
-// keepPeer reports whether tag's key is kept. Spans of one client repeat
-// their tag layout, so the decision for the key at each position is
-// remembered and checked with one prefix comparison.
-func (t *Table) keepPeer(i int, tag string) bool {
+// keepTag returns the tag at position i of a span's peer tags quantized,
+// and whether it is kept: it has a value (neither "key:" nor a bare "key")
+// and its key is kept.
+func (t *Table) keepTag(i int, tag string) (string, bool) {
+	c, keep := t.peerKeyEnd(i, tag)
+	if !keep || c == len(tag)-1 {
+		return "", false
+	}
+	return t.quantizeTag(tag, c), true
+}
+
+// peerKeyEnd returns where tag's key ends (its first colon; -1 without
+// one, which is never kept) and whether the key is kept. Spans of one
+// client repeat their tag layout, so the key at each position is
+// remembered and checked with one prefix comparison, which finds the colon
+// as well.
+func (t *Table) peerKeyEnd(i int, tag string) (int, bool) {
 	if i < len(t.keepMemo) {
 		if m := &t.keepMemo[i]; m.key != "" && hasPeerKey(tag, m.key) {
-			return m.keep
+			return len(m.key), m.keep
 		}
 	}
-	k := peerKey(tag)
-	_, keep := t.peerKeys[k]
-	if i < len(t.keepMemo) && k != tag {
+	c := strings.IndexByte(tag, ':')
+	if c < 0 {
+		return -1, false
+	}
+	keep := true
+	if t.peerKeys != nil {
+		_, keep = t.peerKeys[tag[:c]]
+	}
+	if i < len(t.keepMemo) {
 		// Pins at most one tracer string per position; cloning would
 		// allocate whenever layouts alternate.
-		t.keepMemo[i].key, t.keepMemo[i].keep = k, keep
+		t.keepMemo[i].key, t.keepMemo[i].keep = tag[:c], keep
 	}
-	return keep
+	return c, keep
 }
 
 // peerKey is the key of a "key:value" peer tag (all of tag without a colon).

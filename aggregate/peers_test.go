@@ -121,3 +121,37 @@ func TestPeerTagsWithoutValueDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerTagMemoFollowsTheTag: keepPeers remembers the last tag at each
+// position; a different tag there (an IP address, a tag without a value, an
+// equal tag at another address, a key the filter drops) is decided afresh,
+// whatever the position held before.
+func TestPeerTagMemoFollowsTheTag(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetPeerTagKeys([]string{"out.host", "peer.service"})
+	ip := "out.host:10.1.2." + fmt.Sprint(3) // not the constant below's bytes
+	for _, tags := range [][]string{
+		{"out.host:10.1.2.3", "peer.service:a"},
+		{"out.host:db", "peer.service:a"},
+		{ip, "peer.service:a"},
+		{"out.host:", "peer.service:a"},
+		{"noise:x", "peer.service:a"},
+		{"out.host:10.1.2.3", "peer.service:a"},
+	} {
+		s := baseSpan()
+		s.SetPeerTags(tags)
+		tb.Add(&s)
+	}
+	got := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		got[fmt.Sprint(e.PeerTags)] += e.Hits
+	}
+	want := map[string]uint64{
+		"[out.host:blocked-ip-address peer.service:a]": 3,
+		"[out.host:db peer.service:a]":                 1,
+		"[peer.service:a]":                             2,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
+}

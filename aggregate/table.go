@@ -51,6 +51,13 @@ type Table struct {
 		key  string
 		keep bool
 	}
+	// tagMemo is keepPeers' last tag at each position and what became of
+	// it: a tracer's constant tags skip the key filter and the IP scan
+	// (see BenchmarkConsumer/HighCardinalityPeer).
+	tagMemo [MaxInlinePeerTags]struct {
+		tag, out string
+		keep     bool
+	}
 
 	recycled   uint64
 	overflowed uint64
