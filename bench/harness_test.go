@@ -25,6 +25,10 @@ func TestPacerBursts(t *testing.T) {
 		// per 1 ms burst and 100 bursts for 1000 spans, a sleep after each
 		// but those the timer overslept into the next.
 		{Pacing{Rate: 80_000, Burst: time.Millisecond}, 50, 100},
+		// 20 k spans/s: one span every 400 µs each, so 2 or 3 per burst,
+		// 2.5 on average, and 400 bursts for 1000 spans (not bursts of 2
+		// every 800 µs: 500).
+		{Pacing{Rate: 20_000, Burst: time.Millisecond}, 200, 400},
 		// Spread: a wake-up publishes the spans due, one to a
 		// millisecond's worth (10).
 		{Pacing{Rate: 80_000}, 50, 1000},
@@ -43,6 +47,28 @@ func TestPacerBursts(t *testing.T) {
 				t.Errorf("%d bursts for 1000 spans, want %d to %d", got, tc.minBursts, tc.maxBursts)
 			}
 		})
+	}
+}
+
+// TestPacerWakesOnTicks: a bursting producer wakes on the Burst's ticks
+// and publishes what is due by each, so that its bursts average a Burst's
+// worth (2.5 spans at 20 k spans/s from 8 producers, not 2 every 800 µs);
+// a spread one wakes at each span's due time.
+func TestPacerWakesOnTicks(t *testing.T) {
+	ms := time.Millisecond
+	burst := newPacer(Pacing{Rate: 20_000, Burst: ms}, Producers) // a span every 400 µs
+	spread := newPacer(Pacing{Rate: 20_000}, Producers)
+	for _, tc := range []struct {
+		pc   pacer
+		done int
+		want time.Duration
+	}{
+		{burst, 1, ms}, {burst, 2, ms}, {burst, 3, 2 * ms}, {burst, 5, 2 * ms}, {burst, 6, 3 * ms}, {burst, 8, 4 * ms},
+		{spread, 1, 400 * time.Microsecond}, {spread, 5, 2 * ms},
+	} {
+		if got := tc.pc.wake(tc.done); got != tc.want {
+			t.Errorf("tick %v: wake after %d spans at %v, want %v", tc.pc.tick, tc.done, got, tc.want)
+		}
 	}
 }
 

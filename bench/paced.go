@@ -102,7 +102,7 @@ const (
 // microseconds. Where a side's Publish holds a producer past its next due
 // time, that producer publishes more spans per wake-up than the harness's
 // (pacing-ratio below 1: the harness's cost over-corrects the side's, as
-// when the Go timer cannot pace spread arrivals at 1 M spans/s); where a
+// for the peer's producers in bursts at 1 M spans/s); where a
 // side keeps the process busy, the timer wakes its sleeping producers
 // closer to their due times (above 1: under-corrects). A load below 1 says
 // a side fell behind the offered load.
@@ -113,8 +113,11 @@ const (
 // allocation starts inside its window, not for the collection of what is
 // left when the window closes.
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
-	if b.N < PacedRounds {
+	if b.N == 1 {
 		return // the framework's first, calibrating call: a round is long
+	}
+	if b.N < PacedRounds {
+		b.Fatalf("b.N %d: a paced cell needs at least %d (one span a round); run it with -benchtime %dx or more", b.N, PacedRounds, PacedRounds)
 	}
 	type side struct {
 		name  string
@@ -229,14 +232,22 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		for j, unit := range [2]string{"work", "solo"} {
 			work := less(in[j])
 			b.ReportMetric(work, unit+"-ns/span-"+s.name)
-			if work > 0 {
-				b.ReportMetric(per[i]/work, unit+"-ratio-"+s.name)
-			}
+			b.ReportMetric(ratioOf(per[i], work), unit+"-ratio-"+s.name)
 		}
 	}
-	if len(impls) == 2 && per[1] > 0 {
-		b.ReportMetric(per[0]/per[1], "ratio")
+	if len(impls) == 2 {
+		b.ReportMetric(ratioOf(per[0], per[1]), "ratio")
 	}
+}
+
+// ratioOf is a ÷ b, and +Inf where b is not positive (the harness's
+// noise in that round swallowed b's cost): reported in every run, so that
+// a median over runs is over all of them.
+func ratioOf(a, b float64) float64 {
+	if b <= 0 {
+		return math.Inf(1)
+	}
+	return a / b
 }
 
 // roundWindow is a paced round's measured window: PacedWindow, or longer
@@ -271,23 +282,29 @@ func publishInline(b *testing.B, d Driver, walks []*Producer, n int) {
 
 // pacer is one producer's pace at an offered load shared by several.
 type pacer struct {
-	every         time.Duration // between two of its spans
-	perTick, most int           // spans per burst; at most at once when late
+	every time.Duration // between two of its spans: span i is due i*every after the start
+	tick  time.Duration // between two of its wake-ups: Burst, or every when spread
+	most  int           // at most at once when late
 }
 
 func newPacer(p Pacing, producers int) pacer {
 	every := time.Duration(float64(time.Second) * float64(producers) / float64(p.Rate))
-	perTick := max(1, int(p.Burst/every))
-	return pacer{every: every, perTick: perTick, most: max(perTick, int(maxCatchUp/every))}
+	tick := max(every, p.Burst)
+	// A burst whose tick is not a multiple of every holds one span more
+	// than tick/every at times (2 or 3 at 20 k spans/s, 1 ms bursts).
+	return pacer{every: every, tick: tick, most: max(int(tick/every)+1, int(maxCatchUp/every))}
 }
 
 // run publishes w's spans through d at the pace from start, until it has
 // published k or end (if not zero) has passed, storing its count in c after
 // each burst and adding one to bursts each time it sleeps: bursts per span
-// is what the pacing's wake-ups cost per span. A producer that a slow
-// Publish holds past its next due time does not sleep, and so does not
-// count one (counting passes instead gave every burst cell the harness's
-// figure, however late its producers ran).
+// is what the pacing's wake-ups cost per span. It wakes on the ticks of the
+// pace (each Burst, or at each span's due time when spread) and publishes
+// every span due by then, so a burst of 1 ms holds a millisecond's worth
+// on average whatever the rate. A producer that a slow Publish holds past
+// its next due time does not sleep, and so does not count one (counting
+// passes instead gave every burst cell the harness's figure, however late
+// its producers ran).
 func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time, c, bursts *paddedCount) {
 	paceFrom, done := start, 0
 	for done < k {
@@ -295,22 +312,29 @@ func (pc pacer) run(d Driver, w *Producer, start time.Time, k int, end time.Time
 		if !end.IsZero() && !now.Before(end) {
 			return
 		}
-		due := min(k, done+pc.perTick)
-		if late := int(now.Sub(paceFrom) / pc.every); late > due {
-			due = min(k, late, done+pc.most)
-			if late > done+pc.most { // too far behind: resume the pace from here
-				paceFrom = paceFrom.Add(time.Duration(late-due) * pc.every)
-			}
+		due := int(now.Sub(paceFrom)/pc.every) + 1 // spans 0..due-1 are due
+		if behind := due - (done + pc.most); behind > 0 {
+			// Too far behind: resume the pace from here.
+			paceFrom = paceFrom.Add(time.Duration(behind) * pc.every)
+			due -= behind
 		}
-		for ; done < due; done++ {
+		for due = min(due, k); done < due; done++ {
 			d.Publish(w.Finished())
 		}
 		c.Store(uint64(done))
-		if wait := time.Until(paceFrom.Add(time.Duration(done) * pc.every)); wait > 0 {
+		if wait := time.Until(paceFrom.Add(pc.wake(done))); wait > 0 {
 			time.Sleep(wait)
 			bursts.Add(1)
 		}
 	}
+}
+
+// wake is when, after the start of the pace, a producer that has
+// published done spans wakes next: at the first tick not before span
+// done's due time.
+func (pc pacer) wake(done int) time.Duration {
+	due := time.Duration(done) * pc.every
+	return (due + pc.tick - 1) / pc.tick * pc.tick
 }
 
 // windowCost is what publishWindow measured over a window.
