@@ -45,9 +45,9 @@ const idleYields = 4
 
 // The consumer is not woken per span: parked, it drains the inbox every
 // drainPeriod, or when a push fills it to 1/wakeFraction of its capacity,
-// so that a stream of any rate costs a few wake-ups a second, not one per
-// burst (see BenchmarkPaced in bench/peer). The mark leaves the producers
-// the rest of the inbox while the consumer gets a processor; a period whose
+// so that a stream costs about max(20, rate/4096) wake-ups a second (the
+// default inbox), not one per burst (see BenchmarkPaced in bench/peer). The
+// mark leaves the producers the rest of the inbox while the consumer gets a processor; a period whose
 // drain finds nothing makes the consumer wait for the first push instead,
 // so an idle process does not wake at all (see BenchmarkIdle). Each drain
 // first pulls the table back into caches the application has used

@@ -68,7 +68,7 @@ func BenchmarkClientPeerTags(b *testing.B)          { sideBySide(b, bench.Client
 //	                      interval, not flushed: what
 //	                      the SDK really retains while the entries are live
 //	impl=spanstats-table  the aggregate.Table alone: the per-entry cost
-//	                      without the fixed ~1.3 MiB inbox (4096 × 328 B)
+//	                      without the fixed ~2.6 MiB inbox (8192 × 336 B)
 //	impl=peer             the agent's SpanConcentrator holding one bucket
 func BenchmarkHeapPerEntry(b *testing.B) {
 	w := bench.HeapEntries()
