@@ -238,13 +238,27 @@ func (c *consumer) await(wake <-chan struct{}, poll <-chan time.Time) (stop bool
 	case <-c.timer.C:
 		c.tick()
 	case done := <-c.flushCh:
+		c.clearPending()
 		c.flush(done)
 	case <-c.clearCh:
 		c.clear()
 	case <-c.stopCh:
+		c.clearPending()
 		return true
 	}
 	return false
+}
+
+// clearPending carries out a Clear made before the Flush or Stop that
+// select picked: when both are ready it picks either, and a Clear that
+// returned before Stop was called must not be skipped
+// (TestClearBeforeStopIsCarriedOut).
+func (c *consumer) clearPending() {
+	select {
+	case <-c.clearCh:
+		c.clear()
+	default:
+	}
 }
 
 // consume aggregates up to one batch of spans in place in the inbox. Once
@@ -321,12 +335,15 @@ func (c *consumer) counted(n int) {
 // drainQueued aggregates the spans queued when it is called, so a Flush
 // reports every span published before it was called; no more, so that
 // producers as fast as the consumer cannot hold it there, away from its
-// timer and from Stop (TestFlushUnderSteadyLoadReturns).
+// timer and from Stop (TestFlushUnderSteadyLoadReturns). A slot claimed by
+// a Publish still writing it is waited for: the spans queued behind it
+// were published before the call (TestFlushWaitsForAClaimedSlot).
 func (c *consumer) drainQueued() {
-	for n := c.in.Len(); n > 0; {
+	for n := c.in.Len(); n > 0 && !c.halt.Load(); {
 		k := c.consume()
 		if k == 0 {
-			break
+			runtime.Gosched() // the write is only moments away
+			continue
 		}
 		n -= k
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +120,75 @@ func TestStopHaltedBeforeStopSeen(t *testing.T) {
 		t.Fatalf("published %d counted %d undrained %d, want %d 0 %d", h.Published, h.Counted, h.StopUndrained, n, n)
 	}
 	checkConservation(t, h)
+}
+
+// TestFlushWaitsForAClaimedSlot: Flush reports everything published before
+// it was called, also spans queued behind a slot that a Publish still
+// writing has claimed (here a claim held open by the test).
+func TestFlushWaitsForAClaimedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1})
+	c, ok := a.inbox.Claim() // a producer in the middle of Publish
+	if !ok {
+		t.Fatal("claim refused")
+	}
+	if !a.Publish(&Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Duration: 5}) {
+		t.Fatal("publish refused")
+	}
+	flushed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		flushed <- a.Flush(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond) // Flush is waiting for the claimed slot
+	s := Span{Service: "s", Name: "op", Resource: "claimed", SpanKind: "server", Duration: 5}
+	s.snapshot(c.Value())
+	c.Commit()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if _, hits := statstest.Sum(ag.Requests()); hits != 2 {
+		t.Fatalf("%d spans at the agent after Flush, want 2: the claimed one and the one published behind it", hits)
+	}
+	stop(t, a)
+}
+
+// TestClearBeforeStopIsCarriedOut: a Clear that returned before Stop was
+// called discards what was counted, even when the consumer is busy and
+// Stop's signal and the Clear are both pending when it next looks.
+func TestClearBeforeStopIsCarriedOut(t *testing.T) {
+	const trials = 20
+	skipped := 0
+	for range trials {
+		ag := statstest.New()
+		a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1})
+		var quit atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // keeps the consumer busy
+			defer wg.Done()
+			for !quit.Load() {
+				a.Publish(&Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Duration: 5})
+			}
+		}()
+		waitFor(t, "spans counted", func() bool { return a.Health().Counted > 1000 })
+		a.Clear()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := a.Stop(ctx)
+		cancel()
+		quit.Store(true)
+		wg.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Health().Cleared == 0 {
+			skipped++
+		}
+		ag.Close()
+	}
+	if skipped > 0 {
+		t.Fatalf("%d of %d Clears made before Stop were not carried out (Health.Cleared 0)", skipped, trials)
+	}
 }
