@@ -174,6 +174,8 @@ func (s *valueSet) decide(v string, epoch uint32) {
 	ok := true
 	if s.limit >= 0 {
 		ok = s.within(v, epoch)
+	} else {
+		s.epoch = epoch // in use this interval (see dropStaleKeys)
 	}
 	// Holding v pins at most one tracer string per field.
 	s.last, s.lastOK = v, ok
@@ -263,18 +265,34 @@ type recentPeer struct {
 }
 
 // peerSetCached is peerSet with the per-position memory of recent.
-func (b *budgets) peerSetCached(i int, tag string) *valueSet {
+func (b *budgets) peerSetCached(i int, tag string, epoch uint32, capped bool) *valueSet {
 	if i >= len(b.recent) {
-		return b.peerSet(tag)
+		return b.peerSet(tag, epoch, capped)
 	}
 	r := &b.recent[i]
 	if r.set != nil && (same(tag, r.tag) || hasPeerKey(tag, r.key)) {
 		r.tag = tag
 		return r.set
 	}
-	set := b.peerSet(tag)
+	set := b.peerSet(tag, epoch, capped)
 	r.key, r.tag, r.set = peerKey(tag), tag, set
 	return set
+}
+
+// dropStaleKeys forgets the peer-tag keys not used in interval epoch: the
+// key cap is per interval, so keys of an earlier one must not count against
+// this one.
+func (b *budgets) dropStaleKeys(epoch uint32) {
+	dropped := false
+	for k, s := range b.peer {
+		if s.epoch != epoch {
+			delete(b.peer, k)
+			dropped = true
+		}
+	}
+	if dropped {
+		b.recent = [MaxInlinePeerTags]recentPeer{} // may hold a dropped set
+	}
 }
 
 func newBudgets(l Limits) *budgets {
@@ -286,15 +304,19 @@ func newBudgets(l Limits) *budgets {
 	return b
 }
 
-// peerSet returns the budget of a peer tag's key, creating it while there
-// are fewer than maxPeerTagKeys.
-func (b *budgets) peerSet(tag string) *valueSet {
+// peerSet returns the budget of a peer tag's key, creating it; capped (the
+// agent gave no list of keys, which would bound them itself), only while
+// fewer than maxPeerTagKeys keys are in use in interval epoch.
+func (b *budgets) peerSet(tag string, epoch uint32, capped bool) *valueSet {
 	k := peerKey(tag)
 	if s, ok := b.peer[k]; ok {
 		return s
 	}
-	if len(b.peer) >= maxPeerTagKeys {
-		return b.blocked
+	if capped && len(b.peer) >= maxPeerTagKeys {
+		b.dropStaleKeys(epoch)
+		if len(b.peer) >= maxPeerTagKeys {
+			return b.blocked
+		}
 	}
 	k = strings.Clone(k)
 	s := newValueSet(b.limits.PeerTag, k+":"+BlockedValue, b.seed)

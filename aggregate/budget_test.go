@@ -336,3 +336,53 @@ func keys(m map[string]*Entry) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// addPeerTag adds a client span whose one peer tag is tag.
+func addPeerTag(tb *Table, tag string) {
+	s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+	s.SetPeerTags([]string{tag})
+	tb.Add(&s)
+}
+
+// TestPeerKeyCapIsPerInterval: without the agent's list an interval tracks
+// at most 64 peer-tag keys; keys of an earlier interval do not count
+// against the next one (40 keys, then 24 new ones and a 25th in the next
+// interval: none collapses).
+func TestPeerKeyCapIsPerInterval(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	for i := range 40 {
+		addPeerTag(tb, fmt.Sprintf("old%d:v", i))
+	}
+	tb.Rotate()
+	for i := range 25 {
+		addPeerTag(tb, fmt.Sprintf("new%d:v", i))
+	}
+	if n := tb.Collapsed(FieldPeerTags); n != 0 {
+		t.Fatalf("%d peer tags collapsed in an interval of 25 keys", n)
+	}
+	for i := range 40 { // 65 keys in this interval: the last one collapses
+		addPeerTag(tb, fmt.Sprintf("more%d:v", i))
+	}
+	if n := tb.Collapsed(FieldPeerTags); n != 1 {
+		t.Fatalf("%d peer tags collapsed in an interval of 65 keys, want 1", n)
+	}
+}
+
+// TestPeerKeyCapNotWithAgentList: with the agent's list of keys, which
+// bounds them, every listed key has its own budget, 70 of them too.
+func TestPeerKeyCapNotWithAgentList(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	var list []string
+	for i := range 70 {
+		list = append(list, fmt.Sprintf("key%d", i))
+	}
+	tb.SetPeerTagKeys(list)
+	for _, k := range list {
+		addPeerTag(tb, k+":v")
+	}
+	if n := tb.Collapsed(FieldPeerTags); n != 0 {
+		t.Fatalf("%d of 70 listed keys' first values collapsed, want 0", n)
+	}
+}

@@ -56,7 +56,7 @@ func (t *Table) admit(s *Record, kept []string) uint16 {
 		rejected |= 1 << 8
 	}
 	for i, p := range kept {
-		if vs := b.peerSetCached(i, p); !vs.ok(p, ep) {
+		if vs := b.peerSetCached(i, p, ep, t.peerKeys == nil); !vs.ok(p, ep) {
 			t.collapsed[FieldPeerTags]++
 			kept[i] = vs.blocked
 			rejected |= 1 << FieldPeerTags
