@@ -39,12 +39,15 @@ func (c *consumer) due() time.Time {
 	return c.boundary
 }
 
-// dest is the bucket of a span by its end.
+// dest is the bucket of a span by its end. A span that ended between the
+// previous bucket's end and the current one's start (the process was
+// paused past a boundary, and the current bucket realigned on now) has no
+// open bucket: it is late.
 func (c *consumer) dest(s *aggregate.Record) int {
 	switch {
 	case uint64(s.End-1) >= c.below:
 		return toCurrent
-	case c.prevOpen && s.End >= c.prevFloor:
+	case c.prevOpen && s.End >= c.prevFloor && s.End < c.prevCeil:
 		return toPrevious
 	}
 	return toLate
@@ -167,7 +170,7 @@ func (c *consumer) shift(t time.Time) {
 	end := c.boundary
 	c.table, c.prev = c.prev, c.table
 	c.prevOpen, c.prevStart, c.prevEnd = true, c.start, end
-	c.prevFloor = end.Add(-c.interval).UnixNano()
+	c.prevFloor, c.prevCeil = end.Add(-c.interval).UnixNano(), end.UnixNano()
 	c.graceEnd = end.Add(c.grace)
 	next := end
 	if t.Sub(end) >= c.interval { // the process was paused: realign on now

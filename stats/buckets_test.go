@@ -148,6 +148,26 @@ func TestLateSpanInOldestOpenBucket(t *testing.T) {
 	}
 }
 
+// TestSpanEndedDuringPauseIsLate: after a pause past several boundaries
+// the current bucket realigns on now, and a span that ended in the gap
+// (here at 25 s, read at 35 s) has no open bucket: it is counted late in
+// the oldest open one, [0 s, 10 s), not as if it had ended in it; a span
+// that did end in it is not late.
+func TestSpanEndedDuringPauseIsLate(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("early", epoch.Add(4*time.Second))
+	d.publish("gap", epoch.Add(25*time.Second))
+	d.at(epoch.Add(35 * time.Second)) // paused past three boundaries
+	got := d.reports(epoch)
+	if h := d.a.Health(); h.Counted != 2 || h.LateSpans != 1 {
+		t.Fatalf("counted %d late %d, want 2 and 1 (reports %v)", h.Counted, h.LateSpans, got)
+	}
+	if len(got) != 1 || got[0].start != 0 || got[0].hits["early"] != 1 || got[0].hits["gap"] != 1 {
+		t.Fatalf("%v; want [0s +10s) with early and gap", got)
+	}
+}
+
 // TestStartZeroIsNow: a span with Start 0 is counted in the bucket of the
 // consumer's clock when it reads it (after a pause that realigned the
 // buckets, and after a boundary it was published before); a span ending an

@@ -107,6 +107,7 @@ type consumer struct {
 	prevStart time.Time // start of the previous bucket's report
 	prevEnd   time.Time // its aligned end: the current bucket's floor
 	prevFloor int64     // its aligned start, unix ns
+	prevCeil  int64     // its end, unix ns: after a pause, not the current bucket's start
 	below     uint64    // the current bucket's floor - 1, unix ns (see add)
 	graceEnd  time.Time
 	grace     time.Duration

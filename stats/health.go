@@ -59,8 +59,9 @@ type Health struct {
 	// the collapses per field. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
-	// LateSpans were counted in the oldest open bucket because they ended
-	// before it began (see Span.Start); they are part of Counted.
+	// LateSpans were counted in the oldest open bucket because no open
+	// bucket holds their end: they ended before it began, or between the
+	// buckets a pause left apart (see Span.Start); they are part of Counted.
 	LateSpans uint64
 	// ClockStepsBack counts the times the consumer found the wall clock
 	// gone back by more than an interval: each time it reported the open

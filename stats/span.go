@@ -39,9 +39,12 @@ type Span struct {
 	// of its end, Start+Duration, as the agent does; Start 0 means it ended
 	// when the aggregator reads it. The previous bucket stays open for a
 	// tenth of the interval after its end, so a span published just after
-	// a boundary still lands in it; a span that ended earlier than every
-	// open bucket is counted in the oldest one (Health.LateSpans), one
-	// that ends after the current bucket in the current one.
+	// a boundary still lands in it; a span that ended in no open bucket
+	// before the current one (earlier than all of them, or in the gap a
+	// paused process leaves between the previous bucket and the current
+	// one, realigned on the clock) is counted in the oldest one
+	// (Health.LateSpans), one that ends after the current bucket in the
+	// current one.
 	Start, Duration int64
 	// Error marks an error span; TopLevel a service entry span; Measured a
 	// span the tracer asked to measure; TraceRoot a span without a parent;
