@@ -45,16 +45,20 @@ const idleYields = 4
 
 // The consumer is not woken per span: parked, it drains the inbox every
 // drainPeriod, or when a push fills it to 1/wakeFraction of its capacity,
-// so that a stream costs about max(20, rate/4096) wake-ups a second (the
+// so that a stream costs about max(5, rate/4096) wake-ups a second (the
 // default inbox), not one per burst (see BenchmarkPaced in bench/peer). The
-// mark leaves the producers the rest of the inbox while the consumer gets a processor; a period whose
-// drain finds nothing makes the consumer wait for the first push instead,
-// so an idle process does not wake at all (see BenchmarkIdle). Each drain
-// first pulls the table back into caches the application has used
-// meanwhile, a fixed cost its spans share: the mark is half the inbox, not
-// less, so that a drain takes many (BenchmarkPaced, rate=200k).
+// mark leaves the producers the rest of the inbox while the consumer gets
+// a processor; a period whose drain finds nothing makes the consumer wait
+// for the first push instead, so an idle process does not wake at all (see
+// BenchmarkIdle). Each drain first pulls the table back into caches the
+// application has used meanwhile, a fixed cost its spans share: the mark
+// is half the inbox, not less, so that a drain takes many (BenchmarkPaced,
+// rate=200k), and the period is long enough that a slow stream fills most
+// of the mark too (20 k spans/s: 4000 spans a drain; against 50 ms, about
+// a third less CPU per span in alternating rounds). Spans wait for it in
+// the inbox, not for the buckets: a bucket's close drains the inbox first.
 const (
-	drainPeriod  = 50 * time.Millisecond
+	drainPeriod  = 200 * time.Millisecond
 	wakeFraction = 2
 )
 
