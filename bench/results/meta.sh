@@ -1,4 +1,4 @@
-started="2026-12-03 23:06:29 UTC"
-elapsed="1625"
-commit="d7ea017"
+started="2026-12-04 05:35:14 UTC"
+elapsed="1691"
+commit="af86122"
 COUNT="6" BENCHTIME="4s" BENCH="."

@@ -1,4 +1,4 @@
-paced_started="2026-12-03 22:46:51 UTC"
-paced_elapsed="1178"
-paced_commit="d7ea017"
-paced_count="6" paced_benchtime="3s"
+paced_started="2026-12-04 05:14:19 UTC"
+paced_elapsed="1255"
+paced_commit="af86122"
+paced_count="6" paced_benchtime="100x"
