@@ -252,6 +252,9 @@ type budgets struct {
 	peer    map[string]*valueSet // per peer-tag key
 	limits  Limits
 	blocked *valueSet // stands in for keys beyond maxPeerTagKeys
+	// sweptEpoch is the interval dropStaleKeys last ran in, if swept.
+	sweptEpoch uint32
+	swept      bool
 	// recent remembers, per position in a span's sorted peer tags, the
 	// last key's set: spans of one client repeat their key layout.
 	recent [MaxInlinePeerTags]recentPeer
@@ -281,8 +284,13 @@ func (b *budgets) peerSetCached(i int, tag string, epoch uint32, capped bool) *v
 
 // dropStaleKeys forgets the peer-tag keys not used in interval epoch: the
 // key cap is per interval, so keys of an earlier one must not count against
-// this one.
+// this one. Once per interval: after it every key left is in use until the
+// next, so junk keys past the cap do not each pay for a scan.
 func (b *budgets) dropStaleKeys(epoch uint32) {
+	if b.swept && b.sweptEpoch == epoch {
+		return
+	}
+	b.swept, b.sweptEpoch = true, epoch
 	dropped := false
 	for k, s := range b.peer {
 		if s.epoch != epoch {

@@ -54,9 +54,9 @@ const idleYields = 4
 // application has used meanwhile, a fixed cost its spans share: the mark
 // is half the inbox, not less, so that a drain takes many (BenchmarkPaced,
 // rate=200k), and the period is long enough that a slow stream fills most
-// of the mark too (20 k spans/s: 4000 spans a drain; against 50 ms, about
-// a third less CPU per span in alternating rounds). Spans wait for it in
-// the inbox, not for the buckets: a bucket's close drains the inbox first.
+// of the mark too (20 k spans/s: 4000 spans a drain; BenchmarkPaced,
+// rate=20k). Spans wait for it in the inbox, not for the buckets: a
+// bucket's close drains the inbox first.
 const (
 	drainPeriod  = 200 * time.Millisecond
 	wakeFraction = 2
