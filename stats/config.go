@@ -63,7 +63,8 @@ const (
 	// DefaultMaxRetryBytes bounds their bytes: enough for two maximal
 	// payloads, so a retry storm costs bounded memory.
 	DefaultMaxRetryBytes = 64 << 20
-	// DefaultInfoRefresh is the /info poll period while stats are disabled.
+	// DefaultInfoRefresh is the longest /info poll period while stats are
+	// disabled (see Config.InfoRefresh).
 	DefaultInfoRefresh = agentclient.DefaultInfoRefresh
 )
 
@@ -244,9 +245,12 @@ type Config struct {
 	// MaxMaxRetryBytes); a failure beyond them is dropped and counted in
 	// PayloadsDropped.
 	MaxRetryPayloads, MaxRetryBytes int
-	// InfoRefresh is how often /info is polled while the agent does not
-	// accept stats, or while /info cannot be read (its body limit is then
-	// unknown) (default 30 s, within [MinInfoRefresh, MaxInfoRefresh]).
+	// InfoRefresh is the longest wait between /info polls while the agent
+	// does not accept stats, or while /info cannot be read (its body limit
+	// is then unknown) (default 30 s, within [MinInfoRefresh,
+	// MaxInfoRefresh]). The first such poll comes after RetryBackoff and
+	// each one that finds the agent so doubles the wait up to InfoRefresh,
+	// so an agent back from a restart is seen within seconds.
 	InfoRefresh time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender

@@ -40,7 +40,8 @@ const (
 	DefaultRetryBackoff = 200 * time.Millisecond
 	// DefaultMaxRetryBackoff caps the doubling.
 	DefaultMaxRetryBackoff = 5 * time.Second
-	// DefaultInfoRefresh is the /info poll period while the agent is off.
+	// DefaultInfoRefresh is the longest /info poll period while the agent
+	// is off or /info cannot be read (see Config.InfoRefresh).
 	DefaultInfoRefresh = 30 * time.Second
 )
 
@@ -57,8 +58,12 @@ type Config struct {
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry.
 	MaxRetryPayloads, MaxRetryBytes int
-	// InfoRefresh is the /info poll period while the agent is off or
-	// /info is stale (see NextDue).
+	// InfoRefresh is the longest /info poll period while the agent is off
+	// or /info is stale (see NextDue). The first poll after the agent went
+	// off, or after /info could not be read, comes after RetryBackoff, and
+	// each poll that finds it so doubles the wait up to InfoRefresh: an
+	// agent back within seconds (a restart) is seen within seconds, one
+	// that stays off is polled at InfoRefresh.
 	InfoRefresh time.Duration
 	// Parallel is how many requests SendAll, RunDue and Final have in
 	// flight at once (at least 1): a relay sends one request per identity
@@ -159,6 +164,9 @@ type Client struct {
 	retries  []*Payload // waiting for their due time
 	retryLen int        // bytes in retries
 	infoDue  time.Time  // next /info poll, while off or while infoStale
+	// infoWait is the wait before the next /info poll while off or stale:
+	// RetryBackoff after a good read, doubled per poll up to InfoRefresh.
+	infoWait time.Duration
 	// infoStale: the last /info poll failed (an agent starting after the
 	// process), or the agent refused a body as too large: /info is polled
 	// again, for its limit, until it answers.
@@ -274,9 +282,29 @@ func (c *Client) RunDue(now time.Time) {
 	c.SendAll(due)
 }
 
-// Final gives every payload waiting for a retry one last immediate attempt;
-// what still fails is dropped and reported.
+// Final attempts every payload waiting for a retry at once; what fails
+// again gets the rest of its retries at their due times (and the /info
+// polls go on, while the agent is off or /info stale) until none waits or
+// the client's context ends (the owner's deadline for its stop). Then what
+// still waits gets one last immediate attempt; what fails is dropped and
+// reported. An agent that refuses for a moment as the process stops (a
+// 503, a restart) gets the whole retry budget, not one attempt.
 func (c *Client) Final() {
+	now := time.Now()
+	for _, p := range c.retries {
+		p.due = now
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for len(c.retries) > 0 && c.ctx.Err() == nil {
+		d, _ := c.NextDue()
+		timer.Reset(max(time.Until(d), 0))
+		select {
+		case <-timer.C:
+			c.RunDue(time.Now())
+		case <-c.ctx.Done():
+		}
+	}
 	rs := c.retries
 	c.retries, c.retryLen = nil, 0
 	for _, p := range rs {
@@ -285,10 +313,15 @@ func (c *Client) Final() {
 	c.SendAll(rs)
 }
 
-// attempt posts p once and decides its fate.
+// Pending is how many payloads wait for a retry.
+func (c *Client) Pending() int { return len(c.retries) }
+
+// attempt posts p once and decides its fate. While the agent is off, p is
+// held as a retry (within the budget) for the /info polls to see the agent
+// back, and dropped once the budget is spent.
 func (c *Client) attempt(p *Payload) {
 	if c.off.Load() {
-		c.drop(p, ErrAgentOff)
+		c.hold(p, ErrAgentOff)
 		return
 	}
 	if c.overLimit(p) {
@@ -327,13 +360,33 @@ func (c *Client) settle(p *Payload, err error) {
 	case notFound:
 		switched := !c.off.Swap(true)
 		if switched {
-			c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
+			c.infoWait = 0
+			c.pollInfoLater()
 		}
 		c.obs.Off(switched)
-		c.drop(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
+		c.hold(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
 	default: // refused, cancelled
 		c.drop(p, err)
 	}
+}
+
+// hold keeps p for a retry while the agent is off (the /info polls may see
+// it back first), or drops it for err once the budget is spent.
+func (c *Client) hold(p *Payload, err error) {
+	if p.attempts < c.cfg.MaxRetries && c.queue(p, false) {
+		return
+	}
+	c.drop(p, err)
+}
+
+// pollInfoLater schedules the next /info poll while the agent is off or
+// /info stale: infoWait from now, then doubled up to InfoRefresh.
+func (c *Client) pollInfoLater() {
+	if c.infoWait <= 0 {
+		c.infoWait = min(c.cfg.RetryBackoff, c.cfg.InfoRefresh)
+	}
+	c.infoDue = time.Now().Add(c.infoWait)
+	c.infoWait = min(2*c.infoWait, c.cfg.InfoRefresh)
 }
 
 // queue schedules a retry of p if the retry budget allows it.
@@ -407,20 +460,26 @@ func (c *Client) split(p *Payload, cause error) {
 // body limit, and which peer tags it aggregates on. An unreachable agent leaves the state
 // as it was (payloads are retried; the agent may be starting).
 func (c *Client) ReadInfo() {
-	c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 	info, err := c.fetchInfo()
 	if err != nil {
 		c.infoStale = true
+		c.pollInfoLater()
 		return
 	}
 	c.infoStale = false
 	c.maxBody = info.Config.MaxRequestBytes
 	if slices.Contains(info.Endpoints, StatsPath) {
+		c.infoWait = 0
+		c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 		if c.off.Swap(false) {
 			c.obs.On()
 		}
-	} else if !c.off.Swap(true) {
-		c.obs.Off(true)
+	} else {
+		if !c.off.Swap(true) {
+			c.obs.Off(true)
+			c.infoWait = 0
+		}
+		c.pollInfoLater()
 	}
 	c.obs.Info(info)
 }

@@ -645,3 +645,183 @@ func TestStaleInfoPolledAgain(t *testing.T) {
 		t.Fatal("no /info poll due after a body refused as too large")
 	}
 }
+
+// switchAgent answers POST /v0.6/stats with the status code in post (200
+// when 0), and /info listing the stats endpoint while listed is true. It
+// records the bodies it took (200) and the times /info was read.
+type switchAgent struct {
+	srv    *httptest.Server
+	post   atomic.Int32
+	listed atomic.Bool
+	mu     sync.Mutex
+	posts  int
+	taken  [][]byte
+	infos  []time.Time
+}
+
+func newSwitchAgent(t *testing.T) *switchAgent {
+	a := &switchAgent{}
+	a.listed.Store(true)
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if r.URL.Path == InfoPath {
+			a.infos = append(a.infos, time.Now())
+			endpoints := `["/v0.4/traces"]`
+			if a.listed.Load() {
+				endpoints = `["/v0.4/traces", "` + StatsPath + `"]`
+			}
+			_, _ = io.WriteString(w, `{"endpoints": `+endpoints+`}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		a.posts++
+		if code := int(a.post.Load()); code != 0 {
+			w.WriteHeader(code)
+			return
+		}
+		a.taken = append(a.taken, body)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *switchAgent) counts() (posts, taken, infos int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.posts, len(a.taken), len(a.infos)
+}
+
+// runDue drives c as its owner does, until no payload waits for a retry.
+func runDue(t *testing.T, c *Client) {
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("retries still pending after 10 s")
+		}
+		d, _ := c.NextDue()
+		time.Sleep(max(time.Until(d), 0))
+		c.RunDue(time.Now())
+	}
+}
+
+// TestNotFoundHoldsUntilBack: a 404 switches the client off and holds the
+// payload (not dropped, not posted again while off); /info is polled
+// RetryBackoff later, not at InfoRefresh, and once it lists the stats
+// endpoint again the held payload goes out, exactly once.
+func TestNotFoundHoldsUntilBack(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.InfoRefresh = time.Hour // the polls must not wait for it
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.ReadInfo()
+	ag.post.Store(http.StatusNotFound)
+	ag.listed.Store(false)
+	body := splitBody()
+	c.Send(&Payload{Body: body, Hits: 120})
+	if !c.Off() || obs.off != 1 || obs.dropped != 0 || c.Pending() != 1 {
+		t.Fatalf("after the 404: off %v (Off %d), dropped %d, pending %d; want off once, nothing dropped, 1 held",
+			c.Off(), obs.off, obs.dropped, c.Pending())
+	}
+	if d, ok := c.NextDue(); !ok || time.Until(d) > cfg.RetryBackoff {
+		t.Fatalf("next due in %v (%v): want within RetryBackoff (%v)", time.Until(d), ok, cfg.RetryBackoff)
+	}
+	// Off for a poll or two, then back.
+	time.Sleep(cfg.RetryBackoff)
+	c.RunDue(time.Now())
+	ag.post.Store(0)
+	ag.listed.Store(true)
+	runDue(t, c)
+	posts, taken, _ := ag.counts()
+	if posts != 2 || taken != 1 || !bytes.Equal(ag.taken[0], body) || obs.sent != 1 || obs.dropped != 0 || obs.on != 1 || c.Off() {
+		t.Fatalf("posts %d taken %d (same body: %v), sent %d dropped %d On %d off %v; want 2 posts (the 404, then the held payload), 1 taken, sent 1, none dropped, On once",
+			posts, taken, taken == 1 && bytes.Equal(ag.taken[0], body), obs.sent, obs.dropped, obs.on, c.Off())
+	}
+}
+
+// TestNotFoundHeldWithinBudget: an agent that stays off gets no second
+// POST; the held payload is dropped as ErrAgentOff once its retries are
+// spent, and /info is polled at waits that start at RetryBackoff and double
+// up to InfoRefresh.
+func TestNotFoundHeldWithinBudget(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.InfoRefresh = 80 * time.Millisecond
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	ag.post.Store(http.StatusNotFound)
+	ag.listed.Store(false)
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	runDue(t, c)
+	if posts, _, _ := ag.counts(); posts != 1 || obs.dropped != 1 || !errors.Is(obs.lastErr, ErrAgentOff) || obs.sent != 0 {
+		t.Fatalf("posts %d, dropped %d (%v), sent %d; want the one 404, then the payload dropped as ErrAgentOff", posts, obs.dropped, obs.lastErr, obs.sent)
+	}
+	// Go on polling while off: the waits double from RetryBackoff (10 ms)
+	// and stop growing at InfoRefresh (80 ms).
+	for range 6 {
+		d, ok := c.NextDue()
+		if !ok {
+			t.Fatal("no /info poll due while the agent is off")
+		}
+		time.Sleep(max(time.Until(d), 0))
+		c.RunDue(time.Now())
+	}
+	ag.mu.Lock()
+	infos := slices.Clone(ag.infos)
+	ag.mu.Unlock()
+	if len(infos) < 6 {
+		t.Fatalf("%d /info polls, want at least 6", len(infos))
+	}
+	last := infos[len(infos)-1].Sub(infos[len(infos)-2])
+	first := infos[1].Sub(infos[0])
+	if first > 4*cfg.RetryBackoff || last < cfg.InfoRefresh*3/4 || last > 3*cfg.InfoRefresh {
+		t.Fatalf("poll waits: first %v, last %v; want about RetryBackoff (%v) growing to about InfoRefresh (%v)",
+			first, last, cfg.RetryBackoff, cfg.InfoRefresh)
+	}
+}
+
+// TestFinalRetriesWithinContext: Final gives the payloads waiting for a
+// retry their remaining retries at their due times, not one attempt: an
+// agent that answers 503 twice and then 200 gets the payload. Then an agent
+// that never answers 200: Final returns once the client's context ends, and
+// the payload is dropped.
+func TestFinalRetriesWithinContext(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	c := New(context.Background(), testConfig(ag.srv.URL), obs)
+	ag.post.Store(http.StatusServiceUnavailable)
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	go func() {
+		for {
+			if posts, _, _ := ag.counts(); posts >= 2 {
+				ag.post.Store(0)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	c.Final()
+	c.Close()
+	if posts, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || posts < 3 {
+		t.Fatalf("sent %d dropped %d, agent posts %d taken %d; want the payload taken after its 503s", obs.sent, obs.dropped, posts, taken)
+	}
+
+	ag.post.Store(http.StatusServiceUnavailable)
+	obs = &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.RetryBackoff, cfg.MaxRetryBackoff = time.Second, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	c = New(ctx, cfg, obs)
+	defer c.Close()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	start := time.Now()
+	c.Final()
+	if took := time.Since(start); took > 400*time.Millisecond || obs.dropped != 1 || obs.sent != 0 || c.Pending() != 0 {
+		t.Fatalf("Final took %v, dropped %d sent %d pending %d; want it back at the context's end (50 ms), the payload dropped",
+			took, obs.dropped, obs.sent, c.Pending())
+	}
+}

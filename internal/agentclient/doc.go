@@ -4,7 +4,10 @@
 // machine around them — exponential backoff with jitter inside a budget of
 // attempts, queued payloads and bytes; a 413 answered by splitting the
 // payload in complete halves; a 404 switching the client off until /info
-// lists the stats endpoint again.
+// (polled from RetryBackoff after it, backing off to InfoRefresh) lists the
+// stats endpoint again, the payloads meanwhile held within the retry
+// budget; and a Final that gives what waits its retries within the
+// owner's deadline.
 //
 // A Client is driven by one goroutine (Send, RunDue, Final are not safe for
 // concurrent use); only the off flag it shares through Config.Off is read

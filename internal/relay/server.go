@@ -96,8 +96,10 @@ type ServerConfig struct {
 	// ForwardParallel bounds the forward requests in flight at once
 	// (zero: DefaultForwardParallel).
 	ForwardParallel int
-	// InfoRefresh is how often the agent's /info is polled while it does
-	// not accept stats, or cannot be read (zero: agentclient.DefaultInfoRefresh).
+	// InfoRefresh is the longest wait between polls of the agent's /info
+	// while it does not accept stats, or cannot be read (zero:
+	// agentclient.DefaultInfoRefresh); the polls start sooner and back off
+	// to it (see agentclient.Config.InfoRefresh).
 	InfoRefresh time.Duration
 	// StopDrain is how long, once Run's context ends, the readers go on
 	// taking what the kernel queued before the sockets close (zero:

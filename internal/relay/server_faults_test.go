@@ -755,9 +755,10 @@ func TestAgentFaultsSettleEverySpan(t *testing.T) {
 }
 
 // TestAgentOffThenBack: the agent answers 404 and its /info stops listing
-// /v0.6/stats. The relay drops that request's spans as agent_off and
-// sends nothing more while the agent is off (statsrelay_agent_off 1): the
-// next interval's spans are dropped as agent_off without a request. Once
+// /v0.6/stats. The relay holds that request's spans for the retry budget,
+// then drops them as agent_off, and sends nothing more while the agent is
+// off (statsrelay_agent_off 1): the next interval's spans are held and
+// dropped so without a request. Once
 // /info lists the endpoint again the relay says so in its log and its
 // gauge, forwards, and the agent gets exactly the spans sent since.
 func TestAgentOffThenBack(t *testing.T) {
@@ -1093,4 +1094,77 @@ func TestClockStepBackKeepsForwarding(t *testing.T) {
 		t.Fatalf("no statsrelay_clock_steps_back_total 1 in:\n%s", rec.Body.String())
 	}
 	checkIdentity(t, s.Relay().Stats())
+}
+
+// TestStopRetriesWhatItHolds: the agent answers 503 to the first two stats
+// requests. A relay stopped while holding an interval forwards it with its
+// retries (within the stop timeout), not with one last attempt that the
+// 503 would drop.
+func TestStopRetriesWhatItHolds(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.FailNext(2, http.StatusServiceUnavailable)
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Minute})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 9)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 9 })
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	reqs := ag.Requests()
+	_, hits := statstest.Sum(statstest.Accepted(reqs))
+	if st.SpansForwarded != 9 || st.SpansPending != 0 || len(reqs) != 3 || hits != 9 {
+		t.Fatalf("forwarded %d, dropped %v, pending %d; the agent got %d requests, took %d spans; want 9 forwarded after two 503s (3 requests)",
+			st.SpansForwarded, st.SpansDropped, st.SpansPending, len(reqs), hits)
+	}
+}
+
+// TestAgentOffHoldsUntilBack: the agent answers 404 and its /info stops
+// listing /v0.6/stats, then lists it again a moment later (a restart into
+// a new configuration). The payload that got the 404 is held, not dropped:
+// /info is polled within RetryBackoff of the 404, not after InfoRefresh,
+// and the payload reaches the agent.
+func TestAgentOffHoldsUntilBack(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	on := map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"}}
+	off := map[string]any{"endpoints": []string{"/v0.4/traces", "/info"}}
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n > 1 {
+			return false
+		}
+		ag.SetInfo(off)
+		time.AfterFunc(50*time.Millisecond, func() { ag.SetInfo(on) })
+		http.NotFound(w, nil)
+		return true
+	})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond, InfoRefresh: time.Hour})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if hits, err := ag.WaitHits(ctx, 5); err != nil || hits != 5 {
+		t.Fatalf("the agent took %d spans (%v), want the 5 held through the 404", hits, err)
+	}
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if st.SpansForwarded != 5 || st.SpansDropped[relay.DropAgentOff] != 0 || len(ag.Requests()) != 2 {
+		t.Fatalf("forwarded %d, dropped %v, %d requests; want 5 forwarded on the second request, none dropped",
+			st.SpansForwarded, st.SpansDropped, len(ag.Requests()))
+	}
 }
