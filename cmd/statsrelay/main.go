@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -137,12 +138,6 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.demo {
-		if len(set) > 1 {
-			return o, errors.New("-demo takes no other flag: it runs its own agent, relay and senders")
-		}
-		return o, nil
-	}
 	var errs []error
 	fromEnv := map[string]string{} // flag name → the variable that set it
 	fs.VisitAll(func(f *flag.Flag) {
@@ -156,6 +151,31 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	})
 	if err := errors.Join(errs...); err != nil {
 		return o, err
+	}
+	if o.demo {
+		// Checked with the variables applied: a STATSRELAY_DEMO left in a
+		// relay's environment must not turn it into the demo unnoticed.
+		var others []string
+		for name := range set {
+			if name != "demo" {
+				others = append(others, "-"+name)
+			}
+		}
+		for name, env := range fromEnv {
+			if name != "demo" {
+				others = append(others, env)
+			}
+		}
+		if len(others) > 0 {
+			slices.Sort(others)
+			by := ""
+			if env, ok := fromEnv["demo"]; ok {
+				by = " (set by " + env + ")"
+			}
+			return o, fmt.Errorf("-demo%s takes no other setting (%s): it runs its own agent, relay and senders",
+				by, strings.Join(others, ", "))
+		}
+		return o, nil
 	}
 	if agentErr != nil && o.cfg.AgentURL == "" { // neither -agent nor STATSRELAY_AGENT
 		return o, agentErr

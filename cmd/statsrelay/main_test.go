@@ -130,7 +130,11 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{nil, map[string]string{"DD_TRACE_AGENT_URL": "unixgram:///run/relay.sock"}, "DD_TRACE_AGENT_URL: agent URL"},
 		{[]string{"-agent", "udp://127.0.0.1:8127"}, nil, "-agent: agent URL"},
 		{nil, map[string]string{"STATSRELAY_AGENT": "ftp://x"}, "(set by STATSRELAY_AGENT)"},
-		{[]string{"-demo", "-interval", "30s"}, nil, "-demo takes no other flag"},
+		{[]string{"-demo", "-interval", "30s"}, nil, "-demo takes no other setting (-interval)"},
+		// A STATSRELAY_DEMO left in a configured relay's environment.
+		{[]string{"-unix", "/run/r.sock"}, map[string]string{"STATSRELAY_DEMO": "true"}, "-demo (set by STATSRELAY_DEMO) takes no other setting (-unix)"},
+		{nil, map[string]string{"STATSRELAY_DEMO": "1", "STATSRELAY_INTERVAL": "5s"}, "-demo (set by STATSRELAY_DEMO) takes no other setting (STATSRELAY_INTERVAL)"},
+		{[]string{"-demo"}, map[string]string{"STATSRELAY_UDP": ""}, "-demo takes no other setting (STATSRELAY_UDP)"},
 	} {
 		if _, err := parse(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: error %v, want one naming %s", tc.args, tc.env, err, tc.want)

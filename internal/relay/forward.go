@@ -160,7 +160,7 @@ func (f *forwarder) forward(boundary time.Time) {
 	f.s.rounds.Add(1)
 	if took > f.s.cfg.Interval/2 {
 		f.s.log.Warn("statsrelay: a forward round took more than half the interval: the agent is slow to answer, "+
-			"or -forward-parallel is low for this many identities", "took", took, "requests", requests,
+			"-forward-parallel is low for this many identities, or the relay was paused or short of CPU", "took", took, "requests", requests,
 			"forward_parallel", f.s.cfg.ForwardParallel)
 	}
 }
