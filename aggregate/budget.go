@@ -149,17 +149,16 @@ func (s *valueSet) ok(v string, epoch uint32) bool {
 var noValue = string([]byte{0})
 
 // forget drops every set's last decision: they held for the interval that
-// ended. Peer-tag keys that filled maxPeerTagKeys are forgotten too, so
-// that keys seen once (a client's junk) cannot block every later key's
-// values for the life of the process: the key budget is per interval too.
+// ended. The per-position memory goes too: it may hold blocked, the cap's
+// answer in the interval that ended. The keys stay, with the values they
+// remember: under the cap dropStaleKeys makes room for a new interval's
+// keys, and with the agent's key list (no cap) every listed key in use
+// keeps its set rather than being allocated again each interval.
 func (b *budgets) forget() {
 	for _, s := range b.fields {
 		s.last = noValue
 	}
-	if len(b.peer) >= maxPeerTagKeys {
-		clear(b.peer)
-		b.recent = [MaxInlinePeerTags]recentPeer{}
-	}
+	b.recent = [MaxInlinePeerTags]recentPeer{}
 	for _, s := range b.peer {
 		s.last = noValue
 	}

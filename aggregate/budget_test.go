@@ -386,3 +386,65 @@ func TestPeerKeyCapNotWithAgentList(t *testing.T) {
 		t.Fatalf("%d of 70 listed keys' first values collapsed, want 0", n)
 	}
 }
+
+// TestKeyListEndsTheCapAtOnce: without a key list the 65th key of an
+// interval collapses, and its position remembers the cap's answer. The
+// agent's list arriving mid-interval turns the cap off: the next span with
+// a listed key at that position keeps its tag.
+func TestKeyListEndsTheCapAtOnce(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	for i := range maxPeerTagKeys {
+		addPeerTag(tb, fmt.Sprintf("k%d:v", i))
+	}
+	addPeerTag(tb, "out.host:a") // one key too many: collapsed
+	if n := tb.Collapsed(FieldPeerTags); n != 1 {
+		t.Fatalf("collapsed %d, want 1 at key %d", n, maxPeerTagKeys+1)
+	}
+	tb.SetPeerTagKeys([]string{"out.host"})
+	addPeerTag(tb, "out.host:b")
+	if n := tb.Collapsed(FieldPeerTags); n != 1 {
+		t.Fatalf("collapsed %d once the agent's list names out.host, want still 1", n)
+	}
+	found := false
+	for _, e := range tb.Touched(nil) {
+		if slices.Equal(e.PeerTags, []string{"out.host:b"}) && e.Hits == 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no group of out.host:b with 1 hit")
+	}
+}
+
+// TestListedKeysKeepTheirSets: with the agent's list (no cap), the sets of
+// the keys in use outlive the interval: a client with as many listed keys
+// as the cap allocates nothing per interval (it did from 64 keys on, each
+// interval clearing them all).
+func TestListedKeysKeepTheirSets(t *testing.T) {
+	for _, n := range []int{maxPeerTagKeys - 1, maxPeerTagKeys, 2 * maxPeerTagKeys} {
+		tb := NewTable(0)
+		tb.SetLimits(Limits{})
+		var list []string
+		recs := make([]Record, n)
+		for i := range recs {
+			list = append(list, fmt.Sprintf("key%d", i))
+			recs[i] = Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+			recs[i].SetPeerTags([]string{fmt.Sprintf("key%d:v", i)})
+		}
+		tb.SetPeerTagKeys(list)
+		interval := func() {
+			for i := range recs {
+				tb.Add(&recs[i])
+			}
+			tb.Rotate()
+		}
+		interval()
+		if allocs := testing.AllocsPerRun(20, interval); allocs != 0 {
+			t.Errorf("%d listed keys in use: %.0f allocations per interval, want 0", n, allocs)
+		}
+		if c := tb.Collapsed(FieldPeerTags); c != 0 {
+			t.Errorf("%d listed keys: %d collapsed, want 0", n, c)
+		}
+	}
+}

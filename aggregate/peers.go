@@ -11,6 +11,11 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 	t.forgetRecent() // cached spans were keyed under the old filter
 	clear(t.keepMemo[:])
 	clear(t.tagMemo[:])
+	if t.budgets != nil {
+		// Its positions may hold blocked, the cap's answer: a list turns
+		// the cap off.
+		t.budgets.recent = [MaxInlinePeerTags]recentPeer{}
+	}
 	if keys == nil {
 		t.peerKeys = nil
 		return
