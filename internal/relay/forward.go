@@ -138,7 +138,7 @@ func (f *forwarder) forward(boundary time.Time) {
 		ps = ps[:0]
 	}
 	for _, b := range f.s.relay.Harvest(boundary) {
-		if f.s.selfContained && !b.HasContainer() {
+		if f.s.selfContained && !b.HasContainer() && !b.Local {
 			f.s.relay.Dropped(b.Hits, DropUnattributable)
 			continue
 		}

@@ -13,11 +13,18 @@ import (
 type Batch struct {
 	writer.Payload
 	Hits uint64
+	// Local: the senders share the relay's cgroup file, and have no
+	// container id the relay can read (a container in a private cgroup
+	// namespace shows "0::/" from inside). The agent files a request
+	// without a container header under the relay's own container, found
+	// from its socket's credentials: theirs too.
+	Local bool
 }
 
 // HasContainer reports whether the batch has a container id. Without one it
-// must not be forwarded over the agent's Unix socket, which would file it
-// under the relay's own container.
+// must not be forwarded over the agent's Unix socket from a relay in a
+// container, which would file it under the relay's container, unless it is
+// Local.
 func (b *Batch) HasContainer() bool { return b.ContainerID != "" }
 
 // harvest removes and returns the windows that end at or before boundary
@@ -58,7 +65,7 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 		return Batch{}, false
 	}
 	slices.Sort(starts)
-	b := Batch{Payload: writer.Payload{Header: id.hdr}}
+	b := Batch{Payload: writer.Payload{Header: id.hdr}, Local: id.local}
 	for _, ws := range starts {
 		w := id.windows[ws]
 		delete(id.windows, ws)

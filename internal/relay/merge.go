@@ -103,6 +103,7 @@ func headerBytes(hd *writer.Header) int { return headerStrBytes(hd) + 16*len(hd.
 type identity struct {
 	hdr     writer.Header // RuntimeID and Sequence zero; strings owned
 	hash    uint64
+	local   bool      // its senders share the relay's cgroup (Batch.Local)
 	next    *identity // same hash
 	windows map[uint64]*window
 	bytes   int // its own (not its windows'), counted in state.bytes
@@ -172,6 +173,7 @@ type prepared struct {
 	p        *writer.Payload
 	dec      *writer.Decoder // p's, for its summaries (AddSketch)
 	idHash   uint64
+	local    bool     // from a sender sharing the relay's cgroup (Batch.Local)
 	full     []uint64 // per group with hits, in payload order
 	typeless []uint64
 	hits     uint64
@@ -183,14 +185,14 @@ type overflowHashes struct{ full, typeless uint64 }
 func (s *state) identity(pp *prepared, create bool) *identity {
 	id := s.ids[pp.idHash]
 	for ; id != nil; id = id.next {
-		if sameIdentity(&id.hdr, &pp.p.Header) {
+		if id.local == pp.local && sameIdentity(&id.hdr, &pp.p.Header) {
 			return id
 		}
 	}
 	if !create {
 		return nil
 	}
-	id = &identity{hdr: pp.p.Header, hash: pp.idHash, windows: make(map[uint64]*window)}
+	id = &identity{hdr: pp.p.Header, hash: pp.idHash, local: pp.local, windows: make(map[uint64]*window)}
 	id.hdr.RuntimeID, id.hdr.Sequence = "", 0
 	ownHeader(&id.hdr)
 	id.bytes = identityOverhead + headerBytes(&id.hdr)

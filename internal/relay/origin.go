@@ -107,6 +107,11 @@ func alive(dir string) bool {
 type Origins struct {
 	root string
 	now  func() time.Time
+	// self is the relay's own cgroup file: a sender whose file is the same
+	// shares the relay's container (or its host cgroup), so the agent's
+	// attribution of a request by the relay's credentials is the sender's
+	// own (see Batch.Local).
+	self []byte
 
 	mu        sync.Mutex
 	m         map[int32]origin
@@ -116,16 +121,35 @@ type Origins struct {
 type origin struct {
 	id      string
 	known   bool
+	local   bool  // known, no container id, and the relay's own cgroup file
 	expires int64 // unix ns
 }
 
 // NewOrigins returns a cache reading under procRoot ("/proc" on a host);
-// now is its clock (nil: time.Now).
+// now is its clock (nil: time.Now). It reads the relay's own cgroup file
+// there (else in /proc/self), to tell the senders that share it.
 func NewOrigins(procRoot string, now func() time.Time) *Origins {
 	if now == nil {
 		now = time.Now
 	}
-	return &Origins{root: procRoot, now: now, m: make(map[int32]origin)}
+	o := &Origins{root: procRoot, now: now, m: make(map[int32]origin)}
+	for _, p := range []string{filepath.Join(procRoot, strconv.Itoa(os.Getpid()), "cgroup"), "/proc/self/cgroup"} {
+		if b, err := readCgroup(p); err == nil && len(b) > 0 {
+			o.self = b
+			break
+		}
+	}
+	return o
+}
+
+// readCgroup reads a cgroup file, at most maxCgroupFile bytes of it.
+func readCgroup(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxCgroupFile))
 }
 
 // ContainerID returns the container id of pid; known is false when its
@@ -134,26 +158,32 @@ func NewOrigins(procRoot string, now func() time.Time) *Origins {
 // process (a zombie's cgroup shows only root paths), and then id is "".
 // A known "" is a live process outside any container.
 func (o *Origins) ContainerID(pid int32) (id string, known bool) {
-	return o.containerIDAt(pid, o.now().UnixNano())
+	e := o.originAt(pid, o.now().UnixNano())
+	return e.id, e.known
 }
 
-// containerIDAt is ContainerID at now (unix ns): the relay passes the time
-// it read once for a whole batch of datagrams, sparing a clock read per
-// datagram.
-func (o *Origins) containerIDAt(pid int32, now int64) (id string, known bool) {
+// Local reports whether pid is a live process outside any container whose
+// cgroup file is the relay's own: it shares the relay's container (one the
+// relay cannot name, such as a private cgroup namespace's "0::/") or its
+// host cgroup.
+func (o *Origins) Local(pid int32) bool { return o.originAt(pid, o.now().UnixNano()).local }
+
+// originAt is ContainerID and Local at now (unix ns): the relay passes the
+// time it read once for a whole batch of datagrams, sparing a clock read
+// per datagram.
+func (o *Origins) originAt(pid int32, now int64) origin {
 	o.mu.Lock()
 	e, ok := o.m[pid]
 	o.mu.Unlock()
 	if ok && now < e.expires {
-		return e.id, e.known
+		return e
 	}
 	// Read outside the lock: two workers may both read a new pid, which is
 	// cheaper than making every lookup wait for a file read.
 	e = origin{expires: now + int64(OriginTTL)}
 	dir := filepath.Join(o.root, strconv.Itoa(int(pid)))
-	if f, err := os.Open(filepath.Join(dir, "cgroup")); err == nil {
-		id, err := scanCgroup(f)
-		f.Close()
+	if b, err := readCgroup(filepath.Join(dir, "cgroup")); err == nil {
+		id, err := scanCgroup(bytes.NewReader(b))
 		// A read that failed (the process exited meanwhile) is no answer,
 		// and "no container" only of a live process: else the payload's
 		// own claim stands (TestOriginOfExitedSender).
@@ -161,6 +191,7 @@ func (o *Origins) containerIDAt(pid int32, now int64) (id string, known bool) {
 		if !e.known {
 			e.id = ""
 		}
+		e.local = e.known && id == "" && o.self != nil && bytes.Equal(b, o.self)
 	}
 	o.mu.Lock()
 	if len(o.m) >= MaxOrigins {
@@ -168,7 +199,7 @@ func (o *Origins) containerIDAt(pid int32, now int64) (id string, known bool) {
 	}
 	o.m[pid] = e
 	o.mu.Unlock()
-	return e.id, e.known
+	return e
 }
 
 // Len is the number of cached pids.

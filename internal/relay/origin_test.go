@@ -288,3 +288,33 @@ func TestNestedCgroupKeepsTheClaim(t *testing.T) {
 		t.Fatalf("%d container mismatches counted, want 0", m)
 	}
 }
+
+// TestLocalSenders: a live sender without a container id whose cgroup file
+// is the relay's own ("0::/" here, what a container in a private cgroup
+// namespace shows) is Local: it shares the relay's container. Another
+// cgroup, a container id, or a dead process is not. Its payloads merge
+// apart from those of a UDP sender of the same identity, and harvest as
+// Local.
+func TestLocalSenders(t *testing.T) {
+	private := "0::/\n"
+	root := fakeProc(t, map[int32]string{int32(os.Getpid()): private, 301: private, 302: cgroups["host"], 303: cgroups["systemd"], 304: private})
+	writeStat(t, filepath.Join(root, "304"), 'Z')
+	o := NewOrigins(root, nil)
+	for pid, want := range map[int32]bool{int32(os.Getpid()): true, 301: true, 302: false, 303: false, 304: false, 305: false} {
+		if got := o.Local(pid); got != want {
+			t.Errorf("pid %d: Local %v, want %v", pid, got, want)
+		}
+	}
+	r := newTestRelay(Config{Origins: o})
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 3, 0))), 301, Unix)
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 5, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("c"), bucket(w0, 10*sec, entry(key("r"), 7, 0))), 302, Unix)
+	got := map[bool]uint64{}
+	batches := harvestAll(t, r)
+	for _, b := range batches {
+		got[b.Local] += b.Hits
+	}
+	if len(batches) != 2 || got[true] != 3 || got[false] != 12 {
+		t.Fatalf("%d batches, hits by Local %v; want 2: the local sender's 3 apart from the other 12", len(batches), got)
+	}
+}

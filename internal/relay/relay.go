@@ -238,15 +238,15 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 		return Invalid, err
 	}
 	claimed := p.ContainerID
-	mismatch := false
+	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {
-		if id, known := r.origins.containerIDAt(pid, now.UnixNano()); known {
-			mismatch = claimed != "" && claimed != id
-			p.ContainerID = id
+		if o := r.origins.originAt(pid, now.UnixNano()); o.known {
+			mismatch = claimed != "" && claimed != o.id
+			p.ContainerID, local = o.id, o.local
 		}
 	}
 	h := r.hashers.Get().(*hasher)
-	pp := prepare(p, h)
+	pp := prepare(p, h, local)
 	pp.dec = dec
 	sender := h.runtimeID(p.RuntimeID)
 	r.merge(&pp, env, sequenced, sender, mismatch, now.UnixNano())
@@ -286,9 +286,9 @@ func mapHeader(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 // prepare makes p's tag lists sets and hashes its identity and the groups
 // that have hits (the only ones merged): hostile groups of no hits cost no
 // hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
-func prepare(p *writer.Payload, h *hasher) prepared {
+func prepare(p *writer.Payload, h *hasher, local bool) prepared {
 	p.Tags = asSet(p.Tags)
-	pp := prepared{p: p, idHash: h.identity(&p.Header)}
+	pp := prepared{p: p, local: local, idHash: h.identity(&p.Header) ^ uint64(b2u(local))}
 	n := 0
 	for i := range p.Buckets {
 		for j := range p.Buckets[i].Groups {

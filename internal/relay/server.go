@@ -287,7 +287,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.selfContained {
 		s.log.Warn("statsrelay runs in a container and forwards to the agent's Unix socket: " +
 			"payloads without a container id (UDP senders, host processes) would be filed under the relay's container, " +
-			"so they are dropped (reason unattributable); forward over http:// to keep them")
+			"so they are dropped (reason unattributable), but for Unix senders that share the relay's cgroup (with -origin); " +
+			"forward over http:// to keep them")
 	}
 	return s, nil
 }

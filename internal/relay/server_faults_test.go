@@ -1168,3 +1168,56 @@ func TestAgentOffHoldsUntilBack(t *testing.T) {
 			st.SpansForwarded, st.SpansDropped, len(ag.Requests()))
 	}
 }
+
+// TestUnixAgentSameContainerSender: a relay in a container whose cgroup
+// names none (cgroup v2 in a private namespace: "0::/") forwards to the
+// agent's Unix socket the stats of a Unix sender that shares its cgroup —
+// the agent files them under the relay's container, which is the
+// sender's — without a container header, and still drops a UDP sender's
+// (counted as unattributable).
+func TestUnixAgentSameContainerSender(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat := strconv.Itoa(os.Getpid()) + " (relay) S 1 1 1 0 -1 4194560"
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "apm.socket")
+	ag, err := statstest.NewUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: root})
+	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
+		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		for range 3 {
+			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	reqs := ag.Requests()
+	got, hits := statstest.Sum(statstest.Accepted(reqs))
+	if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != "" || hits != 3 ||
+		got[statstest.GroupKey{Service: "web", Name: "unix", SpanKind: "server"}].Hits != 3 {
+		t.Fatalf("%d requests, %d spans taken (%v); want one request without a container header, the Unix sender's 3", len(reqs), hits, got)
+	}
+	st := srv.Relay().Stats()
+	if st.SpansForwarded != 3 || st.SpansDropped[relay.DropUnattributable] != 3 {
+		t.Fatalf("forwarded %d, unattributable %d; want 3 and 3", st.SpansForwarded, st.SpansDropped[relay.DropUnattributable])
+	}
+	checkIdentity(t, st)
+}
