@@ -63,6 +63,10 @@ const (
 	// DefaultMaxRetryBytes bounds their bytes: enough for two maximal
 	// payloads, so a retry storm costs bounded memory.
 	DefaultMaxRetryBytes = 64 << 20
+	// DefaultStopRetryWindow bounds how long Stop retries what the agent
+	// refused for a moment: the default retry budget's span, about 3 s,
+	// with room for its jitter and one request.
+	DefaultStopRetryWindow = 5 * time.Second
 	// DefaultInfoRefresh is the longest /info poll period while stats are
 	// disabled (see Config.InfoRefresh).
 	DefaultInfoRefresh = agentclient.DefaultInfoRefresh
@@ -252,6 +256,13 @@ type Config struct {
 	// each one that finds the agent so doubles the wait up to InfoRefresh,
 	// so an agent back from a restart is seen within seconds.
 	InfoRefresh time.Duration
+	// StopRetryWindow is the longest Stop spends on the retries of payloads
+	// the agent refused for a moment (5xx, timeouts, a 404 while /info
+	// may list the stats endpoint again): they are attempted at once, then
+	// at their backoff within this window and Stop's ctx; what is left is
+	// given one last attempt (default DefaultStopRetryWindow, at most
+	// MaxMaxRetryBackoff).
+	StopRetryWindow time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender
 	// goroutine. MetricsNamespace is the namespace that client already
@@ -333,6 +344,7 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff, 0, MaxMaxRetryBackoff},
 		{"MaxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff, 0, MaxMaxRetryBackoff},
 		{"InfoRefresh", &c.InfoRefresh, DefaultInfoRefresh, minInfoRefresh, MaxInfoRefresh},
+		{"StopRetryWindow", &c.StopRetryWindow, DefaultStopRetryWindow, 0, MaxMaxRetryBackoff},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s must be >= 0, got %s", ErrBadConfig, d.name, *d.v)

@@ -353,7 +353,9 @@ func TestFinalFlagWithShortJitter(t *testing.T) {
 func TestDatagramGroupOverLimit(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	const limit = 40 << 10
-	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1})
+	// One bucket for the whole test: the big group's spans published
+	// across a boundary would make two groups, one small enough to send.
+	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1, BucketInterval: time.Hour})
 	big := publishBigGroup(a)
 	publishN(a, 5, "GET /small")
 	if err := a.Flush(context.Background()); !errors.Is(err, ErrDatagramTooLarge) {

@@ -98,9 +98,11 @@ type Health struct {
 	// or its 400 "read limit reached"), or larger than the limit its /info
 	// gives, each re-sent as two smaller complete payloads.
 	PayloadsSplit uint64
-	// PayloadsDropped were given up: retry budget exhausted, refused by the
-	// agent (400 and other 4xx, 404), send queue full, or still unsent at
-	// the end of Stop. Their spans are in SpansUnsent.
+	// PayloadsDropped were given up: retry budget exhausted (404s
+	// included: a payload the agent answered 404 is held within the budget
+	// for /info to list the stats endpoint again), refused by the agent
+	// (400 and other 4xx), send queue full, or still unsent at the end of
+	// Stop. Their spans are in SpansUnsent.
 	PayloadsDropped uint64
 	// BytesSent is the total body size of PayloadsSent.
 	BytesSent uint64

@@ -101,6 +101,7 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 		return s
 	}
 	s.out = &httpOut{
+		stopWindow: cfg.StopRetryWindow,
 		headers: agentclient.Headers{
 			Lang: cfg.Lang, LangVersion: cfg.LangVersion, TracerVersion: cfg.TracerVersion,
 			ContainerID: cfg.ContainerID, EntityID: cfg.EntityID,
@@ -138,8 +139,9 @@ type transport interface {
 
 // httpOut posts payloads through the agent client.
 type httpOut struct {
-	client  *agentclient.Client
-	headers agentclient.Headers
+	client     *agentclient.Client
+	headers    agentclient.Headers
+	stopWindow time.Duration // Config.StopRetryWindow
 }
 
 func (h *httpOut) start() { h.client.ReadInfo() }
@@ -155,7 +157,7 @@ func (h *httpOut) nextDue() (time.Time, bool) { return h.client.NextDue() }
 func (h *httpOut) runDue(now time.Time)       { h.client.RunDue(now) }
 
 func (h *httpOut) stop() {
-	h.client.Final()
+	h.client.Final(h.stopWindow)
 	h.client.Close()
 }
 

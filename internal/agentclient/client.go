@@ -264,9 +264,6 @@ func (c *Client) NextDue() (time.Time, bool) {
 // RunDue polls /info if due (see NextDue) and attempts every retry due at
 // now.
 func (c *Client) RunDue(now time.Time) {
-	if (c.off.Load() || c.infoStale) && !now.Before(c.infoDue) {
-		c.ReadInfo()
-	}
 	var due []*Payload
 	keep := c.retries[:0]
 	for _, p := range c.retries {
@@ -279,34 +276,50 @@ func (c *Client) RunDue(now time.Time) {
 	}
 	clear(c.retries[len(keep):])
 	c.retries = keep
+	if (c.off.Load() || c.infoStale) && !now.Before(c.infoDue) {
+		c.ReadInfo()
+	}
 	c.SendAll(due)
 }
 
 // Final attempts every payload waiting for a retry at once; what fails
 // again gets the rest of its retries at their due times (and the /info
-// polls go on, while the agent is off or /info stale) until none waits or
-// the client's context ends (the owner's deadline for its stop). Then what
-// still waits gets one last immediate attempt; what fails is dropped and
-// reported. An agent that refuses for a moment as the process stops (a
-// 503, a restart) gets the whole retry budget, not one attempt.
-func (c *Client) Final() {
+// polls go on, while the agent is off or /info stale) until none waits,
+// within passes or the client's context ends (the owner's deadline for its
+// stop). Then what still waits gets one last immediate attempt (none if
+// the context ended); what fails is dropped and reported. An agent that
+// refuses for a moment as the process stops (a 503, a restart) gets the
+// retry budget, not one attempt.
+func (c *Client) Final(within time.Duration) {
 	now := time.Now()
 	for _, p := range c.retries {
 		p.due = now
 	}
+	end := time.NewTimer(within)
+	defer end.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for len(c.retries) > 0 && c.ctx.Err() == nil {
+	for ended := false; len(c.retries) > 0 && c.ctx.Err() == nil && !ended; {
 		d, _ := c.NextDue()
 		timer.Reset(max(time.Until(d), 0))
 		select {
 		case <-timer.C:
 			c.RunDue(time.Now())
+		case <-end.C:
+			ended = true
 		case <-c.ctx.Done():
 		}
 	}
 	rs := c.retries
 	c.retries, c.retryLen = nil, 0
+	if err := c.ctx.Err(); err != nil {
+		// A request on the ended context would not go out: no attempt,
+		// no failure to report, only the drop.
+		for _, p := range rs {
+			c.drop(p, fmt.Errorf("%w: stopped before the agent took it", err))
+		}
+		return
+	}
 	for _, p := range rs {
 		p.attempts = c.cfg.MaxRetries // no further retry
 	}
@@ -340,6 +353,7 @@ func (c *Client) overLimit(p *Payload) bool {
 func (c *Client) settle(p *Payload, err error) {
 	kind := classify(err)
 	if kind == sent {
+		c.infoWait = 0 // the agent takes stats: a later 404 polls soon again
 		c.obs.Sent(p)
 		c.release(p)
 		p.Waiter.finish(nil)
@@ -348,7 +362,7 @@ func (c *Client) settle(p *Payload, err error) {
 	c.obs.Failed(p, err)
 	switch kind {
 	case retry:
-		if p.attempts < c.cfg.MaxRetries && c.queue(p, sentThenTimedOut(err)) {
+		if p.attempts < c.cfg.MaxRetries && c.queue(p, sentThenTimedOut(err), true) {
 			return
 		}
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
@@ -360,27 +374,35 @@ func (c *Client) settle(p *Payload, err error) {
 	case notFound:
 		switched := !c.off.Swap(true)
 		if switched {
-			c.infoWait = 0
 			c.pollInfoLater()
 		}
 		c.obs.Off(switched)
-		c.hold(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
+		// Failed was reported: the payload waits for another attempt.
+		if p.attempts < c.cfg.MaxRetries && c.queue(p, false, true) {
+			return
+		}
+		c.drop(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
 	default: // refused, cancelled
 		c.drop(p, err)
 	}
 }
 
-// hold keeps p for a retry while the agent is off (the /info polls may see
-// it back first), or drops it for err once the budget is spent.
+// hold keeps p, not posted while the agent is off, for a later attempt
+// (the /info polls may see the agent back first), or drops it for err once
+// the budget is spent. No attempt was made: the Observer hears nothing
+// until its fate.
 func (c *Client) hold(p *Payload, err error) {
-	if p.attempts < c.cfg.MaxRetries && c.queue(p, false) {
+	if p.attempts < c.cfg.MaxRetries && c.queue(p, false, false) {
 		return
 	}
 	c.drop(p, err)
 }
 
 // pollInfoLater schedules the next /info poll while the agent is off or
-// /info stale: infoWait from now, then doubled up to InfoRefresh.
+// /info stale: infoWait from now, then doubled up to InfoRefresh. infoWait
+// starts again from RetryBackoff only once the agent took a payload, so an
+// agent that lists stats in /info but answers 404 is not polled (and
+// posted to) at RetryBackoff for ever.
 func (c *Client) pollInfoLater() {
 	if c.infoWait <= 0 {
 		c.infoWait = min(c.cfg.RetryBackoff, c.cfg.InfoRefresh)
@@ -389,8 +411,9 @@ func (c *Client) pollInfoLater() {
 	c.infoWait = min(2*c.infoWait, c.cfg.InfoRefresh)
 }
 
-// queue schedules a retry of p if the retry budget allows it.
-func (c *Client) queue(p *Payload, afterTimeout bool) bool {
+// queue schedules a retry of p if the retry budget allows it; notify tells
+// the Observer (Retried), after a failed attempt.
+func (c *Client) queue(p *Payload, afterTimeout, notify bool) bool {
 	if len(c.retries) >= c.cfg.MaxRetryPayloads || c.retryLen+len(p.Body) > c.cfg.MaxRetryBytes {
 		return false
 	}
@@ -403,9 +426,16 @@ func (c *Client) queue(p *Payload, afterTimeout bool) bool {
 	d = d/2 + time.Duration(c.rng.Int64N(int64(d/2)+1))
 	p.attempts++
 	p.due = time.Now().Add(d)
+	if c.off.Load() && p.due.Before(c.infoDue) {
+		// Held while the agent is off: checked right after the /info poll
+		// that may see it back (RunDue polls first), not just before it.
+		p.due = c.infoDue
+	}
 	c.retries = append(c.retries, p)
 	c.retryLen += len(p.Body)
-	c.obs.Retried(p, afterTimeout)
+	if notify {
+		c.obs.Retried(p, afterTimeout)
+	}
 	return true
 }
 
@@ -469,7 +499,6 @@ func (c *Client) ReadInfo() {
 	c.infoStale = false
 	c.maxBody = info.Config.MaxRequestBytes
 	if slices.Contains(info.Endpoints, StatsPath) {
-		c.infoWait = 0
 		c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 		if c.off.Swap(false) {
 			c.obs.On()
@@ -477,7 +506,6 @@ func (c *Client) ReadInfo() {
 	} else {
 		if !c.off.Swap(true) {
 			c.obs.Off(true)
-			c.infoWait = 0
 		}
 		c.pollInfoLater()
 	}

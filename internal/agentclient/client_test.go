@@ -74,7 +74,7 @@ func TestRetryBackoff(t *testing.T) {
 		p := &Payload{Body: make([]byte, 10)}
 		for n := range 6 {
 			before := time.Now()
-			if !c.queue(p, false) {
+			if !c.queue(p, false, true) {
 				t.Fatalf("trial %d retry %d refused", trial, n)
 			}
 			after := time.Now()
@@ -803,7 +803,7 @@ func TestFinalRetriesWithinContext(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	c.Final()
+	c.Final(time.Minute)
 	c.Close()
 	if posts, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || posts < 3 {
 		t.Fatalf("sent %d dropped %d, agent posts %d taken %d; want the payload taken after its 503s", obs.sent, obs.dropped, posts, taken)
@@ -819,9 +819,127 @@ func TestFinalRetriesWithinContext(t *testing.T) {
 	defer c.Close()
 	c.Send(&Payload{Body: splitBody(), Hits: 120})
 	start := time.Now()
-	c.Final()
+	c.Final(time.Minute)
 	if took := time.Since(start); took > 400*time.Millisecond || obs.dropped != 1 || obs.sent != 0 || c.Pending() != 0 {
 		t.Fatalf("Final took %v, dropped %d sent %d pending %d; want it back at the context's end (50 ms), the payload dropped",
 			took, obs.dropped, obs.sent, c.Pending())
+	}
+}
+
+// midJitter is a rand.Source whose jitter lands every retry at 0.75 of its
+// backoff: a deterministic timeline.
+type midJitter struct{}
+
+func (midJitter) Uint64() uint64 { return 1 << 63 }
+
+// TestHeldPayloadChecksInfoFirst: the payload held at a 404 and /info both
+// back off from RetryBackoff, the payload's checks (jittered into [d/2, d])
+// coming just before the polls. The agent back at 175 ms, after the third
+// poll (140 ms) but before the payload's last check (225 ms): that check
+// reads /info first, and the payload goes out.
+func TestHeldPayloadChecksInfoFirst(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.RetryBackoff, cfg.MaxRetryBackoff, cfg.InfoRefresh = 20*time.Millisecond, time.Second, time.Second
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.rng = rand.New(midJitter{})
+	c.ReadInfo()
+	ag.post.Store(http.StatusNotFound)
+	ag.listed.Store(false)
+	back := time.AfterFunc(175*time.Millisecond, func() { ag.post.Store(0); ag.listed.Store(true) })
+	defer back.Stop()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	runDue(t, c)
+	if posts, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || posts != 2 {
+		t.Fatalf("sent %d dropped %d (%v), posts %d taken %d; want the held payload delivered on the second post",
+			obs.sent, obs.dropped, obs.lastErr, posts, taken)
+	}
+}
+
+// TestHoldReportsNoAttempt: a payload sent while /info says the agent is
+// off is never posted: the Observer hears no Failed and no Retried, only
+// its drop once the budget is spent.
+func TestHoldReportsNoAttempt(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	c := New(context.Background(), testConfig(ag.srv.URL), obs)
+	defer c.Close()
+	ag.listed.Store(false)
+	c.ReadInfo()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	runDue(t, c)
+	if posts, _, _ := ag.counts(); posts != 0 || obs.failed != 0 || obs.retried != 0 || obs.dropped != 1 || !errors.Is(obs.lastErr, ErrAgentOff) {
+		t.Fatalf("posts %d, failed %d, retried %d, dropped %d (%v); want nothing posted or reported but the drop as ErrAgentOff",
+			posts, obs.failed, obs.retried, obs.dropped, obs.lastErr)
+	}
+}
+
+// TestNotFoundWhileListedBacksOff: an agent whose /info lists the stats
+// endpoint but whose POST answers 404 switches the client off and on at
+// every poll. The polls (and the posts after them) still back off towards
+// InfoRefresh: only a payload taken starts them again from RetryBackoff.
+func TestNotFoundWhileListedBacksOff(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL) // RetryBackoff 10 ms, InfoRefresh 1 s
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.ReadInfo()
+	ag.post.Store(http.StatusNotFound)
+	deadline := time.Now().Add(cfg.InfoRefresh / 2)
+	next := time.Now()
+	for time.Now().Before(deadline) {
+		if !time.Now().Before(next) { // a report every 100 ms
+			c.Send(&Payload{Body: splitBody(), Hits: 120})
+			next = next.Add(100 * time.Millisecond)
+		}
+		d, ok := c.NextDue()
+		if !ok || d.After(next) {
+			d = next
+		}
+		time.Sleep(max(time.Until(d), 0))
+		c.RunDue(time.Now())
+	}
+	// Doubling from 10 ms, the polls of 500 ms are at most about 6 (10,
+	// 20, 40, 80, 160, 320 ms); at RetryBackoff they were about 50.
+	if posts, _, infos := ag.counts(); infos > 8 {
+		t.Fatalf("in %v: %d /info polls, %d posts; want the polls backing off", cfg.InfoRefresh/2, infos, posts)
+	}
+}
+
+// TestFinalWithinAndAfterContext: Final spends at most its window on
+// retries, then gives one last attempt; once the client's context has
+// ended it posts nothing more, and reports no failed attempt for it.
+func TestFinalWithinAndAfterContext(t *testing.T) {
+	ag := newSwitchAgent(t)
+	ag.post.Store(http.StatusServiceUnavailable)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.RetryBackoff, cfg.MaxRetryBackoff = time.Second, time.Second
+	c := New(context.Background(), cfg, obs)
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	start := time.Now()
+	c.Final(50 * time.Millisecond)
+	c.Close()
+	posts, _, _ := ag.counts()
+	if took := time.Since(start); took > 500*time.Millisecond || posts != 3 || obs.dropped != 1 || obs.failed != 3 {
+		t.Fatalf("Final(50ms) took %v, posts %d, failed %d, dropped %d; want the first, the immediate and the last attempt, then the drop",
+			took, posts, obs.failed, obs.dropped)
+	}
+
+	obs = &counting{}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	c = New(ctx, cfg, obs)
+	defer c.Close()
+	before, _, _ := ag.counts()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	c.Final(time.Minute)
+	after, _, _ := ag.counts()
+	if after-before != 2 || obs.failed != 2 || obs.dropped != 1 || !errors.Is(obs.lastErr, context.DeadlineExceeded) {
+		t.Fatalf("posts %d, failed %d, dropped %d (%v); want the first and the immediate attempt, none after the context ended",
+			after-before, obs.failed, obs.dropped, obs.lastErr)
 	}
 }

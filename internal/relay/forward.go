@@ -59,6 +59,10 @@ func boundaryAfter(t time.Time, interval time.Duration) time.Time {
 	return writer.AlignStart(t, interval).Add(interval)
 }
 
+// stopRetries is how long the final forward's retries may take: as long as
+// the stop timeout, which ends the client's context, allows.
+const stopRetries = time.Duration(1 << 62)
+
 // allWindows is a boundary after every window, ended or not.
 var allWindows = time.Unix(0, 1<<62)
 
@@ -114,7 +118,7 @@ func (f *forwarder) run(stop context.Context) {
 		case <-stop.Done():
 			<-f.final
 			f.forward(allWindows)
-			f.client.Final()
+			f.client.Final(stopRetries)
 			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)
 			return
 		}
@@ -213,7 +217,7 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 // /info lists the stats endpoint again.
 func (f *forwarder) Off(switched bool) {
 	if switched {
-		f.s.log.Warn("statsrelay: the agent does not accept client stats; dropping until /info lists /v0.6/stats")
+		f.s.log.Warn("statsrelay: the agent does not accept client stats; holding payloads within the retry budget, then dropping them, until /info lists /v0.6/stats")
 	}
 }
 
