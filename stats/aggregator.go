@@ -175,8 +175,8 @@ func (a *Aggregator) Clear() {
 
 // Stop drains the inbox, sends a final report and ends every goroutine.
 // Payloads still waiting for a retry (the agent answered 5xx, or 404 and
-// may come back) are attempted at once, then get the rest of their retries
-// at their backoff for up to Config.StopRetryWindow (default 5 s): Stop may
+// may come back) get their retries at their backoff for up to
+// Config.StopRetryWindow (default 5 s), then one last attempt: Stop may
 // take that long against an agent that keeps failing. If ctx ends first, it returns ctx's error within moments: in-flight
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.

@@ -95,8 +95,11 @@ func (l *troubleLog) write(k trouble, n, spans uint64, h *Health) {
 		l.log.Warn("spanstats: stats payloads dropped",
 			append([]any{"payloads", n, "spans", spans, "last_error", h.LastSendError}, since...)...)
 	case troubleAgentOff:
-		l.log.Warn("spanstats: the agent does not accept client stats; spans are not aggregated until its /info lists /v0.6/stats",
-			append([]any{"switched_off", n, "spans", spans, "agent_off", h.AgentOff}, since...)...)
+		msg := "spanstats: the agent does not accept client stats; spans are not aggregated until its /info lists /v0.6/stats"
+		if !h.AgentOff { // the spans were refused earlier in the period; it is back
+			msg = "spanstats: the agent did not accept client stats for a while; spans were not aggregated meanwhile"
+		}
+		l.log.Warn(msg, append([]any{"switched_off", n, "spans", spans, "agent_off", h.AgentOff}, since...)...)
 	case troubleShed:
 		l.log.Warn("spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up)",
 			append([]any{"spans", n}, since...)...)

@@ -337,7 +337,9 @@ func checkRetryBudget(t *testing.T, ag *statstest.Agent, cfg Config) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return true
 	})
-	cfg.AgentURL, cfg.RetryBackoff, cfg.MaxRetryBackoff = ag.URL(), time.Hour, time.Hour
+	// Retries an hour apart: Stop's window (50 ms) ends before the first,
+	// and its last attempt delivers the queued payload.
+	cfg.AgentURL, cfg.RetryBackoff, cfg.MaxRetryBackoff, cfg.StopRetryWindow = ag.URL(), time.Hour, time.Hour, 50*time.Millisecond
 	a := newStarted(t, cfg)
 	publishN(a, 2, "a")
 	if err := flushWithin(a, 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {

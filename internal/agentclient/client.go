@@ -282,19 +282,15 @@ func (c *Client) RunDue(now time.Time) {
 	c.SendAll(due)
 }
 
-// Final attempts every payload waiting for a retry at once; what fails
-// again gets the rest of its retries at their due times (and the /info
-// polls go on, while the agent is off or /info stale) until none waits,
+// Final runs the payloads waiting for a retry at their due times (and the
+// /info polls, while the agent is off or /info stale) until none waits,
 // within passes or the client's context ends (the owner's deadline for its
 // stop). Then what still waits gets one last immediate attempt (none if
 // the context ended); what fails is dropped and reported. An agent that
 // refuses for a moment as the process stops (a 503, a restart) gets the
-// retry budget, not one attempt.
+// retry budget, not one attempt; a retry is not brought forward, which
+// would spend it on an agent that failed a moment ago.
 func (c *Client) Final(within time.Duration) {
-	now := time.Now()
-	for _, p := range c.retries {
-		p.due = now
-	}
 	end := time.NewTimer(within)
 	defer end.Stop()
 	timer := time.NewTimer(time.Hour)
