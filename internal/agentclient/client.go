@@ -349,7 +349,9 @@ func (c *Client) overLimit(p *Payload) bool {
 func (c *Client) settle(p *Payload, err error) {
 	kind := classify(err)
 	if kind == sent {
-		c.infoWait = 0 // the agent takes stats: a later 404 polls soon again
+		if !c.infoStale {
+			c.infoWait = 0 // the agent takes stats: a later 404 polls soon again
+		}
 		c.obs.Sent(p)
 		c.release(p)
 		p.Waiter.finish(nil)
@@ -364,13 +366,19 @@ func (c *Client) settle(p *Payload, err error) {
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
 	case tooLarge:
 		// The agent's limit is lower than /info said, or was not read:
-		// read it again at the next poll.
+		// read it again soon (not at InfoRefresh from the last good read).
 		c.infoStale = true
+		c.pollInfoLater()
 		c.split(p, err)
 	case notFound:
 		switched := !c.off.Swap(true)
 		if switched {
 			c.pollInfoLater()
+			for _, q := range c.retries {
+				// Queued before the switch (a 5xx): checked after the
+				// poll too, not held one attempt short of it.
+				q.due = later(q.due, c.infoDue)
+			}
 		}
 		c.obs.Off(switched)
 		// Failed was reported: the payload waits for another attempt.
@@ -407,6 +415,14 @@ func (c *Client) pollInfoLater() {
 	c.infoWait = min(2*c.infoWait, c.cfg.InfoRefresh)
 }
 
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
+
 // queue schedules a retry of p if the retry budget allows it; notify tells
 // the Observer (Retried), after a failed attempt.
 func (c *Client) queue(p *Payload, afterTimeout, notify bool) bool {
@@ -422,10 +438,10 @@ func (c *Client) queue(p *Payload, afterTimeout, notify bool) bool {
 	d = d/2 + time.Duration(c.rng.Int64N(int64(d/2)+1))
 	p.attempts++
 	p.due = time.Now().Add(d)
-	if c.off.Load() && p.due.Before(c.infoDue) {
+	if c.off.Load() {
 		// Held while the agent is off: checked right after the /info poll
 		// that may see it back (RunDue polls first), not just before it.
-		p.due = c.infoDue
+		p.due = later(p.due, c.infoDue)
 	}
 	c.retries = append(c.retries, p)
 	c.retryLen += len(p.Body)

@@ -944,3 +944,42 @@ func TestFinalWithinAndAfterContext(t *testing.T) {
 			after-before, obs.failed, obs.dropped, obs.lastErr)
 	}
 }
+
+// TestStaleInfoBacksOffWhileSending: an /info that keeps failing (a proxy
+// in front of the agent blocks it) while the agent takes every payload is
+// polled at doubling waits towards InfoRefresh: a payload taken does not
+// start them over.
+func TestStaleInfoBacksOffWhileSending(t *testing.T) {
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == InfoPath {
+			http.Error(w, "blocked", http.StatusInternalServerError)
+		}
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	cfg := testConfig(agent.URL) // RetryBackoff 10 ms, InfoRefresh 1 s
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	for range 10 {
+		c.Send(&Payload{Body: splitBody(), Hits: 120})
+		c.ReadInfo()
+	}
+	if gap := time.Until(c.infoDue); obs.sent != 10 || gap < cfg.InfoRefresh/2 {
+		t.Fatalf("sent %d; after 10 failed /info polls the next is %v away, want about InfoRefresh (%v)", obs.sent, gap, cfg.InfoRefresh)
+	}
+}
+
+// TestRetryQueuedBeforeOffWaitsForPoll: a payload queued after a 503, then
+// another answered 404 (the agent goes off): the first is checked after
+// the /info poll, not held one attempt short of it.
+func TestRetryQueuedBeforeOffWaitsForPoll(t *testing.T) {
+	ag := newSwitchAgent(t)
+	c := New(context.Background(), testConfig(ag.srv.URL), &counting{})
+	defer c.Close()
+	b := &Payload{Body: splitBody(), Hits: 1}
+	c.settle(b, &AgentError{StatusCode: http.StatusServiceUnavailable})
+	c.settle(&Payload{Body: splitBody(), Hits: 2}, &AgentError{StatusCode: http.StatusNotFound})
+	if !c.Off() || b.due.Before(c.infoDue) {
+		t.Fatalf("off %v; the 503's retry due %v before the poll at %v", c.Off(), b.due, c.infoDue)
+	}
+}
