@@ -165,7 +165,8 @@ type Client struct {
 	retryLen int        // bytes in retries
 	infoDue  time.Time  // next /info poll, while off or while infoStale
 	// infoWait is the wait before the next /info poll while off or stale:
-	// RetryBackoff after a good read, doubled per poll up to InfoRefresh.
+	// RetryBackoff once a payload was taken with /info readable, doubled
+	// per poll up to InfoRefresh (see pollInfoLater).
 	infoWait time.Duration
 	// infoStale: the last /info poll failed (an agent starting after the
 	// process), or the agent refused a body as too large: /info is polled
@@ -330,7 +331,7 @@ func (c *Client) Pending() int { return len(c.retries) }
 // back, and dropped once the budget is spent.
 func (c *Client) attempt(p *Payload) {
 	if c.off.Load() {
-		c.hold(p, ErrAgentOff)
+		c.hold(p, ErrAgentOff, false)
 		return
 	}
 	if c.overLimit(p) {
@@ -381,22 +382,19 @@ func (c *Client) settle(p *Payload, err error) {
 			}
 		}
 		c.obs.Off(switched)
-		// Failed was reported: the payload waits for another attempt.
-		if p.attempts < c.cfg.MaxRetries && c.queue(p, false, true) {
-			return
-		}
-		c.drop(p, fmt.Errorf("%w: %w", ErrAgentOff, err))
+		c.hold(p, fmt.Errorf("%w: %w", ErrAgentOff, err), true) // Failed was reported
 	default: // refused, cancelled
 		c.drop(p, err)
 	}
 }
 
-// hold keeps p, not posted while the agent is off, for a later attempt
-// (the /info polls may see the agent back first), or drops it for err once
-// the budget is spent. No attempt was made: the Observer hears nothing
-// until its fate.
-func (c *Client) hold(p *Payload, err error) {
-	if p.attempts < c.cfg.MaxRetries && c.queue(p, false, false) {
+// hold keeps p while the agent is off, for a later attempt (the /info
+// polls may see the agent back first), or drops it for err once the budget
+// is spent. notify: an attempt was made and failed (the 404), so the
+// Observer hears Retried; a payload held unposted is heard of only at its
+// fate.
+func (c *Client) hold(p *Payload, err error, notify bool) {
+	if p.attempts < c.cfg.MaxRetries && c.queue(p, false, notify) {
 		return
 	}
 	c.drop(p, err)

@@ -133,7 +133,7 @@ func NewOrigins(procRoot string, now func() time.Time) *Origins {
 		now = time.Now
 	}
 	o := &Origins{root: procRoot, now: now, m: make(map[int32]origin)}
-	for _, p := range []string{filepath.Join(procRoot, strconv.Itoa(os.Getpid()), "cgroup"), "/proc/self/cgroup"} {
+	for _, p := range ownCgroups(procRoot) {
 		if b, err := readCgroup(p); err == nil && len(b) > 0 {
 			o.self = b
 			break
@@ -162,15 +162,12 @@ func (o *Origins) ContainerID(pid int32) (id string, known bool) {
 	return e.id, e.known
 }
 
-// Local reports whether pid is a live process outside any container whose
-// cgroup file is the relay's own: it shares the relay's container (one the
-// relay cannot name, such as a private cgroup namespace's "0::/") or its
-// host cgroup.
-func (o *Origins) Local(pid int32) bool { return o.originAt(pid, o.now().UnixNano()).local }
-
-// originAt is ContainerID and Local at now (unix ns): the relay passes the
-// time it read once for a whole batch of datagrams, sparing a clock read
-// per datagram.
+// originAt is ContainerID at now (unix ns), and whether pid is local: a
+// live process outside any container whose cgroup file is the relay's own,
+// so it shares the relay's container (one the relay cannot name, such as a
+// private cgroup namespace's "0::/") or its host cgroup. The relay passes
+// the time it read once for a whole batch of datagrams, sparing a clock
+// read per datagram.
 func (o *Origins) originAt(pid int32, now int64) origin {
 	o.mu.Lock()
 	e, ok := o.m[pid]
@@ -241,7 +238,13 @@ var containerMarks = []string{"/.dockerenv", "/run/.containerenv"}
 // shows: Docker's and containerd's default on cgroup v2); or a runtime's
 // mark is there.
 func InContainer(procRoot string) bool {
-	return inContainer([]string{filepath.Join(procRoot, strconv.Itoa(os.Getpid()), "cgroup"), "/proc/self/cgroup"}, containerMarks)
+	return inContainer(ownCgroups(procRoot), containerMarks)
+}
+
+// ownCgroups are where this process's cgroup file is read: under procRoot,
+// else the real /proc.
+func ownCgroups(procRoot string) []string {
+	return []string{filepath.Join(procRoot, strconv.Itoa(os.Getpid()), "cgroup"), "/proc/self/cgroup"}
 }
 
 // inContainer is InContainer over the cgroup files and marks given.

@@ -301,7 +301,7 @@ func TestLocalSenders(t *testing.T) {
 	writeStat(t, filepath.Join(root, "304"), 'Z')
 	o := NewOrigins(root, nil)
 	for pid, want := range map[int32]bool{int32(os.Getpid()): true, 301: true, 302: false, 303: false, 304: false, 305: false} {
-		if got := o.Local(pid); got != want {
+		if got := o.originAt(pid, time.Now().UnixNano()).local; got != want {
 			t.Errorf("pid %d: Local %v, want %v", pid, got, want)
 		}
 	}

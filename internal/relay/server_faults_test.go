@@ -106,19 +106,7 @@ func TestUnixAgentNeverMisfiles(t *testing.T) {
 			}
 			defer ag.Close()
 			srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: origin, ProcRoot: procRoot(t)})
-			for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
-				a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				a.Start()
-				for range 3 {
-					a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
-				}
-				if err := a.Stop(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
+			publishThreeEach(t, srv)
 			stop()
 			wantReqs, wantForwarded, wantDropped := 1, uint64(3), uint64(3)
 			if !origin {
@@ -135,6 +123,26 @@ func TestUnixAgentNeverMisfiles(t *testing.T) {
 			}
 			checkIdentity(t, st)
 		})
+	}
+}
+
+// publishThreeEach runs an SDK over srv's Unix socket, then one over its
+// UDP socket, each publishing 3 server spans named after its transport
+// ("unix", "udp:") and stopping.
+func publishThreeEach(t *testing.T, srv *relay.Server) {
+	t.Helper()
+	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
+		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		for range 3 {
+			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -1195,19 +1203,7 @@ func TestUnixAgentSameContainerSender(t *testing.T) {
 	}
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: root})
-	for _, u := range []string{"unixgram://" + srv.Addr(relay.Unix), "udp://" + srv.Addr(relay.UDP)} {
-		a, err := stats.New(stats.Config{AgentURL: u, Service: "web"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Start()
-		for range 3 {
-			a.Publish(&stats.Span{Service: "web", Name: u[:4], SpanKind: "server", Duration: 5})
-		}
-		if err := a.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishThreeEach(t, srv)
 	stop()
 	reqs := ag.Requests()
 	got, hits := statstest.Sum(statstest.Accepted(reqs))
