@@ -277,7 +277,9 @@ func TestDatagramRelayRestart(t *testing.T) {
 // publishBigGroup publishes spans of one key whose group alone encodes to
 // about 50 KiB: a resource at MaxResourceLen, MaxPeerTags peer tags at
 // MaxTagLen, and both sketches at their bin cap. It returns how many
-// Publish took.
+// Publish took. Give a one bucket for the whole test (a one-hour
+// interval): spans published across a boundary make two groups, one small
+// enough to send.
 func publishBigGroup(a *Aggregator) uint64 {
 	tags := make([]string, MaxPeerTags)
 	for i := range tags {
@@ -305,7 +307,8 @@ func publishBigGroup(a *Aggregator) uint64 {
 func TestFinalFlagAfterOversizedLastPart(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	const limit = 40 << 10
-	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1})
+	// One bucket (see publishBigGroup).
+	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1, BucketInterval: time.Hour})
 	big := publishBigGroup(a)
 	stop(t, a)
 	if h := a.Health(); h.PayloadsDropped != 1 || h.SpansUnsent != big {
@@ -353,8 +356,7 @@ func TestFinalFlagWithShortJitter(t *testing.T) {
 func TestDatagramGroupOverLimit(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	const limit = 40 << 10
-	// One bucket for the whole test: the big group's spans published
-	// across a boundary would make two groups, one small enough to send.
+	// One bucket (see publishBigGroup).
 	a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: limit, InboxSize: 1 << 14, SendJitter: -1, BucketInterval: time.Hour})
 	big := publishBigGroup(a)
 	publishN(a, 5, "GET /small")
