@@ -426,7 +426,9 @@ func TestHostileInput(t *testing.T) {
 func TestMetricsExposition(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL()})
+	// An hour's interval: the group must still be held at the scrape, not
+	// forwarded at a boundary that falls between the send and the scrape.
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
 	defer stop()
 	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
 	if err != nil {
