@@ -2,6 +2,8 @@
 // finished span and the Aggregator reports client-side span stats (hits,
 // errors, top-level hits, total duration and DDSketch latency histograms per
 // group of labels) to the Datadog agent's POST /v0.6/stats every interval.
+// The tracer then sends its traces with the header
+// Datadog-Client-Computed-Stats: true, or the agent counts them again.
 //
 // Concurrency: every method of Aggregator is safe for concurrent use.
 // Publish never waits and, in steady state, never allocates; when the inbox

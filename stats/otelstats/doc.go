@@ -17,6 +17,11 @@
 // HTTP method and endpoint are not part of the group. bench/peer checks the
 // mapping against the agent's own functions.
 //
+// The agent computes stats of the OTLP spans it receives unless told they
+// are computed: give the TracerProvider's resource the attribute
+// _dd.stats_computed=true (or have the exporter send the header
+// Datadog-Client-Computed-Stats: true), or every span is counted twice.
+//
 // Which spans are counted: a span processor sees only the spans the sampler
 // records. With the default sampler (ParentBased(AlwaysSample)) every span
 // is counted. With a sampler that drops spans, wrap it in RecordDropped:

@@ -28,7 +28,10 @@ func Example() {
 	agg.Start()
 
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "web"))),
+		// _dd.stats_computed: the agent does not compute stats of the
+		// exported spans again.
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "web"),
+			attribute.Bool("_dd.stats_computed", true))),
 		sdktrace.WithSampler(otelstats.RecordDropped(sdktrace.TraceIDRatioBased(0.1))),
 		// sdktrace.WithBatcher(exporter): exports the sampled spans only;
 		// the stats processor after it (ForceFlush flushes them in order)
