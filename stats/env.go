@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -59,9 +58,7 @@ func EnvCardinalityLimit(f aggregate.Field) string {
 // be used is logged and ignored, so the field keeps its default.
 func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
 	ignore := func(name, value, why string) {
-		if u, err := url.Parse(strings.TrimSpace(value)); err == nil && u.User != nil {
-			value = u.Redacted() // a password in a URL stays out of the logs
-		}
+		value = agentclient.Redact(strings.TrimSpace(value)) // a password in a URL stays out of the logs
 		log.Warn("spanstats: ignoring an environment variable; using the default", "name", name, "value", value, "reason", why)
 	}
 	if c.AgentURL == "" {

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"os"
 	"slices"
@@ -199,5 +200,24 @@ func TestEnvWarningHidesPasswords(t *testing.T) {
 	}
 	if c.AgentURL != "" {
 		t.Fatalf("AgentURL %q from an ftp:// URL", c.AgentURL)
+	}
+	// A URL that does not parse may carry one too.
+	for _, bad := range []string{"http://user:s3cret@bad host:8126", "http://user:s3cret@[::1:8126"} {
+		_, logs := envCase(Config{}, map[string]string{EnvAgentURL: bad}, false)
+		if len(logs) != 1 || strings.Contains(logs[0], "s3cret") || !strings.Contains(logs[0], "xxxxx@") {
+			t.Errorf("%s: logged %q; want one warning with the password hidden", bad, logs)
+		}
+	}
+}
+
+// TestNewErrorHidesPasswords: New's error about a bad AgentURL quotes it
+// without its password, parsed or not.
+func TestNewErrorHidesPasswords(t *testing.T) {
+	for _, raw := range []string{"http://user:s3cret@bad host:8126", "udp://user:s3cret@relay", "unixgram://user:s3cret@relay/x.sock",
+		"http://user:s3cret@agent:99999"} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("New(AgentURL %s) = %v; want ErrBadConfig without the password", raw, err)
+		}
 	}
 }

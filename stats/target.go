@@ -23,6 +23,7 @@ type target struct {
 func parseAgentURL(raw string) (target, error) {
 	u, err := url.Parse(raw)
 	if err == nil {
+		raw := agentclient.Redact(raw) // quoted in errors
 		switch u.Scheme {
 		case "unixgram":
 			if err := agentclient.CheckSocketHost(u); err != nil {

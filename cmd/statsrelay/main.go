@@ -267,7 +267,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		defer hs.Close()
 	}
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
-		"agent", o.cfg.AgentURL, "interval", o.cfg.Interval, "http", o.httpAddr)
+		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", o.httpAddr)
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
 	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,

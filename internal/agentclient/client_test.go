@@ -162,6 +162,29 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestRedact: a password is hidden whether the URL parses or not, and
+// nothing else changes.
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{"http://user:pw@agent:8126", "http://user:xxxxx@agent:8126"},
+		{"http://agent:8126", "http://agent:8126"},
+		{"unix:///tmp/a@b.sock", "unix:///tmp/a@b.sock"},
+		{"http://user:pw@bad host:8126", "http://xxxxx@bad host:8126"},
+		{"http://user:p@w@[::1:8126", "http://xxxxx@[::1:8126"},
+		{"user:pw@bad host", "user:xxxxx@bad host"},
+		{"http://bad host", "http://bad host"},
+	} {
+		if got := Redact(tc.raw); got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.raw, got, tc.want)
+		}
+	}
+	for _, raw := range []string{"http://user:pw9@bad host:8126", "http://user:pw9@agent:99999", "ftp://user:pw9@agent"} {
+		if _, err := ParseURL(raw); err == nil || strings.Contains(err.Error(), "pw9") {
+			t.Errorf("ParseURL(%q) = %v; want an error without the password", raw, err)
+		}
+	}
+}
+
 // TestSplitKeepsEveryField: a payload the agent refuses as too large is
 // re-sent as complete halves that keep the fields the SDK never sets
 // (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags), every hit once.

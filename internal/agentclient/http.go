@@ -39,13 +39,42 @@ type Endpoint struct {
 	UnixSocket string
 }
 
+// Redact returns raw for logs and errors with any password in it hidden:
+// url.URL.Redacted's form when raw parses, and when it does not, whatever
+// stands between "://" and the last "@" after it replaced, as a URL that
+// fails to parse may still hold a password.
+func Redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			return u.Redacted()
+		}
+		if j := strings.LastIndexByte(u.Opaque, '@'); j >= 0 { // "user:pw@host" parses as scheme "user"
+			return u.Scheme + ":xxxxx" + u.Opaque[j:]
+		}
+		return raw
+	}
+	i := strings.Index(raw, "://") + len("://")
+	if i < len("://") {
+		i = 0
+	}
+	if j := strings.LastIndexByte(raw[i:], '@'); j >= 0 {
+		return raw[:i] + "xxxxx" + raw[i+j:]
+	}
+	return raw
+}
+
 // ParseURL parses "http://host:port", "https://host:port" or
-// "unix:///path/to/apm.socket".
+// "unix:///path/to/apm.socket". Its errors quote raw redacted (Redact).
 func ParseURL(raw string) (Endpoint, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("agent URL %q: %v", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message quotes the URL whole
+		}
+		return Endpoint{}, fmt.Errorf("agent URL %q: %v", Redact(raw), err)
 	}
+	raw = Redact(raw)
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" {
