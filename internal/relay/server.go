@@ -190,6 +190,9 @@ type Server struct {
 	// lastRound is how long the last forward round took (ns), rounds how
 	// many there were.
 	lastRound, rounds atomic.Int64
+	// slowRounds counts the forward rounds that took more than half the
+	// interval.
+	slowRounds atomic.Uint64
 	// clockStepsBack counts the forward rounds that found the wall clock
 	// gone back by more than an interval.
 	clockStepsBack atomic.Uint64

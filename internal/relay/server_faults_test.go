@@ -998,9 +998,57 @@ func TestForwardParallel(t *testing.T) {
 	case rounds == "1" && last < held.Seconds():
 		t.Errorf("statsrelay_forward_last_round_seconds %g after the one round, held %s", last, held)
 	}
+	if !strings.Contains(rec.Body.String(), "\nstatsrelay_forward_slow_rounds_total 1\n") {
+		t.Errorf("statsrelay_forward_slow_rounds_total is not 1 after the one slow round:\n%s", rec.Body.String())
+	}
 	stop()
-	if !strings.Contains(log.String(), "forward round took more than half the interval") {
+	if !strings.Contains(log.String(), "forward rounds took more than half the interval") || !strings.Contains(log.String(), " rounds=1") {
 		t.Errorf("no warning of the %s round (last round metric %gs) in the log:\n%s", held, last, log.String())
+	}
+}
+
+// TestSlowRoundsLoggedOncePerMinute: an agent that answers every request
+// late makes every round slow; the relay counts each but logs them once,
+// then the rest at stop, summed (a hung agent must not write a line per
+// interval).
+func TestSlowRoundsLoggedOncePerMinute(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		time.Sleep(700 * time.Millisecond)
+		return false
+	})
+	var log bytes.Buffer // read once the relay stopped
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const rounds = 4
+	for i := range rounds {
+		sendIdentities(t, conn, "slow-"+strconv.Itoa(i)+"-", 1, 3)
+		waitFor(t, "the spans forwarded", func() bool { return s.Relay().Stats().SpansForwarded == uint64(3*(i+1)) })
+	}
+	stop()
+	slow := 0
+	sum := 0
+	for l := range strings.Lines(log.String()) {
+		if !strings.Contains(l, "forward rounds took more than half the interval") {
+			continue
+		}
+		slow++
+		_, n, _ := strings.Cut(l, " rounds=")
+		k, _ := strconv.Atoi(strings.Fields(n + " ")[0])
+		sum += k
+	}
+	// Each send lands in a round of its own; the rounds between, with
+	// nothing to send, are quick.
+	if slow != 2 || sum != rounds {
+		t.Errorf("%d slow-round lines adding up to %d rounds, want 2 (the first, then the rest at stop) adding up to %d:\n%s",
+			slow, sum, rounds, log.String())
 	}
 }
 

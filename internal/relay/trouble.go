@@ -33,6 +33,8 @@ var troubleKinds = []troubleKind{
 	{"folded", slog.LevelWarn, "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
 	{"failed", slog.LevelWarn, "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
 	{"dropped", slog.LevelError, "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
+	{"slow", slog.LevelWarn, "statsrelay: forward rounds took more than half the interval: the agent is slow to answer, " +
+		"-forward-parallel is low for this many identities, or the relay was paused or short of CPU (statsrelay_forward_last_round_seconds)"},
 }
 
 // troubleLog turns counter growth into log lines. Only the forwarder uses
@@ -58,6 +60,7 @@ func (s *Server) troubleCounters() map[string]uint64 {
 		"senders.dropped_spans":    st.SenderDroppedSpans,
 		"senders.seq_gaps":         st.SeqGaps,
 		"folded.spans":             st.FoldedSpans,
+		"slow.rounds":              s.slowRounds.Load(),
 	}
 	for r := range NumReasons {
 		c["rejected."+r.String()] = st.Rejected[r]
