@@ -373,8 +373,8 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("%w: CardinalityLimits.%s must be at most %d (negative: unlimited), got %d", ErrBadConfig, name, MaxCardinalityLimit, v)
 		}
 	}
-	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > MaxMaxDatagramBytes || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < minDatagramBytes {
-		return c, fmt.Errorf("%w: MaxDatagramBytes must be 0 or in [%d, %d], got %d", ErrBadConfig, minDatagramBytes, MaxMaxDatagramBytes, c.MaxDatagramBytes)
+	if c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > MaxMaxDatagramBytes || c.MaxDatagramBytes > 0 && c.MaxDatagramBytes < MinDatagramBytes {
+		return c, fmt.Errorf("%w: MaxDatagramBytes must be 0 or in [%d, %d], got %d", ErrBadConfig, MinDatagramBytes, MaxMaxDatagramBytes, c.MaxDatagramBytes)
 	}
 	// By the parsed scheme, which URL parsing lowercases: "UDP://" is UDP too.
 	t, _ := parseAgentURL(c.AgentURL) // an error is New's to report
@@ -475,11 +475,12 @@ func controlAt(v string) int {
 // agent well before it re-times buckets older than ~18 s.
 const maxSendJitter = 2 * time.Second
 
-// minDatagramBytes leaves room for the envelope, the header and one group
-// with both sketches at their 2048-bin cap (8 bytes a bin) and its labels;
-// a group with many peer tags at MaxTagLen can still exceed it, and is then
-// dropped and counted (ErrDatagramTooLarge).
-const minDatagramBytes = 40 << 10
+// MinDatagramBytes is the smallest MaxDatagramBytes, so a relay's
+// -max-datagram may not be lower: it leaves room for the envelope, the
+// header and one group with both sketches at their 2048-bin cap (8 bytes a
+// bin) and its labels; a group with many peer tags at MaxTagLen can still
+// exceed it, and is then dropped and counted (ErrDatagramTooLarge).
+const MinDatagramBytes = 40 << 10
 
 // minPayloadBytes leaves room for the header and one large group.
 const minPayloadBytes = 64 << 10

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/stats"
 )
 
 // defaultStopTimeout bounds the final forward after a signal: the agent's
@@ -209,8 +210,11 @@ func check(o *options) error {
 		c.UDPAddr = "-"
 	}
 	switch {
-	case c.MaxDatagram < 1024 || c.MaxDatagram > 1<<20:
-		return fmt.Errorf("-max-datagram %d: want 1024..1048576", c.MaxDatagram)
+	case c.MaxDatagram < stats.MinDatagramBytes || c.MaxDatagram > stats.MaxMaxDatagramBytes:
+		// Below the SDK's smallest datagram, its large reports would all
+		// be rejected as truncated.
+		return fmt.Errorf("-max-datagram %d: want %d..%d (at least the senders' MaxDatagramBytes)",
+			c.MaxDatagram, stats.MinDatagramBytes, stats.MaxMaxDatagramBytes)
 	case c.Interval < time.Second || c.Interval > time.Hour:
 		return fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
 	case c.Grace < 0 || c.Grace >= c.Interval:

@@ -115,6 +115,9 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-interval", "2s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
 		{[]string{"-interval", "10ms"}, nil, "-interval"},
 		{[]string{"-max-datagram", "10"}, nil, "-max-datagram"},
+		// Below the SDK's smallest datagram: its large reports would all
+		// be rejected as truncated.
+		{[]string{"-max-datagram", "16384"}, nil, "-max-datagram 16384: want 40960..1048576 (at least the senders' MaxDatagramBytes)"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{[]string{"-stop-drain", "0s"}, nil, "-stop-drain"},
 		{[]string{"-max-held-bytes", "4096"}, nil, "-max-held-bytes"},
