@@ -134,6 +134,8 @@ type Conn struct {
 	sys    connSys
 	// draining: ReadBatch takes only what is queued (Drain).
 	draining atomic.Bool
+	// tookOver: the path held the socket of a live receiver (TookOver).
+	tookOver bool
 }
 
 // MaxUnixPath is the longest path a Unix socket can be bound or connected
@@ -151,14 +153,16 @@ func CheckUnixPath(path string) error {
 }
 
 // ListenUnixgram binds a Unix datagram socket at path with permissions mode.
-// An existing socket file at path (a relay that did not stop cleanly) is
-// replaced; any other kind of file there is an error and is left alone.
+// An existing socket file at path (a relay that did not stop cleanly, or
+// one being taken over: see TookOver) is replaced; any other kind of file
+// there is an error and is left alone.
 // Close removes the socket file.
 func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err := CheckUnixPath(path); err != nil {
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
-	if err := removeStaleSocket(path); err != nil {
+	live, err := removeSocket(path)
+	if err != nil {
 		return nil, err
 	}
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error { return controlUnixgram(raw, mode) }}
@@ -184,24 +188,40 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
-	return newConn(pc, path, bound, 0)
+	c, err := newConn(pc, path, bound, 0)
+	if err == nil {
+		c.tookOver = live
+	}
+	return c, err
 }
 
-func removeStaleSocket(path string) error {
+// removeSocket removes the socket file at path, if any, and says whether a
+// process was still receiving on it (a connect succeeded): a relay taking
+// over from one that has not stopped, or a mistyped path.
+func removeSocket(path string) (live bool, err error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("dgram: %w", err)
+		return false, fmt.Errorf("dgram: %w", err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("dgram: %s exists and is not a socket (mode %v); not replacing it", path, fi.Mode())
+		return false, fmt.Errorf("dgram: %s exists and is not a socket (mode %v); not replacing it", path, fi.Mode())
+	}
+	if probe, err := net.Dial("unixgram", path); err == nil { // a stale one refuses
+		probe.Close()
+		live = true
 	}
 	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("dgram: replacing stale socket: %w", err)
+		return live, fmt.Errorf("dgram: replacing socket: %w", err)
 	}
-	return nil
+	return live, nil
 }
+
+// TookOver reports that ListenUnixgram replaced the socket of a process
+// still receiving on it: that process's senders now reach this socket,
+// and it no longer receives.
+func (c *Conn) TookOver() bool { return c.tookOver }
 
 // MaxRcvBuf is the largest receive buffer ListenUDP takes: the kernel caps
 // SO_RCVBUF at INT_MAX/2 (and doubles it), and a larger int would wrap to a

@@ -147,6 +147,9 @@ func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if c.TookOver() {
+		t.Error("TookOver after replacing a socket nobody received on")
+	}
 	s, err := DialUnixgram(path, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +159,37 @@ func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := readAll(t, c, NewBatch(1, 64), 1)[0]; string(d.Data) != "hello" {
+		t.Fatalf("read %q", d.Data)
+	}
+}
+
+// TestListenUnixgramTakesOverLiveSocket: the socket of a receiver still
+// running is replaced too, and TookOver says so; senders that dial the
+// path now reach the new socket.
+func TestListenUnixgramTakesOverLiveSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	old, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.TookOver() || old.TookOver() {
+		t.Fatalf("TookOver: new %v, old %v; want true, false", c.TookOver(), old.TookOver())
+	}
+	s, err := DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("to the new one")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, c, NewBatch(1, 64), 1)[0]; string(d.Data) != "to the new one" {
 		t.Fatalf("read %q", d.Data)
 	}
 }

@@ -265,15 +265,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.selfContained = ep.UnixSocket != "" && InContainer(cfg.ProcRoot)
 	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxHeldBytes: cfg.MaxHeldBytes, MaxDatagram: cfg.MaxDatagram,
 		Origins: s.origins, Now: cfg.Now})
-	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
-		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
-			return nil, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)
-		}
-	}
+	// UDP first: a start that fails must not have replaced a socket file
+	// that another relay still receives on.
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
 		if s.conns[UDP], err = dgram.ListenUDP(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
-			s.closeConns()
 			return nil, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)
+		}
+	}
+	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
+		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
+			s.closeConns()
+			return nil, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)
+		}
+		if s.conns[Unix].TookOver() {
+			s.log.Warn("statsrelay: took over the Unix socket path from a process still receiving on it; "+
+				"its senders now reach this relay and it no longer receives (stop it, or check -unix)", "path", cfg.UnixPath)
 		}
 	}
 	if s.conns[Unix] == nil && s.conns[UDP] == nil {

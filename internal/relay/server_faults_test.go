@@ -1267,3 +1267,57 @@ func TestUnixAgentSameContainerSender(t *testing.T) {
 	}
 	checkIdentity(t, st)
 }
+
+// TestFailedStartKeepsLiveSocket: a second relay given the socket path of
+// a running one but a UDP port it cannot bind fails to start and leaves
+// the running relay's socket in place, still reached by senders; one that
+// starts takes the path over and says so in the log.
+func TestFailedStartKeepsLiveSocket(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	first, stop := startServer(t, relay.ServerConfig{UnixPath: sock, AgentURL: ag.URL(), Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	before, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if s, err := relay.NewServer(relay.ServerConfig{UnixPath: sock, UDPAddr: first.Addr(relay.UDP), AgentURL: ag.URL(),
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}); err == nil {
+		s.Run(canceled(), time.Second)
+		t.Fatal("a second relay bound the UDP port the first holds")
+	}
+	if after, err := os.Lstat(sock); err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the running relay's socket after a failed start: %v, %v", after, err)
+	}
+	snd, err := dgram.DialUnixgram(sock, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	if err := snd.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first relay to read the datagram", func() bool { return first.Relay().Stats().Datagrams[relay.Unix] == 1 })
+	if strings.Contains(log.String(), "took over") {
+		t.Errorf("the failed start logged a take-over:\n%s", log.String())
+	}
+
+	second, err := relay.NewServer(relay.ServerConfig{UnixPath: sock, UDPAddr: "-", AgentURL: ag.URL(),
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Run(canceled(), time.Second)
+	if !strings.Contains(log.String(), "took over the Unix socket path from a process still receiving on it") {
+		t.Errorf("no take-over warning:\n%s", log.String())
+	}
+}
+
+// canceled is a context already done: Run then stops at once.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
