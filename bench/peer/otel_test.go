@@ -14,6 +14,7 @@ import (
 	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
 	"github.com/DataDog/datadog-agent/pkg/trace/config"
 	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
+	"github.com/DataDog/datadog-agent/pkg/trace/traceutil"
 	"github.com/DataDog/datadog-agent/pkg/trace/transform"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -93,6 +94,15 @@ var otelRows = []otelRow{
 	{name: "override", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("service.name", "Tax Engine!"), str("operation.name", "Web.Request"), str("resource.name", "custom res"), str("span.type", "worker")}},
 	{name: "nosvc", kind: trace.SpanKindServer, res: []attribute.KeyValue{str("deployment.environment.name", "prod")}},
 	{name: "ressvc", kind: trace.SpanKindClient, under: "local", res: []attribute.KeyValue{str("service.name", "Shop Front"), str("db.system", "redis")}, attrs: []attribute.KeyValue{str("db.statement", "DEL a b")}},
+	// A span's own service under a local parent of the resource's: top-level
+	// (ComputeTopLevel), so an internal span is counted; the same service
+	// once normalized is not.
+	{name: "work", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{str("service.name", "worker")}},
+	{name: "work", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("service.name", "Shop")}},
+	// A db.system that normalizes to nothing is no db.system.
+	{name: "a", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "!!!")}},
+	// Float peer tags, formatted as pdata formats them.
+	{name: "f", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{attribute.Float64("peer.service", 1e21), attribute.Float64("out.host", 1e-7), attribute.Float64("db.instance", 2.5)}},
 }
 
 // dbTypeRows adds a client span for every db.system value the agent knows.
@@ -221,21 +231,21 @@ func (g groupRow) String() string {
 }
 
 // agentGroups computes the groups as the agent does from OTLP: index the
-// spans, GetTopLevelOTelSpans (its default, not by kind), the minimal
-// conversion (GetOTelService, GetOTelOperationNameV2, GetOTelResourceV2,
-// GetOTelSpanType and the semantics lookups) with its default peer-tag
-// keys, the obfuscation of SQL and Redis resources, and the concentrator.
+// spans, the minimal conversion (GetOTelService, GetOTelOperationNameV2,
+// GetOTelResourceV2, GetOTelSpanType and the semantics lookups) with its
+// default peer-tag keys, the obfuscation of SQL and Redis resources,
+// top-level by ComputeTopLevel over each trace's spans (its default, not by
+// kind), and the concentrator.
 func agentGroups(t *testing.T, td ptrace.Traces) map[string]groupRow {
 	conf := config.New()
 	peerKeys := conf.ConfiguredPeerTags()
 	spanByID, resByID, scopeByID := transform.IndexOTelSpans(td)
-	top := transform.GetTopLevelOTelSpans(spanByID, resByID, false)
 	obf := obfuscate.NewObfuscator(obfuscate.Config{})
 	now := time.Now()
 	sc := newSpanConcentrator(now.Add(-time.Minute))
+	chunks := map[uint64]pb.Trace{}
 	for id, span := range spanByID {
-		_, isTop := top[id]
-		dd := transform.OtelSpanToDDSpanMinimal(span, resByID[id], scopeByID[id], isTop, false, conf, peerKeys, nil)
+		dd := transform.OtelSpanToDDSpanMinimal(span, resByID[id], scopeByID[id], false, false, conf, peerKeys, nil)
 		switch dd.Type { // the agent's obfuscateSpanInternal, by type
 		case "sql", "cassandra":
 			if _, err := transform.ObfuscateSQLSpan(obf, dd); err != nil {
@@ -244,11 +254,21 @@ func agentGroups(t *testing.T, td ptrace.Traces) map[string]groupRow {
 		case "redis", "valkey":
 			dd.Resource = obf.QuantizeRedisString(dd.Resource)
 		}
-		ss, ok := sc.NewStatSpanFromPB(dd, peerKeys, nil)
-		if !ok {
-			continue
+		tid := transform.OTelTraceIDToUint64(span.TraceID())
+		chunks[tid] = append(chunks[tid], dd)
+	}
+	for _, chunk := range chunks {
+		// What the agent's Process does with OTLP spans (top-level not
+		// computed by the client): a root, a parent not in the chunk, or a
+		// parent under another service.
+		traceutil.ComputeTopLevel(chunk)
+		for _, dd := range chunk {
+			ss, ok := sc.NewStatSpanFromPB(dd, peerKeys, nil)
+			if !ok {
+				continue
+			}
+			sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "test"}, "", nil, "")
 		}
-		sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "test"}, "", nil, "")
 	}
 	out := map[string]groupRow{}
 	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {

@@ -4,6 +4,7 @@
 package otelstats
 
 import (
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -206,11 +207,35 @@ func appendValue(b []byte, x attribute.Value) []byte {
 	case attribute.BOOL:
 		return strconv.AppendBool(b, x.AsBool())
 	case attribute.FLOAT64:
-		return strconv.AppendFloat(b, x.AsFloat64(), 'f', -1, 64)
+		return appendFloat(b, x.AsFloat64())
 	case attribute.EMPTY:
 		return b
 	}
 	return append(b, x.String()...)
+}
+
+// appendFloat appends f as pdata writes a double: JavaScript's number to
+// string (shortest digits; exponent form below 1e-6 and from 1e21, the
+// exponent without a leading zero), and NaN, Infinity, -Infinity.
+func appendFloat(b []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(b, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(b, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(b, "-Infinity"...)
+	}
+	if a := math.Abs(f); a == 0 || a >= 1e-6 && a < 1e21 {
+		return strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	b = strconv.AppendFloat(b, f, 'e', -1, 64)
+	// Go writes at least two exponent digits: "1e-07" becomes "1e-7".
+	if n := len(b); b[n-4] == 'e' && b[n-2] == '0' {
+		b[n-2] = b[n-1]
+		b = b[:n-1]
+	}
+	return b
 }
 
 // resAttrs are a resource's values by attr, computed once per resource.

@@ -21,17 +21,19 @@ import (
 func Example() {
 	agent := statstest.New() // a real agent listens on http://localhost:8126
 	defer agent.Close()
-	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "prod", Version: "1.2.3"})
+	res := resource.NewWithAttributes("", attribute.String("service.name", "web"),
+		attribute.String("deployment.environment.name", "prod"), attribute.String("service.version", "1.2.3"),
+		// The agent does not compute stats of the exported spans again.
+		attribute.Bool("_dd.stats_computed", true))
+	// Env and version from the resource, as the agent files the spans.
+	agg, err := stats.New(otelstats.ConfigFromResource(stats.Config{AgentURL: agent.URL()}, res))
 	if err != nil {
 		panic(err)
 	}
 	agg.Start()
 
 	tp := sdktrace.NewTracerProvider(
-		// _dd.stats_computed: the agent does not compute stats of the
-		// exported spans again.
-		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "web"),
-			attribute.Bool("_dd.stats_computed", true))),
+		sdktrace.WithResource(res),
 		sdktrace.WithSampler(otelstats.RecordDropped(sdktrace.TraceIDRatioBased(0.1))),
 		// sdktrace.WithBatcher(exporter): exports the sampled spans only;
 		// the stats processor after it (ForceFlush flushes them in order)
@@ -51,8 +53,9 @@ func Example() {
 	if err := agg.Stop(ctx); err != nil {
 		panic(err)
 	}
-	g := agent.Requests()[0].Payload.Buckets[0].Groups[0]
-	fmt.Printf("%s %s %s %s %d hits=%d\n", g.Service, g.Name, g.Resource, g.SpanKind, g.HTTPStatusCode, g.Hits)
+	p := agent.Requests()[0].Payload
+	g := p.Buckets[0].Groups[0]
+	fmt.Printf("env=%s version=%s: %s %s %s %s %d hits=%d\n", p.Env, p.Version, g.Service, g.Name, g.Resource, g.SpanKind, g.HTTPStatusCode, g.Hits)
 	// Output:
-	// web http.server.request GET /users/{id} server 200 hits=20
+	// env=prod version=1.2.3: web http.server.request GET /users/{id} server 200 hits=20
 }

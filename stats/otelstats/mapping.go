@@ -10,6 +10,7 @@ import (
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -56,10 +57,12 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 	if p.topLevelByKind {
 		sp.TopLevel = sp.TraceRoot || kind == trace.SpanKindServer || kind == trace.SpanKindConsumer
 	} else {
-		// GetTopLevelOTelSpans: a root, or a parent elsewhere (remote). A
-		// local parent ended in this process under the same resource, so
-		// under the same service by the agent's comparison.
-		sp.TopLevel = sp.TraceRoot || parent.IsRemote()
+		// ComputeTopLevel, as the agent runs it on the OTLP spans it
+		// receives: a root, a parent elsewhere (remote), or a parent under
+		// another service. A local parent shares the span's resource: it
+		// is taken to be under the resource's service, which a span's own
+		// service.name overrides.
+		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.overridesService(&v, sp.Service)
 	}
 	if m, ok := v.int(aDDMeasured); ok && m == 1 {
 		sp.Measured = true
@@ -78,6 +81,22 @@ func (p *Processor) service(v *view) string {
 		svc = defaultService
 	}
 	return p.services.strS(svc, func(s string) string {
+		n, _ := normalize.NormalizeService(s, "")
+		return n
+	})
+}
+
+// overridesService reports whether the span's own service.name makes its
+// service (svc) another than the resource's (normalized, else the default).
+func (p *Processor) overridesService(v *view, svc string) bool {
+	if x, ok := v.spanValue(aServiceName); !ok || x.Type() != attribute.STRING || x.AsString() == "" {
+		return false
+	}
+	res := defaultService
+	if x := v.res.vals[aServiceName]; x.Type() == attribute.STRING && x.AsString() != "" {
+		res = x.AsString()
+	}
+	return svc != p.services.strS(res, func(s string) string {
 		n, _ := normalize.NormalizeService(s, "")
 		return n
 	})
@@ -130,8 +149,8 @@ func appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
 			return append(b, "http.client.request"...)
 		}
 	}
-	if db := dbSystem(v); db != "" && isClient {
-		return append(append(b, normalize.NormalizeTagValue(db)...), ".query"...)
+	if db := normalize.NormalizeTagValue(dbSystem(v)); db != "" && isClient { // normalized, then tested
+		return append(append(b, db...), ".query"...)
 	}
 	if sys, op := tagValue(v, aMessagingSystem), tagValue(v, aMessagingOperation); sys != "" && op != "" {
 		switch kind {
@@ -217,11 +236,11 @@ func spanType(v *view, kind trace.SpanKind) string {
 	case trace.SpanKindServer:
 		return "web"
 	case trace.SpanKindClient:
-		db := dbSystem(v)
+		db := normalize.NormalizeTagValue(dbSystem(v)) // normalized, then tested
 		if db == "" {
 			return "http"
 		}
-		if t, ok := dbTypes[normalize.NormalizeTagValue(db)]; ok {
+		if t, ok := dbTypes[db]; ok {
 			return t
 		}
 		return "db"

@@ -36,8 +36,8 @@ type config struct {
 // WithTopLevelBySpanKind computes top-level spans by span kind, as the agent
 // does with enable_otlp_compute_top_level_by_span_kind: a root, server or
 // consumer span is top-level, and client and producer spans are measured.
-// The default is the agent's default: a root span, or one whose parent is
-// remote.
+// The default is the agent's default: a root span, one whose parent is
+// remote, or one whose own service.name differs from its resource's.
 func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
 
 // WithPeerTagKeys replaces DefaultPeerTagKeys: the attribute keys read as

@@ -3,6 +3,7 @@ package otelstats
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -124,7 +125,12 @@ func TestMapping(t *testing.T) {
 				TopLevel: true, TraceRoot: true, Error: true}},
 		{"internal, span service wins, measured", svcRes, spanSpec{name: "compute Tax", kind: trace.SpanKindInternal, local: true, attrs: []attribute.KeyValue{
 			attribute.String("service.name", "Tax Engine"), attribute.Int("_dd.measured", 1)}},
-			stats.Span{Service: "tax_engine", Name: "Internal", Resource: "compute Tax", Type: "custom", SpanKind: "internal", Measured: true}},
+			// Its local parent is under the resource's service: top-level,
+			// as the agent's ComputeTopLevel finds it.
+			stats.Span{Service: "tax_engine", Name: "Internal", Resource: "compute Tax", Type: "custom", SpanKind: "internal", Measured: true, TopLevel: true}},
+		{"internal, span service the resource's once normalized", svcRes, spanSpec{name: "compute Tax", kind: trace.SpanKindInternal, local: true, attrs: []attribute.KeyValue{
+			attribute.String("service.name", "Checkout"), attribute.Int("_dd.measured", 1)}},
+			stats.Span{Service: "checkout", Name: "Internal", Resource: "compute Tax", Type: "custom", SpanKind: "internal", Measured: true}},
 		{"no service anywhere", nil, spanSpec{name: "work", kind: trace.SpanKindInternal},
 			stats.Span{Service: "otlpresourcenoservicename", Name: "Internal", Resource: "work", Type: "custom", SpanKind: "internal", TopLevel: true, TraceRoot: true}},
 	} {
@@ -328,5 +334,45 @@ func TestPeerTagKeysDeduplicated(t *testing.T) {
 		attrs: []attribute.KeyValue{attribute.String("peer.service", "billing")}})
 	if want := []string{"peer.service:billing"}; !slices.Equal(got.PeerTags, want) {
 		t.Fatalf("peer tags %q, want %q", got.PeerTags, want)
+	}
+}
+
+// TestAppendFloat: doubles are written as pdata's Value.AsString writes
+// them (JavaScript's number to string), so a float peer tag keys the same
+// group as the agent's.
+func TestAppendFloat(t *testing.T) {
+	for _, tc := range []struct {
+		f    float64
+		want string
+	}{
+		{0, "0"}, {2.5, "2.5"}, {-3, "-3"}, {123456.789, "123456.789"},
+		{1e-6, "0.000001"}, {1e20, "100000000000000000000"},
+		{1e-7, "1e-7"}, {-1.5e-7, "-1.5e-7"}, {1e21, "1e+21"}, {1e100, "1e+100"}, {1e-100, "1e-100"},
+		{math.NaN(), "NaN"}, {math.Inf(1), "Infinity"}, {math.Inf(-1), "-Infinity"},
+	} {
+		if got := string(appendFloat([]byte("x="), tc.f)); got != "x="+tc.want {
+			t.Errorf("appendFloat(%g) = %q, want %q", tc.f, got, "x="+tc.want)
+		}
+	}
+}
+
+// TestConfigFromResource: env and version come from the resource as the
+// agent reads them (the current env key first, normalized); what the
+// Config sets stays.
+func TestConfigFromResource(t *testing.T) {
+	res := resource.NewWithAttributes("", attribute.String("deployment.environment", "old"),
+		attribute.String("deployment.environment.name", "Prod EU"), attribute.String("service.version", "2.0.1"))
+	if c := ConfigFromResource(stats.Config{}, res); c.Env != "prod_eu" || c.Version != "2.0.1" {
+		t.Errorf("from the resource: env %q version %q, want prod_eu, 2.0.1", c.Env, c.Version)
+	}
+	if c := ConfigFromResource(stats.Config{Env: "staging"}, res); c.Env != "staging" || c.Version != "2.0.1" {
+		t.Errorf("Config's env kept: env %q version %q", c.Env, c.Version)
+	}
+	old := resource.NewWithAttributes("", attribute.String("deployment.environment", "qa"), attribute.Int("service.version", 3))
+	if c := ConfigFromResource(stats.Config{}, old); c.Env != "qa" || c.Version != "" {
+		t.Errorf("older key, non-string version: env %q version %q, want qa and none", c.Env, c.Version)
+	}
+	if c := ConfigFromResource(stats.Config{Env: "x"}, nil); c.Env != "x" {
+		t.Errorf("nil resource changed the Config: %+v", c)
 	}
 }

@@ -1,0 +1,40 @@
+// This file fills an Aggregator's Config from the TracerProvider's resource,
+// so the stats are filed under the env and version the agent files the
+// exported spans under.
+
+package otelstats
+
+import (
+	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
+
+	"github.com/spanstats/spanstats/stats"
+)
+
+// ConfigFromResource returns c with Env and Version, where c leaves them
+// empty, taken from r as the agent reads them from OTLP spans:
+// deployment.environment.name (else deployment.environment) and
+// service.version, normalized as tag values. Without them the agent files
+// the stats under its default env while the spans go under the resource's.
+// A value set here is not replaced by DD_ENV or DD_VERSION.
+func ConfigFromResource(c stats.Config, r *resource.Resource) stats.Config {
+	if r == nil {
+		return c
+	}
+	get := func(keys ...attribute.Key) string {
+		for _, k := range keys {
+			if v, ok := r.Set().Value(k); ok && v.Type() == attribute.STRING && v.AsString() != "" {
+				return normalize.NormalizeTagValue(v.AsString())
+			}
+		}
+		return ""
+	}
+	if c.Env == "" {
+		c.Env = get("deployment.environment.name", "deployment.environment")
+	}
+	if c.Version == "" {
+		c.Version = get("service.version")
+	}
+	return c
+}
