@@ -176,8 +176,12 @@ func (a *Aggregator) Clear() {
 // Stop drains the inbox, sends a final report and ends every goroutine.
 // Payloads still waiting for a retry (the agent answered 5xx, or 404 and
 // may come back) get their retries at their backoff for up to
-// Config.StopRetryWindow (default 5 s), then one last attempt: Stop may
-// take that long against an agent that keeps failing. If ctx ends first, it returns ctx's error within moments: in-flight
+// Config.StopRetryWindow (default 5 s), no request starting after it,
+// then one last attempt each: against an agent that keeps failing Stop
+// may take that long, plus a request Timeout for the requests in flight
+// as the window ends and one per payload still waiting (a hung agent);
+// give ctx a deadline to bound it. If ctx ends first, it returns ctx's
+// error within moments: in-flight
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.
 // Spans published after Stop begins are counted in Health.AfterStop.

@@ -259,8 +259,9 @@ type Config struct {
 	// StopRetryWindow is the longest Stop spends on the retries of payloads
 	// the agent refused for a moment (5xx, timeouts, a 404 while /info
 	// may list the stats endpoint again): they go at their backoff within
-	// this window and Stop's ctx; what is left is given one last attempt
-	// (default DefaultStopRetryWindow, at most MaxMaxRetryBackoff).
+	// this window and Stop's ctx, none starting after it; what is left is
+	// given one last attempt (default DefaultStopRetryWindow, at most
+	// MaxMaxRetryBackoff).
 	StopRetryWindow time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
 	// counts (datadog.tracer.stats.*) after each report, from the sender

@@ -176,6 +176,10 @@ type Client struct {
 	// payload is split before it is sent, as a 413 would have it.
 	maxBody int64
 	rng     *rand.Rand
+	// cutoff, while Final runs its window, is when the window ends: a pass
+	// started before it posts nothing after it (the rest waits for the
+	// last attempt), so one pass cannot carry the window by its length.
+	cutoff time.Time
 }
 
 // New returns a client of cfg.Endpoint reporting to obs. Ending ctx aborts
@@ -216,12 +220,16 @@ func (c *Client) Send(p *Payload) { c.attempt(p) }
 func (c *Client) SendAll(ps []*Payload) {
 	if c.cfg.Parallel == 1 || len(ps) == 1 {
 		for _, p := range ps {
+			if c.pastCutoff() {
+				c.wait(p)
+				continue
+			}
 			c.attempt(p)
 		}
 		return
 	}
 	errs := make([]error, len(ps))
-	posted := make([]bool, len(ps))
+	posted, waits := make([]bool, len(ps)), make([]bool, len(ps))
 	slots := make(chan struct{}, c.cfg.Parallel)
 	var wg sync.WaitGroup
 	for i, p := range ps {
@@ -229,6 +237,11 @@ func (c *Client) SendAll(ps []*Payload) {
 			continue // attempt drops or splits it below, unposted
 		}
 		slots <- struct{}{}
+		if c.pastCutoff() {
+			<-slots
+			waits[i] = true
+			continue
+		}
 		posted[i] = true
 		wg.Go(func() {
 			defer func() { <-slots }()
@@ -237,12 +250,26 @@ func (c *Client) SendAll(ps []*Payload) {
 	}
 	wg.Wait()
 	for i, p := range ps {
-		if posted[i] {
+		switch {
+		case posted[i]:
 			c.settle(p, errs[i])
-		} else {
+		case waits[i]:
+			c.wait(p)
+		default:
 			c.attempt(p)
 		}
 	}
+}
+
+// pastCutoff says Final's window has ended: a pass posts nothing more.
+func (c *Client) pastCutoff() bool { return !c.cutoff.IsZero() && !time.Now().Before(c.cutoff) }
+
+// wait puts p back among the retries, due now and not attempted: Final
+// gives it its last attempt.
+func (c *Client) wait(p *Payload) {
+	p.due = time.Now()
+	c.retries = append(c.retries, p)
+	c.retryLen += len(p.Body)
 }
 
 // NextDue is when RunDue has work without a new payload: the earliest
@@ -286,27 +313,37 @@ func (c *Client) RunDue(now time.Time) {
 // Final runs the payloads waiting for a retry at their due times (and the
 // /info polls, while the agent is off or /info stale) until none waits,
 // within passes or the client's context ends (the owner's deadline for its
-// stop). Then what still waits gets one last immediate attempt (none if
-// the context ended); what fails is dropped and reported. An agent that
-// refuses for a moment as the process stops (a 503, a restart) gets the
-// retry budget, not one attempt; a retry is not brought forward, which
-// would spend it on an agent that failed a moment ago.
+// stop). No request starts after the window; then what still waits gets
+// one last immediate attempt (none if the context ended); what fails is
+// dropped and reported. So Final takes at most within, plus a Timeout for
+// the requests in flight as the window ends, plus one Timeout per
+// Parallel payloads waiting. An agent that refuses for a moment as the
+// process stops (a 503, a restart) gets the retry budget, not one
+// attempt; a retry is not brought forward, which would spend it on an
+// agent that failed a moment ago.
 func (c *Client) Final(within time.Duration) {
-	end := time.NewTimer(within)
-	defer end.Stop()
+	deadline := time.Now().Add(within)
+	c.cutoff = deadline
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for ended := false; len(c.retries) > 0 && c.ctx.Err() == nil && !ended; {
+window:
+	for len(c.retries) > 0 && c.ctx.Err() == nil {
 		d, _ := c.NextDue()
+		last := !d.Before(deadline) // due after the window: the last attempt at its end
+		if last {
+			d = deadline
+		}
 		timer.Reset(max(time.Until(d), 0))
 		select {
 		case <-timer.C:
+			if last {
+				break window
+			}
 			c.RunDue(time.Now())
-		case <-end.C:
-			ended = true
 		case <-c.ctx.Done():
 		}
 	}
+	c.cutoff = time.Time{}
 	rs := c.retries
 	c.retries, c.retryLen = nil, 0
 	if err := c.ctx.Err(); err != nil {

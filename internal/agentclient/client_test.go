@@ -968,6 +968,52 @@ func TestFinalWithinAndAfterContext(t *testing.T) {
 	}
 }
 
+// TestFinalHungAgentIsBounded: an agent that reads each body and never
+// answers; four payloads wait. No request starts after the window, and
+// the last attempt goes to each payload once: Final takes the window, the
+// requests in flight as it ends, and one Timeout per payload, not passes
+// begun in the window running on past it.
+func TestFinalHungAgentIsBounded(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	for _, parallel := range []int{1, 2} {
+		posts.Store(0)
+		cfg := testConfig(srv.URL)
+		cfg.Timeout, cfg.Parallel = 200*time.Millisecond, parallel
+		cfg.RetryBackoff, cfg.MaxRetryBackoff = 10*time.Millisecond, 10*time.Millisecond
+		obs := &counting{}
+		c := New(context.Background(), cfg, obs)
+		const n, within = 4, 50 * time.Millisecond
+		ps := make([]*Payload, n)
+		for i := range ps {
+			ps[i] = &Payload{Body: splitBody(), Hits: 1}
+		}
+		c.SendAll(ps) // each times out and waits for a retry
+		before := posts.Load()
+		start := time.Now()
+		c.Final(within)
+		took := time.Since(start)
+		c.Close()
+		// The window, the requests in flight at its end (one Timeout), the
+		// last attempts (n/parallel Timeouts), and room for a slow host.
+		bound := within + cfg.Timeout + time.Duration(n/parallel)*cfg.Timeout + 300*time.Millisecond
+		if took > bound || obs.dropped != n || obs.sent != 0 {
+			t.Errorf("parallel %d: Final(%v) took %v (bound %v), %d posts, dropped %d of %d",
+				parallel, within, took, bound, posts.Load()-before, obs.dropped, n)
+		}
+		// Within the window at most one pass (a request each); then one
+		// last attempt each.
+		if got := posts.Load() - before; got < n || got > 2*n {
+			t.Errorf("parallel %d: %d posts in Final for %d payloads, want %d..%d", parallel, got, n, n, 2*n)
+		}
+	}
+}
+
 // TestStaleInfoBacksOffWhileSending: an /info that keeps failing (a proxy
 // in front of the agent blocks it) while the agent takes every payload is
 // polled at doubling waits towards InfoRefresh: a payload taken does not
