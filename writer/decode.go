@@ -11,11 +11,12 @@ import (
 	"github.com/spanstats/spanstats/aggregate"
 )
 
-// Limits of DecodePayload. Memory is also bounded by the input: no slice is
-// preallocated beyond what the remaining bytes could hold, and a payload
-// carries at most one group per MinWireGroupBytes of it and one string-array
-// element per MinWireStringBytes (a decoded group or string is many times
-// larger than the least its encoding takes).
+// Limits of DecodePayload. Memory is also bounded by the input (sketches
+// aside: see DecodePayload): no slice is preallocated beyond what the
+// remaining bytes could hold, and a payload carries at most one group per
+// MinWireGroupBytes of it and one string-array element per
+// MinWireStringBytes (a decoded group or string is many times larger than
+// the least its encoding takes).
 const (
 	// MaxBuckets is the most buckets one payload may carry.
 	MaxBuckets = 1 << 12
@@ -65,6 +66,14 @@ type Payload struct {
 // Errors carry the field path in msgp's style (see msgp.WrapError), e.g.
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
+//
+// Each summary becomes a Sketch whose store spans its lowest to its highest
+// bin, up to 2048 bins (16 KiB), however few bins it encodes: two bins far
+// apart take 40 bytes on the wire and several KiB decoded. It is meant for
+// payloads this process wrote (Split) and for tests; a receiver of
+// untrusted input decodes with a Decoder with WireSketches set, whose
+// memory stays a small multiple of the input (the relay's
+// TestWideSketchesCannotAmplify).
 func DecodePayload(b []byte) (*Payload, error) {
 	return decodeInto(b, &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b)}, new(Payload))
 }
