@@ -429,6 +429,14 @@ func (c *Config) headerFits(datagrams bool) error {
 	if n := writer.HeaderSize(&h); n > limit/maxHeaderShare {
 		return fmt.Errorf("%w: the payload header (Tags and the other identity fields) is %d bytes, over 1/%d of %s (%d)", ErrBadConfig, n, maxHeaderShare, name, limit)
 	}
+	// The relay's decoder, and Split's, take at most one array string per
+	// MinWireStringBytes of a payload, so that empty strings cannot make
+	// them allocate: many Tags shorter than that would fail every payload
+	// holding few groups (the final datagram holds none).
+	if _, err := writer.DecodePayload(writer.AppendPayload(nil, &h, nil)); err != nil {
+		return fmt.Errorf("%w: %d Tags, most of them shorter than %d bytes: the relay and the 413 split would not decode the payloads (%v); join or drop the short ones",
+			ErrBadConfig, len(c.Tags), writer.MinWireStringBytes-1, err)
+	}
 	return nil
 }
 

@@ -287,6 +287,38 @@ func TestHeaderTooLarge(t *testing.T) {
 	}
 }
 
+// TestShortTagsDecodable: Tags that would make a payload of few groups
+// undecodable by the relay (too many array strings for its size) are
+// refused by New; the same count of key:value tags is accepted, and the
+// header-only payload (the final datagram) of an accepted Config decodes.
+func TestShortTagsDecodable(t *testing.T) {
+	for _, tc := range []struct {
+		tag string
+		ok  bool
+	}{{"ab", false}, {"a", false}, {"a:b", true}, {"env:prod", true}} {
+		tags := make([]string, 400)
+		for i := range tags {
+			tags[i] = tc.tag
+		}
+		c, err := Config{AgentURL: "unixgram:///run/relay.sock", Service: "s", Tags: tags}.withDefaults()
+		if !tc.ok {
+			if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "400 Tags") {
+				t.Errorf("400 Tags %q: %v, want ErrBadConfig naming them", tc.tag, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("400 Tags %q: %v", tc.tag, err)
+		}
+		h := headerOf(&c)
+		b := writer.AppendPayload(nil, &h, nil)
+		var d writer.Decoder
+		if _, err := d.Decode(b, len(b)/writer.MinWireGroupBytes); err != nil {
+			t.Errorf("400 Tags %q: the relay's decoder refuses the header-only payload: %v", tc.tag, err)
+		}
+	}
+}
+
 // TestLongTagsFromEnvironment: DD_TAGS that would crowd groups out of
 // every datagram is logged and ignored, as any unusable environment
 // value; the same Tags set in the Config are refused.
