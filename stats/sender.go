@@ -5,6 +5,7 @@ package stats
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -63,6 +64,7 @@ type sender struct {
 	peerTags      atomic.Pointer[[]string]
 	fixedPeerTags bool
 	clear         func()
+	switches      agentclient.SwitchLog // the agent's returns, rate-limited
 	health        func() Health
 	metrics       *emitter
 	done          chan struct{}
@@ -318,10 +320,10 @@ func (s *sender) Off(switched bool) {
 	s.clear()
 }
 
-// On logs the agent's return (the rate-limited trouble log says when it
+// On logs the agent's return, rate-limited (the trouble log says when it
 // went off).
 func (s *sender) On() {
-	s.logs.log.Info("spanstats: the agent accepts client stats again; aggregating")
+	s.switches.Log(s.logs.log, true, slog.LevelInfo, "spanstats: the agent accepts client stats again; aggregating")
 }
 
 // Info counts the read and hands the agent's peer tags to the consumer.

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,8 @@ type forwarder struct {
 	runtimeID string
 	seq       uint64
 	trouble   *troubleLog
-	packer    writer.Packer // one request per identity, more beyond MaxPayloadBytes
+	switches  agentclient.SwitchLog // the agent going off and back, rate-limited
+	packer    writer.Packer         // one request per identity, more beyond MaxPayloadBytes
 }
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
@@ -213,13 +215,13 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 // /info lists the stats endpoint again.
 func (f *forwarder) Off(switched bool) {
 	if switched {
-		f.s.log.Warn("statsrelay: the agent does not accept client stats; holding payloads within the retry budget, then dropping them, until /info lists /v0.6/stats")
+		f.switches.Log(f.s.log, false, slog.LevelWarn, "statsrelay: the agent does not accept client stats; holding payloads within the retry budget, then dropping them, until /info lists /v0.6/stats")
 	}
 }
 
 // On logs the agent's return.
 func (f *forwarder) On() {
-	f.s.log.Info("statsrelay: the agent accepts client stats again; forwarding")
+	f.switches.Log(f.s.log, true, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
 }
 
 // Info needs nothing: the relay forwards every peer tag it was sent.
