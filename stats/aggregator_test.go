@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -464,4 +465,61 @@ func FuzzPublish(f *testing.F) {
 			t.Fatalf("decoded %d hits; counted %d, ineligible %d of 3", out.hits, h.Counted, h.Ineligible)
 		}
 	})
+}
+
+// TestTypeTwinsInSeparateBuckets: spans that differ only in Type reach the
+// agent in separate buckets of the same start, each group once with its
+// own counts: in one bucket the agent's intake would credit one's counts
+// to the other's Type (see writer.TypeSplitter). The other groups stay in
+// the first bucket.
+func TestTypeTwinsInSeparateBuckets(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	now := time.Now().UnixNano()
+	hits := map[string]uint64{"web": 3, "http": 5, "": 7}
+	for typ, n := range hits {
+		for range n {
+			a.Publish(&Span{Service: "web", Name: "op", Resource: "GET /", Type: typ, SpanKind: "server", Start: now - 1000, Duration: 1000})
+		}
+	}
+	a.Publish(&Span{Service: "web", Name: "op", Resource: "other", Type: "web", SpanKind: "server", Start: now - 1000, Duration: 1000})
+	stop(t, a)
+	var buckets []writer.DecodedBucket
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		buckets = append(buckets, r.Payload.Buckets...)
+	}
+	if len(buckets) != 3 {
+		t.Fatalf("%d buckets, want 3 (one per twin of GET /): %+v", len(buckets), buckets)
+	}
+	got := map[string]uint64{}
+	for i, b := range buckets {
+		if b.Start != buckets[0].Start || b.Duration != buckets[0].Duration {
+			t.Errorf("bucket %d: start %d duration %d, want the first's %d %d", i, b.Start, b.Duration, buckets[0].Start, buckets[0].Duration)
+		}
+		for _, g := range b.Groups {
+			if g.Resource == "other" {
+				if i != 0 || g.Hits != 1 {
+					t.Errorf("the group without twins is in bucket %d with %d hits, want bucket 0 with 1", i, g.Hits)
+				}
+				continue
+			}
+			if _, dup := got[g.Type]; dup {
+				t.Errorf("Type %q twice", g.Type)
+			}
+			got[g.Type] = g.Hits
+		}
+		twins := 0
+		for _, g := range b.Groups {
+			if g.Resource == "GET /" {
+				twins++
+			}
+		}
+		if twins != 1 {
+			t.Errorf("bucket %d holds %d groups of GET /, want 1", i, twins)
+		}
+	}
+	if !maps.Equal(got, hits) {
+		t.Fatalf("hits by Type %v, want %v", got, hits)
+	}
 }

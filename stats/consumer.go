@@ -79,7 +79,11 @@ type consumer struct {
 	// packer cuts a report into payloads of at most Config.MaxPayloadBytes,
 	// or datagrams with room for the envelope before each payload.
 	packer writer.Packer
-	done   chan struct{}
+	// twins lays out each report's buckets so that groups differing only
+	// in Type reach the agent in separate buckets; laid holds the result.
+	twins writer.TypeSplitter
+	laid  []writer.Bucket
+	done  chan struct{}
 
 	table     *aggregate.Table
 	batch     []aggregate.Record

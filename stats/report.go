@@ -73,9 +73,12 @@ func (c *consumer) report(n int, done chan error) {
 func (c *consumer) send(m int, done chan error) {
 	r := &report{done: done, final: c.final}
 	c.finalSent = c.finalSent || c.final
-	c.packer.Pack(&c.header, c.buckets[:m], func(body []byte, hits uint64) {
+	c.laid = c.twins.Split(c.laid[:0], c.buckets[:m])
+	c.packer.Pack(&c.header, c.laid, func(body []byte, hits uint64) {
 		r.parts = append(r.parts, part{body: body, hits: hits})
 	})
+	c.twins.Release()
+	clear(c.laid) // do not pin entries the table may discard
 	if c.final && c.packer.Reserve > 0 {
 		// To a relay: should the last part not be written (one group over
 		// the limit, the relay gone), the final flag and the drops go out

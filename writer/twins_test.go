@@ -1,0 +1,56 @@
+package writer
+
+import (
+	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
+)
+
+// TestTypeSplitterLayers: groups of one bucket that differ only in Type go
+// to separate buckets of the bucket's start, length and shift, the n-th of
+// a key in the n-th; others stay in the first; a bucket without twins is
+// passed as it is; a second bucket's layers follow the first's.
+func TestTypeSplitterLayers(t *testing.T) {
+	entry := func(typ, resource string, peer ...string) *aggregate.Entry {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource, e.Type, e.SpanKind, e.PeerTags = "web", "op", resource, typ, "client", peer
+		return e
+	}
+	web, http, sql := entry("web", "r"), entry("http", "r"), entry("sql", "r")
+	other, peered := entry("web", "s"), entry("http", "r", "peer.service:db") // another resource; other peer tags
+	plain := []*aggregate.Entry{entry("web", "x"), entry("web", "y")}
+	var s TypeSplitter
+	for round := range 2 { // the second reuses the first's memory
+		src := []Bucket{
+			{Start: 10, Duration: 5, AgentTimeShift: 3, Groups: []*aggregate.Entry{web, other, http, peered, sql}},
+			{Start: 20, Duration: 10, Groups: plain},
+		}
+		got := s.Split(nil, src)
+		want := []Bucket{
+			{Start: 10, Duration: 5, AgentTimeShift: 3, Groups: []*aggregate.Entry{web, other, peered}},
+			{Start: 10, Duration: 5, AgentTimeShift: 3, Groups: []*aggregate.Entry{http}},
+			{Start: 10, Duration: 5, AgentTimeShift: 3, Groups: []*aggregate.Entry{sql}},
+			{Start: 20, Duration: 10, Groups: plain},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d buckets, want %d: %+v", round, len(got), len(want), got)
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.Start != w.Start || g.Duration != w.Duration || g.AgentTimeShift != w.AgentTimeShift || len(g.Groups) != len(w.Groups) {
+				t.Fatalf("round %d: bucket %d is %+v, want %+v", round, i, g, w)
+			}
+			for j := range w.Groups {
+				if g.Groups[j] != w.Groups[j] {
+					t.Fatalf("round %d: bucket %d group %d is %s/%s, want %s/%s", round, i, j, g.Groups[j].Type, g.Groups[j].Resource, w.Groups[j].Type, w.Groups[j].Resource)
+				}
+			}
+		}
+		s.Release()
+	}
+	src := []Bucket{{Start: 10, Duration: 5, Groups: []*aggregate.Entry{web, other, http, peered, sql}}}
+	dst := make([]Bucket, 0, 8)
+	if a := testing.AllocsPerRun(100, func() { dst = s.Split(dst[:0], src); s.Release() }); a != 0 {
+		t.Errorf("Split of a shape laid out before allocates %.1f times", a)
+	}
+}
