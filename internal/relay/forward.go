@@ -224,8 +224,12 @@ func (f *forwarder) On() {
 	f.switches.Log(f.s.log, true, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
 }
 
-// Info needs nothing: the relay forwards every peer tag it was sent.
-func (f *forwarder) Info(*agentclient.Info) {}
+// Info hands the agent's peer_tags list to the Relay.
+func (f *forwarder) Info(info *agentclient.Info) {
+	if info.PeerTags != nil {
+		f.s.relay.SetPeerTagKeys(info.PeerTags)
+	}
+}
 
 func (s *Server) countRequest(code string) {
 	c, _ := s.requests.LoadOrStore(code, new(atomic.Uint64))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,9 @@ type Stats struct {
 	Groups, Senders int
 	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
 	HeldBytes int
+	// PeerTagKeys is how many keys the agent's peer_tags list in effect
+	// holds (SetPeerTagKeys); 0 until it is known, every key kept.
+	PeerTagKeys int
 	// SeqGaps counts datagrams missing between two of one sender, once
 	// missing at two harvests in a row (see sender); SeqRestarts the
 	// senders that started over at sequence 1; SeqLate the datagrams whose
@@ -120,6 +124,9 @@ type Relay struct {
 
 	datagrams, bytes [NumTransports]atomic.Uint64
 	rejected         [NumReasons]atomic.Uint64
+	// peerKeys is the agent's peer_tags list (nil until known: every key
+	// kept), as the SDK applies it when it posts itself (SetPeerTagKeys).
+	peerKeys atomic.Pointer[map[string]struct{}]
 
 	// One mutex over the merge: decode, check and hashing, the costly part,
 	// run outside it on each worker.
@@ -246,7 +253,7 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 		}
 	}
 	h := r.hashers.Get().(*hasher)
-	pp := prepare(p, h, local)
+	pp := prepare(p, h, local, r.peerKeys.Load())
 	pp.dec = dec
 	sender := h.runtimeID(p.RuntimeID)
 	r.merge(&pp, env, sequenced, sender, mismatch, now.UnixNano())
@@ -283,10 +290,44 @@ func (r *Relay) merge(pp *prepared, env writer.Envelope, sequenced bool, sender 
 // mapHeader reports whether c starts a msgpack map (fixmap, map16, map32).
 func mapHeader(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 
-// prepare makes p's tag lists sets and hashes its identity and the groups
+// SetPeerTagKeys keeps, from the payloads merged from now on, only the
+// peer tags whose key is in keys: the agent's /info peer_tags, which an
+// SDK sending to the relay cannot read, and which the agent itself does
+// not apply to client stats. nil keeps every tag.
+func (r *Relay) SetPeerTagKeys(keys []string) {
+	if keys == nil {
+		r.peerKeys.Store(nil)
+		return
+	}
+	m := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	r.peerKeys.Store(&m)
+}
+
+// keepPeerKeys filters tags in place to those whose key ("key" of
+// "key:value") is in keys.
+func keepPeerKeys(tags []string, keys map[string]struct{}) []string {
+	kept := tags[:0]
+	for _, t := range tags {
+		k := t
+		if c := strings.IndexByte(t, ':'); c >= 0 {
+			k = t[:c]
+		}
+		if _, ok := keys[k]; ok {
+			kept = append(kept, t)
+		}
+	}
+	clear(tags[len(kept):])
+	return kept
+}
+
+// prepare makes p's tag lists sets, keeps of its peer tags those whose key
+// is in peerKeys (when not nil), and hashes its identity and the groups
 // that have hits (the only ones merged): hostile groups of no hits cost no
 // hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
-func prepare(p *writer.Payload, h *hasher, local bool) prepared {
+func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]struct{}) prepared {
 	p.Tags = asSet(p.Tags)
 	pp := prepared{p: p, local: local, idHash: h.identity(&p.Header) ^ uint64(b2u(local))}
 	n := 0
@@ -306,6 +347,9 @@ func prepare(p *writer.Payload, h *hasher, local bool) prepared {
 			g := &gs[gi]
 			if g.Hits == 0 {
 				continue
+			}
+			if peerKeys != nil {
+				g.PeerTags = keepPeerKeys(g.PeerTags, *peerKeys)
 			}
 			g.PeerTags = asSet(g.PeerTags)
 			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)
@@ -375,6 +419,9 @@ func (r *Relay) Stats() Stats {
 		s.SpansDropped[k] = v
 	}
 	s.Groups, s.Senders, s.HeldBytes = r.st.groups, len(r.senders.m), r.st.bytes
+	if k := r.peerKeys.Load(); k != nil {
+		s.PeerTagKeys = len(*k)
+	}
 	s.SeqGaps, s.SeqRestarts, s.SeqLate = r.senders.gaps, r.senders.restarts, r.senders.late
 	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
 	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed

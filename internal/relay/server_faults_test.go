@@ -570,6 +570,45 @@ func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
 	}
 }
 
+// TestAgentPeerTagList: the agent's /info peer_tags list applies to what
+// the relay merges, as an SDK posting itself applies it: tags of other keys
+// are left out, and groups that differed only in them merge.
+func TestAgentPeerTagList(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"},
+		"peer_tags": []string{"peer.service", "db.instance"}})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 2 })
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i := range 3 {
+		g := writer.Group{}
+		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "pg.query", "client", 5, 50
+		g.PeerTags = []string{"peer.hostname:pg-" + strconv.Itoa(i), "peer.service:users-db", "db.instance:users", "nokey"}
+		pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "three datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 15 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 || len(reqs[0].Payload.Buckets) != 1 || len(reqs[0].Payload.Buckets[0].Groups) != 1 {
+		t.Fatalf("want one request of one merged group, got %+v", reqs)
+	}
+	g := reqs[0].Payload.Buckets[0].Groups[0]
+	if g.Hits != 15 || strings.Join(g.PeerTags, ",") != "db.instance:users,peer.service:users-db" {
+		t.Fatalf("merged group: %d hits, peer tags %q; want 15 hits under the listed keys only", g.Hits, g.PeerTags)
+	}
+}
+
 // TestTroubleIsLogged: what the metrics count as lost is in the log too, by
 // kind and with its counts: malformed datagrams, a request the agent
 // refuses, the spans it carried. The log lines come at the latest when the
