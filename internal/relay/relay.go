@@ -248,8 +248,14 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {
 		if o := r.origins.originAt(pid, now.UnixNano()); o.known {
-			mismatch = claimed != "" && claimed != o.id
-			p.ContainerID, local = o.id, o.local
+			local = o.local
+			// Credentials win, but for a sender in the relay's own
+			// cgroup when that names no container: they cannot
+			// contradict its claim (the container the relay runs in).
+			if o.id != "" || !o.local {
+				mismatch = claimed != "" && claimed != o.id
+				p.ContainerID = o.id
+			}
 		}
 	}
 	h := r.hashers.Get().(*hasher)

@@ -1307,6 +1307,47 @@ func TestUnixAgentSameContainerSender(t *testing.T) {
 	checkIdentity(t, st)
 }
 
+// TestSameContainerSenderKeepsItsClaim: a Unix sender in the relay's own
+// cgroup, which names no container, claims one: the credentials cannot
+// contradict it, so the claim reaches the agent, and no mismatch is
+// counted.
+func TestSameContainerSenderKeepsItsClaim(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: root, UDPAddr: "-"})
+	defer stop()
+	snd, err := dgram.DialUnixgram(srv.Addr(relay.Unix), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	g := writer.Group{}
+	g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "op", "server", 4, 40
+	pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r", ContainerID: testContainer},
+		Buckets: []writer.DecodedBucket{{Start: uint64(time.Now().Truncate(10 * time.Second).UnixNano()), Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+	if err := snd.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 4 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != testContainer || reqs[0].Payload.ContainerID != testContainer ||
+		reqs[0].Header.Get("Datadog-Entity-ID") != "ci-"+testContainer {
+		t.Fatalf("%d requests; want one with the sender's claim %s in its headers and payload", len(reqs), testContainer)
+	}
+	if st := srv.Relay().Stats(); st.ContainerMismatches != 0 || st.SpansForwarded != 4 {
+		t.Fatalf("mismatches %d, forwarded %d; want 0 and 4", st.ContainerMismatches, st.SpansForwarded)
+	}
+}
+
 // TestFailedStartKeepsLiveSocket: a second relay given the socket path of
 // a running one but a UDP port it cannot bind fails to start and leaves
 // the running relay's socket in place, still reached by senders; one that
