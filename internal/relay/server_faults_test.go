@@ -1320,6 +1320,10 @@ func TestSameContainerSenderKeepsItsClaim(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	stat := strconv.Itoa(os.Getpid()) + " (relay) S 1 1 1 0 -1 4194560" // alive
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: root, UDPAddr: "-"})
