@@ -392,6 +392,13 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
 	}
+	if t.network != "" && c.EntityID != "" {
+		// The payload has no field for it: the relay names each sender's
+		// container from its credentials (Unix) or the payload's
+		// ContainerID.
+		c.Logger.Warn("spanstats: EntityID does not reach the agent through a relay; set ContainerID, or run the relay with -origin over its Unix socket",
+			"entity_id", c.EntityID)
+	}
 	err := c.headerFits(t.network != "")
 	if err != nil && given.Tags == nil && len(c.Tags) > 0 {
 		// As for any environment value that cannot be used: logged and

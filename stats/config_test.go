@@ -454,3 +454,18 @@ func TestEnvBounds(t *testing.T) {
 		t.Errorf("logged %d lines, want 3 (env, tags, resource limit): %q", len(logs), logs)
 	}
 }
+
+// TestEntityIDThroughRelayWarns: an EntityID cannot travel in a datagram,
+// so New says so toward a relay, and only there.
+func TestEntityIDThroughRelayWarns(t *testing.T) {
+	for url, want := range map[string]int{"udp://127.0.0.1:8127": 1, "unixgram:///run/r.sock": 1, "http://127.0.0.1:8126": 0} {
+		var buf bytes.Buffer
+		_, err := Config{AgentURL: url, EntityID: "in-42", Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(buf.String(), "EntityID does not reach the agent through a relay"); got != want {
+			t.Errorf("%s: %d warnings, want %d:\n%s", url, got, want, buf.String())
+		}
+	}
+}
