@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,5 +523,44 @@ func TestTypeTwinsInSeparateBuckets(t *testing.T) {
 	}
 	if !maps.Equal(got, hits) {
 		t.Fatalf("hits by Type %v, want %v", got, hits)
+	}
+}
+
+// TestSnapshotNeverMoreOutThanCounted: while spans are published, cleared
+// and reported, every Health snapshot has Counted at least Cleared +
+// SpansSent + SpansUnsent: what is on its way is never negative. (The
+// race detector widens the window between the loads enough to show a bad
+// read order within a second.)
+func TestSnapshotNeverMoreOutThanCounted(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: time.Millisecond, SendJitter: -1, InboxSize: 64,
+		Logger: slog.New(slog.DiscardHandler)})
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !done.Load() {
+			a.Publish(&Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Duration: 5})
+		}
+	})
+	wg.Go(func() {
+		for !done.Load() {
+			a.Clear()
+			time.Sleep(10 * time.Microsecond)
+		}
+	})
+	bad, snaps := 0, 0
+	var worst Health
+	for end := time.Now().Add(time.Second); time.Now().Before(end); snaps++ {
+		if h := a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
+			bad, worst = bad+1, h
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	stop(t, a)
+	if bad > 0 {
+		t.Errorf("%d of %d snapshots: Counted %d < SpansSent %d + SpansUnsent %d + Cleared %d",
+			bad, snaps, worst.Counted, worst.SpansSent, worst.SpansUnsent, worst.Cleared)
 	}
 }

@@ -233,6 +233,11 @@ func (c *striped) Load() uint64 {
 // Health returns a snapshot of the counters.
 func (a *Aggregator) Health() Health {
 	c := &a.c
+	// What left the table is read before Counted: spans are counted
+	// before they are cleared, sent or given up, so a snapshot taken
+	// meanwhile never has more spans out than counted (Counted less the
+	// three stays >= 0).
+	cleared, sent, unsent := c.cleared.Load(), c.spansSent.Load(), c.spansUnsent.Load()
 	h := Health{
 		Ineligible:       c.ineligible.Load(),
 		InboxFull:        c.inboxFull.Load(),
@@ -244,14 +249,14 @@ func (a *Aggregator) Health() Health {
 		Counted:          c.counted.Load(),
 		Overflowed:       c.overflowed.Load(),
 		Recycled:         c.recycled.Load(),
-		Cleared:          c.cleared.Load(),
+		Cleared:          cleared,
 		Entries:          c.entries.Load(),
 		PayloadsSent:     c.payloadsSent.Load(),
 		PayloadsFailed:   c.payloadsFailed.Load(),
 		PayloadsDropped:  c.payloadsDropped.Load(),
 		BytesSent:        c.bytesSent.Load(),
-		SpansSent:        c.spansSent.Load(),
-		SpansUnsent:      c.spansUnsent.Load(),
+		SpansSent:        sent,
+		SpansUnsent:      unsent,
 		PayloadsRetried:  c.payloadsRetried.Load(),
 		PayloadsSplit:    c.payloadsSplit.Load(),
 		AgentOffSpans:    c.agentOff.Load(),
