@@ -94,6 +94,11 @@ type Health struct {
 	// the payload, so the retry may count its spans twice (delivery is
 	// at-least-once).
 	RetriesAfterTimeout uint64
+	// UnsentAfterTimeout counts the SpansUnsent of payloads whose last
+	// attempt timed out after the request was sent: the agent may have
+	// taken them after all, so the agent can show up to this many more
+	// spans than SpansSent.
+	UnsentAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413,
 	// or its 400 "read limit reached"), or larger than the limit its /info
 	// gives, each re-sent as two smaller complete payloads.
@@ -159,6 +164,7 @@ type counters struct {
 	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
 	retriesAfterTimeout                                      atomic.Uint64
+	unsentAfterTimeout                                       atomic.Uint64
 	lastErr                                                  atomic.Pointer[sendError]
 	// Reports the consumer dropped before the sender saw them, for the
 	// next datagram's envelope to tell the relay (the sender takes them).
@@ -267,6 +273,7 @@ func (a *Aggregator) Health() Health {
 		PeerTagsCut:      c.peerTagsCut.Load(),
 	}
 	h.RetriesAfterTimeout = c.retriesAfterTimeout.Load()
+	h.UnsentAfterTimeout = c.unsentAfterTimeout.Load()
 	h.LabelsTruncated = c.labelsTruncated.Load()
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at

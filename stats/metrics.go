@@ -77,6 +77,7 @@ func (m *emitter) emit(h Health) {
 	// way out, which spans.dropped (before the table) does not tell.
 	count("spans.sent", h.SpansSent, l.SpansSent)
 	count("spans.unsent", h.SpansUnsent, l.SpansUnsent)
+	count("spans.unsent_after_timeout", h.UnsentAfterTimeout, l.UnsentAfterTimeout)
 	count("bytes.sent", h.BytesSent, l.BytesSent)
 	_ = m.client.Gauge(metricName(m.namespace, "entries"), float64(h.Entries), nil, 1)
 	m.last = h

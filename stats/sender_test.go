@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -816,5 +817,47 @@ func TestEmptyFlushOnFullQueue(t *testing.T) {
 	stop(t, a)
 	if !errors.Is(err, ErrSendQueueFull) || after.PayloadsDropped != before.PayloadsDropped || after.SpansUnsent != before.SpansUnsent {
 		t.Fatalf("an empty Flush on a full queue = %v, dropped %d -> %d; want ErrSendQueueFull, nothing dropped", err, before.PayloadsDropped, after.PayloadsDropped)
+	}
+}
+
+// TestUnsentAfterTimeout: a payload given up after an attempt that timed
+// out once sent may have reached the agent: its spans are in SpansUnsent
+// and in UnsentAfterTimeout, and the agent's hits stay within SpansSent +
+// UnsentAfterTimeout. A payload given up for a refused connection is not.
+func TestUnsentAfterTimeout(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		time.Sleep(200 * time.Millisecond) // then taken, after the SDK gave up
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 50 * time.Millisecond, MaxRetries: 1,
+		RetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond, StopRetryWindow: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	publishN(a, 10, "r")
+	stop(t, a)
+	if _, err := ag.WaitHits(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	h := a.Health()
+	_, hits := statstest.Sum(statstest.Accepted(ag.Requests()))
+	if h.SpansUnsent != 10 || h.UnsentAfterTimeout != 10 || h.SpansSent != 0 || hits > h.SpansSent+h.UnsentAfterTimeout {
+		t.Fatalf("SpansSent %d, SpansUnsent %d, UnsentAfterTimeout %d, agent hits %d; want 0, 10, 10 and hits within them",
+			h.SpansSent, h.SpansUnsent, h.UnsentAfterTimeout, hits)
+	}
+
+	closed := statstest.New()
+	url := closed.URL()
+	closed.Close()
+	b := newStarted(t, Config{AgentURL: url, MaxRetries: 1, RetryBackoff: time.Millisecond, StopRetryWindow: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	publishN(b, 3, "r")
+	stop(t, b)
+	if h := b.Health(); h.SpansUnsent != 3 || h.UnsentAfterTimeout != 0 {
+		t.Fatalf("refused connection: SpansUnsent %d, UnsentAfterTimeout %d; want 3 and 0", h.SpansUnsent, h.UnsentAfterTimeout)
 	}
 }

@@ -398,7 +398,7 @@ func (c *Client) settle(p *Payload, err error) {
 	c.obs.Failed(p, err)
 	switch kind {
 	case retry:
-		if p.attempts < c.cfg.MaxRetries && c.queue(p, sentThenTimedOut(err), true) {
+		if p.attempts < c.cfg.MaxRetries && c.queue(p, SentThenTimedOut(err), true) {
 			return
 		}
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
