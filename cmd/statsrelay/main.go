@@ -129,6 +129,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
 	fs.DurationVar(&c.SpinWait, "spin-wait", relay.DefaultSpinWait, "how long a decode worker polls for the next read batch before it parks, while batches come that often; 0 never polls")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM, how long the readers go on taking what the kernel queued")
+	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
 	if err := fs.Parse(args); err != nil {
@@ -231,6 +232,8 @@ func check(o *options) error {
 		return fmt.Errorf("-udp-rcvbuf %d: want 0..%d", c.UDPRcvBuf, relay.MaxUDPRcvBuf)
 	case c.StopDrain <= 0 || c.StopDrain > time.Minute:
 		return fmt.Errorf("-stop-drain %s: want 0 < stop-drain <= 1m", c.StopDrain)
+	case c.AgentTimeout < 100*time.Millisecond || c.AgentTimeout > time.Minute:
+		return fmt.Errorf("-agent-timeout %s: want 100ms..1m", c.AgentTimeout)
 	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:
 		return fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
 	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:

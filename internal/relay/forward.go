@@ -41,7 +41,7 @@ func newForwarder(ctx context.Context, s *Server) *forwarder {
 	f.packer = writer.Packer{Limit: s.cfg.MaxPayloadBytes, Sequence: f.nextSeq}
 	f.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         s.ep,
-		Timeout:          agentclient.DefaultTimeout,
+		Timeout:          s.cfg.AgentTimeout,
 		MaxRetries:       agentclient.DefaultMaxRetries,
 		RetryBackoff:     agentclient.DefaultRetryBackoff,
 		MaxRetryBackoff:  agentclient.DefaultMaxRetryBackoff,
@@ -207,6 +207,9 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 		reason = DropAgentOff
 	case errors.Is(err, context.Canceled):
 		reason = DropStopped
+	}
+	if agentclient.SentThenTimedOut(err) {
+		f.s.droppedAfterTimeout.Add(p.Hits) // the agent may have them
 	}
 	f.s.relay.Dropped(p.Hits, reason)
 }

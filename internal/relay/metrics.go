@@ -84,6 +84,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 	gauge("statsrelay_forward_last_round_seconds", time.Duration(s.lastRound.Load()).Seconds())
 	counter("statsrelay_forward_rounds_total", uint64(s.rounds.Load()))
 	counter("statsrelay_forward_slow_rounds_total", s.slowRounds.Load())
+	counter("statsrelay_spans_dropped_after_timeout_total", s.droppedAfterTimeout.Load())
 	gauge("statsrelay_agent_peer_tag_keys", float64(st.PeerTagKeys))
 	counter("statsrelay_clock_steps_back_total", s.clockStepsBack.Load())
 	off := 0.0

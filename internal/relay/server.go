@@ -101,6 +101,9 @@ type ServerConfig struct {
 	// agentclient.DefaultInfoRefresh); the polls start sooner and back off
 	// to it (see agentclient.Config.InfoRefresh).
 	InfoRefresh time.Duration
+	// AgentTimeout bounds one request to the agent (zero:
+	// agentclient.DefaultTimeout, 10 s).
+	AgentTimeout time.Duration
 	// StopDrain is how long, once Run's context ends, the readers go on
 	// taking what the kernel queued before the sockets close (zero:
 	// DefaultStopDrain). Senders that never let a socket empty would
@@ -146,6 +149,9 @@ func (c *ServerConfig) withDefaults() {
 	}
 	if c.InfoRefresh <= 0 {
 		c.InfoRefresh = agentclient.DefaultInfoRefresh
+	}
+	if c.AgentTimeout <= 0 {
+		c.AgentTimeout = agentclient.DefaultTimeout
 	}
 	if c.Grace < 0 {
 		c.Grace = 0
@@ -193,6 +199,9 @@ type Server struct {
 	// slowRounds counts the forward rounds that took more than half the
 	// interval.
 	slowRounds atomic.Uint64
+	// droppedAfterTimeout counts the dropped spans whose last attempt
+	// timed out once sent: the agent may have taken them.
+	droppedAfterTimeout atomic.Uint64
 	// clockStepsBack counts the forward rounds that found the wall clock
 	// gone back by more than an interval.
 	clockStepsBack atomic.Uint64

@@ -1352,6 +1352,35 @@ func TestSameContainerSenderKeepsItsClaim(t *testing.T) {
 	}
 }
 
+// TestDroppedAfterTimeout: an agent that answers every request later than
+// -agent-timeout: the relay retries, then drops the spans (retry_budget),
+// and statsrelay_spans_dropped_after_timeout_total says the agent may have
+// taken them.
+func TestDroppedAfterTimeout(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		time.Sleep(200 * time.Millisecond)
+		return false // taken, after the relay gave up
+	})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond, AgentTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sendIdentities(t, conn, "late-", 1, 3)
+	waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
+		t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3:\n%s", rec.Body.String())
+	}
+	checkIdentity(t, srv.Relay().Stats())
+}
+
 // TestFailedStartKeepsLiveSocket: a second relay given the socket path of
 // a running one but a UDP port it cannot bind fails to start and leaves
 // the running relay's socket in place, still reached by senders; one that
