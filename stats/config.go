@@ -161,8 +161,9 @@ type Config struct {
 	ContainerID, EntityID string
 	// Tags, GitCommitSha, ImageTag and ProcessTags are copied to the
 	// payload. Each payload repeats them: New refuses more than
-	// writer.MaxStrings tags, or a header over a quarter of MaxPayloadBytes
-	// (MaxDatagramBytes toward a relay).
+	// writer.MaxStrings tags, a header over a quarter of MaxPayloadBytes
+	// (MaxDatagramBytes toward a relay), or so many tags shorter than 3
+	// bytes that a relay's decoder would refuse the payloads.
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 
@@ -272,9 +273,10 @@ type Config struct {
 	MetricsNamespace string
 	// Logger receives warnings (default slog.Default()): configuration
 	// fallbacks when New runs, then, from the sender goroutine and at most
-	// once a minute per kind with the count since the previous line, failed
-	// and dropped payloads, the agent refusing stats, and shed spans (see
-	// log.go). It is never called on the Publish path.
+	// once a minute per kind with the count since the previous line (and
+	// once more at Stop with whatever is pending), failed and dropped
+	// payloads, the agent refusing stats, and shed spans (see log.go). It
+	// is never called on the Publish path.
 	Logger *slog.Logger
 }
 
