@@ -318,3 +318,32 @@ func TestLocalSenders(t *testing.T) {
 		t.Fatalf("%d batches, hits by Local %v; want 2: the local sender's 3 apart from the other 12", len(batches), got)
 	}
 }
+
+// TestLocalClaimIsOneIdentity: a sender in the relay's unnamed cgroup that
+// claims a container, and a UDP sender claiming the same, are one identity:
+// local matters only without a container id.
+func TestLocalClaimIsOneIdentity(t *testing.T) {
+	root := t.TempDir()
+	for _, pid := range []int{os.Getpid(), 4242} {
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(strconv.Itoa(pid)+" (x) S 1 1 1 0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
+	h := header("a")
+	h.ContainerID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("r"), 2, 0))), 4242, Unix)
+	h.RuntimeID = "b"
+	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("r"), 3, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	if len(out) != 1 || out[0].Hits != 5 || out[0].ContainerID != h.ContainerID || out[0].Local {
+		t.Fatalf("%d batches (%+v); want one of 5 hits under the claimed container", len(out), out)
+	}
+}

@@ -88,7 +88,8 @@ type Stats struct {
 	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
 	HeldBytes int
 	// PeerTagKeys is how many keys the agent's peer_tags list in effect
-	// holds (SetPeerTagKeys); 0 until it is known, every key kept.
+	// holds (SetPeerTagKeys; 0: an empty list, no peer tag kept); -1 until
+	// it is known, every key kept.
 	PeerTagKeys int
 	// SeqGaps counts datagrams missing between two of one sender, once
 	// missing at two harvests in a row (see sender); SeqRestarts the
@@ -248,7 +249,6 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {
 		if o := r.origins.originAt(pid, now.UnixNano()); o.known {
-			local = o.local
 			// Credentials win, but for a sender in the relay's own
 			// cgroup when that names no container: they cannot
 			// contradict its claim (the container the relay runs in).
@@ -256,6 +256,9 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 				mismatch = claimed != "" && claimed != o.id
 				p.ContainerID = o.id
 			}
+			// Local only matters without a container id: with one, the
+			// payload is of the same identity as any other of that id.
+			local = o.local && p.ContainerID == ""
 		}
 	}
 	h := r.hashers.Get().(*hasher)
@@ -425,6 +428,7 @@ func (r *Relay) Stats() Stats {
 		s.SpansDropped[k] = v
 	}
 	s.Groups, s.Senders, s.HeldBytes = r.st.groups, len(r.senders.m), r.st.bytes
+	s.PeerTagKeys = -1
 	if k := r.peerKeys.Load(); k != nil {
 		s.PeerTagKeys = len(*k)
 	}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -162,11 +163,17 @@ func (s *senders) add(sd *sender, seq uint64) {
 func (s *senders) close(sd *sender, n int) {
 	r := sd.runs
 	for i := range n {
-		s.gaps += r[i+1].lo - r[i].hi - 1
+		gap := min(r[i+1].lo-r[i].hi-1, maxSeqGap)
+		s.gaps = min(s.gaps+gap, math.MaxUint64-maxSeqGap) // saturates: a counter never goes back
 	}
 	r[0].hi = r[n].hi
 	sd.runs = slices.Delete(r, 1, n+1)
 }
+
+// maxSeqGap bounds the gap one jump of a sender's sequence counts: no SDK
+// loses four billion datagrams between two it delivered, and a hostile
+// sequence (1, then 2^63) must not wrap statsrelay_sender_seq_gaps_total.
+const maxSeqGap = 1 << 32
 
 // reset starts sd afresh at seq.
 func (sd *sender) reset(seq uint64) {

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -158,5 +159,23 @@ func TestFullSenderTableSweepsRarely(t *testing.T) {
 	s.observe(1<<40, 1, false, now+int64(time.Second))
 	if s.sweeps != 2 {
 		t.Fatalf("sweeps %d a second later, want 2", s.sweeps)
+	}
+}
+
+// TestHostileSequenceCannotWrapGaps: a sender jumping by 2^63 and back to
+// 1, again and again, and another going to MaxUint64: the gaps counter
+// only grows, each jump counting at most maxSeqGap.
+func TestHostileSequenceCannotWrapGaps(t *testing.T) {
+	r := newTestRelay(Config{})
+	var prev uint64
+	for i, seq := range []uint64{1, math.MaxUint64 / 2, 1, math.MaxUint64 / 2, 1, math.MaxUint64} {
+		mustAccept(t, r, datagram(seq, header("x"), bucket(w0, 10*sec, entry(key("r"), 1, 0))), 0, UDP)
+		r.Harvest(t0.Add(time.Hour))
+		r.Harvest(t0.Add(time.Hour))
+		g := r.Stats().SeqGaps
+		if g < prev || g > uint64(i+1)*maxSeqGap {
+			t.Fatalf("after seq %d: seq gaps %d (before %d); want growing by at most %d a jump", seq, g, prev, uint64(maxSeqGap))
+		}
+		prev = g
 	}
 }
