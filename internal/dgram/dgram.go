@@ -197,7 +197,8 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 
 // removeSocket removes the socket file at path, if any, and says whether a
 // process was still receiving on it (a connect succeeded): a relay taking
-// over from one that has not stopped, or a mistyped path.
+// over from one that has not stopped, or a mistyped path. A stream socket
+// a process listens on, or one it cannot probe, is an error and stays.
 func removeSocket(path string) (live bool, err error) {
 	fi, err := os.Lstat(path)
 	switch {
@@ -208,9 +209,21 @@ func removeSocket(path string) (live bool, err error) {
 	case fi.Mode().Type() != fs.ModeSocket:
 		return false, fmt.Errorf("dgram: %s exists and is not a socket (mode %v); not replacing it", path, fi.Mode())
 	}
-	if probe, err := net.Dial("unixgram", path); err == nil { // a stale one refuses
+	switch probe, err := net.Dial("unixgram", path); {
+	case err == nil:
 		probe.Close()
 		live = true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, fs.ErrNotExist):
+		// Stale: nobody receives on it.
+	case errors.Is(err, syscall.EPROTOTYPE):
+		// A stream socket: another service's (the agent's apm.socket?),
+		// never taken over while it listens.
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return false, fmt.Errorf("dgram: %s is a stream socket a process listens on; not replacing it", path)
+		}
+	default:
+		return false, fmt.Errorf("dgram: %s: cannot tell whether a process receives on this socket (%v); not replacing it", path, err)
 	}
 	if err := os.Remove(path); err != nil {
 		return live, fmt.Errorf("dgram: replacing socket: %w", err)

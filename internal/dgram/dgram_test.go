@@ -163,6 +163,33 @@ func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
 	}
 }
 
+// TestListenUnixgramRefusesLiveStreamSocket: a stream socket a process
+// listens on (the agent's apm.socket at a mistyped path) is refused and
+// left in place; a stale one is replaced.
+func TestListenUnixgramRefusesLiveStreamSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "apm.socket")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if c, err := ListenUnixgram(path, 0o600); err == nil {
+		c.Close()
+		t.Fatal("ListenUnixgram replaced a live stream socket")
+	}
+	if c, err := net.Dial("unix", path); err != nil {
+		t.Fatalf("the stream socket's clients after the refusal: %v", err)
+	} else {
+		c.Close()
+	}
+	ln.Close() // its file stays: stale now
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatalf("a stale stream socket file: %v", err)
+	}
+	c.Close()
+}
+
 // TestListenUnixgramTakesOverLiveSocket: the socket of a receiver still
 // running is replaced too, and TookOver says so; senders that dial the
 // path now reach the new socket.
