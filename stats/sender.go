@@ -309,7 +309,7 @@ func (s *sender) Split(*agentclient.Payload) { s.ctr.payloadsSplit.Add(1) }
 func (s *sender) Dropped(p *agentclient.Payload, err error) {
 	s.ctr.noteError(err)
 	s.ctr.payloadsDropped.Add(1)
-	if agentclient.SentThenTimedOut(err) {
+	if p.MaybeDelivered() {
 		s.ctr.unsentAfterTimeout.Add(p.Hits)
 	}
 	s.ctr.spansUnsent.Add(p.Hits)

@@ -117,11 +117,18 @@ type Payload struct {
 
 	attempts int
 	due      time.Time // earliest next attempt
+	// timedOut: an attempt timed out once sent (MaybeDelivered).
+	timedOut bool
 	// holds is the request bodies over Body net/http has not closed, less
 	// one once the client is done with the payload: at -1 nobody reads
 	// Body, which then goes back to PutBuf (release).
 	holds atomic.Int32
 }
+
+// MaybeDelivered reports whether an attempt of p timed out after the
+// request was sent (SentThenTimedOut): the agent may have taken p, even if
+// p is then dropped.
+func (p *Payload) MaybeDelivered() bool { return p.timedOut }
 
 // Waiter answers a caller (Flush, Stop) once every payload of its report is
 // delivered or given up, with the first error.
@@ -396,9 +403,11 @@ func (c *Client) settle(p *Payload, err error) {
 		return
 	}
 	c.obs.Failed(p, err)
+	timedOut := SentThenTimedOut(err)
+	p.timedOut = p.timedOut || timedOut
 	switch kind {
 	case retry:
-		if p.attempts < c.cfg.MaxRetries && c.queue(p, SentThenTimedOut(err), true) {
+		if p.attempts < c.cfg.MaxRetries && c.queue(p, timedOut, true) {
 			return
 		}
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))

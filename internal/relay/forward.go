@@ -208,7 +208,7 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 	case errors.Is(err, context.Canceled):
 		reason = DropStopped
 	}
-	if agentclient.SentThenTimedOut(err) {
+	if p.MaybeDelivered() {
 		f.s.droppedAfterTimeout.Add(p.Hits) // the agent may have them
 	}
 	f.s.relay.Dropped(p.Hits, reason)

@@ -1381,6 +1381,37 @@ func TestDroppedAfterTimeout(t *testing.T) {
 	checkIdentity(t, srv.Relay().Stats())
 }
 
+// TestDroppedAfterEarlierTimeout: the first attempt times out after the
+// agent read it (the agent has the spans), the retries get 503 until the
+// budget is spent: the spans dropped are counted as maybe delivered too.
+func TestDroppedAfterEarlierTimeout(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			time.Sleep(200 * time.Millisecond)
+			return false // taken, after the relay gave up waiting
+		}
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return true
+	})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond, AgentTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sendIdentities(t, conn, "late-", 1, 3)
+	waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
+		t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3 though the first attempt timed out:\n%s", rec.Body.String())
+	}
+}
+
 // TestFailedStartKeepsLiveSocket: a second relay given the socket path of
 // a running one but a UDP port it cannot bind fails to start and leaves
 // the running relay's socket in place, still reached by senders; one that
