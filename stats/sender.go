@@ -171,6 +171,7 @@ func (s *sender) run() {
 		h := s.health()
 		s.metrics.emit(h)
 		s.logs.check(h, time.Now(), true)
+		s.switches.Check(s.logs.log, true)
 	}()
 	s.out.start()
 	timer := time.NewTimer(time.Hour)
@@ -217,6 +218,7 @@ func (s *sender) run() {
 			s.sendHeld(n)
 			s.out.runDue(t)
 			s.logs.check(s.health(), time.Now(), false)
+			s.switches.Check(s.logs.log, false)
 		}
 	}
 }
@@ -276,6 +278,7 @@ func (s *sender) send(r *report, last bool) {
 	h := s.health()
 	s.metrics.emit(h)
 	s.logs.check(h, time.Now(), false)
+	s.switches.Check(s.logs.log, false)
 }
 
 // The sender is the agent client's Observer: it counts every outcome.
@@ -326,7 +329,7 @@ func (s *sender) Off(switched bool) {
 // On logs the agent's return, rate-limited (the trouble log says when it
 // went off).
 func (s *sender) On() {
-	s.switches.Log(s.logs.log, true, slog.LevelInfo, "spanstats: the agent accepts client stats again; aggregating")
+	s.switches.Log(s.logs.log, slog.LevelInfo, "spanstats: the agent accepts client stats again; aggregating")
 }
 
 // Info counts the read and hands the agent's peer tags to the consumer.

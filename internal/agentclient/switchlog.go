@@ -1,5 +1,5 @@
 // This file keeps the log of the agent going off and coming back to a line
-// of each kind a minute, however often it flaps.
+// a minute, however often it flaps, the last line telling its state.
 
 package agentclient
 
@@ -9,36 +9,44 @@ import (
 	"time"
 )
 
-// SwitchLogEvery is the least time between two SwitchLog lines of one kind.
+// SwitchLogEvery is the least time between two SwitchLog lines.
 const SwitchLogEvery = time.Minute
 
-// SwitchLog logs an Observer's Off and On switches: the first of each kind
-// at once, then at most one line of that kind per SwitchLogEvery, saying
+// SwitchLog logs an Observer's Off and On switches: the first at once,
+// then at most one line per SwitchLogEvery, the current state's, saying
 // how many switches it covers. An agent answering 404 while its /info
 // lists the stats endpoint flaps off and on at every /info poll, which
-// would otherwise log two lines per poll for as long as it lasts. Its zero
-// value is ready; it is for the goroutine driving the Client.
+// would otherwise log two lines per poll for as long as it lasts. What is
+// held back is logged by Check once the minute is over, so the last line
+// always tells the agent's state. Its zero value is ready; it is for the
+// goroutine driving the Client.
 type SwitchLog struct {
-	last  [2]time.Time
-	count [2]int
+	last  time.Time
+	count int // switches since the last line
+	msg   string
+	level slog.Level
 }
 
-// Log notes a switch (on: the agent is back) and logs msg at level when
-// the kind's previous line is SwitchLogEvery old or more.
-func (l *SwitchLog) Log(log *slog.Logger, on bool, level slog.Level, msg string) {
-	k := 0
-	if on {
-		k = 1
-	}
-	l.count[k]++
+// Log notes a switch to the state msg tells (logged at level) and logs it
+// unless a line was logged less than SwitchLogEvery ago.
+func (l *SwitchLog) Log(log *slog.Logger, level slog.Level, msg string) {
+	l.count++
+	l.msg, l.level = msg, level
+	l.Check(log, false)
+}
+
+// Check logs the current state if switches were held back and the minute
+// is over, or, with final, whatever the time. The owner calls it now and
+// then (after each report or forward round) and once as it stops.
+func (l *SwitchLog) Check(log *slog.Logger, final bool) {
 	now := time.Now()
-	if !l.last[k].IsZero() && now.Sub(l.last[k]) < SwitchLogEvery {
+	if l.count == 0 || !final && !l.last.IsZero() && now.Sub(l.last) < SwitchLogEvery {
 		return
 	}
-	if l.count[k] > 1 {
-		log.Log(context.Background(), level, msg, "switches", l.count[k], "since", now.Sub(l.last[k]).Round(time.Second))
+	if l.last.IsZero() {
+		log.Log(context.Background(), l.level, l.msg)
 	} else {
-		log.Log(context.Background(), level, msg)
+		log.Log(context.Background(), l.level, l.msg, "switches", l.count, "since", now.Sub(l.last).Round(time.Second))
 	}
-	l.last[k], l.count[k] = now, 0
+	l.last, l.count = now, 0
 }

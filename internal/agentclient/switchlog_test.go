@@ -5,12 +5,12 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 )
 
-// TestSwitchLogRateLimit: the first switch of each kind logs at once;
-// more within a minute log nothing; the next line, a minute on, counts
-// every switch since the previous one. Off and on wait independently.
+// TestSwitchLogRateLimit: the first switch logs at once; more within a
+// minute log nothing; Check logs the current state, counting the switches
+// held, once the minute is over, or at once when final; the last line is
+// always the agent's state.
 func TestSwitchLogRateLimit(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
@@ -23,21 +23,30 @@ func TestSwitchLogRateLimit(t *testing.T) {
 		}
 		return out
 	}
-	for range 5 {
-		l.Log(log, false, slog.LevelWarn, "off")
-		l.Log(log, true, slog.LevelInfo, "on")
+	l.Log(log, slog.LevelWarn, "off")
+	for range 4 {
+		l.Log(log, slog.LevelInfo, "on")
+		l.Log(log, slog.LevelWarn, "off")
 	}
-	if got := lines(); len(got) != 2 || !strings.Contains(got[0], "level=WARN msg=off") || strings.Contains(got[0], "switches") ||
-		!strings.Contains(got[1], "level=INFO msg=on") {
-		t.Fatalf("five flaps logged %q, want one off and one on line", got)
+	l.Check(log, false)
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=WARN msg=off") || strings.Contains(got[0], "switches") {
+		t.Fatalf("nine switches within a minute logged %q, want the first alone", got)
 	}
-	l.last[1] = l.last[1].Add(-SwitchLogEvery) // the on line's minute is over; the off line's is not
-	l.Log(log, false, slog.LevelWarn, "off")
-	l.Log(log, true, slog.LevelInfo, "on")
-	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "msg=on switches=5 since=1m0s") {
-		t.Fatalf("a minute on, logged %q; want one on line counting the 4 held and this one", got)
+	l.last = l.last.Add(-SwitchLogEvery) // the minute is over
+	l.Check(log, false)
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=WARN msg=off switches=8 since=1m0s") {
+		t.Fatalf("a minute on, Check logged %q; want the state (off) and the 8 switches held", got)
 	}
-	if l.count[0] != 5 || l.count[1] != 0 || time.Since(l.last[1]) > time.Second {
-		t.Fatalf("counts %v, last on %v", l.count, l.last[1])
+	l.Check(log, false)
+	if got := lines(); got != nil {
+		t.Fatalf("nothing held, Check logged %q", got)
+	}
+	l.Log(log, slog.LevelInfo, "on") // within the minute: held
+	if got := lines(); got != nil {
+		t.Fatalf("a switch within the minute logged %q", got)
+	}
+	l.Check(log, true)
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=INFO msg=on switches=1") {
+		t.Fatalf("final Check logged %q; want the held switch back on", got)
 	}
 }

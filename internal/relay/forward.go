@@ -104,6 +104,7 @@ func (f *forwarder) run(stop context.Context) {
 			}
 			now = cfg.Now()
 			f.trouble.check(f.s.troubleCounters(), now, false)
+			f.switches.Check(f.s.log, false)
 			boundary = boundary.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
 				boundary = boundaryAfter(now, cfg.Interval)
@@ -122,6 +123,7 @@ func (f *forwarder) run(stop context.Context) {
 			f.forward(allWindows)
 			f.client.Final(stopRetries)
 			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)
+			f.switches.Check(f.s.log, true)
 			return
 		}
 	}
@@ -218,13 +220,13 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 // /info lists the stats endpoint again.
 func (f *forwarder) Off(switched bool) {
 	if switched {
-		f.switches.Log(f.s.log, false, slog.LevelWarn, "statsrelay: the agent does not accept client stats; holding payloads within the retry budget, then dropping them, until /info lists /v0.6/stats")
+		f.switches.Log(f.s.log, slog.LevelWarn, "statsrelay: the agent does not accept client stats; holding payloads within the retry budget, then dropping them, until /info lists /v0.6/stats")
 	}
 }
 
 // On logs the agent's return.
 func (f *forwarder) On() {
-	f.switches.Log(f.s.log, true, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
+	f.switches.Log(f.s.log, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
 }
 
 // Info hands the agent's peer_tags list to the Relay.
