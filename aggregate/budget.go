@@ -172,7 +172,9 @@ func (b *budgets) forget() {
 func (s *valueSet) decide(v string, epoch uint32) {
 	ok := true
 	if s.limit >= 0 {
-		ok = s.within(v, epoch)
+		// An absent label ("") is no value: it takes no room and is never
+		// replaced, as the agent's checkStringField leaves it.
+		ok = v == "" || s.within(v, epoch)
 	} else {
 		s.epoch = epoch // in use this interval (see dropStaleKeys)
 	}

@@ -448,3 +448,25 @@ func TestListedKeysKeepTheirSets(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetAbsentLabel: an absent label ("") takes no room in its field's
+// budget and is never replaced: with the HTTP-method budget full, a span
+// without a method keeps none, and the budget still holds its two methods.
+func TestBudgetAbsentLabel(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{HTTPMethod: 2})
+	tb.Add(&Record{Service: "web", Name: "db", Resource: "q", SpanKind: "client", Duration: 1})
+	for i := range 3 {
+		tb.Add(&Record{Service: "web", Name: "http.request", Resource: "r", SpanKind: "server",
+			HTTPMethod: fmt.Sprint("M", i), Duration: 1})
+	}
+	tb.Add(&Record{Service: "web", Name: "db", Resource: "q", SpanKind: "client", Duration: 1})
+	methods := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		methods[e.HTTPMethod] += e.Hits
+	}
+	want := map[string]uint64{"": 2, "M0": 1, "M1": 1, BlockedValue: 1}
+	if !maps.Equal(methods, want) || tb.Collapsed(FieldHTTPMethod) != 1 {
+		t.Fatalf("hits by HTTP method %v, %d collapsed; want %v and 1 (M2, over the budget of 2)", methods, tb.Collapsed(FieldHTTPMethod), want)
+	}
+}
