@@ -37,16 +37,27 @@ func (s *batchSys) init(*Batch) {}
 func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	b.n = 0
 	buf := b.slot(0)
-	if c.draining.Load() {
-		// A deadline set after Drain must not make a drained read wait.
-		c.pc.SetReadDeadline(time.Unix(1, 0))
-	}
-	n, _, err := c.pc.ReadFrom(buf)
-	if c.drained(err) {
-		return 0, ErrDrained // here Drain loses what is queued: no non-blocking read
-	}
-	if err != nil {
-		return 0, err
+	var n int
+	for {
+		polled := c.draining.Load()
+		if polled {
+			// Not Drain's deadline in the past: Go fails such a read
+			// before it looks at the queue. A short one takes what is
+			// queued and waits no longer.
+			c.pc.SetReadDeadline(time.Now().Add(drainPoll))
+		}
+		var err error
+		n, _, err = c.pc.ReadFrom(buf)
+		if c.drained(err) {
+			if polled {
+				return 0, ErrDrained
+			}
+			continue // Drain woke a waiting read: take what is queued
+		}
+		if err != nil {
+			return 0, err
+		}
+		break
 	}
 	// A datagram longer than buf is cut to len(buf) here (or reported as an
 	// error, which is returned): n == max+1 is how the excess shows.
@@ -55,17 +66,31 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	return 1, nil
 }
 
+// drainPoll is how long a drained read waits for a datagram: the queue is
+// already there, so this only needs to cover the read itself.
+const drainPoll = 10 * time.Millisecond
+
+// sendWait bounds a write on a full socket: without a deadline the net
+// package would wait for room however long it takes, and the SDK's
+// bounded patience (and Stop's deadline) would not hold.
+const sendWait = 10 * time.Millisecond
+
 type senderSys struct{}
 
 func (s *senderSys) init(string) {}
 
-// Write sends b as one datagram. Here it may wait while the socket's send
-// buffer is full; the errors match ErrWouldBlock (EAGAIN, ENOBUFS: a full
-// Unix datagram queue on the BSDs), ErrNoRelay and net.ErrClosed as on Linux.
+// Write sends b as one datagram. Here it may wait up to sendWait while the
+// socket's send buffer is full; the errors match ErrWouldBlock (EAGAIN,
+// ENOBUFS: a full Unix datagram queue on the BSDs; a full buffer past
+// sendWait), ErrNoRelay and net.ErrClosed as on Linux.
 func (s *Sender) Write(b []byte) error {
+	s.conn.SetWriteDeadline(time.Now().Add(sendWait))
 	_, err := s.conn.Write(b)
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrWouldBlock, err)
 	}
 	for i := range sendErrors {
 		if errors.Is(err, sendErrors[i].errno) {
