@@ -47,9 +47,13 @@ func parseAgentURL(raw string) (target, error) {
 			return target{network: "udp", address: u.Host}, nil
 		}
 	}
+	if err == nil && u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix" {
+		return target{}, fmt.Errorf("%w: AgentURL %q: scheme %q is not supported (use http, https, unix, unixgram or udp)",
+			ErrBadConfig, agentclient.Redact(raw), u.Scheme)
+	}
 	ep, err := agentclient.ParseURL(raw)
 	if err != nil {
-		return target{}, fmt.Errorf("%w: AgentURL: %v (use http, https, unix, unixgram or udp)", ErrBadConfig, err)
+		return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 	}
 	return target{http: ep}, nil
 }

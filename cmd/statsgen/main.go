@@ -116,11 +116,12 @@ func run(o options, out io.Writer) error {
 	st := &status{out: out, last: time.Now()}
 
 	var wg sync.WaitGroup
+	begin := time.Now() // the producers' common schedule starts here
 	for p := range o.producers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			produce(ctx, agg, o, p)
+			produce(ctx, agg, o, p, begin)
 		}()
 	}
 	printed := 0
@@ -226,7 +227,7 @@ func rateString(r float64) string {
 
 // produce publishes spans until ctx ends, pacing itself to its share of the
 // rate in 1 ms steps (or as fast as it can with -rate 0).
-func produce(ctx context.Context, agg *stats.Aggregator, o options, p int) {
+func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(p), 42))
 	services := []string{"web-store", "checkout", "users-api", "search"}
 	kinds := []string{"server", "server", "client", "consumer"}
@@ -272,16 +273,26 @@ func produce(ctx context.Context, agg *stats.Aggregator, o options, p int) {
 		}
 		return
 	}
+	// One schedule for all producers: span i is due at begin + i/rate and
+	// is producer i%producers's, so the total published by any time is the
+	// rate's, whatever the rate's share per producer (a fraction of a span
+	// per second included). A producer that falls behind (its setup, a
+	// pause) catches up at once; it wakes at most once a millisecond.
 	const step = time.Millisecond
-	perStep := o.rate / float64(o.producers) * step.Seconds()
-	next, budget := time.Now(), 0.0
-	for ctx.Err() == nil {
-		for budget += perStep; budget >= 1; budget-- {
+	every := float64(o.producers) / o.rate // seconds between two of this producer's spans
+	first := float64(p) / o.rate
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for j := 0; ; {
+		for now := time.Since(begin).Seconds(); first+float64(j)*every <= now; j++ {
 			publish()
 		}
-		next = next.Add(step)
-		if d := time.Until(next); d > 0 {
-			time.Sleep(d)
+		wait := time.Duration((first + float64(j)*every - time.Since(begin).Seconds()) * float64(time.Second))
+		timer.Reset(max(wait, step))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
 		}
 	}
 }

@@ -50,6 +50,26 @@ func TestRunEmbeddedAgent(t *testing.T) {
 	}
 }
 
+// TestRateIsTheTotal: -rate is what all producers publish together, also
+// when each one's share is under a span per run: 8 spans a second from 8
+// producers over 1 s publish 8 or 9 (the schedule's ends both inclusive),
+// not 4 nor 0.
+func TestRateIsTheTotal(t *testing.T) {
+	var out bytes.Buffer
+	o := options{rate: 8, keys: 4, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
+		producers: 8, run: time.Second, interval: time.Second, top: 1}
+	if err := run(o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	m := regexp.MustCompile(`done: published (\d+) =`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no final tally:\n%s", out.String())
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 8 || n > 9 {
+		t.Fatalf("published %d at -rate 8 for 1s from 8 producers, want 8 or 9", n)
+	}
+}
+
 func TestValidateRejectsBadFlags(t *testing.T) {
 	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: time.Second, top: 1}
 	if err := good.validate(); err != nil {
