@@ -74,6 +74,7 @@ var allWindows = time.Unix(0, 1<<62)
 func (f *forwarder) run(stop context.Context) {
 	defer f.client.Close()
 	f.client.ReadInfo()
+	infoRead := time.Now()
 	cfg := &f.s.cfg
 	boundary := boundaryAfter(cfg.Now(), cfg.Interval)
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
@@ -101,6 +102,13 @@ func (f *forwarder) run(stop context.Context) {
 				f.forward(allWindows)
 			} else {
 				f.forward(boundary)
+			}
+			if time.Since(infoRead) >= infoRecheck*cfg.InfoRefresh && !f.client.Off() {
+				// An agent restarted with another peer_tags list fails
+				// no request: only a fresh read tells (the list applies
+				// to what is merged from now on).
+				f.client.ReadInfo()
+				infoRead = time.Now()
 			}
 			now = cfg.Now()
 			f.trouble.check(f.s.troubleCounters(), now, false)
@@ -168,6 +176,10 @@ func (f *forwarder) forward(boundary time.Time) {
 		f.s.slowRounds.Add(1)
 	}
 }
+
+// infoRecheck × InfoRefresh (5 minutes by default) is how often the relay
+// reads /info again while the agent takes stats, for its peer_tags list.
+const infoRecheck = 10
 
 // forwardChunk is how many times ForwardParallel payloads a round encodes
 // before sending them: enough that a slow request rarely leaves the other

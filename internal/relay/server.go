@@ -99,7 +99,9 @@ type ServerConfig struct {
 	// InfoRefresh is the longest wait between polls of the agent's /info
 	// while it does not accept stats, or cannot be read (zero:
 	// agentclient.DefaultInfoRefresh); the polls start sooner and back off
-	// to it (see agentclient.Config.InfoRefresh).
+	// to it (see agentclient.Config.InfoRefresh). While the agent takes
+	// stats, /info is read again every ten InfoRefresh, for a changed
+	// peer_tags list.
 	InfoRefresh time.Duration
 	// AgentTimeout bounds one request to the agent (zero:
 	// agentclient.DefaultTimeout, 10 s).

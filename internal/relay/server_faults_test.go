@@ -609,6 +609,24 @@ func TestAgentPeerTagList(t *testing.T) {
 	}
 }
 
+// TestAgentPeerTagListReread: while the agent takes stats, the relay reads
+// /info again every ten InfoRefresh: a list the agent changed (a restart
+// with another configuration fails no request) takes effect.
+func TestAgentPeerTagListReread(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	info := func(keys ...string) map[string]any {
+		return map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"}, "peer_tags": keys}
+	}
+	ag.SetInfo(info("peer.service", "db.instance"))
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 10 * time.Millisecond, InfoRefresh: 100 * time.Millisecond})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 2 })
+	ag.SetInfo(info("peer.service", "db.instance", "peer.hostname"))
+	waitFor(t, "the relay to read the new list", func() bool { return srv.Relay().Stats().PeerTagKeys == 3 })
+}
+
 // TestTroubleIsLogged: what the metrics count as lost is in the log too, by
 // kind and with its counts: malformed datagrams, a request the agent
 // refuses, the spans it carried. The log lines come at the latest when the
