@@ -18,10 +18,19 @@ func controlUDP(_ syscall.RawConn, _ int) error { return nil }
 type connSys struct{}
 
 func (s *connSys) init(c *Conn) error {
-	if c.rcvbuf > 0 {
-		return c.pc.(*net.UDPConn).SetReadBuffer(c.rcvbuf)
+	if c.rcvbuf <= 0 {
+		return nil
 	}
-	return nil
+	// Linux caps a larger request; the BSDs refuse it (ENOBUFS past
+	// kern.ipc.maxsockbuf, 2 MiB by default on FreeBSD): halve it until
+	// taken, as the kernel's cap would, and keep the size granted.
+	for {
+		err := c.pc.(*net.UDPConn).SetReadBuffer(c.rcvbuf)
+		if err == nil || !errors.Is(err, syscall.ENOBUFS) || c.rcvbuf <= 64<<10 {
+			return err
+		}
+		c.rcvbuf /= 2
+	}
 }
 
 // KernelDrops returns 0: only Linux reports the drops (SO_RXQ_OVFL).
