@@ -126,8 +126,7 @@ type Payload struct {
 }
 
 // MaybeDelivered reports whether an attempt of p timed out after the
-// request was sent (SentThenTimedOut): the agent may have taken p, even if
-// p is then dropped.
+// request was sent: the agent may have taken p, even if p is then dropped.
 func (p *Payload) MaybeDelivered() bool { return p.timedOut }
 
 // Waiter answers a caller (Flush, Stop) once every payload of its report is
@@ -403,7 +402,7 @@ func (c *Client) settle(p *Payload, err error) {
 		return
 	}
 	c.obs.Failed(p, err)
-	timedOut := SentThenTimedOut(err)
+	timedOut := sentThenTimedOut(err)
 	p.timedOut = p.timedOut || timedOut
 	switch kind {
 	case retry:

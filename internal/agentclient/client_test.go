@@ -307,8 +307,8 @@ func TestSentThenTimedOut(t *testing.T) {
 		{errors.New("connection reset"), false},
 		{&AgentError{StatusCode: 503}, false},
 	} {
-		if got := SentThenTimedOut(c.err); got != c.want {
-			t.Errorf("SentThenTimedOut(%v) = %v, want %v", c.err, got, c.want)
+		if got := sentThenTimedOut(c.err); got != c.want {
+			t.Errorf("sentThenTimedOut(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

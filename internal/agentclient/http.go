@@ -280,11 +280,10 @@ const (
 	cancelled         // the owner gave up waiting (Close)
 )
 
-// SentThenTimedOut reports whether err (an attempt's, or a drop's that
-// wraps it) is a timeout that may have come after the agent read the
-// request, so the agent may have taken the payload: any timeout but the
-// dial's, when nothing was sent.
-func SentThenTimedOut(err error) bool {
+// sentThenTimedOut reports whether err is a timeout that may have come
+// after the agent read the request, so the agent may have taken the
+// payload: any timeout but the dial's, when nothing was sent.
+func sentThenTimedOut(err error) bool {
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false

@@ -1370,63 +1370,41 @@ func TestSameContainerSenderKeepsItsClaim(t *testing.T) {
 	}
 }
 
-// TestDroppedAfterTimeout: an agent that answers every request later than
-// -agent-timeout: the relay retries, then drops the spans (retry_budget),
-// and statsrelay_spans_dropped_after_timeout_total says the agent may have
-// taken them.
+// TestDroppedAfterTimeout: an attempt that times out after the agent read
+// it leaves the agent with the spans; when the retries then fail too (late
+// again, or 503) and the budget is spent, the spans dropped (retry_budget)
+// are also counted in statsrelay_spans_dropped_after_timeout_total, however
+// many attempts came after the one that timed out.
 func TestDroppedAfterTimeout(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
-		time.Sleep(200 * time.Millisecond)
-		return false // taken, after the relay gave up
-	})
-	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
-		Grace: 50 * time.Millisecond, AgentTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	defer stop()
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sendIdentities(t, conn, "late-", 1, 3)
-	waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
-		t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3:\n%s", rec.Body.String())
-	}
-	checkIdentity(t, srv.Relay().Stats())
-}
-
-// TestDroppedAfterEarlierTimeout: the first attempt times out after the
-// agent read it (the agent has the spans), the retries get 503 until the
-// budget is spent: the spans dropped are counted as maybe delivered too.
-func TestDroppedAfterEarlierTimeout(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
-		if n == 1 {
-			time.Sleep(200 * time.Millisecond)
-			return false // taken, after the relay gave up waiting
-		}
-		http.Error(w, "busy", http.StatusServiceUnavailable)
-		return true
-	})
-	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
-		Grace: 50 * time.Millisecond, AgentTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	defer stop()
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sendIdentities(t, conn, "late-", 1, 3)
-	waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
-		t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3 though the first attempt timed out:\n%s", rec.Body.String())
+	for name, firstOnly := range map[string]bool{"every attempt late": false, "first late, then 503": true} {
+		t.Run(name, func(t *testing.T) {
+			ag := statstest.New()
+			defer ag.Close()
+			ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+				if n == 1 || !firstOnly {
+					time.Sleep(200 * time.Millisecond)
+					return false // taken, after the relay gave up waiting
+				}
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return true
+			})
+			srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+				Grace: 50 * time.Millisecond, AgentTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			defer stop()
+			conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			sendIdentities(t, conn, "late-", 1, 3)
+			waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
+				t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3:\n%s", rec.Body.String())
+			}
+			checkIdentity(t, srv.Relay().Stats())
+		})
 	}
 }
 
