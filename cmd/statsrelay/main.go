@@ -267,14 +267,18 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		return err
 	}
+	httpAddr := o.httpAddr
 	if ln != nil {
+		// The bound address, as for the sockets: with port 0 the flag's
+		// value would not tell the operator where /metrics is.
+		httpAddr = ln.Addr().String()
 		metrics.ExposeMetadata(true)
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
 	}
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
-		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", o.httpAddr)
+		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", httpAddr)
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
 	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -277,5 +278,36 @@ func TestBinarySecondSignalExits(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second || code != 128+int(syscall.SIGTERM) ||
 		!strings.Contains(b.output(), "second signal (terminated): exiting without the final forward") {
 		t.Fatalf("after a second SIGTERM: exit status %d in %s; want 143 at once, said:\n%s", code, took, b.output())
+	}
+}
+
+// TestBinaryLogsItsHTTPAddress: started with -http 127.0.0.1:0, as an
+// operator picking a free port does, the start line gives the port it
+// bound (not ":0"), and /healthz and /metrics answer there.
+func TestBinaryLogsItsHTTPAddress(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "127.0.0.1:0")
+	line := b.startedLine(t)
+	m := regexp.MustCompile(`http=(\S+)`).FindStringSubmatch(line)
+	if m == nil || strings.HasSuffix(m[1], ":0") {
+		t.Fatalf("start line %q: want the bound http address", line)
+	}
+	for path, want := range map[string]string{"/healthz": "ok\n", "/metrics": "\nstatsrelay_spans_received_total 0\n"} {
+		resp, err := http.Get("http://" + m[1] + path)
+		if err != nil {
+			t.Fatalf("%s at the logged address: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("%s: %d %q, want 200 with %q", path, resp.StatusCode, body, want)
+		}
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, b.output())
 	}
 }
