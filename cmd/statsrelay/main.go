@@ -183,10 +183,18 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, agentErr
 	}
 	if err := check(&o); err != nil {
-		// Each check's error starts with its flag: say which variable set it.
-		name, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "-"), " ")
-		if env, ok := fromEnv[strings.TrimSuffix(name, ":")]; ok {
-			err = fmt.Errorf("%w (set by %s)", err, env)
+		// A check's error names its flags ("-grace 3s: want ... < -interval
+		// 2s"): say which of them a variable set, as an operator who set
+		// only STATSRELAY_INTERVAL would otherwise look for a -grace flag.
+		var by []string
+		for _, w := range strings.Fields(err.Error()) {
+			name, ok := strings.CutPrefix(strings.TrimSuffix(w, ":"), "-")
+			if env, set := fromEnv[name]; ok && set && !slices.Contains(by, env) {
+				by = append(by, env)
+			}
+		}
+		if len(by) > 0 {
+			err = fmt.Errorf("%w (set by %s)", err, strings.Join(by, ", "))
 		}
 		return o, err
 	}

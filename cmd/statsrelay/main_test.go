@@ -128,6 +128,9 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-udp-rcvbuf", "1073741824"}, nil, "-udp-rcvbuf 1073741824: want 0..1073741823"},
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},
 		{nil, map[string]string{"STATSRELAY_MAX_DATAGRAM": "10"}, "(set by STATSRELAY_MAX_DATAGRAM)"},
+		// The error names -grace, whose default the variable's interval trips.
+		{nil, map[string]string{"STATSRELAY_INTERVAL": "2s"}, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it) (set by STATSRELAY_INTERVAL)"},
+		{nil, map[string]string{"STATSRELAY_INTERVAL": "2s", "STATSRELAY_GRACE": "5s"}, "(set by STATSRELAY_GRACE, STATSRELAY_INTERVAL)"},
 		{nil, map[string]string{"STATSRELAY_SOCKET_MODE": "7777"}, "(set by STATSRELAY_SOCKET_MODE)"},
 		// A pod's tracer setting, pointing at the relay itself.
 		{nil, map[string]string{"DD_TRACE_AGENT_URL": "unixgram:///run/relay.sock"}, "DD_TRACE_AGENT_URL: agent URL"},
