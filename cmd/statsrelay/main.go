@@ -132,6 +132,14 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
+	fs.Usage = func() {
+		// -h is where an operator looks: the variables must be said there
+		// too, not only in the package documentation.
+		fmt.Fprintf(fs.Output(), "Usage: statsrelay [flags]\n"+
+			"Every flag can also be given as the environment variable STATSRELAY_<NAME>\n"+
+			"(upper case, \"-\" → \"_\", e.g. STATSRELAY_MAX_GROUPS); the flag wins.\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

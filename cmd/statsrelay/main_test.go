@@ -148,6 +148,22 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
+// TestUsageNamesTheVariables: -h says that every flag is also read from
+// STATSRELAY_<NAME>, as doc.go does.
+func TestUsageNamesTheVariables(t *testing.T) {
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	if _, err := parseFlags(fs, []string{"-h"}, func(string) (string, bool) { return "", false }); err != flag.ErrHelp {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"STATSRELAY_<NAME>", "STATSRELAY_MAX_GROUPS", "the flag wins", "-max-groups int"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-h output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestDemo: the demo ends by itself and its summary shows every span
 // counted by the aggregators reaching the agent through the relay.
 func TestDemo(t *testing.T) {
