@@ -18,7 +18,7 @@ func Example() {
 	defer agent.Close()
 
 	agg, err := stats.New(stats.Config{
-		AgentURL: agent.URL(), // default: DD_TRACE_AGENT_URL, DD_AGENT_HOST/DD_TRACE_AGENT_PORT, or http://localhost:8126
+		AgentURL: agent.URL(), // default: SPANSTATS_RELAY_URL, DD_TRACE_AGENT_URL, DD_AGENT_HOST/DD_TRACE_AGENT_PORT, the agent's socket, or http://localhost:8126
 		Env:      "prod", Service: "web", Version: "1.2.3", TracerVersion: "my-tracer/1.0",
 	})
 	if err != nil {

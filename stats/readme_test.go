@@ -36,6 +36,17 @@ func TestReadmeQuickStart(t *testing.T) {
 	if !ok {
 		t.Fatal("the README's program block is not closed")
 	}
+	// The README says stats.Example runs the same code: its body, to the
+	// line that prints, must be the README's, comments included.
+	_, body, _ := strings.Cut(block, "func main() {\n")
+	body, _, _ = strings.Cut(body, "\n}")
+	example, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body == "" || !strings.Contains(string(example), body+"\n") {
+		t.Errorf("stats.Example's body differs from the README's quick start:\n%s", body)
+	}
 	dir := t.TempDir()
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil {
