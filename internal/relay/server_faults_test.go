@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -470,6 +471,31 @@ func TestMetricsExposition(t *testing.T) {
 	} {
 		if !strings.Contains(text, line) {
 			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	// Every metric the README names, and every reason it lists, is served
+	// before any traffic: a dashboard built from the README finds them.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`statsrelay_[a-z_]+`).FindAllString(string(readme), -1)
+	if len(names) == 0 {
+		t.Fatal("the README names no statsrelay_ metric")
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(text) {
+			t.Errorf("/metrics lacks %s, which the README names", name)
+		}
+	}
+	for _, reason := range []string{"truncated", "malformed", "invalid"} {
+		if !strings.Contains(text, `statsrelay_datagrams_rejected_total{reason="`+reason+`"}`) {
+			t.Errorf("/metrics lacks the reject reason %q", reason)
+		}
+	}
+	for _, reason := range []string{"max_groups", "max_bytes", "stopped", "retry_budget", "agent_off", "unattributable"} {
+		if !strings.Contains(text, `statsrelay_spans_dropped_total{reason="`+reason+`"}`) {
+			t.Errorf("/metrics lacks the drop reason %q", reason)
 		}
 	}
 	if strings.Contains(text, "\nstatsrelay_held_bytes 0\n") {
