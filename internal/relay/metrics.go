@@ -1,6 +1,11 @@
 // This file holds the relay's own metrics, exposed at /metrics in the
 // Prometheus text format, and the HTTP handler beside them (/healthz,
 // /debug/pprof/).
+//
+// The exposition is github.com/VictoriaMetrics/metrics: a maintained
+// Prometheus text library whose whole graph is two small modules, where
+// prometheus/client_golang would bring a dozen (common, procfs,
+// klauspost/compress, protobuf models…) into every SDK user's go.sum.
 
 package relay
 
