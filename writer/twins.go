@@ -40,6 +40,9 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 		clear(s.seen)
 		twins := false
 		for _, e := range b.Groups {
+			if e == nil { // skipped, as Pack skips it
+				continue
+			}
 			k := s.typeless(e)
 			n := s.seen[k]
 			s.seen[k] = n + 1
@@ -52,6 +55,9 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 		clear(s.seen)
 		first := len(s.layers)
 		for _, e := range b.Groups {
+			if e == nil {
+				continue
+			}
 			k := s.typeless(e)
 			n := s.seen[k]
 			s.seen[k] = n + 1

@@ -54,3 +54,23 @@ func TestTypeSplitterLayers(t *testing.T) {
 		t.Errorf("Split of a shape laid out before allocates %.1f times", a)
 	}
 }
+
+// TestTypeSplitterSkipsNil: a nil group, which Pack skips, is skipped here
+// too, in a bucket with twins or without.
+func TestTypeSplitterSkipsNil(t *testing.T) {
+	entry := func(typ string) *aggregate.Entry {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource, e.Type = "web", "op", "r", typ
+		return e
+	}
+	web, sql := entry("web"), entry("sql")
+	var s TypeSplitter
+	got := s.Split(nil, []Bucket{
+		{Start: 10, Groups: []*aggregate.Entry{nil, web}},
+		{Start: 20, Groups: []*aggregate.Entry{web, nil, sql}},
+	})
+	if len(got) != 3 || len(got[0].Groups) != 2 ||
+		len(got[1].Groups) != 1 || got[1].Groups[0] != web || len(got[2].Groups) != 1 || got[2].Groups[0] != sql {
+		t.Fatalf("laid out %+v", got)
+	}
+}
