@@ -525,7 +525,10 @@ func (c *Client) getBuf(n int) []byte {
 func (c *Client) split(p *Payload, cause error) {
 	var parts []*Payload
 	err := writer.Split(p.Body, c.getBuf, func(body []byte, hits uint64) {
-		parts = append(parts, &Payload{Body: body, Hits: hits, Headers: p.Headers, Waiter: p.Waiter, attempts: p.attempts})
+		// A part is as maybe delivered as the whole: a timed-out attempt of
+		// p may have reached the agent with the part's spans in it.
+		parts = append(parts, &Payload{Body: body, Hits: hits, Headers: p.Headers, Waiter: p.Waiter,
+			attempts: p.attempts, timedOut: p.timedOut})
 	})
 	if err != nil { // writer.ErrUnsplittable: one group
 		c.drop(p, fmt.Errorf("%w (%w)", cause, err))

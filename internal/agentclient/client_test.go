@@ -1052,3 +1052,52 @@ func TestRetryQueuedBeforeOffWaitsForPoll(t *testing.T) {
 		t.Fatalf("off %v; the 503's retry due %v before the poll at %v", c.Off(), b.due, c.infoDue)
 	}
 }
+
+// maybeDelivered records MaybeDelivered of each payload dropped.
+type maybeDelivered struct {
+	counting
+	drops []bool
+}
+
+func (o *maybeDelivered) Dropped(p *Payload, err error) {
+	o.counting.Dropped(p, err)
+	o.drops = append(o.drops, p.MaybeDelivered())
+}
+
+// TestSplitKeepsMaybeDelivered: a payload whose attempt timed out once sent
+// and that is then split (here a 413 on the retry) may be at the agent
+// already; so may each part, which says so when it is dropped.
+func TestSplitKeepsMaybeDelivered(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		switch posts.Add(1) {
+		case 1: // read, but answered after the client gave up
+			<-r.Context().Done()
+		case 2:
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Timeout, cfg.MaxRetries = 300*time.Millisecond, 1
+	obs := &maybeDelivered{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	for c.Pending() > 0 {
+		d, _ := c.NextDue()
+		time.Sleep(time.Until(d))
+		c.RunDue(time.Now())
+	}
+	if obs.split != 1 || len(obs.drops) < 2 {
+		t.Fatalf("split %d, dropped %d: want the payload split and its parts dropped", obs.split, len(obs.drops))
+	}
+	for i, md := range obs.drops {
+		if !md {
+			t.Errorf("part %d dropped without MaybeDelivered, though the whole may be at the agent", i)
+		}
+	}
+}
