@@ -323,9 +323,10 @@ func (c *Client) RunDue(now time.Time) {
 // one last immediate attempt (none if the context ended); what fails is
 // dropped and reported. So Final takes at most within, plus a Timeout for
 // the requests in flight as the window ends, plus one Timeout per
-// Parallel payloads waiting. An agent that refuses for a moment as the
-// process stops (a 503, a restart) gets the retry budget, not one
-// attempt; a retry is not brought forward, which would spend it on an
+// Parallel payloads waiting (a payload the agent refuses as too large
+// counting as the parts it is split into). An agent that refuses for a
+// moment as the process stops (a 503, a restart) gets the retry budget,
+// not one attempt; a retry is not brought forward, which would spend it on an
 // agent that failed a moment ago.
 func (c *Client) Final(within time.Duration) {
 	deadline := time.Now().Add(within)
@@ -539,9 +540,9 @@ func (c *Client) split(p *Payload, cause error) {
 		p.Waiter.left += len(parts) - 1 // one payload becomes several
 	}
 	c.release(p)
-	for _, q := range parts {
-		c.attempt(q)
-	}
+	// As any pass: within Final's window no part is posted after it ends,
+	// and the parts go out Parallel at a time (TestFinalSplitIsBounded).
+	c.SendAll(parts)
 }
 
 // ReadInfo polls the agent's /info: whether it accepts client stats, its

@@ -1001,7 +1001,7 @@ func TestFinalHungAgentIsBounded(t *testing.T) {
 		c.Close()
 		// The window, the requests in flight at its end (one Timeout), the
 		// last attempts (n/parallel Timeouts), and room for a slow host.
-		bound := within + cfg.Timeout + time.Duration(n/parallel)*cfg.Timeout + 300*time.Millisecond
+		bound := within + cfg.Timeout + time.Duration(n/parallel)*cfg.Timeout + 400*time.Millisecond
 		if took > bound || obs.dropped != n || obs.sent != 0 {
 			t.Errorf("parallel %d: Final(%v) took %v (bound %v), %d posts, dropped %d of %d",
 				parallel, within, took, bound, posts.Load()-before, obs.dropped, n)
@@ -1098,6 +1098,52 @@ func TestSplitKeepsMaybeDelivered(t *testing.T) {
 	for i, md := range obs.drops {
 		if !md {
 			t.Errorf("part %d dropped without MaybeDelivered, though the whole may be at the agent", i)
+		}
+	}
+}
+
+// TestFinalSplitIsBounded: a payload waiting for its retry meets, in
+// Final's window, an agent that refuses large bodies and never answers
+// small ones. Its parts are posted as any pass's payloads, Parallel at a
+// time and none after the window, so Final takes the window, the requests
+// in flight as it ends, and one Timeout per Parallel parts, not every
+// part's Timeout one after another, in the window and then again.
+func TestFinalSplitIsBounded(t *testing.T) {
+	body := splitBody()
+	limit := len(body) / 5 // 16 groups: parts of 2 groups fit, 8 of them
+	var refusing atomic.Bool
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		switch {
+		case !refusing.Load():
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		case len(b) > limit:
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		default:
+			<-r.Context().Done()
+		}
+	}))
+	defer srv.Close()
+	for _, parallel := range []int{1, 2} {
+		refusing.Store(false)
+		cfg := testConfig(srv.URL)
+		cfg.Timeout, cfg.Parallel = 200*time.Millisecond, parallel
+		cfg.MaxRetryPayloads = 32
+		obs := &counting{}
+		c := New(context.Background(), cfg, obs)
+		c.Send(&Payload{Body: body, Hits: 120}) // a 503: it waits for a retry
+		refusing.Store(true)
+		start := time.Now()
+		c.Final(50 * time.Millisecond)
+		took := time.Since(start)
+		c.Close()
+		const parts = 8
+		bound := 50*time.Millisecond + cfg.Timeout + parts/time.Duration(parallel)*cfg.Timeout + 400*time.Millisecond
+		if took > bound || obs.dropped != parts || obs.sent != 0 {
+			t.Errorf("parallel %d: Final took %v (bound %v), %d posts, split %d, dropped %d, want %d parts dropped",
+				parallel, took, bound, posts.Load(), obs.split, obs.dropped, parts)
 		}
 	}
 }
