@@ -38,6 +38,7 @@ type otelRow struct {
 	res   []attribute.KeyValue
 	under string // "": a root; "local": a child of a local span; "remote": of a remote parent
 	err   bool
+	pad   int // filler attributes set before attrs, as a span with many attributes has
 }
 
 var (
@@ -81,6 +82,9 @@ var otelRows = []otelRow{
 	{name: "lambda", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("faas.invoked_provider", "aws"), str("faas.invoked_name", "resize")}},
 	{name: "trigger", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("faas.trigger", "http")}},
 	{name: "graphql", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{str("graphql.operation.type", "query"), str("graphql.operation.name", "GetUser")}},
+	// Past the 255th attribute (a provider may raise the SDK's limit of 128):
+	// the agent reads every attribute.
+	{name: "GET", kind: trace.SpanKindServer, pad: 300, attrs: []attribute.KeyValue{str("http.request.method", "GET"), str("http.route", "/big"), num("http.response.status_code", 503)}},
 	// Internal spans and the Datadog attributes.
 	{name: "compute tax", kind: trace.SpanKindInternal, under: "local"},
 	{name: "compute tax", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{num("_dd.measured", 1)}},
@@ -137,7 +141,10 @@ func endRows(rows []otelRow) []sdktrace.ReadOnlySpan {
 		key := set.Encoded(attribute.DefaultEncoder())
 		tp := providers[key]
 		if tp == nil {
-			tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(resource.NewWithAttributes("", res...)))
+			limits := sdktrace.NewSpanLimits()
+			limits.AttributeCountLimit = -1 // unlimited, for the rows with pad
+			tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(resource.NewWithAttributes("", res...)),
+				sdktrace.WithRawSpanLimits(limits))
 			providers[key] = tp
 		}
 		tr := tp.Tracer("equality")
@@ -151,7 +158,11 @@ func endRows(rows []otelRow) []sdktrace.ReadOnlySpan {
 			ctx, parent = tr.Start(ctx, "parent "+r.name)
 		}
 		start := time.Now()
-		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithAttributes(r.attrs...), trace.WithTimestamp(start))
+		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithTimestamp(start))
+		for j := range r.pad {
+			s.SetAttributes(num(fmt.Sprint("pad.", j), j))
+		}
+		s.SetAttributes(r.attrs...)
 		if r.err {
 			s.SetStatus(codes.Error, "failed")
 		}

@@ -129,17 +129,21 @@ const maxAttrs = 128
 // attribute slice (plus one; 0: absent), and the resource's values.
 type view struct {
 	span []attribute.KeyValue
-	pos  [maxAttrs]uint8
+	pos  [maxAttrs]uint16
 	res  *resAttrs
 }
 
-// index fills v.pos from the span's attributes. A span with more than 255
-// attributes has the rest ignored (the SDK's default limit is 128).
+// maxSpanAttrs is how many of a span's attributes index reads: positions
+// are uint16 because a provider may lift the SDK's limit of 128, and the
+// agent reads every attribute, the status code set last included.
+const maxSpanAttrs = math.MaxUint16
+
+// index fills v.pos from the span's attributes, up to maxSpanAttrs of them.
 func (v *view) index(k *keyIndex, attrs []attribute.KeyValue, res *resAttrs) {
 	v.span, v.res = attrs, res
-	for i := range attrs[:min(len(attrs), 255)] {
+	for i := range attrs[:min(len(attrs), maxSpanAttrs)] {
 		if id, ok := k.ids[string(attrs[i].Key)]; ok {
-			v.pos[id] = uint8(i + 1)
+			v.pos[id] = uint16(i + 1)
 		}
 	}
 }

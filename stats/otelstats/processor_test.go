@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,6 +161,29 @@ func TestTopLevelBySpanKind(t *testing.T) {
 	in := mapOne(t, p, svcRes, spanSpec{name: "i", kind: trace.SpanKindInternal, remote: true})
 	if !srv.TopLevel || cli.TopLevel || !cli.Measured || in.TopLevel {
 		t.Fatalf("server top %v; client top %v measured %v; internal under remote parent top %v", srv.TopLevel, cli.TopLevel, cli.Measured, in.TopLevel)
+	}
+}
+
+// TestAttributesPast255: with the SDK's attribute limit lifted, the ones
+// set after the 255th still map, as the agent reads them all.
+func TestAttributesPast255(t *testing.T) {
+	rec := &recorder{}
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeCountLimit = -1
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithRawSpanLimits(limits),
+		sdktrace.WithResource(resource.NewWithAttributes("", svcRes...)))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	_, s := tp.Tracer("t").Start(context.Background(), "x", trace.WithSpanKind(trace.SpanKindServer))
+	for i := range 300 {
+		s.SetAttributes(attribute.Int("pad."+strconv.Itoa(i), i))
+	}
+	s.SetAttributes(attribute.String("http.request.method", "GET"), attribute.Int("http.response.status_code", 503))
+	s.End()
+	var sp stats.Span
+	var b [scratchSize]byte
+	NewProcessor(nil).fill(&sp, rec.spans[0], b[:])
+	if sp.Name != "http.server.request" || sp.Resource != "GET" || sp.HTTPStatusCode != 503 {
+		t.Fatalf("name %q resource %q status %d; want http.server.request, GET, 503", sp.Name, sp.Resource, sp.HTTPStatusCode)
 	}
 }
 
