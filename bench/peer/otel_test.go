@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -221,8 +222,28 @@ func putAttrs(m pcommon.Map, kvs []attribute.KeyValue) {
 			m.PutDouble(k, kv.Value.AsFloat64())
 		case attribute.BOOL:
 			m.PutBool(k, kv.Value.AsBool())
+		case attribute.STRINGSLICE:
+			sl := m.PutEmptySlice(k)
+			for _, v := range kv.Value.AsStringSlice() {
+				sl.AppendEmpty().SetStr(v)
+			}
+		case attribute.INT64SLICE:
+			sl := m.PutEmptySlice(k)
+			for _, v := range kv.Value.AsInt64Slice() {
+				sl.AppendEmpty().SetInt(v)
+			}
+		case attribute.FLOAT64SLICE:
+			sl := m.PutEmptySlice(k)
+			for _, v := range kv.Value.AsFloat64Slice() {
+				sl.AppendEmpty().SetDouble(v)
+			}
+		case attribute.BOOLSLICE:
+			sl := m.PutEmptySlice(k)
+			for _, v := range kv.Value.AsBoolSlice() {
+				sl.AppendEmpty().SetBool(v)
+			}
 		default:
-			m.PutStr(k, kv.Value.String())
+			m.PutStr(k, kv.Value.Emit())
 		}
 	}
 }
@@ -385,3 +406,87 @@ func TestOTelDefaultPeerTagKeys(t *testing.T) {
 }
 
 var _ = pb.Trilean_TRUE
+
+// randomKeys are the attribute keys the random rows draw from: the
+// mapping's own, a few peer-tag keys, and span.kind (which must not change
+// the kind).
+var randomKeys = []string{"service.name", "operation.name", "resource.name", "span.type", "http.request.method", "http.method",
+	"url.template", "http.route", "http.status_code", "http.response.status_code", "messaging.operation", "messaging.destination",
+	"messaging.destination.name", "messaging.system", "rpc.method", "rpc.service", "rpc.system", "rpc.system.name",
+	"graphql.operation.type", "graphql.operation.name", "db.system.name", "db.system", "db.statement", "db.query.text",
+	"faas.invoked_provider", "faas.invoked_name", "faas.trigger", "network.protocol.name", "rpc.grpc.status_code", "grpc.code",
+	"rpc.grpc.status.code", "grpc.status.code", "rpc.response.status_code", "_dd.measured", "_dd.base_service", "peer.service",
+	"server.address", "db.name", "net.peer.name", "out.host", "db.instance", "span.kind", "http.server_name", "network.destination.ip"}
+
+var randomValues = []string{"", "GET", "_OTHER", "grpc", "redis", "postgresql", "aws-api", "kafka", "200", "404.0", "5", "NOT_FOUND",
+	"StatusCode.UNAVAILABLE", "1", "SELECT * FROM t WHERE a = 1", "Hello World", "10.1.2.3", "x y", "query", "My.Svc", "-3", "1e3",
+	" 12", "HTTP", "!!!", "Ünï", "sql", "cassandra", "valkey", "SET k v", "2001:db8::1", "10.0.0.1:5432,10.0.0.2", "UPDATE x SET y = $1"}
+
+// Long values go only to span names and to keys that are no peer tags:
+// Publish bounds a peer tag at stats.MaxTagLen and a type at MaxTypeLen,
+// where the concentrator alone does not.
+var (
+	randomLongValues = []string{strings.Repeat("é", 3000), strings.Repeat("select a from b where c = 'd' ", 200)}
+	randomLongKeys   = []string{"db.statement", "db.query.text", "resource.name", "http.route", "url.template", "operation.name"}
+)
+
+func randomAttrs(r *rand.Rand, n int) []attribute.KeyValue {
+	var kvs []attribute.KeyValue
+	for range n {
+		k := randomKeys[r.IntN(len(randomKeys))]
+		switch r.IntN(8) {
+		case 0:
+			kvs = append(kvs, attribute.Int(k, []int{0, 1, 5, 200, 404, -1, 1 << 33}[r.IntN(7)]))
+		case 1:
+			kvs = append(kvs, attribute.Float64(k, []float64{1, 2.5, 404, 0}[r.IntN(4)]))
+		case 2:
+			kvs = append(kvs, attribute.Bool(k, r.IntN(2) == 0))
+		case 3:
+			kvs = append(kvs, attribute.StringSlice(k, []string{"a", "b"}))
+		case 4:
+			kvs = append(kvs, str(randomLongKeys[r.IntN(len(randomLongKeys))], randomLongValues[r.IntN(len(randomLongValues))]))
+		default:
+			kvs = append(kvs, str(k, randomValues[r.IntN(len(randomValues))]))
+		}
+	}
+	return kvs
+}
+
+// TestOTelRandomGroupsMatchAgent is TestOTelGroupsMatchAgent over random
+// rows: the mapping's keys on the span and on the resource, of every
+// attribute type, with values that collide across concepts.
+func TestOTelRandomGroupsMatchAgent(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	kinds := []trace.SpanKind{trace.SpanKindInternal, trace.SpanKindServer, trace.SpanKindClient, trace.SpanKindProducer, trace.SpanKindConsumer}
+	for round := range 100 {
+		var rows []otelRow
+		for range 30 {
+			res := randomAttrs(r, r.IntN(4))
+			if r.IntN(2) == 0 {
+				res = append(res, str("service.name", "shop"))
+			}
+			name := randomValues[r.IntN(len(randomValues))]
+			if r.IntN(10) == 0 {
+				name = randomLongValues[r.IntN(len(randomLongValues))]
+			}
+			rows = append(rows, otelRow{name: name, kind: kinds[r.IntN(len(kinds))], attrs: randomAttrs(r, r.IntN(8)), res: res,
+				under: []string{"", "local", "remote"}[r.IntN(3)], err: r.IntN(3) == 0})
+		}
+		spans := endRows(rows)
+		want := agentGroups(t, toPtrace(spans))
+		got := processorGroups(t, spans)
+		for k, w := range want {
+			if g := got[k]; g != w {
+				t.Errorf("round %d:\n  agent     %.400v\n  processor %.400v", round, w, g)
+			}
+		}
+		for k, g := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("round %d: processor group the agent does not have:\n  %.400v", round, g)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
