@@ -861,3 +861,39 @@ func TestUnsentAfterTimeout(t *testing.T) {
 		t.Fatalf("refused connection: SpansUnsent %d, UnsentAfterTimeout %d; want 3 and 0", h.SpansUnsent, h.UnsentAfterTimeout)
 	}
 }
+
+// TestUnsentAfterStopDeadline: a payload whose request the agent has read
+// when Stop's deadline cancels it may have been taken: the agent then
+// holds spans that Health counts unsent, and UnsentAfterTimeout must
+// cover them as it does for a timeout.
+func TestUnsentAfterStopDeadline(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	read, release := make(chan struct{}), make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		close(read) // the body is read whole before the handler runs
+		<-release   // then taken, after Stop gave up
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), Logger: slog.New(slog.DiscardHandler)})
+	publishN(a, 10, "r")
+	stopped := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { stopped <- a.Stop(ctx) }()
+	<-read
+	cancel()
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop = %v, want its context's error", err)
+	}
+	close(release)
+	if _, err := ag.WaitHits(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	h := a.Health()
+	_, hits := statstest.Sum(statstest.Accepted(ag.Requests()))
+	if h.SpansUnsent != 10 || hits > h.SpansSent+h.UnsentAfterTimeout {
+		t.Fatalf("SpansSent %d, SpansUnsent %d, UnsentAfterTimeout %d, agent hits %d; want the agent's within SpansSent + UnsentAfterTimeout",
+			h.SpansSent, h.SpansUnsent, h.UnsentAfterTimeout, hits)
+	}
+}

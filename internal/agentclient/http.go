@@ -12,10 +12,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -193,7 +195,17 @@ func (b *requestBody) Close() error {
 // post sends p's body to the stats endpoint once.
 func (c *Client) post(p *Payload) error {
 	h := p.Headers
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.ep.Base+StatsPath, nil)
+	// A cancel (the owner gave up) after the request was written whole may
+	// come after the agent took it: sentThenTimedOut must know.
+	var wrote atomic.Bool
+	ctx := httptrace.WithClientTrace(c.ctx, &httptrace.ClientTrace{
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil { // sticky: net/http may write it again and fail
+				wrote.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.ep.Base+StatsPath, nil)
 	if err != nil {
 		return err
 	}
@@ -221,6 +233,9 @@ func (c *Client) post(p *Payload) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if wrote.Load() && errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%w: %w", errCancelledOnceSent, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -280,10 +295,19 @@ const (
 	cancelled         // the owner gave up waiting (Close)
 )
 
+// errCancelledOnceSent marks a request cancelled after it was written
+// whole: like a timeout then, the cancel may have come after the agent
+// took the payload.
+var errCancelledOnceSent = errors.New("cancelled once sent")
+
 // sentThenTimedOut reports whether err is a timeout that may have come
 // after the agent read the request, so the agent may have taken the
-// payload: any timeout but the dial's, when nothing was sent.
+// payload: any timeout but the dial's, when nothing was sent, and a cancel
+// once the request was written (Stop's deadline).
 func sentThenTimedOut(err error) bool {
+	if errors.Is(err, errCancelledOnceSent) {
+		return true
+	}
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
