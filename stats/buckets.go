@@ -64,6 +64,12 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 			// Spans stamped on a clock stepped back are late by the
 			// buckets of before: realigned, they are current.
 			checked = true
+			if done > 0 && c.steppedBack(c.clock()) {
+				// realign would report the spans added so far before
+				// consume counts them: leave the rest to the next batch,
+				// whose first clock read realigns before it adds any.
+				return done
+			}
 			c.now()
 			d = c.dest(batch[done])
 		}

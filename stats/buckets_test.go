@@ -3,6 +3,8 @@ package stats
 import (
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -570,5 +572,50 @@ func TestClockPast2262(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the boundary tick did not return: crossBoundaries never reaches the clock")
+	}
+}
+
+// TestStepBackMidBatchCountedFirst: a clock step back seen in the middle of
+// a batch (at its first late span) reports the open buckets; the spans of
+// the batch added before it must be in Counted by then, so that no Health
+// snapshot has more spans cleared, sent or unsent than counted. Reports
+// are discarded here (the agent is off), which counts them in Cleared at
+// once, while a reader takes snapshots.
+func TestStepBackMidBatchCountedFirst(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	var done atomic.Bool
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !done.Load() {
+			if h := d.a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
+				bad.Add(1)
+			}
+		}
+	})
+	for i := range 2000 {
+		// The batch's first read is where the last step took the clock,
+		// the next one an hour further back.
+		now := epoch.Add(3*time.Second - time.Duration(i)*time.Hour)
+		reads := 0
+		d.c.clock = func() time.Time {
+			if reads++; reads == 1 {
+				return now
+			}
+			return now.Add(-time.Hour)
+		}
+		d.publish("current", time.Time{})
+		d.publish("late", now.Add(-2*time.Hour))
+		d.a.off.Store(true)
+		for d.c.consume() > 0 {
+		}
+		d.a.off.Store(false)
+	}
+	done.Store(true)
+	wg.Wait()
+	if h := d.a.Health(); bad.Load() > 0 || h.Counted != 4000 || h.ClockStepsBack != 2000 {
+		t.Fatalf("%d snapshots with more spans out than counted; counted %d, steps back %d, want 0, 4000, 2000",
+			bad.Load(), h.Counted, h.ClockStepsBack)
 	}
 }

@@ -299,7 +299,8 @@ func (c *consumer) consume() int {
 }
 
 // add aggregates a batch into the buckets of the spans' ends and returns
-// how many spans from its start it added (fewer on a halt, as AddBatch).
+// how many spans from its start it added (fewer on a halt, as AddBatch, or
+// at a clock step back: see route).
 func (c *consumer) add(batch []*aggregate.Record) int {
 	for _, s := range batch {
 		// End 0 ("now") wraps to the largest value: one comparison tells
