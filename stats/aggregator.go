@@ -142,6 +142,11 @@ func (a *Aggregator) Publish(s *Span) bool {
 // Flush reports everything published before the call, now, and returns once
 // the payloads were handed to the agent, with the first send error. Before
 // Start it returns ErrNotStarted at once (it does not start the aggregator).
+// The payloads of earlier reports that wait for a retry after a failed
+// attempt are not waited for: they go at their retry time, or at Stop,
+// which gives them their last attempts. Before freezing a process (a
+// serverless function), Health's Counted − Cleared − SpansSent −
+// SpansUnsent is what is still on its way.
 func (a *Aggregator) Flush(ctx context.Context) error {
 	select {
 	case <-a.started:

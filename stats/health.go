@@ -95,9 +95,9 @@ type Health struct {
 	// at-least-once).
 	RetriesAfterTimeout uint64
 	// UnsentAfterTimeout counts the SpansUnsent of payloads an attempt of
-	// which timed out after the request was sent: the agent may have taken
-	// them after all, so the agent can show up to this many more spans
-	// than SpansSent.
+	// which timed out, or was cut by Stop's deadline, after the request was
+	// sent: the agent may have taken them after all, so the agent can show
+	// up to this many more spans than SpansSent.
 	UnsentAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413,
 	// or its 400 "read limit reached"), or larger than the limit its /info
