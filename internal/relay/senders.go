@@ -31,8 +31,10 @@ type sender struct {
 	mark uint64 // the highest sequence at the previous harvest
 	seen int64  // unix ns of its last datagram
 	// final: it said it is stopping; forgotten at the next harvest, so that
-	// its datagrams merged after the final one still fill their holes.
-	final bool
+	// its datagrams merged after the final one still fill their holes, or,
+	// with a hole left above its mark, at the one after (finalHeld): the
+	// datagram may be merged just after that harvest, as any other.
+	final, finalHeld bool
 	// fresh: first seen since the last harvest. Its first datagram merged
 	// need not be its lowest (another worker may still hold sequence 1),
 	// so a lower sequence then extends its runs down instead of counting
@@ -206,8 +208,9 @@ func (s *senders) sweep(now int64) {
 
 // harvest, once an interval, counts as gaps the holes below each sender's
 // mark (missing since the previous harvest at least: a hole opens only
-// above the highest sequence), forgets the senders that said they stop,
-// and sweeps the idle ones.
+// above the highest sequence), forgets the senders that said they stop
+// (one with a hole left waits a harvest more: forgetting it would count
+// the hole as gaps at once), and sweeps the idle ones.
 func (s *senders) harvest(now int64) {
 	for k, sd := range s.m {
 		n := 0 // the run holding the mark
@@ -217,8 +220,11 @@ func (s *senders) harvest(now int64) {
 		s.close(sd, n)
 		sd.mark = sd.runs[len(sd.runs)-1].hi
 		sd.fresh = false
-		if sd.final {
+		switch {
+		case sd.final && (len(sd.runs) == 1 || sd.finalHeld):
 			s.forget(k, sd)
+		case sd.final:
+			sd.finalHeld = true
 		}
 	}
 	s.sweep(now)

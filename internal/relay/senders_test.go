@@ -15,6 +15,7 @@ type seqModel struct {
 	gaps, restarts    uint64
 	late              uint64
 	known, final      bool
+	finalHeld         bool // final, with a hole, at a harvest
 	fresh             bool // first seen since the last harvest
 }
 
@@ -89,9 +90,11 @@ func (m *seqModel) harvest() {
 	m.settle(m.mark)
 	m.mark = m.high
 	m.fresh = false
-	if m.final {
+	if m.final && (m.runs() == 1 || m.finalHeld) {
 		m.settle(m.high)
-		m.known, m.final = false, false
+		m.known, m.final, m.finalHeld = false, false, false
+	} else if m.final {
+		m.finalHeld = true
 	}
 }
 
@@ -177,5 +180,31 @@ func TestHostileSequenceCannotWrapGaps(t *testing.T) {
 			t.Fatalf("after seq %d: seq gaps %d (before %d); want growing by at most %d a jump", seq, g, prev, uint64(maxSeqGap))
 		}
 		prev = g
+	}
+}
+
+// TestFinalMergedBeforeEarlierAcrossHarvest: a stopping sender's final
+// datagram is merged, a harvest comes, then its previous datagram (another
+// decode worker's): a hole at one harvest only, as for any sender, so no
+// gap, and the sender is forgotten at the next harvest, not left behind as
+// a new one.
+func TestFinalMergedBeforeEarlierAcrossHarvest(t *testing.T) {
+	var s senders
+	s.observe(1, 1, false, 0)
+	s.observe(1, 2, false, 0)
+	s.observe(1, 4, true, 0)
+	s.harvest(0)
+	s.observe(1, 3, false, 0)
+	s.harvest(0)
+	if s.gaps != 0 || s.late != 0 || len(s.m) != 0 {
+		t.Fatalf("gaps %d, late %d, senders %d; want 0 0 0", s.gaps, s.late, len(s.m))
+	}
+	// Still lost at the second harvest: a gap, and forgotten.
+	s.observe(2, 1, false, 0)
+	s.observe(2, 3, true, 0)
+	s.harvest(0)
+	s.harvest(0)
+	if s.gaps != 1 || len(s.m) != 0 {
+		t.Fatalf("gaps %d, senders %d; want 1 0", s.gaps, len(s.m))
 	}
 }
