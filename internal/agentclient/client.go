@@ -210,6 +210,10 @@ func New(ctx context.Context, cfg Config, obs Observer) *Client {
 // Off reports whether the agent does not accept stats now.
 func (c *Client) Off() bool { return c.off.Load() }
 
+// MaxBody is the agent's body limit from /info, 0 while unknown: a caller
+// that packs its payloads to it spares them the split before sending.
+func (c *Client) MaxBody() int64 { return c.maxBody }
+
 // Close releases idle connections; the client must not be used after it.
 func (c *Client) Close() {
 	c.http.CloseIdleConnections()

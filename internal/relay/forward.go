@@ -145,6 +145,12 @@ func (f *forwarder) run(stop context.Context) {
 func (f *forwarder) forward(boundary time.Time) {
 	start := time.Now()
 	chunk := forwardChunk * f.s.cfg.ForwardParallel
+	// Packed to the agent's limit when /info gave a lower one: the client
+	// would split each larger body and post the parts one at a time.
+	f.packer.Limit = f.s.cfg.MaxPayloadBytes
+	if m := f.client.MaxBody(); m > 0 && m < int64(f.packer.Limit) {
+		f.packer.Limit = int(m)
+	}
 	ps := make([]*agentclient.Payload, 0, chunk)
 	send := func() {
 		f.client.SendAll(ps)

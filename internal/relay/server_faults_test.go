@@ -1487,3 +1487,66 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+// TestForwardParallelUnderAgentLimit: the agent's /info gives a body limit
+// below the relay's MaxPayloadBytes, and each identity's payload is over
+// it. The payloads are packed to the agent's limit, so they go out
+// ForwardParallel at once, as any others; split after packing, the client
+// would post the parts one at a time, a round taking ForwardParallel
+// times as long.
+func TestForwardParallelUnderAgentLimit(t *testing.T) {
+	const parallel, identities, groups, limit = 3, 4, 40, 1500
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetMaxRequestBytes(limit)
+	var inFlight, peak atomic.Int64
+	release := make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return false
+	})
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range identities {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "lim-" + strconv.Itoa(i), Lang: "go"}
+		var es []*aggregate.Entry
+		for g := range groups {
+			es = append(es, &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "resource-" + strconv.Itoa(g)}, Hits: 1, Duration: 10})
+		}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: es}})
+		if len(b) < 2*limit {
+			t.Fatalf("a payload of %d bytes: want it over twice the agent's limit %d", len(b), limit)
+		}
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*groups })
+	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
+	close(release)
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*groups })
+	if p := peak.Load(); p != parallel {
+		t.Errorf("peak requests in flight %d, want %d", p, parallel)
+	}
+	for _, r := range ag.Requests() {
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Errorf("the agent answered %d (%v)", r.Status, r.Err)
+		}
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
