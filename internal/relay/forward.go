@@ -61,6 +61,14 @@ func boundaryAfter(t time.Time, interval time.Duration) time.Time {
 	return writer.AlignStart(t, interval).Add(interval)
 }
 
+// nextBoundary is the first boundary whose forward (at it plus grace) is
+// not past at now: started or realigned within the grace after a boundary,
+// the forwarder still forwards the window it ended then, not an interval
+// later.
+func nextBoundary(now time.Time, interval, grace time.Duration) time.Time {
+	return boundaryAfter(now.Add(-grace), interval)
+}
+
 // stopRetries is how long the final forward's retries may take: as long as
 // the stop timeout, which ends the client's context, allows.
 const stopRetries = time.Duration(1 << 62)
@@ -76,7 +84,7 @@ func (f *forwarder) run(stop context.Context) {
 	f.client.ReadInfo()
 	infoRead := time.Now()
 	cfg := &f.s.cfg
-	boundary := boundaryAfter(cfg.Now(), cfg.Interval)
+	boundary := nextBoundary(cfg.Now(), cfg.Interval, cfg.Grace)
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
 	defer tick.Stop()
 	retry := time.NewTimer(time.Hour)
@@ -115,7 +123,7 @@ func (f *forwarder) run(stop context.Context) {
 			f.switches.Check(f.s.log, false)
 			boundary = boundary.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
-				boundary = boundaryAfter(now, cfg.Interval)
+				boundary = nextBoundary(now, cfg.Interval, cfg.Grace)
 			}
 			wait := boundary.Add(cfg.Grace).Sub(now)
 			if wait > cfg.Interval+cfg.Grace {

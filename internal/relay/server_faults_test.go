@@ -1550,3 +1550,36 @@ func TestForwardParallelUnderAgentLimit(t *testing.T) {
 	}
 	checkIdentity(t, s.Relay().Stats())
 }
+
+// TestStartInGraceForwardsEndedWindow: a relay started within the grace
+// after a boundary (a restart during a deployment) forwards the window that
+// boundary ended at its end, with the senders' late reports, not an
+// interval later.
+func TestStartInGraceForwardsEndedWindow(t *testing.T) {
+	const interval, grace = time.Second, 600 * time.Millisecond
+	ag := statstest.New()
+	defer ag.Close()
+	b := time.Now().Truncate(interval).Add(interval)
+	time.Sleep(time.Until(b.Add(50 * time.Millisecond)))
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(), Interval: interval, Grace: grace})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h := writer.Header{Service: "web", Env: "prod", RuntimeID: "late", Lang: "go"}
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 3, Duration: 30}
+	d := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: uint64(b.Add(-interval).UnixNano()), Duration: uint64(interval), Groups: []*aggregate.Entry{e}}})
+	if _, err := conn.Write(d); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), b.Add(3*interval))
+	defer cancel()
+	if _, err := ag.WaitHits(ctx, 3); err != nil {
+		t.Fatalf("the window ended at the start's boundary: %v", err)
+	}
+	if late := time.Since(b); late > grace+300*time.Millisecond {
+		t.Errorf("the window ended %s before the agent got it, want about the grace %s", late, grace)
+	}
+}
