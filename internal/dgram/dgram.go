@@ -217,10 +217,15 @@ func removeSocket(path string) (live bool, err error) {
 		// Stale: nobody receives on it.
 	case errors.Is(err, syscall.EPROTOTYPE):
 		// A stream socket: another service's (the agent's apm.socket?),
-		// never taken over while it listens.
-		if c, err := net.Dial("unix", path); err == nil {
+		// never taken over while it listens. Only ECONNREFUSED says nobody
+		// does: a full backlog (EAGAIN) or a seqpacket socket is live too.
+		c, err := net.Dial("unix", path)
+		if err == nil {
 			c.Close()
 			return false, fmt.Errorf("dgram: %s is a stream socket a process listens on; not replacing it", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return false, fmt.Errorf("dgram: %s: cannot tell whether a process listens on this socket (%v); not replacing it", path, err)
 		}
 	default:
 		return false, fmt.Errorf("dgram: %s: cannot tell whether a process receives on this socket (%v); not replacing it", path, err)

@@ -2,6 +2,7 @@ package dgram
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -360,5 +361,53 @@ func TestUDPRelayGoneRefused(t *testing.T) {
 	defer c2.Close()
 	if err := s.Write([]byte("back")); err != nil {
 		t.Fatalf("write to the relay back on its port: %v", err)
+	}
+}
+
+// listenUnix binds a socket of type typ at path and listens with backlog.
+func listenUnix(t *testing.T, path string, typ, backlog int) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// TestListenUnixgramKeepsLiveSocketsItCannotProbe: a live listening socket
+// whose probe fails for another reason than "nobody listens" (a stream
+// socket whose backlog is full, a seqpacket socket) is another service's
+// and stays.
+func TestListenUnixgramKeepsLiveSocketsItCannotProbe(t *testing.T) {
+	dir := t.TempDir()
+	busy := filepath.Join(dir, "busy.sock")
+	listenUnix(t, busy, unix.SOCK_STREAM, 0)
+	// Backlog 0 holds one connection: the second is refused with EAGAIN.
+	c, err := net.Dial("unix", busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c, err := net.Dial("unix", busy); err == nil {
+		c.Close()
+		t.Skip("the backlog did not fill")
+	}
+	seq := filepath.Join(dir, "seq.sock")
+	listenUnix(t, seq, unix.SOCK_SEQPACKET, 16)
+	for _, path := range []string{busy, seq} {
+		if c, err := ListenUnixgram(path, 0o600); err == nil {
+			c.Close()
+			t.Errorf("%s: ListenUnixgram replaced a live socket", filepath.Base(path))
+		}
+		if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+			t.Errorf("%s: the socket file is gone (%v)", filepath.Base(path), err)
+		}
 	}
 }
