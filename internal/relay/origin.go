@@ -63,7 +63,10 @@ func scanCgroup(r io.Reader) (string, error) {
 		if j < 0 {
 			continue
 		}
-		if id := idInPath(line[i+1+j+1:]); id != "" {
+		// cgroup v2 shows a zombie's cgroup removed before it was reaped
+		// with this mark after its path.
+		path := strings.TrimSuffix(line[i+1+j+1:], " (deleted)")
+		if id := idInPath(path); id != "" {
 			return id, nil
 		}
 	}

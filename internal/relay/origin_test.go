@@ -32,12 +32,14 @@ var cgroups = map[string]string{
 	"host":           "0::/user.slice/user-1000.slice/session-2.scope\n",
 	"pod uid":        "0::/kubepods/besteffort/pod2c3a7a68-2f2c-4c1e-9b1e-6a4f2f0f1a2b\n",
 	"garbage":        "not a cgroup line\n:::\n12:memory\n",
+	// cgroup v2 keeps a zombie's path, marked once its cgroup is removed.
+	"removed": "0::/system.slice/docker-" + dockerID + ".scope (deleted)\n",
 }
 
 func TestContainerIDFromCgroup(t *testing.T) {
 	for name, want := range map[string]string{
 		"docker": dockerID, "systemd": dockerID, "k8s": dockerID, "fargate": fargateID,
-		"nested systemd": dockerID, "nested podman": dockerID,
+		"nested systemd": dockerID, "nested podman": dockerID, "removed": dockerID,
 		"garden": gardenID, "host": "", "pod uid": "", "garbage": "",
 	} {
 		if got := ContainerIDFromCgroup(strings.NewReader(cgroups[name])); got != want {
