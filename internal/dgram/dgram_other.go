@@ -49,16 +49,21 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	var n int
 	for {
 		polled := c.draining.Load()
+		var since time.Time
 		if polled {
 			// Not Drain's deadline in the past: Go fails such a read
 			// before it looks at the queue. A short one takes what is
 			// queued and waits no longer.
-			c.pc.SetReadDeadline(time.Now().Add(drainPoll))
+			since = time.Now()
+			c.pc.SetReadDeadline(since.Add(drainPoll))
 		}
 		var err error
 		n, _, err = c.pc.ReadFrom(buf)
 		if c.drained(err) {
-			if polled {
+			// Failed sooner than drainPoll: Drain's past deadline, set
+			// after it raised the flag, replaced ours before the queue
+			// was looked at.
+			if polled && time.Since(since) >= drainPoll {
 				return 0, ErrDrained
 			}
 			continue // Drain woke a waiting read: take what is queued

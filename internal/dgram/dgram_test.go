@@ -471,3 +471,38 @@ func TestListenUDPRefusesHugeReadBuffer(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestDrainTakesEveryQueuedDatagram: Drain called while ReadBatch works
+// through a full queue ends the reading only once the queue is empty,
+// whichever step of Drain the reader's loop falls between (the fallback
+// sets its own short deadline, which Drain's past one may replace).
+func TestDrainTakesEveryQueuedDatagram(t *testing.T) {
+	const n = 200
+	for round := range 20 {
+		r := listenUDP(t, 1<<20)
+		for i := range n {
+			if err := r.send.Write(payload(i, 64)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make(chan int)
+		go func() {
+			b, k := NewBatch(DefaultBatchSize, 1024), 0
+			for {
+				m, err := r.conn.ReadBatch(b)
+				if err != nil {
+					got <- k
+					return
+				}
+				k += m
+			}
+		}()
+		time.Sleep(time.Duration(round) * 20 * time.Microsecond)
+		if err := r.conn.Drain(); err != nil {
+			t.Fatal(err)
+		}
+		if k := <-got; k != n {
+			t.Fatalf("round %d: ReadBatch took %d of %d queued datagrams before it ended", round, k, n)
+		}
+	}
+}
