@@ -82,10 +82,10 @@ func (d *datagramOut) send(r *report, last bool) {
 	pause := datagramFirstPause
 	first, lastErr := r.answer, error(nil)
 	if r.headerOnly {
-		// The final flag without spans (consumer.sendFinal): one try, and
-		// neither a payload sent nor one dropped if it fails.
-		var none time.Duration
-		_ = d.write(r.parts[0], writer.FlagFinal, &none)
+		// The final flag without spans (consumer.sendFinal): neither a
+		// payload sent nor one dropped if it fails, but it waits for a full
+		// socket as a report does: it is the last chance to tell the drops.
+		_ = d.write(r.parts[0], writer.FlagFinal, &patience)
 		d.bufs.put(r.parts[0].body)
 		return
 	}
@@ -134,9 +134,8 @@ func (d *datagramOut) send(r *report, last bool) {
 	if r.fallback != nil {
 		if last && lastErr != nil {
 			// The final flag, and what was just dropped, on the header
-			// alone: one try, as for consumer.sendFinal's.
-			var none time.Duration
-			_ = d.write(part{body: r.fallback}, writer.FlagFinal, &none)
+			// alone, within what is left of the report's patience.
+			_ = d.write(part{body: r.fallback}, writer.FlagFinal, &patience)
 		}
 		d.bufs.put(r.fallback)
 	}

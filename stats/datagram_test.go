@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -595,4 +596,72 @@ func TestDatagramUDPRelayGone(t *testing.T) {
 			h.SpansSent, h.SpansUnsent, h.PayloadsDropped, h.LastSendError)
 	}
 	checkConservation(t, h)
+}
+
+// fillRelay fills the relay's queue from a socket of its own, so that the
+// next datagram finds it full (EAGAIN), and returns how many it queued.
+func fillRelay(t *testing.T, r *relaySocket) int {
+	t.Helper()
+	s, err := dgram.DialUnixgram(strings.TrimPrefix(r.url, "unixgram://"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for n := range 1 << 16 {
+		if err := s.Write([]byte{0xc0}); errors.Is(err, dgram.ErrWouldBlock) {
+			return n
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("the relay's queue never filled")
+	return 0
+}
+
+// skipRelay reads and discards the next n datagrams (fillRelay's).
+func skipRelay(t *testing.T, r *relaySocket, n int) {
+	for n > 0 {
+		k, err := r.conn.ReadBatch(dgram.NewBatch(n, 16))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		n -= k
+	}
+}
+
+// TestFinalFlagWaitsForFullSocket: Stop with no group left sends the final
+// flag, and the drops since the previous datagram, on the header alone. A
+// relay whose queue is full for a moment (many processes stopping) still
+// gets it: that datagram waits for room within its patience, as a
+// report's would, rather than being tried once and lost unannounced.
+func TestFinalFlagWaitsForFullSocket(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a, err := New(Config{AgentURL: r.url, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := fillRelay(t, r)
+	var armed atomic.Bool
+	a.snd.out.(*datagramOut).sleep = func(d time.Duration) {
+		if armed.CompareAndSwap(true, false) {
+			skipRelay(t, r, filled) // the relay reads its queue while the sender waits
+		}
+		time.Sleep(d)
+	}
+	a.Start()
+	publishN(a, 2, "r")
+	if err := a.Flush(context.Background()); !errors.Is(err, dgram.ErrWouldBlock) {
+		t.Fatalf("Flush to a full relay = %v, want ErrWouldBlock", err)
+	}
+	armed.Store(true)
+	stop(t, a)
+	if armed.Load() {
+		t.Fatal("Stop's final datagram found the relay's queue full and never waited for room")
+	}
+	got := r.read(t)
+	if len(got) != 1 || !got[0].env.Final() || got[0].env.DroppedPayloads != 1 || got[0].env.DroppedSpans != 2 || got[0].env.Sequence != 1 {
+		t.Fatalf("relay got %+v; want the final datagram, sequence 1, telling of 1 payload / 2 spans dropped", got)
+	}
+	checkConservation(t, a.Health())
 }
