@@ -177,8 +177,10 @@ type Config struct {
 	// SendJitter is the most an interval's report waits past its boundary
 	// before it is sent, drawn at random per report, so that a host's
 	// processes do not all send in the same millisecond (buckets stay
-	// aligned; only the send moves). Default min(BucketInterval/5, 2 s), at
-	// most BucketInterval/2; negative, or less than BucketInterval/10, sends
+	// aligned; only the send moves). Default min(BucketInterval/5,
+	// BucketInterval/10 + 1 s): 2 s at the default interval, the send drawn
+	// within the second after the close of a longer one; at most
+	// BucketInterval/2; negative, or less than BucketInterval/10, sends
 	// when the bucket closes, BucketInterval/10 after its boundary. Flush
 	// and Stop never wait for it.
 	SendJitter time.Duration
@@ -365,7 +367,7 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	}
 	switch {
 	case c.SendJitter == 0:
-		c.SendJitter = min(c.BucketInterval/5, maxSendJitter)
+		c.SendJitter = min(c.BucketInterval/5, c.BucketInterval/graceDivisor+maxSendSpread)
 	case c.SendJitter < 0:
 		c.SendJitter = 0
 	}
@@ -489,9 +491,12 @@ func controlAt(v string) int {
 	return -1
 }
 
-// maxSendJitter caps the default SendJitter: a bucket must still reach the
-// agent well before it re-times buckets older than ~18 s.
-const maxSendJitter = 2 * time.Second
+// maxSendSpread caps how far past its close the default SendJitter spreads
+// a report: at the default interval the send is done 2 s after the boundary,
+// well before the agent re-times buckets older than ~18 s; a longer interval
+// still gets a second of spread past its later close (a cap on the whole
+// wait would leave it none: its close alone is past 2 s).
+const maxSendSpread = time.Second
 
 // MinDatagramBytes is the smallest MaxDatagramBytes, so a relay's
 // -max-datagram may not be lower: it leaves room for the envelope, the

@@ -469,3 +469,28 @@ func TestEntityIDThroughRelayWarns(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultSendJitterSpreads: at every interval the default SendJitter
+// leaves a random spread past the bucket's close (BucketInterval/10), so
+// a host's processes do not all send in the same millisecond: min(BI/5,
+// BI/10 + 1 s), which is 2 s at the default interval.
+func TestDefaultSendJitterSpreads(t *testing.T) {
+	for _, tc := range []struct{ interval, want time.Duration }{
+		{time.Second, 200 * time.Millisecond},
+		{DefaultBucketInterval, 2 * time.Second},
+		{20 * time.Second, 3 * time.Second},
+		{time.Minute, 7 * time.Second},
+		{time.Hour, 6*time.Minute + time.Second},
+	} {
+		c, err := Config{AgentURL: "http://127.0.0.1:1", BucketInterval: tc.interval}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SendJitter != tc.want {
+			t.Errorf("interval %v: default SendJitter %v, want %v", tc.interval, c.SendJitter, tc.want)
+		}
+		if spread := c.SendJitter - tc.interval/graceDivisor; spread <= 0 {
+			t.Errorf("interval %v: no spread past the close (%v)", tc.interval, spread)
+		}
+	}
+}
