@@ -144,14 +144,18 @@ var (
 		"StatusCode.5", "CANCELLED", "Canceled", "DeadlineExceeded", "DEADLINE_EXCEEDED", "bogus", "-1", "99", "4294967296"}
 	semSrvSrc = []string{"", "", "opt.version", "m", strings.Repeat("v", 250)}
 	// semPeers: for each peer-tag key (the agent's list, and one it does not
-	// have), the values a span may carry; "" is an empty value.
+	// have), the values a span may carry; "" is an empty value. Host values
+	// cover the forms the agent's IP quantization tells apart; "," has a
+	// value the agent keeps that quantizes to none.
 	semPeers = []struct {
 		key    string
 		values []string
 	}{
 		{"peer.service", []string{"users-db", "Billing API", ""}},
 		{"db.instance", []string{"main", "0"}},
-		{"out.host", []string{"db.internal", "10.1.2.3", "10.1.2.3:5432"}},
+		{"out.host", []string{"db.internal", "10.1.2.3", "10.1.2.3:5432", "[2001:db8::1]:443", "::ffff:1.2.3.4",
+			"fe80::1%eth0", "127.0.0.1", "ip-10-1-2-3.ec2.internal", "http://10.0.0.1:80/x", " ", ","}},
+		{"db.cassandra.contact.points", []string{"10.0.0.1,10.0.0.2,10.0.0.1", "10.0.0.1, 10.0.0.2", "a,a,b", ",,"}},
 		{"_dd.base_service", []string{"web-base", ""}},
 		{"db.system", []string{"postgresql"}},
 		{"peer.hostname", []string{"h1", "ünï\xff"}},
