@@ -6,6 +6,7 @@ package aggregate
 
 import (
 	"encoding/binary"
+	"math"
 	"net/netip"
 	"strings"
 	"unsafe"
@@ -27,7 +28,7 @@ func (t *Table) quantizeTag(tag string, i int) string {
 	if i < 0 || !mayHoldIP(tag[i+1:]) {
 		return tag
 	}
-	b, changed := quantizeValue(append(t.qbuf[:0], tag[:i+1]...), tag[i+1:])
+	b, changed := quantizeValue(append(t.qbuf[:0], tag[:i+1]...), tag[i+1:], math.MaxInt)
 	t.qbuf = b
 	if !changed {
 		return tag
@@ -99,8 +100,9 @@ func hasColonOrComma(v string) bool {
 // quantizeValue appends v to dst with each comma-separated entry that is an
 // IP address quantized (quantizeEntry) and duplicate entries after that
 // dropped, as the agent's QuantizePeerIPAddresses does, and reports whether
-// that differs from v.
-func quantizeValue(dst []byte, v string) ([]byte, bool) {
+// that differs from v. It stops once it appended more than max bytes: later
+// entries only add to the end.
+func quantizeValue(dst []byte, v string, max int) ([]byte, bool) {
 	base := len(dst)
 	var spans [8][2]int // [start, end) in dst of the entries kept, to find duplicates
 	kept := spans[:0]
@@ -127,7 +129,7 @@ func quantizeValue(dst []byte, v string) ([]byte, bool) {
 		} else {
 			kept = append(kept, [2]int{at, len(dst)})
 		}
-		if j < 0 {
+		if j < 0 || len(dst)-base > max {
 			break
 		}
 		from += j + 1
@@ -303,7 +305,32 @@ func QuantizeIPs(v string) string {
 	if !mayHoldIP(v) { // quantizeTag's pre-check: the comparison with the agent covers both
 		return v
 	}
-	b, changed := quantizeValue(nil, v)
+	b, changed := quantizeValue(nil, v, math.MaxInt)
+	if !changed {
+		return v
+	}
+	return string(b)
+}
+
+// QuantizeIPsTo is QuantizeIPs for a value about to be cut to max bytes:
+// QuantizeIPs(v) when that is at most max bytes long, else a value longer
+// than max whose first max bytes are QuantizeIPs(v)'s. Each entry is
+// compared with those kept before it, so it stops there, and it reads v
+// only up to its last comma within 4*max bytes: a list of any length costs
+// bounded time, exact but for a longer one that quantizes to under max bytes.
+func QuantizeIPsTo(v string, max int) string {
+	if max <= 0 {
+		return v
+	}
+	if n := 4 * max; len(v) > n {
+		if i := strings.LastIndexByte(v[:n], ','); i > max {
+			v = v[:i]
+		}
+	}
+	if !mayHoldIP(v) {
+		return v
+	}
+	b, changed := quantizeValue(nil, v, max)
 	if !changed {
 		return v
 	}

@@ -95,3 +95,30 @@ func TestHasColonOrComma(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeIPsToReadsABoundedPrefix: QuantizeIPsTo's first max bytes are
+// QuantizeIPs's, and it stops reading a long list once they are known or
+// past 4*max bytes, so a list of distinct entries (each compared with the
+// ones kept before it) costs no more than a short one.
+func TestQuantizeIPsToReadsABoundedPrefix(t *testing.T) {
+	const max = 40
+	var b strings.Builder
+	for i := range 100_000 {
+		b.WriteString("10.0.0.1:9092,h")
+		b.WriteString(strings.Repeat("x", i%7))
+		b.WriteString(",")
+	}
+	long := b.String()
+	for _, v := range []string{long[:200], long[:5000], long} {
+		got, want := QuantizeIPsTo(v, max), QuantizeIPs(v)
+		if len(got) <= max || got[:max] != want[:max] {
+			t.Fatalf("QuantizeIPsTo(%.30q..., %d) = %.60q, QuantizeIPs %.60q", v, max, got, want)
+		}
+		if len(got) > 2*max {
+			t.Fatalf("QuantizeIPsTo(%.30q..., %d) made %d bytes: it read on past the cut", v, max, len(got))
+		}
+	}
+	if got := QuantizeIPsTo("10.0.0.1,10.0.0.2", max); got != "blocked-ip-address" {
+		t.Fatalf("short value: %q", got)
+	}
+}

@@ -217,15 +217,15 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 		// (the slot's last) need not move to this core and back.
 		n := copy(r.PeerTags[:], tags)
 		r.NumPeerTags = uint8(n)
-		cut.labels += truncateAll(r.PeerTags[:n], MaxTagLen)
+		cut.labels += truncatePeerTags(r.PeerTags[:n])
 		if len(tags) > n {
 			r.ExtraPeerTags = append([]string(nil), tags[n:]...)
-			cut.labels += truncateAll(r.ExtraPeerTags, MaxTagLen)
+			cut.labels += truncatePeerTags(r.ExtraPeerTags)
 		}
 	default:
 		if t, ok := baseServiceTag(s.SpanKind, s.PeerTags); ok {
 			r.PeerTags[0], r.NumPeerTags = t, 1
-			cut.labels += truncateAll(r.PeerTags[:1], MaxTagLen)
+			cut.labels += truncatePeerTags(r.PeerTags[:1])
 		}
 	}
 	return cut
@@ -250,13 +250,25 @@ func truncateLabels(r *aggregate.Record) (n int) {
 	return n
 }
 
-// truncateAll cuts each of vs to max bytes and returns how many it cut.
-func truncateAll(vs []string, max int) (n int) {
+// truncatePeerTags cuts each "key:value" tag of vs to MaxTagLen bytes and
+// returns how many it cut. A value's IP addresses are quantized first, as the
+// table would: the agent quantizes the whole value, and a list cut first
+// would end in a partial address that no longer quantizes.
+func truncatePeerTags(vs []string) (n int) {
 	for i, v := range vs {
-		if len(v) > max {
-			vs[i] = truncateUTF8(v, max)
+		if len(v) <= MaxTagLen {
+			continue
+		}
+		if c := strings.IndexByte(v, ':'); c >= 0 {
+			if q := aggregate.QuantizeIPsTo(v[c+1:], MaxTagLen-c-1); q != v[c+1:] {
+				v = v[:c+1] + q
+			}
+		}
+		if len(v) > MaxTagLen {
+			v = truncateUTF8(v, MaxTagLen)
 			n++
 		}
+		vs[i] = v
 	}
 	return n
 }

@@ -3,6 +3,7 @@ package stats
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -112,6 +113,35 @@ func TestPeerTagsAreCapped(t *testing.T) {
 	h := a.Health()
 	if h.PeerTagsCut != h.Published*uint64(len(tags)-MaxPeerTags) || h.Counted+h.InboxFull != h.Published {
 		t.Fatalf("published %d, cut %d tags, counted %d + inbox full %d", h.Published, h.PeerTagsCut, h.Counted, h.InboxFull)
+	}
+}
+
+// TestLongPeerTagQuantizedBeforeCut: a peer tag over MaxTagLen has the IP
+// addresses of its value quantized before it is cut, as the agent quantizes
+// the whole value: cut first, a list of addresses ends in a partial one the
+// table cannot recognise, and the group differs from the agent's.
+func TestLongPeerTagQuantizedBeforeCut(t *testing.T) {
+	list := "db.cassandra.contact.points:" + strings.Repeat("10.123.45.67:9042,10.123.45.68:9042,", 8) + "cass.internal"
+	want := "db.cassandra.contact.points:" + aggregate.QuantizeIPs(list[len("db.cassandra.contact.points:"):])
+	long := "out.host:" + strings.Repeat("h", MaxTagLen) + ",10.1.2.3"
+	for _, tc := range []struct {
+		tag, want string
+		cut       int
+	}{
+		{list, want, 0}, // short once quantized: nothing to cut
+		{long, long[:MaxTagLen], 1},
+	} {
+		var r aggregate.Record
+		_, cut := (&Span{SpanKind: "client", PeerTags: []string{tc.tag}}).Snapshot(&r)
+		tb := aggregate.NewTable(0)
+		tb.Add(&r)
+		e := tb.Touched(nil)[0]
+		if len(e.PeerTags) != 1 || e.PeerTags[0] != tc.want {
+			t.Errorf("%.40q...: keyed %q, want %q", tc.tag, e.PeerTags, tc.want)
+		}
+		if cut != tc.cut {
+			t.Errorf("%.40q...: %d labels cut, want %d", tc.tag, cut, tc.cut)
+		}
 	}
 }
 

@@ -24,12 +24,23 @@ var quantizeSeeds = []string{
 
 // TestQuantizeIPsMatchesAgent: aggregate.QuantizeIPs gives what the
 // agent's obfuscate.QuantizePeerIPAddresses (v0.85.4) gives, on values of
-// every kind it tells apart and on random ones built from their pieces.
+// every kind it tells apart and on random ones built from their pieces; and
+// aggregate.QuantizeIPsTo its first max bytes, for values it reads whole.
 func TestQuantizeIPsMatchesAgent(t *testing.T) {
 	check := func(v string) {
 		t.Helper()
-		if got, want := aggregate.QuantizeIPs(v), obfuscate.QuantizePeerIPAddresses(v); got != want {
+		want := obfuscate.QuantizePeerIPAddresses(v)
+		if got := aggregate.QuantizeIPs(v); got != want {
 			t.Fatalf("QuantizeIPs(%q) = %q, the agent's %q", v, got, want)
+		}
+		for _, max := range []int{1, 4, 9, 20} {
+			if len(v) > 4*max {
+				continue
+			}
+			got := aggregate.QuantizeIPsTo(v, max)
+			if len(want) <= max && got != want || len(want) > max && (len(got) <= max || got[:max] != want[:max]) {
+				t.Fatalf("QuantizeIPsTo(%q, %d) = %q, the agent's %q", v, max, got, want)
+			}
 		}
 	}
 	for _, v := range quantizeSeeds {

@@ -155,13 +155,17 @@ var (
 		{"db.instance", []string{"main", "0"}},
 		{"out.host", []string{"db.internal", "10.1.2.3", "10.1.2.3:5432", "[2001:db8::1]:443", "::ffff:1.2.3.4",
 			"fe80::1%eth0", "127.0.0.1", "ip-10-1-2-3.ec2.internal", "http://10.0.0.1:80/x", " ", ","}},
-		{"db.cassandra.contact.points", []string{"10.0.0.1,10.0.0.2,10.0.0.1", "10.0.0.1, 10.0.0.2", "a,a,b", ",,"}},
+		{"db.cassandra.contact.points", []string{"10.0.0.1,10.0.0.2,10.0.0.1", "10.0.0.1, 10.0.0.2", "a,a,b", ",,", semIPList}},
 		{"_dd.base_service", []string{"web-base", ""}},
 		{"db.system", []string{"postgresql"}},
 		{"peer.hostname", []string{"h1", "ünï\xff"}},
 		{"rpc.service", []string{strings.Repeat("x", 300)}},
 		{"not.a.peer.key", []string{"x"}},
 	}
+	// semIPList is a list of addresses longer than stats.MaxTagLen that the
+	// agent quantizes to a short value: cut before it is quantized, it would
+	// end in a partial address.
+	semIPList    = strings.Repeat("10.123.45.67:9042,10.123.45.68:9042,", 8) + "cass.internal"
 	semDurations = []int64{0, 1, 2, -1, 999, 1 << 40, math.MaxInt64 / 2, math.MaxInt64}
 )
 
