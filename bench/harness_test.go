@@ -4,6 +4,9 @@
 package bench
 
 import (
+	"math"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,6 +102,55 @@ func TestPacerSlowPublishDoesNotWake(t *testing.T) {
 	}
 	if got := bursts.Load(); got > 2 {
 		t.Errorf("%d wake-ups for 200 spans published late all along, want at most 2 (20 counting passes)", got)
+	}
+}
+
+// TestPacedWindowHoldsItsDrains: at 20 k spans/s the SDK's consumer drains
+// on its period, not at the inbox's mark, and a round's window counts
+// about the spans published in it, not the drains that happen to fall in
+// it: RunPaced charges the window's CPU to those spans.
+func TestPacedWindowHoldsItsDrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("paced rounds take seconds")
+	}
+	w := SteadyState()
+	d, err := NewSDK(w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	warmUp(t, w, d)
+	walks := allWalks(w)
+	pc := newPacer(Pacing{Rate: 20_000, Burst: time.Millisecond}, len(walks))
+	var ratios []float64
+	for range 3 {
+		time.Sleep(2 * sdkDrainPeriod) // the consumer goes quiet, as while other sides run
+		before := d.Counts().Accounted()
+		counts := make([]paddedCount, len(walks))
+		bursts := make([]paddedCount, len(walks))
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i, p := range walks {
+			wg.Go(func() { pc.run(d, p, start, math.MaxInt, start.Add(PacedLead+PacedWindow), &counts[i], &bursts[i]) })
+		}
+		published := func() (n uint64) {
+			for i := range counts {
+				n += counts[i].Load()
+			}
+			return n
+		}
+		time.Sleep(time.Until(start.Add(PacedLead)))
+		n0, c0 := published(), d.Counts().Counted
+		wg.Wait()
+		n1, c1 := published(), d.Counts().Counted
+		awaitAccounted(t, d, before+n1, backoff())
+		ratios = append(ratios, float64(c1-c0)/float64(n1-n0))
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if m := median(slices.Clone(ratios)); m < 0.9 || m > 1.1 {
+		t.Errorf("spans counted in a window ÷ spans published in it: %.2f (rounds %.2f), want 1", m, ratios)
 	}
 }
 

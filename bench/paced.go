@@ -94,8 +94,9 @@ const (
 //	bursts/span-<name>    the producers' wake-ups per span in the window
 //	pacing-ratio-<name>   bursts/span-<name> ÷ the harness's
 //
-// and harness-ns/span, harness-bursts/span, harness-load, and with two
-// sides "ratio": the first side's cpu-ns/span ÷ the second's.
+// and harness-ns/span, harness-bursts/span, harness-load, window-ms (the
+// measured window of a round), and with two sides "ratio": the first
+// side's cpu-ns/span ÷ the second's.
 //
 // Subtracting the harness's CPU is sound only when a side's producers wake
 // as often per span as the harness's: each wake-up costs the process
@@ -160,12 +161,14 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		harness[unpaced] = open("harness", openNull, unpaced)
 		harness[solo] = open("harness", openNull, solo)
 	}
+	var windows []float64 // ms, by round
 	b.ReportAllocs()
 	b.ResetTimer()
 	for r := range PacedRounds {
 		// The window is PacedWindow, or longer if b.N asks for more spans.
 		n := share(b.N, PacedRounds, r)
 		window := roundWindow(n, p)
+		windows = append(windows, float64(window.Milliseconds()))
 		n = max(n, int(window.Seconds()*float64(p.Rate)))
 		for i := range all {
 			s := all[(i+r)%len(all)]
@@ -209,6 +212,7 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		return median(d)
 	}
 	h := harness[paced]
+	b.ReportMetric(median(windows), "window-ms")
 	b.ReportMetric(median(slices.Clone(h.per)), "harness-ns/span")
 	b.ReportMetric(median(slices.Clone(h.bursts)), "harness-bursts/span")
 	b.ReportMetric(median(slices.Clone(h.load)), "harness-load")
@@ -251,9 +255,11 @@ func ratioOf(a, b float64) float64 {
 }
 
 // roundWindow is a paced round's measured window: PacedWindow, or longer
-// if the round's share of b.N, n spans, takes longer at p's rate.
+// if the round's share of b.N, n spans, takes longer at p's rate, in whole
+// SDK drain periods either way (see PacedWindow).
 func roundWindow(n int, p Pacing) time.Duration {
-	return max(PacedWindow, time.Duration(float64(n)/float64(p.Rate)*float64(time.Second)))
+	d := time.Duration(float64(n) / float64(p.Rate) * float64(time.Second))
+	return max(PacedWindow, (d+sdkDrainPeriod-1)/sdkDrainPeriod*sdkDrainPeriod)
 }
 
 // median sorts v and returns its median.
@@ -394,14 +400,20 @@ func publishWindow(b *testing.B, d Driver, walks []*Producer, p Pacing, lead, wi
 }
 
 // PacedLead and PacedWindow time each paced round of RunPaced: a lead at
-// the offered load, not measured, then the window measured. The lead is
-// twice the SDK's drain period, the window five of them (stats'
-// drainPeriod, 50 ms), so that a window at 20 k spans/s holds several of
-// its consumer's drains, not none or one.
+// the offered load, not measured, then the window measured. Where half its
+// inbox takes longer than sdkDrainPeriod to fill (bench/peer's rate=20k
+// cells), the SDK's consumer drains on that period from the round's first
+// span: a window of whole periods, its edges half a period from a drain,
+// holds one drain of its own spans per period. A window of another length
+// is charged for whichever drains fall in it (TestPacedWindowHoldsItsDrains).
 const (
-	PacedLead   = 100 * time.Millisecond
-	PacedWindow = 250 * time.Millisecond
+	PacedLead   = sdkDrainPeriod / 2
+	PacedWindow = 2 * sdkDrainPeriod
 )
+
+// sdkDrainPeriod is how often a parked SDK consumer drains its inbox
+// (stats' drainPeriod).
+const sdkDrainPeriod = 200 * time.Millisecond
 
 // maxCatchUp is the most time's worth of spans a paced producer publishes
 // at once (see Pacing).

@@ -38,7 +38,8 @@ const pacedTick = time.Millisecond
 // harness-ns/span-<workload> (the same with the counting driver),
 // sdk-ns/span-<workload> (the difference within each round: what the SDK
 // costs per span), shed/op-<workload>, and adversarial-ratio: sdk-ns/span
-// of Adversarial ÷ that of SteadyState.
+// of Adversarial ÷ that of SteadyState; and window-ms, a round's measured
+// window.
 func BenchmarkPaced(b *testing.B) {
 	if b.N < PacedRounds {
 		return // the framework's first, calibrating call: a round is long
@@ -69,10 +70,12 @@ func BenchmarkPaced(b *testing.B) {
 		}
 	}
 	p := Pacing{Rate: PacedRate, Burst: pacedTick}
+	var windows []float64 // ms, by round
 	b.ReportAllocs()
 	b.ResetTimer()
 	for r := range PacedRounds {
 		window := roundWindow(share(b.N, PacedRounds, r), p)
+		windows = append(windows, float64(window.Milliseconds()))
 		for i := range sides {
 			s := sides[(i+r)%len(sides)]
 			b.StopTimer()
@@ -84,6 +87,7 @@ func BenchmarkPaced(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	b.ReportMetric(median(windows), "window-ms")
 	byName := map[string][2]*side{} // workload → SDK and harness sides
 	for _, s := range sides {
 		if err := s.d.Stop(); err != nil {
