@@ -15,11 +15,11 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-// handoffPeriod and handoffMark are the SDK consumer's rhythm (stats'
-// drainPeriod and half the inbox): a handoff driver's consumer
-// drains when the inbox holds handoffMark spans, or every handoffPeriod.
+// handoffPeriod and handoffMark are the SDK consumer's rhythm (its drain
+// period and half the inbox): a handoff driver's consumer drains when the
+// inbox holds handoffMark spans, or every handoffPeriod.
 const (
-	handoffPeriod = 50 * time.Millisecond
+	handoffPeriod = sdkDrainPeriod
 	handoffMark   = stats.DefaultInboxSize / 2
 )
 
