@@ -1,0 +1,99 @@
+// This file tests bench/run's report: the verdicts it draws from raw
+// benchmark output, on small fabricated inputs.
+
+package bench
+
+import (
+	"fmt"
+	"go/build"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestRunReportSDKTargetNeedsItsPacing: the SDK's target against its
+// Publish + consumer alone subtracts the harness's CPU from the SDK's, so
+// it is not met where the SDK's producers woke at another rate per span
+// than the harness's, however low the ratio; the peer's wake-ups, which
+// mark the cell not comparable for the ≥ 20× target, do not matter to it.
+func TestRunReportSDKTargetNeedsItsPacing(t *testing.T) {
+	for _, tc := range []struct {
+		peer, sdk string // pacing-ratio of each side
+		want      string
+	}{
+		{"1.0", "0.5", "(runs 1.15–1.15×); not comparable: the SDK pacing differs | **missed** |"},
+		{"3.0", "1.0", "(runs 1.15–1.15×) | **met** |"},
+	} {
+		line := "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
+			" 3000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t 20 ratio\t" +
+			" 130 work-ns/span-spanstats\t 1.15 work-ratio-spanstats\t" +
+			fmt.Sprintf(" %s pacing-ratio-peer\t %s pacing-ratio-spanstats\n", tc.peer, tc.sdk)
+		report := runReport(t, map[string]string{"paced.txt": line + line})
+		var row string
+		for l := range strings.Lines(report) {
+			if strings.Contains(l, "≤ 1.3 × Publish + consumer alone") {
+				row = l
+			}
+		}
+		if !strings.Contains(row, tc.want) {
+			t.Errorf("pacing ratios %s (peer) and %s (SDK): the target's row is %q, want it to hold %q", tc.peer, tc.sdk, row, tc.want)
+		}
+	}
+}
+
+// runReport runs REPORT_ONLY=1 bench/run on a copy of the script whose
+// results/ holds the given files (beside empty sdk outputs and their
+// meta), and returns the RESULTS.md it writes.
+func runReport(t *testing.T, results map[string]string) string {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("bench/run reads /proc")
+	}
+	bin := filepath.Join(build.Default.GOPATH, "bin")
+	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := exec.LookPath(filepath.Join(bin, "benchstat")); err != nil {
+		if _, err := exec.LookPath("benchstat"); err != nil {
+			t.Skip("no benchstat (bench/run would install it)")
+		}
+	}
+	script, err := os.ReadFile("run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "bench")
+	files := map[string]string{
+		"meta.sh":       "started=x elapsed=0 commit=x\nCOUNT=1 BENCHTIME=1x BENCH=.\n",
+		"paced-meta.sh": "paced_started=x paced_elapsed=0 paced_commit=x\npaced_count=2 paced_benchtime=100x\n",
+		"root.txt":      "", "peer.txt": "",
+	}
+	for name, text := range results {
+		files[name] = text
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, "results", name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join(dir, "run"))
+	cmd.Env = append(os.Environ(), "REPORT_ONLY=1", "PATH="+path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bench/run: %v\n%s", err, out)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(report)
+}
