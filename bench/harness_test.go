@@ -110,8 +110,8 @@ func TestPacerSlowPublishDoesNotWake(t *testing.T) {
 // about the spans published in it, not the drains that happen to fall in
 // it: RunPaced charges the window's CPU to those spans.
 func TestPacedWindowHoldsItsDrains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("paced rounds take seconds")
+	if testing.Short() || raceEnabled {
+		t.Skip("paced rounds take seconds, and their timing is not the measured one under -race")
 	}
 	w := SteadyState()
 	d, err := NewSDK(w, nil)
