@@ -130,3 +130,37 @@ func TestMetricsSpansSentAndUnsent(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsWhileAgentOff: while the agent refuses stats there is no
+// report, yet the spans dropped for it reach DogStatsD during the outage,
+// not only at Stop (a process that never stops would never tell).
+func TestMetricsWhileAgentOff(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+	rec := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
+	log, _ := textLogger()
+	a := newStarted(t, Config{AgentURL: ag.URL(), Metrics: rec, InfoRefresh: 20 * time.Millisecond, Logger: log})
+	defer stop(t, a)
+	const name = "datadog.tracer.stats.spans.dropped[reason:agent_disabled]"
+	deadline := time.Now().Add(5 * time.Second)
+	for !a.Health().AgentOff {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never switched off")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	publishN(a, 10, "r")
+	for {
+		rec.mu.Lock()
+		got := rec.counts[name]
+		rec.mu.Unlock()
+		if got == 10 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %d during the outage, want 10 (Health: %d)", name, got, a.Health().AgentOffSpans)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -217,7 +217,11 @@ func (s *sender) run() {
 			}
 			s.sendHeld(n)
 			s.out.runDue(t)
-			s.logs.check(s.health(), time.Now(), false)
+			// Also here: while the agent refuses stats there is no report,
+			// and the outage's drops must not wait for its end to be counted.
+			h := s.health()
+			s.metrics.emit(h)
+			s.logs.check(h, time.Now(), false)
 			s.switches.Check(s.logs.log, false)
 		}
 	}
