@@ -14,9 +14,9 @@ import (
 // Limits of DecodePayload. Memory is also bounded by the input (sketches
 // aside: see DecodePayload): no slice is preallocated beyond what the
 // remaining bytes could hold, and a payload carries at most one group per
-// MinWireGroupBytes of it and one string-array element per
-// MinWireStringBytes (a decoded group or string is many times larger than
-// the least its encoding takes).
+// MinWireGroupBytes of it, one bucket per minWireBucketBytes and one
+// string-array element per MinWireStringBytes (a decoded group, bucket or
+// string is many times larger than the least its encoding takes).
 const (
 	// MaxBuckets is the most buckets one payload may carry.
 	MaxBuckets = 1 << 12
@@ -516,6 +516,10 @@ func carve[T any](arena *[]T, n int) []T {
 	return a[l : l : l+n]
 }
 
+// minWireBucketBytes is less than the least a valid bucket takes on the
+// wire: a map of one Duration key (9 bytes) and its value.
+const minWireBucketBytes = 8
+
 // minGroupPrealloc is the wire size per group assumed when preallocating a
 // group slice. A real group is hundreds of bytes (its keys alone take 200),
 // so real payloads are sized right at once, while a hostile header cannot
@@ -534,7 +538,10 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 		case pVersion:
 			h.Version, b, err = d.readString(b)
 		case pStats:
-			buckets := MaxBuckets
+			// A bucket decodes into 48 bytes; input claiming more than one
+			// per minWireBucketBytes (empty maps, one byte each) would make
+			// a small datagram allocate 48 times its size.
+			buckets := min(MaxBuckets, len(b)/minWireBucketBytes+1)
 			p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
 		case pLang:
 			h.Lang, b, err = d.readString(b)

@@ -277,6 +277,28 @@ func TestEmptyGroupsCannotAmplify(t *testing.T) {
 	}
 }
 
+// TestEmptyBucketsCannotAmplify: a datagram of writer.MaxBuckets one-byte
+// buckets (empty maps) would decode into 4096 buckets of 48 bytes; it is
+// rejected as malformed having allocated a small multiple of its size.
+func TestEmptyBucketsCannotAmplify(t *testing.T) {
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, writer.MaxBuckets)
+	for range writer.MaxBuckets {
+		b = msgp.AppendMapHeader(b, 0)
+	}
+	r := New(Config{})
+	grew, err := acceptAllocated(r, b)
+	if grew > 16*uint64(len(b)) {
+		t.Fatalf("a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
+	}
+	var re *RejectError
+	if !errors.As(err, &re) || re.Reason != Malformed {
+		t.Fatalf("Accept = %v, want a malformed reject", err)
+	}
+}
+
 // wideSketchDatagram is a datagram of n minimal groups (hits 1 and an ok
 // summary, no labels: all one key) whose summaries hold two values at the
 // ends of the indexable range: a ~45-byte sparse summary whose decoded
