@@ -126,7 +126,7 @@ func (s *senders) add(sd *sender, seq uint64) {
 			s.late++
 		}
 		return
-	case seq-1 == top.hi: // the common case, in order
+	case seq-1 == top.hi && seq != 0: // the common case, in order (0-1 would wrap to MaxUint64)
 		top.hi = seq
 		return
 	case seq > top.hi:

@@ -183,6 +183,25 @@ func TestHostileSequenceCannotWrapGaps(t *testing.T) {
 	}
 }
 
+// TestSequenceZeroAfterMaxIsLate: sequence 0 (no SDK sends it) after a
+// run ending at MaxUint64 is not the next in order: 0-1 wraps to that run's
+// top, which then ended below its start and broke every count after it.
+func TestSequenceZeroAfterMaxIsLate(t *testing.T) {
+	var s senders
+	for _, seq := range []uint64{math.MaxUint64, 0, 0} {
+		s.observe(1, seq, false, 1)
+	}
+	sd := s.m[1]
+	for i, r := range sd.runs {
+		if r.lo > r.hi || i > 0 && sd.runs[i-1].hi >= r.lo {
+			t.Fatalf("runs %v: not disjoint ascending runs", sd.runs)
+		}
+	}
+	if s.late != 1 {
+		t.Fatalf("late %d, want 1 (the duplicated 0)", s.late)
+	}
+}
+
 // TestFinalMergedBeforeEarlierAcrossHarvest: a stopping sender's final
 // datagram is merged, a harvest comes, then its previous datagram (another
 // decode worker's): a hole at one harvest only, as for any sender, so no
