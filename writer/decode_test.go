@@ -632,3 +632,31 @@ func TestDecodeKeysInAnyOrderAndForm(t *testing.T) {
 		})
 	}
 }
+
+// skip, which counts objects instead of recursing, ends where msgp.Skip
+// does, and fails where it does on truncated input.
+func TestSkipMatchesMsgp(t *testing.T) {
+	var objs [][]byte
+	for _, v := range []any{
+		nil, 1, -3, 1.5, "s", []byte{1, 2}, []any{}, map[string]any{},
+		[]any{1, []any{"a", map[string]any{"k": []any{nil, true}}}, []byte("b")},
+		map[string]any{"x": map[string]any{"y": []any{1, 2, 3}}, "z": "w"},
+	} {
+		b, err := msgp.AppendIntf(nil, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, b)
+	}
+	objs = append(objs, append(bytes.Repeat([]byte{0x91}, 1000), 0xc0), []byte{0xc1}, []byte{0xd4, 1, 2})
+	for _, o := range objs {
+		for cut := 0; cut <= len(o); cut++ {
+			in := append(o[:cut:cut], 0xc3) // a byte after, when whole
+			want, werr := msgp.Skip(in)
+			got, gerr := skip(in)
+			if (werr == nil) != (gerr == nil) || werr == nil && len(got) != len(want) {
+				t.Fatalf("skip(% x) = %d bytes left, %v; msgp.Skip %d, %v", in, len(got), gerr, len(want), werr)
+			}
+		}
+	}
+}

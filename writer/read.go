@@ -71,13 +71,32 @@ func readBytes(b []byte) ([]byte, []byte, error) {
 	return msgp.ReadBytesZC(b)
 }
 
-// skip skips one object of b (the value of an unknown key). msgp skips what
-// is nested inside it without fits; its sizes there are uintptr sums, which
-// on a 32-bit platform wrap around for 4 GiB lengths rather than go
-// negative: the skip ends early and the decode fails or reads garbage.
+// skip skips one object of b (the value of an unknown key), counting the
+// objects still to skip instead of recursing as msgp.Skip does: a datagram
+// of nested one-element arrays would grow the goroutine's stack by about
+// 64 bytes per input byte (TestDeepNestingCannotAmplify in internal/relay).
+// Every string, bin and ext inside goes through fits, which msgp.Skip's
+// uintptr size sums skip: on a 32-bit platform they wrap around for 4 GiB
+// lengths rather than go negative.
 func skip(b []byte) ([]byte, error) {
-	if err := fits(b); err != nil {
-		return b, err
+	for left := uint64(1); left > 0; left-- { // each object takes a byte at least: ends with b
+		var n uint32
+		var err error
+		switch msgp.NextType(b) {
+		case msgp.ArrayType:
+			n, b, err = msgp.ReadArrayHeaderBytes(b)
+			left += uint64(n)
+		case msgp.MapType:
+			n, b, err = msgp.ReadMapHeaderBytes(b)
+			left += 2 * uint64(n)
+		default:
+			if err = fits(b); err == nil {
+				b, err = msgp.Skip(b) // a scalar: nothing nested
+			}
+		}
+		if err != nil {
+			return b, err
+		}
 	}
-	return msgp.Skip(b)
+	return b, nil
 }

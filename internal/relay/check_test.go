@@ -299,6 +299,33 @@ func TestEmptyBucketsCannotAmplify(t *testing.T) {
 	}
 }
 
+// TestDeepNestingCannotAmplify: an unknown key whose value is 65 000
+// nested one-element arrays is skipped without a stack frame per level
+// (msgp.Skip's recursion grew the decoding goroutine's stack by 4 MiB).
+func TestDeepNestingCannotAmplify(t *testing.T) {
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "X")
+	b = append(b, bytes.Repeat([]byte{0x91}, DefaultMaxDatagram-len(b)-1)...)
+	b = append(b, 0xc0)
+	r := newTestRelay(Config{})
+	var before, during runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	done := make(chan error)
+	go func() { // a fresh goroutine: its stack starts small
+		err := r.Accept(b, 0, UDP)
+		runtime.ReadMemStats(&during)
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	if grew := int64(during.StackInuse) - int64(before.StackInuse); grew > 16*int64(len(b)) {
+		t.Fatalf("a %d-byte datagram grew the stacks by %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
+	}
+}
+
 // wideSketchDatagram is a datagram of n minimal groups (hits 1 and an ok
 // summary, no labels: all one key) whose summaries hold two values at the
 // ends of the indexable range: a ~45-byte sparse summary whose decoded
