@@ -16,13 +16,22 @@ import (
 // after span (constants, interned route templates) is the fast path: the
 // aggregator recognises them by address without reading their bytes.
 type Span struct {
+	// Service, Name (the operation, e.g. "http.request"), Resource (e.g.
+	// "GET /users/{id}") and Type (e.g. "web", "db") are grouped by as the
+	// tracer set them, cut to MaxServiceLen, MaxNameLen, MaxResourceLen and
+	// MaxTypeLen.
 	Service, Name, Resource, Type string
 	// SpanKind is "server", "client", "producer", "consumer", "internal" or
 	// empty; compared case-insensitively.
-	SpanKind       string
+	SpanKind string
+	// HTTPStatusCode is the response's status code, 0 for a span that is
+	// not an HTTP request.
 	HTTPStatusCode uint32
-	HTTPMethod     string
-	HTTPEndpoint   string
+	// HTTPMethod and HTTPEndpoint (the route template, e.g. "/users/{id}",
+	// from http.route or http.endpoint) are grouped by as the agent groups
+	// them; empty where the span has none.
+	HTTPMethod   string
+	HTTPEndpoint string
 	// GRPCStatusCode is grouped by as the agent groups it: its number
 	// (CanonicalGRPCCode: "NOT_FOUND" is "5"; an unknown value is "").
 	GRPCStatusCode string
