@@ -278,8 +278,9 @@ type Config struct {
 	// fallbacks when New runs, then, from the sender goroutine and at most
 	// once a minute per kind with the count since the previous line (and
 	// once more at Stop with whatever is pending), failed and dropped
-	// payloads, the agent refusing stats, and shed spans (see log.go). It
-	// is never called on the Publish path.
+	// payloads, the agent refusing stats, shed spans, and spans Stop's
+	// deadline left in the inbox (see log.go). It is never called on the
+	// Publish path.
 	Logger *slog.Logger
 }
 

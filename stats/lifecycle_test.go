@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,5 +191,38 @@ func TestClearBeforeStopIsCarriedOut(t *testing.T) {
 	}
 	if skipped > 0 {
 		t.Fatalf("%d of %d Clears made before Stop were not carried out (Health.Cleared 0)", skipped, trials)
+	}
+}
+
+// TestStopUndrainedIsLogged: spans Stop's deadline left in the inbox are
+// logged at Stop, with their number, not only counted in Health.
+func TestStopUndrainedIsLogged(t *testing.T) {
+	const n = 1024
+	ag := statstest.New()
+	defer ag.Close()
+	log, buf := textLogger()
+	a, err := New(Config{AgentURL: ag.URL(), SendJitter: -1, MaxAggregates: 1, CardinalityLimits: unlimited,
+		InboxSize: n, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	costlyInbox(t, a, n)
+	a.cons.halt.Store(true) // as TestStopHaltedBeforeStopSeen: none aggregated
+	a.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_ = a.Stop(ctx)
+	h := a.Health()
+	if h.StopUndrained != n {
+		t.Fatalf("undrained %d, want %d", h.StopUndrained, n)
+	}
+	var found []string
+	for _, l := range buf.lines() {
+		if strings.Contains(l, "Stop's deadline came before the consumer") {
+			found = append(found, l)
+		}
+	}
+	if len(found) != 1 || !strings.Contains(found[0], "spans="+strconv.Itoa(n)) {
+		t.Fatalf("log lines about the undrained spans: %q, want one with spans=%d", found, n)
 	}
 }

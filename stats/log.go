@@ -17,10 +17,11 @@ const logEvery = time.Minute
 type trouble int
 
 const (
-	troubleFailed   trouble = iota // attempts that failed (some are retried)
-	troubleDropped                 // payloads given up, with their spans
-	troubleAgentOff                // the agent refuses stats; spans not aggregated
-	troubleShed                    // spans dropped before aggregation
+	troubleFailed    trouble = iota // attempts that failed (some are retried)
+	troubleDropped                  // payloads given up, with their spans
+	troubleAgentOff                 // the agent refuses stats; spans not aggregated
+	troubleShed                     // spans dropped before aggregation
+	troubleUndrained                // spans left in the inbox at Stop's deadline
 	numTrouble
 )
 
@@ -48,6 +49,7 @@ func (l *troubleLog) check(h Health, now time.Time, final bool) {
 	l.add(troubleDropped, h.PayloadsDropped-p.PayloadsDropped, h.SpansUnsent-p.SpansUnsent)
 	l.add(troubleAgentOff, h.AgentOffTimes-p.AgentOffTimes, h.AgentOffSpans-p.AgentOffSpans)
 	l.add(troubleShed, h.InboxFull-p.InboxFull+h.AggregateDropped-p.AggregateDropped, 0)
+	l.add(troubleUndrained, h.StopUndrained-p.StopUndrained, 0)
 	l.seen = h
 	for k := range numTrouble {
 		st := &l.kinds[k]
@@ -102,6 +104,11 @@ func (l *troubleLog) write(k trouble, n, spans uint64, h *Health) {
 		l.log.Warn(msg, append([]any{"switched_off", n, "spans", spans, "agent_off", h.AgentOff}, since...)...)
 	case troubleShed:
 		l.log.Warn("spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up)",
+			append([]any{"spans", n}, since...)...)
+	case troubleUndrained:
+		// Its own line: the shed line blames a full inbox, and these were
+		// published in time but Stop's deadline came before the consumer.
+		l.log.Warn("spanstats: spans not aggregated: Stop's deadline came before the consumer took them from the inbox",
 			append([]any{"spans", n}, since...)...)
 	default:
 		panic("BUG: unknown trouble kind")
