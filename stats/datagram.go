@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -25,10 +28,42 @@ const (
 	datagramBusyPause  = 4 * time.Millisecond
 )
 
+// A relay named by host (udp://statsrelay.svc.cluster.local:8127) is looked
+// up by the sender itself, never by a dial: a slow or unreachable DNS server
+// would hold the sender for the resolver's timeout (seconds), past a
+// report's patience and Stop's deadline. A lookup waits at most what is
+// left of the report's patience (and Stop's context), and the address is
+// kept: looked up again every relayLookupEvery (a Service recreated on
+// redeploy gets a new IP, and UDP into the old one is lost without an
+// error), and before dialing again after the relay refused a datagram,
+// but at most once per relayLookupGap: a relay that is down must not cost
+// its DNS server a query per retry. A lookup that fails keeps the address
+// it had; with none, the report finds no relay (ErrNoRelay: retried within
+// its patience, then dropped). An IP literal or a Unix path is never
+// looked up.
+const (
+	relayLookupEvery = 30 * time.Second
+	relayLookupGap   = time.Second
+)
+
 // ErrDatagramTooLarge is the error (Health.LastSendError, Flush) of a
 // payload dropped because it holds one group larger than MaxDatagramBytes
 // alone, which no split can bring under the limit.
 var ErrDatagramTooLarge = errors.New("stats: group too large for a datagram, dropped")
+
+// relayResolver is the system's resolver, its DNS sockets closed when a
+// lookup is given up: Go's resolver would read an unanswered one until its
+// own timeout (resolv.conf's, seconds), a goroutine left behind past Stop.
+var relayResolver = &net.Resolver{Dial: dialDNS}
+
+func dialDNS(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, address)
+	if err == nil {
+		context.AfterFunc(ctx, func() { c.Close() })
+	}
+	return c, err
+}
 
 // datagramOut writes reports to a relay. It runs on the sender goroutine.
 type datagramOut struct {
@@ -41,12 +76,37 @@ type datagramOut struct {
 	seq   uint64 // of the last datagram written
 	sleep func(time.Duration)
 
+	// The UDP relay by name: host is "" for an IP literal (addr, fixed) or
+	// a Unix path; addr is then the last address looked up, at lookedUp.
+	host     string
+	port     uint16
+	addr     netip.AddrPort
+	lookedUp time.Time
+	relookup bool  // the relay refused a datagram: look up before dialing
+	lookErr  error // of the last lookup; nil after one that succeeded
+	resolver *net.Resolver
+	// relayLookupEvery and relayLookupGap; tests shorten them.
+	lookupEvery, lookupGap time.Duration
+
 	// What was dropped since the last datagram written, for its envelope.
 	droppedPayloads, droppedSpans uint64
 }
 
 func newDatagramOut(ctx context.Context, to target, limit int, ctr *counters, bufs bufPool) *datagramOut {
-	return &datagramOut{to: to, ctx: ctx, limit: limit, ctr: ctr, bufs: bufs, sleep: time.Sleep}
+	d := &datagramOut{to: to, ctx: ctx, limit: limit, ctr: ctr, bufs: bufs, sleep: time.Sleep,
+		resolver: relayResolver, lookupEvery: relayLookupEvery, lookupGap: relayLookupGap}
+	if to.network == "udp" {
+		// parseAgentURL checked the host and the port.
+		host, port, _ := net.SplitHostPort(to.address)
+		p, _ := strconv.ParseUint(port, 10, 16)
+		d.port = uint16(p)
+		if ip, err := netip.ParseAddr(host); err == nil {
+			d.addr = netip.AddrPortFrom(ip, d.port)
+		} else {
+			d.host = host
+		}
+	}
+	return d
 }
 
 func (d *datagramOut) start()                     {}
@@ -62,14 +122,47 @@ func (d *datagramOut) stop() {
 // dial connects to the relay; the socket buffer of a Unix socket is raised
 // so that two datagrams of the limit fit in it (the kernel caps it at
 // net.core.wmem_max; a datagram beyond the buffer fails, counted).
-func (d *datagramOut) dial() error {
+func (d *datagramOut) dial(patience *time.Duration) error {
 	var err error
 	if d.to.network == "unixgram" {
 		d.conn, err = dgram.DialUnixgram(d.to.address, 2*d.limit)
-	} else {
-		d.conn, err = dgram.DialUDP(d.to.address)
+		return err
 	}
+	if d.host != "" && (d.relookup || !d.addr.IsValid()) && time.Since(d.lookedUp) >= d.lookupGap {
+		d.relookup = false
+		d.lookup(patience)
+	}
+	if !d.addr.IsValid() {
+		return d.lookErr
+	}
+	d.conn, err = dgram.DialUDP(d.addr)
 	return err
+}
+
+// lookup looks the relay's host up, waiting at most the patience left
+// (which it spends) and until Stop gives up.
+func (d *datagramOut) lookup(patience *time.Duration) {
+	if *patience <= 0 || d.ctx.Err() != nil {
+		if d.lookErr == nil {
+			d.lookErr = fmt.Errorf("%w: no patience left to look up %s", dgram.ErrNoRelay, d.host)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, *patience)
+	start := time.Now()
+	ips, err := d.resolver.LookupNetIP(ctx, "ip", d.host)
+	cancel()
+	take(patience, time.Since(start))
+	d.lookedUp = time.Now()
+	if err == nil && len(ips) == 0 {
+		err = errors.New("no address")
+	}
+	if err != nil {
+		d.lookErr = fmt.Errorf("%w: looking up %s: %w", dgram.ErrNoRelay, d.host, err)
+		return
+	}
+	// The first, as net.Dial would take: the resolver orders them (RFC 6724).
+	d.addr, d.lookErr = netip.AddrPortFrom(ips[0].Unmap(), d.port), nil
 }
 
 // send writes each part as one datagram. A full socket is waited for, a
@@ -149,8 +242,16 @@ func (d *datagramOut) send(r *report, last bool) {
 // when the datagram is written, so the relay's gaps count what the network
 // lost and the envelope what this sender dropped, never both.
 func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error {
+	if d.conn != nil && d.host != "" && time.Since(d.lookedUp) >= d.lookupEvery {
+		was := d.addr
+		d.lookup(patience)
+		if d.addr != was {
+			d.conn.Close() // the relay moved
+			d.conn = nil
+		}
+	}
 	if d.conn == nil {
-		if err := d.dial(); err != nil {
+		if err := d.dial(patience); err != nil {
 			return err
 		}
 	}
@@ -181,6 +282,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		// on the next attempt.
 		d.conn.Close()
 		d.conn = nil
+		d.relookup = true
 	}
 	if err != nil {
 		return err

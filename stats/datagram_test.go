@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/stats/statstest"
@@ -665,3 +669,208 @@ func TestFinalFlagWaitsForFullSocket(t *testing.T) {
 	}
 	checkConservation(t, a.Health())
 }
+
+// fakeDNS runs a DNS server on loopback UDP and returns a resolver that
+// asks it alone, and the count of queries it got. It gives answer() (an
+// IPv4 address) to every A query, and no AAAA; with answer nil it never
+// answers: an unreachable DNS server, which a resolver waits on for seconds.
+func fakeDNS(t *testing.T, answer func() netip.Addr) (*net.Resolver, *atomic.Int64) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queries atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			queries.Add(1)
+			if answer == nil {
+				continue
+			}
+			if reply := dnsReply(buf[:n], answer()); reply != nil {
+				pc.WriteTo(reply, from)
+			}
+		}
+	}()
+	t.Cleanup(func() { pc.Close(); <-done })
+	server := pc.LocalAddr().String()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dialDNS(ctx, "udp", server)
+	}}, &queries
+}
+
+// dnsReply answers query's first question: ip for type A, no record
+// otherwise; nil if the query is malformed.
+func dnsReply(query []byte, ip netip.Addr) []byte {
+	if len(query) < 12 {
+		return nil
+	}
+	end := 12
+	for end < len(query) && query[end] != 0 {
+		end += 1 + int(query[end]) // a label
+	}
+	end += 1 + 4 // the root label, type and class
+	if end > len(query) {
+		return nil
+	}
+	isA := query[end-4] == 0 && query[end-3] == 1
+	reply := append([]byte(nil), query[:2]...)                // id
+	reply = append(reply, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0) // a response, recursion available; one question
+	reply = append(reply, query[12:end]...)
+	if isA {
+		reply[7] = 1 // one answer
+		reply = append(reply, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4)
+		reply = append(reply, ip.AsSlice()...)
+	}
+	return reply
+}
+
+// startWithResolver is newStarted with the relay looked up by r.
+func startWithResolver(t *testing.T, cfg Config, r *net.Resolver, set ...func(*datagramOut)) *Aggregator {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := a.snd.out.(*datagramOut)
+	d.resolver = r
+	for _, f := range set {
+		f(d)
+	}
+	a.Start()
+	return a
+}
+
+// TestDatagramRelayLookupBounded: a relay named by host whose DNS server
+// never answers costs a report its patience, not the resolver's timeout
+// (seconds): Flush, and Stop with a report to send, return within about
+// datagramPatience, and the report is dropped as finding no relay, counted.
+func TestDatagramRelayLookupBounded(t *testing.T) {
+	const bound = datagramPatience + 150*time.Millisecond
+	for _, flush := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Flush", false: "Stop"}[flush], func(t *testing.T) {
+			r, queries := fakeDNS(t, nil)
+			a := startWithResolver(t, Config{AgentURL: "udp://some-name.invalid-test:8127", SendJitter: -1}, r)
+			publishN(a, 3, "r")
+			if flush {
+				start := time.Now()
+				err := a.Flush(context.Background())
+				took := time.Since(start)
+				t.Logf("Flush took %s", took)
+				if !errors.Is(err, dgram.ErrNoRelay) || took > bound {
+					t.Fatalf("Flush = %v after %s; want ErrNoRelay within %s", err, took, bound)
+				}
+			}
+			start := time.Now()
+			stop(t, a)
+			took := time.Since(start)
+			t.Logf("Stop took %s", took)
+			if took > bound {
+				t.Fatalf("Stop took %s; want at most %s", took, bound)
+			}
+			h := a.Health()
+			if queries.Load() == 0 || h.PayloadsDropped != 1 || h.SpansUnsent != 3 || h.SpansSent != 0 || !errors.Is(h.LastSendError, dgram.ErrNoRelay) {
+				t.Fatalf("%d DNS queries; dropped %d, unsent %d, sent %d, last error %v; want some queries, 1 3 0, ErrNoRelay",
+					queries.Load(), h.PayloadsDropped, h.SpansUnsent, h.SpansSent, h.LastSendError)
+			}
+			checkConservation(t, h)
+		})
+	}
+}
+
+// TestDatagramRelayByName: a relay named by host is reached at the address
+// DNS gives; one named by IP never asks DNS.
+func TestDatagramRelayByName(t *testing.T) {
+	relay := listenRelay(t, "udp")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(relay.url, "udp://"))
+	for _, tc := range []struct {
+		url     string
+		lookups bool
+	}{
+		{"udp://relay.invalid-test:" + port, true},
+		{relay.url, false},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			r, queries := fakeDNS(t, func() netip.Addr { return netip.MustParseAddr("127.0.0.1") })
+			a := startWithResolver(t, Config{AgentURL: tc.url, SendJitter: -1}, r)
+			publishN(a, 3, "r")
+			if err := a.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			if got := relay.read(t); len(got) != 1 || got[0].hits != 3 {
+				t.Fatalf("relay got %+v; want one datagram of 3 spans", got)
+			}
+			stop(t, a)
+			relay.read(t) // the final flag
+			if n := queries.Load(); (n > 0) != tc.lookups {
+				t.Fatalf("%d DNS queries; want some: %v", n, tc.lookups)
+			}
+			if h := a.Health(); h.SpansSent != 3 || h.PayloadsDropped != 0 {
+				t.Fatalf("sent %d spans, dropped %d payloads; want 3, 0", h.SpansSent, h.PayloadsDropped)
+			}
+		})
+	}
+}
+
+// TestDatagramRelayMoved: the relay's name comes to give another address
+// (a Service recreated on redeploy). A relay that refuses a datagram has the
+// name looked up again, within the same report's patience when
+// relayLookupGap allows; one that still takes datagrams (UDP into a gone
+// Service IP is lost without an error) is left after relayLookupEvery.
+func TestDatagramRelayMoved(t *testing.T) {
+	for _, refused := range []bool{true, false} {
+		t.Run(map[bool]string{true: "refused", false: "silent"}[refused], func(t *testing.T) {
+			first := listenRelay(t, "udp")
+			_, port, _ := net.SplitHostPort(strings.TrimPrefix(first.url, "udp://"))
+			c, err := dgram.ListenUDP("127.0.0.2:"+port, 0)
+			if err != nil {
+				t.Skipf("no second loopback address: %v", err)
+			}
+			t.Cleanup(func() { c.Close() })
+			second := &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+			var at atomic.Pointer[netip.Addr]
+			at.Store(ptr(netip.MustParseAddr("127.0.0.1")))
+			r, _ := fakeDNS(t, func() netip.Addr { return *at.Load() })
+			a := startWithResolver(t, Config{AgentURL: "udp://relay.invalid-test:" + port, SendJitter: -1}, r, func(d *datagramOut) {
+				if refused {
+					d.lookupGap = 0
+				} else {
+					d.lookupEvery = 0
+				}
+			})
+			publishN(a, 3, "r")
+			if err := a.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush to the first relay: %v", err)
+			}
+			if got := first.read(t); len(got) != 1 || got[0].hits != 3 {
+				t.Fatalf("first relay got %+v; want one datagram of 3 spans", got)
+			}
+			at.Store(ptr(netip.MustParseAddr("127.0.0.2")))
+			if refused {
+				first.conn.Close()
+			}
+			publishN(a, 4, "r")
+			if err := a.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush after the move: %v", err)
+			}
+			if got := second.read(t); len(got) != 1 || got[0].hits != 4 || got[0].env.Sequence != 2 {
+				t.Fatalf("second relay got %+v; want one datagram of 4 spans, sequence 2", got)
+			}
+			stop(t, a)
+			if h := a.Health(); h.SpansSent != 7 || h.PayloadsDropped != 0 {
+				t.Fatalf("sent %d spans, dropped %d payloads; want 7, 0", h.SpansSent, h.PayloadsDropped)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

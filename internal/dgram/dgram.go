@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -358,13 +359,15 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 	return newSender(conn, path)
 }
 
-// DialUDP returns a Sender to the relay's UDP socket at addr ("host:port").
+// DialUDP returns a Sender to the relay's UDP socket at addr. It takes an
+// address, not a name: a lookup here would wait on DNS for as long as the
+// resolver's timeout, so the caller resolves within its own bound.
 // UDP cannot tell at dial time whether a relay listens: a Write matches
 // ErrNoRelay once the kernel has seen the port unreachable, on Linux that
 // very Write when the relay is on the same host (the kernel's answer is
 // there when the send returns), else the next one.
-func DialUDP(addr string) (*Sender, error) {
-	conn, err := net.Dial("udp", addr)
+func DialUDP(addr netip.AddrPort) (*Sender, error) {
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, dialError(err)
 	}

@@ -339,7 +339,7 @@ func TestUDPRelayGoneRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := DialUDP(c.LocalAddr().String())
+	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func listenUDP(t testing.TB, rcvbuf int) relay {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := DialUDP(c.LocalAddr().String())
+	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort())
 	if err != nil {
 		t.Fatal(err)
 	}
