@@ -117,7 +117,8 @@ type Payload struct {
 
 	attempts int
 	due      time.Time // earliest next attempt
-	// timedOut: an attempt timed out once sent (MaybeDelivered).
+	// timedOut: an attempt timed out, or was cancelled, once sent, or the
+	// payload it was split from had one (MaybeDelivered).
 	timedOut bool
 	// holds is the request bodies over Body net/http has not closed, less
 	// one once the client is done with the payload: at -1 nobody reads
@@ -125,7 +126,8 @@ type Payload struct {
 	holds atomic.Int32
 }
 
-// MaybeDelivered reports whether an attempt of p timed out after the
+// MaybeDelivered reports whether an attempt of p, or of the payload it
+// was split from, timed out or was cancelled (the owner gave up) after the
 // request was sent: the agent may have taken p, even if p is then dropped.
 func (p *Payload) MaybeDelivered() bool { return p.timedOut }
 

@@ -33,7 +33,7 @@ type forwarder struct {
 	seq       uint64
 	trouble   *troubleLog
 	switches  agentclient.SwitchLog // the agent going off and back, rate-limited
-	packer    writer.Packer         // one request per identity, more beyond MaxPayloadBytes
+	packer    writer.Packer         // one request per identity, more beyond MaxPayloadBytes or the agent's limit
 }
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
@@ -146,10 +146,11 @@ func (f *forwarder) run(stop context.Context) {
 }
 
 // forward sends every identity's windows that ended at or before boundary:
-// one request per identity (more if it exceeds MaxPayloadBytes), up to
-// ForwardParallel at once. Payloads are encoded and sent a few times
-// ForwardParallel at a time, so that the round's bodies do not all exist
-// at once beside the merged groups they encode.
+// one request per identity (more if it exceeds MaxPayloadBytes, or the
+// lower body limit the agent's /info gives), up to ForwardParallel at
+// once. Payloads are encoded and sent a few times ForwardParallel at a
+// time, so that the round's bodies do not all exist at once beside the
+// merged groups they encode.
 func (f *forwarder) forward(boundary time.Time) {
 	start := time.Now()
 	chunk := forwardChunk * f.s.cfg.ForwardParallel

@@ -201,8 +201,9 @@ type Server struct {
 	// slowRounds counts the forward rounds that took more than half the
 	// interval.
 	slowRounds atomic.Uint64
-	// droppedAfterTimeout counts the dropped spans whose last attempt
-	// timed out once sent: the agent may have taken them.
+	// droppedAfterTimeout counts the dropped spans of which an attempt
+	// timed out, or was cut by the stop timeout, once sent
+	// (Payload.MaybeDelivered): the agent may have taken them.
 	droppedAfterTimeout atomic.Uint64
 	// clockStepsBack counts the forward rounds that found the wall clock
 	// gone back by more than an interval.
