@@ -64,13 +64,18 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 			// Spans stamped on a clock stepped back are late by the
 			// buckets of before: realigned, they are current.
 			checked = true
-			if done > 0 && c.steppedBack(c.clock()) {
-				// realign would report the spans added so far before
-				// consume counts them: leave the rest to the next batch,
-				// whose first clock read realigns before it adds any.
-				return done
+			// One read decides: a second one, stepped back after the
+			// first, would realign with the spans added so far.
+			if t := c.clock(); c.steppedBack(t) {
+				if done > 0 {
+					// realign would report the spans added so far before
+					// consume counts them: leave the rest to the next
+					// batch, whose first clock read realigns before it
+					// adds any.
+					return done
+				}
+				c.realign(t)
 			}
-			c.now()
 			d = c.dest(batch[done])
 		}
 		end := done + 1

@@ -619,3 +619,47 @@ func TestStepBackMidBatchCountedFirst(t *testing.T) {
 			bad.Load(), h.Counted, h.ClockStepsBack)
 	}
 }
+
+// TestStepBackAfterMidBatchCheckCountedFirst: as
+// TestStepBackMidBatchCountedFirst, with the clock going back just after
+// route's mid-batch read found it in place. route must decide on that one
+// read: a second read that realigns would report the batch's spans added
+// so far before consume counts them.
+func TestStepBackAfterMidBatchCheckCountedFirst(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	var done atomic.Bool
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !done.Load() {
+			if h := d.a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
+				bad.Add(1)
+			}
+		}
+	})
+	for i := range 2000 {
+		// The batch's first two reads (consume's, route's at the late
+		// span) are where the last step took the clock, the next ones an
+		// hour further back.
+		now := epoch.Add(3*time.Second - time.Duration(i)*time.Hour)
+		reads := 0
+		d.c.clock = func() time.Time {
+			if reads++; reads <= 2 {
+				return now
+			}
+			return now.Add(-time.Hour)
+		}
+		d.publish("current", time.Time{})
+		d.publish("late", now.Add(-2*time.Hour))
+		d.a.off.Store(true)
+		for d.c.consume() > 0 {
+		}
+		d.a.off.Store(false)
+	}
+	done.Store(true)
+	wg.Wait()
+	if h := d.a.Health(); bad.Load() > 0 || h.Counted != 4000 {
+		t.Fatalf("%d snapshots with more spans out than counted; counted %d, want 0, 4000", bad.Load(), h.Counted)
+	}
+}
