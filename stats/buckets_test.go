@@ -580,86 +580,57 @@ func TestClockPast2262(t *testing.T) {
 // the batch added before it must be in Counted by then, so that no Health
 // snapshot has more spans cleared, sent or unsent than counted. Reports
 // are discarded here (the agent is off), which counts them in Cleared at
-// once, while a reader takes snapshots.
+// once, while a reader takes snapshots. The clock goes back after the
+// batch's first read (consume's), or after its second (route's at the late
+// span, which found it in place): route must decide on that one read, as a
+// second read that realigns would report the spans added so far first.
 func TestStepBackMidBatchCountedFirst(t *testing.T) {
-	const iv = 10 * time.Second
-	d := newDriven(t, iv, epoch.Add(3*time.Second))
-	var done atomic.Bool
-	var bad atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for !done.Load() {
-			if h := d.a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
-				bad.Add(1)
+	for _, tc := range []struct {
+		name      string
+		inPlace   int    // reads of the batch before the step back
+		wantSteps uint64 // Health.ClockStepsBack; 0: not checked
+	}{
+		{"at route's read", 1, 2000},
+		{"after route's read", 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const iv = 10 * time.Second
+			d := newDriven(t, iv, epoch.Add(3*time.Second))
+			var done atomic.Bool
+			var bad atomic.Int64
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for !done.Load() {
+					if h := d.a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
+						bad.Add(1)
+					}
+				}
+			})
+			for i := range 2000 {
+				// The batch's first reads are where the last step took
+				// the clock, the next ones an hour further back.
+				now := epoch.Add(3*time.Second - time.Duration(i)*time.Hour)
+				reads := 0
+				d.c.clock = func() time.Time {
+					if reads++; reads <= tc.inPlace {
+						return now
+					}
+					return now.Add(-time.Hour)
+				}
+				d.publish("current", time.Time{})
+				d.publish("late", now.Add(-2*time.Hour))
+				d.a.off.Store(true)
+				for d.c.consume() > 0 {
+				}
+				d.a.off.Store(false)
 			}
-		}
-	})
-	for i := range 2000 {
-		// The batch's first read is where the last step took the clock,
-		// the next one an hour further back.
-		now := epoch.Add(3*time.Second - time.Duration(i)*time.Hour)
-		reads := 0
-		d.c.clock = func() time.Time {
-			if reads++; reads == 1 {
-				return now
+			done.Store(true)
+			wg.Wait()
+			h := d.a.Health()
+			if bad.Load() > 0 || h.Counted != 4000 || tc.wantSteps > 0 && h.ClockStepsBack != tc.wantSteps {
+				t.Fatalf("%d snapshots with more spans out than counted; counted %d, steps back %d, want 0, 4000, %d",
+					bad.Load(), h.Counted, h.ClockStepsBack, tc.wantSteps)
 			}
-			return now.Add(-time.Hour)
-		}
-		d.publish("current", time.Time{})
-		d.publish("late", now.Add(-2*time.Hour))
-		d.a.off.Store(true)
-		for d.c.consume() > 0 {
-		}
-		d.a.off.Store(false)
-	}
-	done.Store(true)
-	wg.Wait()
-	if h := d.a.Health(); bad.Load() > 0 || h.Counted != 4000 || h.ClockStepsBack != 2000 {
-		t.Fatalf("%d snapshots with more spans out than counted; counted %d, steps back %d, want 0, 4000, 2000",
-			bad.Load(), h.Counted, h.ClockStepsBack)
-	}
-}
-
-// TestStepBackAfterMidBatchCheckCountedFirst: as
-// TestStepBackMidBatchCountedFirst, with the clock going back just after
-// route's mid-batch read found it in place. route must decide on that one
-// read: a second read that realigns would report the batch's spans added
-// so far before consume counts them.
-func TestStepBackAfterMidBatchCheckCountedFirst(t *testing.T) {
-	const iv = 10 * time.Second
-	d := newDriven(t, iv, epoch.Add(3*time.Second))
-	var done atomic.Bool
-	var bad atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for !done.Load() {
-			if h := d.a.Health(); h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
-				bad.Add(1)
-			}
-		}
-	})
-	for i := range 2000 {
-		// The batch's first two reads (consume's, route's at the late
-		// span) are where the last step took the clock, the next ones an
-		// hour further back.
-		now := epoch.Add(3*time.Second - time.Duration(i)*time.Hour)
-		reads := 0
-		d.c.clock = func() time.Time {
-			if reads++; reads <= 2 {
-				return now
-			}
-			return now.Add(-time.Hour)
-		}
-		d.publish("current", time.Time{})
-		d.publish("late", now.Add(-2*time.Hour))
-		d.a.off.Store(true)
-		for d.c.consume() > 0 {
-		}
-		d.a.off.Store(false)
-	}
-	done.Store(true)
-	wg.Wait()
-	if h := d.a.Health(); bad.Load() > 0 || h.Counted != 4000 {
-		t.Fatalf("%d snapshots with more spans out than counted; counted %d, want 0, 4000", bad.Load(), h.Counted)
+		})
 	}
 }
