@@ -1310,13 +1310,11 @@ func TestAgentOffHoldsUntilBack(t *testing.T) {
 	}
 }
 
-// TestUnixAgentSameContainerSender: a relay in a container whose cgroup
-// names none (cgroup v2 in a private namespace: "0::/") forwards to the
-// agent's Unix socket the stats of a Unix sender that shares its cgroup —
-// the agent files them under the relay's container, which is the
-// sender's — without a container header, and still drops a UDP sender's
-// (counted as unattributable).
-func TestUnixAgentSameContainerSender(t *testing.T) {
+// ownCgroupRoot is a proc root where this process (relay and sender alike)
+// is alive in a cgroup that names no container (cgroup v2 in a private
+// namespace: "0::/").
+func ownCgroupRoot(t *testing.T) string {
+	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -1325,10 +1323,21 @@ func TestUnixAgentSameContainerSender(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stat := strconv.Itoa(os.Getpid()) + " (relay) S 1 1 1 0 -1 4194560"
+	stat := strconv.Itoa(os.Getpid()) + " (relay) S 1 1 1 0 -1 4194560" // alive
 	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// TestUnixAgentSameContainerSender: a relay in a container whose cgroup
+// names none (cgroup v2 in a private namespace: "0::/") forwards to the
+// agent's Unix socket the stats of a Unix sender that shares its cgroup —
+// the agent files them under the relay's container, which is the
+// sender's — without a container header, and still drops a UDP sender's
+// (counted as unattributable).
+func TestUnixAgentSameContainerSender(t *testing.T) {
+	root := ownCgroupRoot(t)
 	sock := filepath.Join(t.TempDir(), "apm.socket")
 	ag, err := statstest.NewUnix(sock)
 	if err != nil {
@@ -1356,18 +1365,7 @@ func TestUnixAgentSameContainerSender(t *testing.T) {
 // contradict it, so the claim reaches the agent, and no mismatch is
 // counted.
 func TestSameContainerSenderKeepsItsClaim(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stat := strconv.Itoa(os.Getpid()) + " (relay) S 1 1 1 0 -1 4194560" // alive
-	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := ownCgroupRoot(t)
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: root, UDPAddr: "-"})
