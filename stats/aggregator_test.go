@@ -28,13 +28,17 @@ func TestMain(m *testing.M) {
 // that no goroutine started since is left over: each test, not only the
 // package, proves that Stop ends every goroutine the aggregator started
 // (and the HTTP connections it opened).
-func newStarted(t *testing.T, cfg Config) *Aggregator {
+// Each of set amends the aggregator before it starts.
+func newStarted(t *testing.T, cfg Config, set ...func(*Aggregator)) *Aggregator {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range set {
+		f(a)
 	}
 	a.Start()
 	return a

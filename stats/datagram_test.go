@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -735,19 +733,13 @@ func dnsReply(query []byte, ip netip.Addr) []byte {
 // startWithResolver is newStarted with the relay looked up by r.
 func startWithResolver(t *testing.T, cfg Config, r *net.Resolver, set ...func(*datagramOut)) *Aggregator {
 	t.Helper()
-	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := a.snd.out.(*datagramOut)
-	d.resolver = r
-	for _, f := range set {
-		f(d)
-	}
-	a.Start()
-	return a
+	return newStarted(t, cfg, func(a *Aggregator) {
+		d := a.snd.out.(*datagramOut)
+		d.resolver = r
+		for _, f := range set {
+			f(d)
+		}
+	})
 }
 
 // TestDatagramRelayLookupBounded: a relay named by host whose DNS server
