@@ -249,13 +249,22 @@ type resAttrs struct {
 	has  [maxAttrs]bool // vals[a] is set: a cheap test before the 48-byte value
 }
 
-// resCache holds the last resource seen: a process has one TracerProvider,
-// so one resource, almost always.
-type resCache struct{ last atomic.Pointer[resAttrs] }
+// resCacheSlots is how many resources resCache holds: one Processor may be
+// registered on several TracerProviders (one per service of a process), and
+// a resource missing from the cache costs a resAttrs allocation per span.
+const resCacheSlots = 8
+
+// resCache holds the resources seen last, each indexed once.
+type resCache struct {
+	slots [resCacheSlots]atomic.Pointer[resAttrs]
+	next  atomic.Uint32 // the slot the next new resource replaces
+}
 
 func (c *resCache) get(k *keyIndex, r *resource.Resource) *resAttrs {
-	if ra := c.last.Load(); ra != nil && ra.res == r {
-		return ra
+	for i := range c.slots {
+		if ra := c.slots[i].Load(); ra != nil && ra.res == r {
+			return ra
+		}
 	}
 	ra := &resAttrs{res: r}
 	if r != nil {
@@ -266,6 +275,6 @@ func (c *resCache) get(k *keyIndex, r *resource.Resource) *resAttrs {
 			}
 		}
 	}
-	c.last.Store(ra)
+	c.slots[(c.next.Add(1)-1)%resCacheSlots].Store(ra)
 	return ra
 }

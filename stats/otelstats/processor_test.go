@@ -187,6 +187,36 @@ func TestAttributesPast255(t *testing.T) {
 	}
 }
 
+// TestResourcesAlternate: spans of several TracerProviders sharing one
+// Processor map to their own resource's service, and once each resource
+// has been seen, ending their spans in turn allocates nothing.
+func TestResourcesAlternate(t *testing.T) {
+	p := NewProcessor(nil)
+	spec := spanSpec{name: "work", kind: trace.SpanKindInternal, local: true}
+	services := []string{"cart", "billing", "search"}
+	var spans []sdktrace.ReadOnlySpan
+	for _, svc := range services {
+		spans = append(spans, endSpans(t, []attribute.KeyValue{attribute.String("service.name", svc)}, spec)[0])
+	}
+	var sp stats.Span
+	var b [scratchSize]byte
+	for round := range 2 {
+		for i, s := range spans {
+			if p.fill(&sp, s, b[:]); sp.Service != services[i] {
+				t.Fatalf("round %d: service %q, want %q", round, sp.Service, services[i])
+			}
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, s := range spans {
+			p.fill(&sp, s, b[:])
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per round of 3 resources, want 0", allocs)
+	}
+}
+
 // TestMemoReturnsSameStrings: a repeated route yields the very same string
 // values (the aggregator's fast path), and an obfuscated query is computed
 // once.
