@@ -58,11 +58,13 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 		sp.TopLevel = sp.TraceRoot || kind == trace.SpanKindServer || kind == trace.SpanKindConsumer
 	} else {
 		// ComputeTopLevel, as the agent runs it on the OTLP spans it
-		// receives: a root, a parent elsewhere (remote), or a parent under
-		// another service. A local parent shares the span's resource: it
-		// is taken to be under the resource's service, which a span's own
-		// service.name overrides.
-		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.overridesService(&v, sp.Service)
+		// receives: a root, a parent elsewhere (remote, or of another
+		// TracerProvider: OnStart marked it), or a parent under another
+		// service. A local parent of the same resource is taken to be
+		// under the resource's service, which a span's own service.name
+		// overrides.
+		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(s.SpanContext().SpanID()) ||
+			p.overridesService(&v, sp.Service)
 	}
 	if m, ok := v.int(aDDMeasured); ok && m == 1 {
 		sp.Measured = true

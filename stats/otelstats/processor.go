@@ -2,10 +2,13 @@ package otelstats
 
 import (
 	"context"
+	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spanstats/spanstats/stats"
 )
@@ -17,6 +20,7 @@ type Processor struct {
 	topLevelByKind bool
 	keys           *keyIndex
 	res            resCache
+	crossed        crossings
 	obf            *obfuscate.Obfuscator
 	// Each memo remembers one computation: normalized services and
 	// operation names, resources (built, then obfuscated), peer-tag sets.
@@ -37,7 +41,8 @@ type config struct {
 // does with enable_otlp_compute_top_level_by_span_kind: a root, server or
 // consumer span is top-level, and client and producer spans are measured.
 // The default is the agent's default: a root span, one whose parent is
-// remote, or one whose own service.name differs from its resource's.
+// remote or started by another TracerProvider, or one whose own
+// service.name differs from its resource's.
 func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
 
 // WithPeerTagKeys replaces DefaultPeerTagKeys: the attribute keys read as
@@ -69,8 +74,20 @@ func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 	}
 }
 
-// OnStart does nothing: stats need the finished span.
-func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+// OnStart marks a span whose local parent belongs to another
+// TracerProvider (see crossings); the rest waits for the finished span.
+func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
+	if p.topLevelByKind {
+		return
+	}
+	parent, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
+	if !ok || parent.SpanContext().SpanID() != s.Parent().SpanID() {
+		return // no local SDK parent (none, remote, or WithNewRoot)
+	}
+	if parent.Resource() != s.Resource() {
+		p.crossed.mark(s.SpanContext().SpanID())
+	}
+}
 
 // OnEnd maps s to a stats.Span and publishes it.
 func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
@@ -102,4 +119,26 @@ func (p *Processor) ForceFlush(ctx context.Context) error {
 		return nil // half the time is up: the rest is the next processors'
 	}
 	return err
+}
+
+// crossingSlots bounds the spans marked at once; a mark a collision
+// overwrites leaves its span to the rule for a local parent.
+const crossingSlots = 4096
+
+// crossings marks the spans started under a local parent of another
+// resource: another TracerProvider, so another export, where the agent
+// finds the parent outside the child's chunk and ComputeTopLevel makes the
+// child top-level. OnEnd takes the mark back. Span IDs are random and
+// never 0, so a slot holds one span's ID or 0.
+type crossings struct{ slots [crossingSlots]atomic.Uint64 }
+
+func (c *crossings) mark(id trace.SpanID) {
+	n := binary.BigEndian.Uint64(id[:])
+	c.slots[n%crossingSlots].Store(n)
+}
+
+// take reports whether id was marked, and unmarks it.
+func (c *crossings) take(id trace.SpanID) bool {
+	n := binary.BigEndian.Uint64(id[:])
+	return n != 0 && c.slots[n%crossingSlots].CompareAndSwap(n, 0)
 }

@@ -164,6 +164,46 @@ func TestTopLevelBySpanKind(t *testing.T) {
 	}
 }
 
+// startOnly passes a Processor the starts of spans only.
+type startOnly struct {
+	recorder
+	p *Processor
+}
+
+func (s *startOnly) OnStart(ctx context.Context, rw sdktrace.ReadWriteSpan) { s.p.OnStart(ctx, rw) }
+
+// TestLocalParentOfAnotherProvider: a span whose local parent was started
+// by another TracerProvider (another resource, so another export: the
+// agent finds the parent outside the child's chunk) is top-level, as
+// ComputeTopLevel makes it; a child of the parent's own provider is not.
+func TestLocalParentOfAnotherProvider(t *testing.T) {
+	p := NewProcessor(nil)
+	provider := func(svc string) (*sdktrace.TracerProvider, *startOnly) {
+		so := &startOnly{p: p}
+		return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(so),
+			sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", svc)))), so
+	}
+	front, frontRec := provider("front")
+	back, backRec := provider("back")
+	defer func() { _ = front.Shutdown(context.Background()); _ = back.Shutdown(context.Background()) }()
+	ctx, parent := front.Tracer("t").Start(context.Background(), "handle")
+	_, same := front.Tracer("t").Start(ctx, "step")
+	_, other := back.Tracer("t").Start(ctx, "work")
+	same.End()
+	other.End()
+	parent.End()
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, backRec.spans[0], b[:])
+	if sp.Service != "back" || !sp.TopLevel || sp.TraceRoot {
+		t.Fatalf("child under the other provider's span: service %q top-level %v root %v; want back, true, false", sp.Service, sp.TopLevel, sp.TraceRoot)
+	}
+	p.fill(&sp, frontRec.spans[0], b[:])
+	if sp.Service != "front" || sp.TopLevel {
+		t.Fatalf("child under its own provider's span: service %q top-level %v; want front, false", sp.Service, sp.TopLevel)
+	}
+}
+
 // TestAttributesPast255: with the SDK's attribute limit lifted, the ones
 // set after the 255th still map, as the agent reads them all.
 func TestAttributesPast255(t *testing.T) {
