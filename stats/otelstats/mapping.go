@@ -250,6 +250,10 @@ func spanType(v *view, kind trace.SpanKind) string {
 	return "custom"
 }
 
+// resourceKeyLen is the longest resource memo key: the class byte and the
+// resource, cut as GetOTelResourceV2 cuts it.
+const resourceKeyLen = 1 + normalize.MaxResourceLen
+
 // Obfuscation classes, the first byte of a resource memo key.
 const (
 	obfNone  = 'n'
@@ -270,8 +274,8 @@ func (p *Processor) resource(v *view, kind trace.SpanKind, typ, spanName string,
 	}
 	b = append(b, class)
 	b = appendResource(b, v, kind, spanName)
-	if len(b) > 1+normalize.MaxResourceLen {
-		b = b[:1+normalize.MaxResourceLen]
+	if len(b) > resourceKeyLen {
+		b = b[:resourceKeyLen]
 	}
 	return p.resources.str(b, p.obfuscate)
 }

@@ -20,7 +20,16 @@ const memoSlots = 4096
 type memo struct {
 	seed  maphash.Seed
 	slots [memoSlots]atomic.Pointer[memoEntry]
+	// maxKey is the longest key kept: attribute values have no length
+	// limit by default, and a slot holding megabytes would make the memo
+	// bounded in count only. A longer key is computed every time.
+	maxKey int
 }
+
+// memoMaxKey is the maxKey of every memo but the resources' (their keys are
+// cut to resourceKeyLen): far above what real routes give as a service, an
+// operation name or a span's peer-tag values.
+const memoMaxKey = 4 << 10
 
 type memoEntry struct {
 	key  string
@@ -28,7 +37,7 @@ type memoEntry struct {
 	tags []string
 }
 
-func newMemo() *memo { return &memo{seed: maphash.MakeSeed()} }
+func newMemo(maxKey int) *memo { return &memo{seed: maphash.MakeSeed(), maxKey: maxKey} }
 
 // get returns the entry stored for key, or nil.
 func (m *memo) get(key []byte) *memoEntry {
@@ -38,8 +47,12 @@ func (m *memo) get(key []byte) *memoEntry {
 	return nil
 }
 
-// put stores e under e.key (replacing whatever shared its slot) and returns it.
+// put stores e under e.key (replacing whatever shared its slot) and
+// returns it; a key longer than maxKey is not stored.
 func (m *memo) put(e *memoEntry) *memoEntry {
+	if len(e.key) > m.maxKey {
+		return e
+	}
 	m.slots[maphash.String(m.seed, e.key)%memoSlots].Store(e) // the same hash as Bytes of the same content
 	return e
 }

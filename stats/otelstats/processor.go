@@ -67,10 +67,10 @@ func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 		// The agent's defaults for stats: SQL obfuscation keeps no literal,
 		// which is what collapses every query of one shape into one group.
 		obf:       obfuscate.NewObfuscator(obfuscate.Config{}),
-		services:  newMemo(),
-		names:     newMemo(),
-		resources: newMemo(),
-		peers:     newMemo(),
+		services:  newMemo(memoMaxKey),
+		names:     newMemo(memoMaxKey),
+		resources: newMemo(resourceKeyLen),
+		peers:     newMemo(memoMaxKey),
 	}
 }
 

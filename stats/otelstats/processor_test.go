@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -271,6 +272,36 @@ func TestMemoReturnsSameStrings(t *testing.T) {
 	if !sameString(a.Resource, b.Resource) || !sameString(a.Name, b.Name) || &a.PeerTags[0] != &b.PeerTags[0] {
 		t.Fatal("a repeated route built new strings")
 	}
+}
+
+// TestMemoLongKeys: a long attribute value (the SDK does not bound them)
+// maps as any other, but is not kept in a memo: 4096 of them would
+// otherwise hold gigabytes.
+func TestMemoLongKeys(t *testing.T) {
+	p := NewProcessor(nil)
+	long := strings.Repeat("h", 1<<20)
+	sp := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+		attribute.String("service.name", "S"+long), attribute.String("out.host", long)}})
+	if sp.Service != "s"+long[:99] || !slices.Equal(sp.PeerTags, []string{"out.host:" + long}) {
+		t.Fatalf("service of %d bytes, peer tags of %d; want the service cut to 100 and the value whole", len(sp.Service), len(sp.PeerTags))
+	}
+	for name, m := range map[string]*memo{"services": p.services, "names": p.names, "resources": p.resources, "peers": p.peers} {
+		if n := memoBytes(m); n > 64<<10 {
+			t.Errorf("%s memo holds %d bytes after one span", name, n)
+		}
+	}
+}
+
+func memoBytes(m *memo) (n int) {
+	for i := range m.slots {
+		if e := m.slots[i].Load(); e != nil {
+			n += len(e.key) + len(e.val)
+			for _, t := range e.tags {
+				n += len(t)
+			}
+		}
+	}
+	return n
 }
 
 func sameString(a, b string) bool {
