@@ -529,6 +529,11 @@ const minGroupPrealloc = 128
 
 func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 	h := &p.Header
+	// A bucket decodes into 48 bytes; input claiming more than one per
+	// minWireBucketBytes (empty maps, one byte each) would make a small
+	// datagram allocate 48 times its size. The budget is the payload's, not
+	// each Stats key's: a repeated key would get it afresh.
+	buckets := min(MaxBuckets, len(b)/minWireBucketBytes+1)
 	return d.decodeMap(b, payloadKeys, func(i int, b []byte) (_ []byte, err error) {
 		switch i {
 		case pHostname:
@@ -538,10 +543,6 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 		case pVersion:
 			h.Version, b, err = d.readString(b)
 		case pStats:
-			// A bucket decodes into 48 bytes; input claiming more than one
-			// per minWireBucketBytes (empty maps, one byte each) would make
-			// a small datagram allocate 48 times its size.
-			buckets := min(MaxBuckets, len(b)/minWireBucketBytes+1)
 			p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
 		case pLang:
 			h.Lang, b, err = d.readString(b)

@@ -195,6 +195,51 @@ func TestDecodePayloadEmptyGroupsCannotAmplify(t *testing.T) {
 	}
 }
 
+// repeatedStatsKeys is a payload map whose every key is Stats, each an
+// array of nil buckets as long as the bytes after it allow a fresh budget
+// per key (a tenth of them): built from the back, each array is sized to
+// the input that follows it.
+func repeatedStatsKeys(total int) []byte {
+	var tail []byte
+	keys := 0
+	for len(tail) < total {
+		n := min(MaxBuckets, (len(tail)+16)/7)
+		for n > 1 && n > (len(msgp.AppendArrayHeader(nil, uint32(n)))+n+len(tail))/minWireBucketBytes+1 {
+			n--
+		}
+		hdr := msgp.AppendArrayHeader(nil, uint32(n))
+		arr := append(hdr, slices.Repeat([]byte{0xc0}, n)...)
+		tail = append(append(msgp.AppendString(nil, "Stats"), arr...), tail...)
+		keys++
+	}
+	return append(msgp.AppendMapHeader(nil, uint32(keys)), tail...)
+}
+
+// TestRepeatedStatsKeysCannotAmplify: the bucket budget is the payload's,
+// as the group and string budgets are. Given afresh to every Stats key, a
+// payload repeating the key preallocated 48 bytes per nil bucket, 48 times
+// the input, and decoded (with no bucket); now its nils exceed the budget.
+func TestRepeatedStatsKeysCannotAmplify(t *testing.T) {
+	in := repeatedStatsKeys(60 << 10)
+	for _, tc := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"DecodePayload", func() error { _, err := DecodePayload(in); return err }},
+		{"Decoder", func() error { var d Decoder; _, err := d.Decode(in, len(in)/MinWireGroupBytes); return err }},
+	} {
+		var err error
+		got := allocated(func() { err = tc.decode() })
+		if !errors.Is(err, msgp.ErrLimitExceeded) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, msgp.ErrLimitExceeded)
+		}
+		if got > 16*uint64(len(in)) {
+			t.Errorf("%s: a %d-byte payload (err %v) allocated %d bytes (%.0f×), bound 16×",
+				tc.name, len(in), err, got, float64(got)/float64(len(in)))
+		}
+	}
+}
+
 // Array headers that promise more than the input holds must fail fast and
 // without allocating for elements that are not there.
 func TestDecodeHugeArrayHeaders(t *testing.T) {
