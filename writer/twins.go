@@ -92,7 +92,11 @@ func (s *TypeSplitter) Release() {
 // collision of different keys only puts a group in a bucket of its own.
 func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	b := s.buf[:0]
-	for _, v := range [...]string{e.Service, e.Name, e.Resource, e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
+	resource := e.Resource
+	if resource == "" {
+		resource = e.Name // as the agent fills it in before merging (normalizeStatsGroup)
+	}
+	for _, v := range [...]string{e.Service, e.Name, resource, e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
 	b = binary.AppendUvarint(b, uint64(e.HTTPStatusCode))

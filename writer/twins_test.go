@@ -74,3 +74,22 @@ func TestTypeSplitterSkipsNil(t *testing.T) {
 		t.Fatalf("laid out %+v", got)
 	}
 }
+
+// TestTypeSplitterEmptyResource: the agent gives a group without a
+// resource its name before it merges duplicates (normalizeStatsGroup), so
+// a group of an empty resource and one whose resource is the name are
+// twins when their types differ.
+func TestTypeSplitterEmptyResource(t *testing.T) {
+	entry := func(typ, resource string) *aggregate.Entry {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource, e.Type = "web", "op", resource, typ
+		return e
+	}
+	bare, named, other := entry("web", ""), entry("sql", "op"), entry("sql", "r")
+	var s TypeSplitter
+	got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{bare, other, named}}})
+	if len(got) != 2 || len(got[0].Groups) != 2 || got[0].Groups[0] != bare || got[0].Groups[1] != other ||
+		len(got[1].Groups) != 1 || got[1].Groups[0] != named {
+		t.Fatalf("laid out %d buckets: %+v", len(got), got)
+	}
+}
