@@ -63,13 +63,19 @@ func (h *hasher) strs(v []string) {
 // group returns the hash of g's label key, and the hash of the part of it
 // the agent (v0.85.4) merges a bucket's duplicate groups by: every field
 // but Type, DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup,
-// see splitByType). g's tag lists must be sets (asSet).
+// see splitByType), an empty Resource read as the Name as the agent's
+// normalizeStatsGroup fills it in before that merge. g's tag lists must be
+// sets (asSet).
 func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	k := &g.Key
 	h.reset()
 	h.str(k.Service)
 	h.str(k.Name)
-	h.str(k.Resource)
+	resource := k.Resource
+	if resource == "" {
+		resource = k.Name
+	}
+	h.str(resource)
 	h.str(k.SpanKind)
 	h.str(k.HTTPMethod)
 	h.str(k.HTTPEndpoint)
@@ -83,6 +89,7 @@ func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	h.str(k.Type)
 	h.str(g.DBType)
 	h.strs(g.SpanDerivedPrimaryTags)
+	h.num(uint64(b2u(k.Resource == ""))) // the full key keeps the raw Resource
 	return h.sum(), typeless
 }
 

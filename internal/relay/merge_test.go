@@ -157,6 +157,31 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	}
 }
 
+// TestEmptyResourceTwinSplitsBuckets: the agent gives a group without a
+// resource its name before it merges duplicates (normalizeStatsGroup), so
+// {op, ""} and {op, op} of different types are twins to it and must reach
+// it in separate buckets; held apart, not merged, within the relay.
+func TestEmptyResourceTwinSplitsBuckets(t *testing.T) {
+	r := newTestRelay(Config{})
+	bare, named, sameType := key("op"), key("op"), key("op")
+	bare.Resource, named.Resource, sameType.Resource = "", "op", ""
+	bare.Name, named.Name, sameType.Name = "op", "op", "op"
+	bare.Type, named.Type, sameType.Type = "web", "sql", "web"
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec,
+		entry(bare, 1, 0), entry(named, 2, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(sameType, 4, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	var got []string
+	for i, bk := range out[0].Buckets {
+		for _, g := range bk.Groups {
+			got = append(got, fmt.Sprintf("%d:%s/%s=%d", i, g.Resource, g.Type, g.Hits))
+		}
+	}
+	if want := []string{"0:/web=5", "1:op/sql=2"}; !slices.Equal(got, want) {
+		t.Fatalf("buckets %v, want %v", got, want)
+	}
+}
+
 // TestAgentDuplicateKeySplitsBuckets: groups that differ in Type and also
 // in DBType or SpanDerivedPrimaryTags (none of which the agent's duplicate
 // key holds) are split across buckets too.
