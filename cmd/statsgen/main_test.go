@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"regexp"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -137,5 +139,28 @@ func TestRunFailsWhenAgentOff(t *testing.T) {
 	}
 	if m == nil || n[1] != n[2]+n[3] || n[3] == 0 || n[4] != n[2] {
 		t.Fatalf("final lines do not put every span in agent-off or cleared:\n%s", out.String())
+	}
+}
+
+// TestProducerBehindSeesTheEnd: a producer far behind its schedule (a
+// -rate it cannot keep up with) still returns soon after its context ends,
+// or -run and the first Ctrl-C would wait for the whole backlog.
+func TestProducerBehindSeesTheEnd(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	agg, err := stats.New(stats.Config{AgentURL: ag.URL(), BucketInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	defer agg.Stop(context.Background())
+	o := options{rate: maxRate, keys: 4, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond, producers: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// 10 s behind at 1e9 spans/s: 1e10 spans due at once.
+	start := time.Now()
+	produce(ctx, agg, o, 0, start.Add(-10*time.Second))
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("produce returned %s after it began, its context ended at 200ms", took)
 	}
 }
