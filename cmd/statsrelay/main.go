@@ -33,6 +33,7 @@ type options struct {
 	httpAddr    string
 	stopTimeout time.Duration
 	demo        bool
+	fromEnv     map[string]string // flag name → the variable that set it
 }
 
 func main() {
@@ -149,7 +150,8 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
-	fromEnv := map[string]string{} // flag name → the variable that set it
+	fromEnv := map[string]string{}
+	o.fromEnv = fromEnv
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := lookupEnv(env); ok && !set[f.Name] {
@@ -191,23 +193,30 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, agentErr
 	}
 	if err := check(&o); err != nil {
-		// A check's error names its flags ("-grace 3s: want ... < -interval
-		// 2s"): say which of them a variable set, as an operator who set
-		// only STATSRELAY_INTERVAL would otherwise look for a -grace flag.
-		var by []string
-		for _, w := range strings.Fields(err.Error()) {
-			name, ok := strings.CutPrefix(strings.TrimSuffix(w, ":"), "-")
-			if env, set := fromEnv[name]; ok && set && !slices.Contains(by, env) {
-				by = append(by, env)
-			}
-		}
-		if len(by) > 0 {
-			err = fmt.Errorf("%w (set by %s)", err, strings.Join(by, ", "))
-		}
-		return o, err
+		return o, o.setBy(err)
 	}
 	return o, nil
 }
+
+// setBy adds to err, which names its flags ("-grace 3s: want ... <
+// -interval 2s"), the variables that set any of them: an operator who set
+// only STATSRELAY_INTERVAL would otherwise look for a -grace flag.
+func (o *options) setBy(err error) error {
+	var by []string
+	for _, w := range strings.Fields(err.Error()) {
+		name, ok := strings.CutPrefix(strings.TrimSuffix(w, ":"), "-")
+		if env, set := o.fromEnv[name]; ok && set && !slices.Contains(by, env) {
+			by = append(by, env)
+		}
+	}
+	if len(by) > 0 {
+		err = fmt.Errorf("%w (set by %s)", err, strings.Join(by, ", "))
+	}
+	return err
+}
+
+// settingFlags names the flag behind each relay.SettingError field.
+var settingFlags = map[string]string{"UnixPath": "unix", "UDPAddr": "udp", "ProcRoot": "proc-root"}
 
 // check validates the parsed options; each error names its flag first.
 func check(o *options) error {
@@ -273,13 +282,17 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if o.httpAddr != "" {
 		var err error
 		if ln, err = net.Listen("tcp", o.httpAddr); err != nil {
-			return fmt.Errorf("-http %s: %w", o.httpAddr, err)
+			return o.setBy(fmt.Errorf("-http %s: %w", o.httpAddr, err))
 		}
 	}
 	srv, err := relay.NewServer(o.cfg)
 	if err != nil {
 		if ln != nil {
 			ln.Close()
+		}
+		var se *relay.SettingError
+		if errors.As(err, &se) && settingFlags[se.Field] != "" {
+			err = o.setBy(fmt.Errorf("-%s %s: %w", settingFlags[se.Field], se.Value, err))
 		}
 		return err
 	}

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
+	"maps"
+	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -182,5 +186,53 @@ func TestDemo(t *testing.T) {
 	full, _ := strconv.Atoi(m[3])
 	if counted == 0 || counted+full != calls || m[4] != m[2] || m[5] != m[2] || m[6] != m[2] || m[7] != m[2] {
 		t.Fatalf("summary %q: want calls = counted + inbox full, counted = sent = received = forwarded = decoded > 0", m[0])
+	}
+}
+
+// TestStartErrorsNameTheirSetting: a socket, port or directory the start
+// cannot use fails naming the flag, and the variable when one set it, as
+// the checks' errors do: an operator who set STATSRELAY_UDP looks for no
+// -udp on the command line.
+func TestStartErrorsNameTheirSetting(t *testing.T) {
+	busyUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyUDP.Close()
+	busyTCP, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyTCP.Close()
+	notSocket := filepath.Join(t.TempDir(), "stats.sock")
+	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"STATSRELAY_UNIX": "", "STATSRELAY_UDP": "127.0.0.1:0", "STATSRELAY_HTTP": ""}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"STATSRELAY_UDP": busyUDP.LocalAddr().String()}, nil, "-udp " + busyUDP.LocalAddr().String() + ": "},
+		{map[string]string{"STATSRELAY_UDP": busyUDP.LocalAddr().String()}, nil, "address already in use (set by STATSRELAY_UDP)"},
+		{map[string]string{"STATSRELAY_HTTP": busyTCP.Addr().String()}, nil, "address already in use (set by STATSRELAY_HTTP)"},
+		{map[string]string{"STATSRELAY_UNIX": notSocket}, nil, "-unix " + notSocket + ": "},
+		{map[string]string{"STATSRELAY_UNIX": notSocket}, nil, "not replacing it (set by STATSRELAY_UNIX)"},
+		{map[string]string{"STATSRELAY_UNIX": notSocket}, []string{"-udp", ""}, "(set by STATSRELAY_UNIX)"},
+		{map[string]string{"STATSRELAY_PROC_ROOT": notSocket, "STATSRELAY_UNIX": filepath.Join(t.TempDir(), "r.sock")}, nil,
+			"-proc-root " + notSocket + ": "},
+		{nil, []string{"-proc-root", notSocket, "-unix", filepath.Join(t.TempDir(), "r.sock")}, "-proc-root " + notSocket + ": "},
+	} {
+		env := maps.Clone(base)
+		maps.Copy(env, tc.env)
+		o, err := parse(tc.args, env)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.env, tc.args, err)
+		}
+		err = serve(context.Background(), o, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: start error %v, want one with %q", tc.env, tc.args, err, tc.want)
+		}
 	}
 }

@@ -241,6 +241,17 @@ type job struct {
 	t Transport
 }
 
+// SettingError is NewServer's error for a ServerConfig value it cannot
+// use: Field ("UnixPath", "UDPAddr" or "ProcRoot") lets a command name the
+// flag that gave it.
+type SettingError struct {
+	Field, Value string
+	Err          error
+}
+
+func (e *SettingError) Error() string { return e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
+
 // NewServer opens the sockets (so that a bad path or address fails at
 // start) and returns a Server that Run starts.
 func NewServer(cfg ServerConfig) (*Server, error) {
@@ -257,7 +268,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if fi, err := os.Stat(cfg.ProcRoot); err != nil || !fi.IsDir() {
 			// A mistyped path would find no sender's container, quietly.
 			if runtime.GOOS == "linux" || cfg.ProcRoot != "/proc" {
-				return nil, fmt.Errorf("relay: proc root %s is not a directory (origin detection reads <proc-root>/<pid>/cgroup; turn it off instead)", cfg.ProcRoot)
+				return nil, &SettingError{"ProcRoot", cfg.ProcRoot, fmt.Errorf("relay: proc root %s is not a directory (origin detection reads <proc-root>/<pid>/cgroup; turn it off instead)", cfg.ProcRoot)}
 			}
 			s.log.Info("statsrelay: no /proc here: origin detection is off")
 			cfg.Origin = false
@@ -281,13 +292,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	// that another relay still receives on.
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
 		if s.conns[UDP], err = dgram.ListenUDP(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
-			return nil, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)
+			return nil, &SettingError{"UDPAddr", cfg.UDPAddr, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)}
 		}
 	}
 	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
 		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
 			s.closeConns()
-			return nil, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)
+			return nil, &SettingError{"UnixPath", cfg.UnixPath, fmt.Errorf("relay: unix socket %s: %w", cfg.UnixPath, err)}
 		}
 		if s.conns[Unix].TookOver() {
 			s.log.Warn("statsrelay: took over the Unix socket path from a process still receiving on it; "+
