@@ -52,6 +52,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "statsgen: unexpected arguments %q: statsgen takes flags only (the flags after the first other word are not read)\n", flag.Args())
 		os.Exit(2)
 	}
+	if err := o.validate(); err != nil {
+		// 2, as for a flag the flag package refuses: 1 says the run lost spans.
+		fmt.Fprintln(os.Stderr, "statsgen:", err)
+		os.Exit(2)
+	}
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "statsgen:", err)
 		os.Exit(1)

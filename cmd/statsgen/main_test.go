@@ -3,7 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,8 +21,45 @@ import (
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
+// mainArgsEnv, when set, makes the test binary statsgen itself: it runs
+// main with the command-line arguments the variable holds (a JSON list).
+const mainArgsEnv = "STATSGEN_TEST_MAIN_ARGS"
+
 func TestMain(m *testing.M) {
+	if args := os.Getenv(mainArgsEnv); args != "" {
+		var a []string
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			fmt.Fprintln(os.Stderr, "bad", mainArgsEnv, err)
+			os.Exit(3)
+		}
+		os.Args = append([]string{"statsgen"}, a...)
+		main()
+		os.Exit(0) // main returned: the binary's exit status
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// TestBadFlagsExit2: a flag value statsgen refuses exits 2, as one the
+// flag package cannot parse does, not 1, which says the run lost spans.
+func TestBadFlagsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"-keys", "x"},   // the flag package's own refusal
+		{"-keys", "0"},   // validate's
+		{"-errors", "2"}, // validate's
+		{"-interval", "1ms"},
+	} {
+		a, err := json.Marshal(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), args[0]) {
+			t.Errorf("%q: %v, said %q; want exit status 2 and a message naming %s", args, err, out, args[0])
+		}
+	}
 }
 
 // TestRunEmbeddedAgent runs the generator end to end against its embedded
