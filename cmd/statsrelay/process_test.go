@@ -311,3 +311,39 @@ func TestBinaryLogsItsHTTPAddress(t *testing.T) {
 		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, b.output())
 	}
 }
+
+// TestBinaryPprofCmdlineHidesPassword: /debug/pprof/cmdline shows the
+// command line, but an -agent password in it hidden, as the start line
+// hides it: the endpoint answers whoever reaches -http.
+func TestBinaryPprofCmdlineHidesPassword(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	withPassword := strings.Replace(ag.URL(), "http://", "http://dd:s3cret-pw@", 1)
+	for _, agentArgs := range [][]string{{"-agent", withPassword}, {"-agent=" + withPassword}} {
+		args := append([]string{"-unix", "", "-udp", "127.0.0.1:0", "-http", "127.0.0.1:0"}, agentArgs...)
+		b := startBinary(t, args...)
+		line := b.startedLine(t)
+		m := regexp.MustCompile(`http=(\S+)`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("start line %q: no http address", line)
+		}
+		resp, err := http.Get("http://" + m[1] + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(body), "s3cret-pw") || !strings.Contains(string(body), "-udp\x00127.0.0.1:0") {
+			t.Errorf("%q: /debug/pprof/cmdline: %d %q; want 200, the arguments, no password", agentArgs, resp.StatusCode, body)
+		}
+		if strings.Contains(b.output(), "s3cret-pw") {
+			t.Errorf("%q: the log shows the password:\n%s", agentArgs, b.output())
+		}
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := b.wait(t); code != 0 {
+			t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, b.output())
+		}
+	}
+}

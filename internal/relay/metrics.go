@@ -14,11 +14,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
 // Handler serves /metrics, /healthz and /debug/pprof/.
@@ -41,7 +45,7 @@ func (s *Server) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -100,4 +104,16 @@ func (s *Server) snapshot(set *metrics.Set) {
 	gauge("statsrelay_groups", float64(st.Groups))
 	gauge("statsrelay_held_bytes", float64(st.HeldBytes))
 	gauge("statsrelay_senders", float64(st.Senders))
+}
+
+// cmdline is pprof.Cmdline with each argument redacted: -agent may carry a
+// password, which the logs hide too, and -http answers whoever reaches it.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = agentclient.Redact(a)
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, strings.Join(args, "\x00"))
 }
