@@ -13,7 +13,8 @@
 // there is no relay, and counts its drop), stop the readers (after they
 // take what the kernel queued, for at most -stop-drain, 1s), forward
 // everything held (within -stop-timeout, 10s) and exit 0.
-// /metrics (Prometheus text), /healthz and /debug/pprof/ are served on -http.
+// /metrics (Prometheus text), /healthz (503 "stopping" once a stop begins)
+// and /debug/pprof/ are served on -http.
 //
 // This command holds flags, signals and wiring only; the relay itself is
 // internal/relay.

@@ -42,6 +42,12 @@ func (s *Server) Handler() http.Handler {
 		w.Write(buf.Bytes())
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// A stopping relay still forwards what it holds, but a readiness
+		// probe should stop sending senders its way.
+		if s.stopping.Load() {
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -195,6 +195,8 @@ type Server struct {
 	// agentOff is raised by the agent client while the agent does not
 	// accept stats (a 404, or /info without the endpoint).
 	agentOff atomic.Bool
+	// stopping: Run's context ended; /healthz answers 503 from then on.
+	stopping atomic.Bool
 	// lastRound is how long the last forward round took (ns), rounds how
 	// many there were.
 	lastRound, rounds atomic.Int64
@@ -367,6 +369,7 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 		s.fw.run(ctx)
 	}()
 	<-ctx.Done()
+	s.stopping.Store(true)
 	for _, c := range s.conns {
 		if c != nil {
 			// New datagrams are refused where the sender can see it (a

@@ -1581,3 +1581,62 @@ func TestStartInGraceForwardsEndedWindow(t *testing.T) {
 		t.Errorf("the window ended %s before the agent got it, want about the grace %s", late, grace)
 	}
 }
+
+// TestHealthzSaysStopping: /healthz answers 200 "ok" while serving and 503
+// "stopping" from the moment a stop begins, while the relay still forwards
+// what it holds (here to an agent that holds the request), so an
+// orchestrator's readiness probe stops routing senders to it.
+func TestHealthzSaysStopping(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var inFlight atomic.Int64
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce() // before ag.Close, which waits for the held request
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		inFlight.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return false // then taken as the agent takes it
+	})
+	s, err := relay.NewServer(relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		Interval: time.Hour, StopDrain: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := func() (int, string) {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, 30*time.Second)
+	}()
+	if code, body := health(); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("serving: /healthz %d %q, want 200 \"ok\\n\"", code, body)
+	}
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	cancel()
+	waitFor(t, "the final forward to reach the agent", func() bool { return inFlight.Load() > 0 })
+	if code, body := health(); code != http.StatusServiceUnavailable || body != "stopping\n" {
+		t.Fatalf("stopping: /healthz %d %q, want 503 \"stopping\\n\"", code, body)
+	}
+	releaseOnce()
+	<-done
+	if st := s.Relay().Stats(); st.SpansForwarded != 3 {
+		t.Fatalf("forwarded %d, want 3", st.SpansForwarded)
+	}
+}
