@@ -30,7 +30,7 @@ func Example() {
 	// At the boundary (plus a grace) the forwarder harvests and reports back.
 	for _, b := range r.Harvest(now) {
 		fmt.Printf("%s/%s: %d bucket(s), %d hits, container %v\n", b.Env, b.Service, len(b.Buckets), b.Hits, b.HasContainer())
-		r.Forwarded(b.Hits) // or r.Dropped(b.Hits, "retries_exhausted")
+		r.Forwarded(b.Hits) // or r.Dropped(b.Hits, relay.DropRetryBudget)
 	}
 	s := r.Stats()
 	fmt.Println("received", s.SpansReceived, "forwarded", s.SpansForwarded, "pending", s.SpansPending)

@@ -394,7 +394,7 @@ func (r *Relay) Forwarded(hits uint64) {
 }
 
 // Dropped records that hits spans of harvested batches were given up, for
-// reason (a metrics label, e.g. the forwarder's "retries_exhausted").
+// reason (a metrics label, e.g. DropRetryBudget).
 func (r *Relay) Dropped(hits uint64, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
