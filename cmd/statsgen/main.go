@@ -65,8 +65,12 @@ func main() {
 
 func (o options) validate() error {
 	switch {
-	case o.keys <= 0, o.producers <= 0, o.top <= 0:
-		return errors.New("-keys, -producers and -top must be > 0")
+	case o.keys <= 0:
+		return fmt.Errorf("-keys must be > 0, got %d", o.keys)
+	case o.producers <= 0:
+		return fmt.Errorf("-producers must be > 0, got %d", o.producers)
+	case o.top <= 0:
+		return fmt.Errorf("-top must be > 0, got %d", o.top)
 	case !(o.errRatio >= 0 && o.errRatio <= 1): // NaN too
 		return errors.New("-errors must be in [0, 1]")
 	case o.minDur <= 0 || o.maxDur < o.minDur:

@@ -62,6 +62,30 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 }
 
+// TestValidateNamesTheFlag: a count refused is named alone, with the value
+// given, not in a list of three the reader must check one by one.
+func TestValidateNamesTheFlag(t *testing.T) {
+	good := options{rate: 1000, keys: 10, errRatio: 0.1, dist: "loguniform", minDur: time.Millisecond,
+		maxDur: time.Second, producers: 2, run: time.Second, interval: time.Second, top: 5}
+	if err := good.validate(); err != nil {
+		t.Fatalf("valid options refused: %v", err)
+	}
+	for _, tc := range []struct {
+		set  func(o *options)
+		want string
+	}{
+		{func(o *options) { o.keys = 0 }, "-keys must be > 0, got 0"},
+		{func(o *options) { o.producers = -3 }, "-producers must be > 0, got -3"},
+		{func(o *options) { o.top = 0 }, "-top must be > 0, got 0"},
+	} {
+		o := good
+		tc.set(&o)
+		if err := o.validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("validate: %v, want %q", err, tc.want)
+		}
+	}
+}
+
 // TestRunEmbeddedAgent runs the generator end to end against its embedded
 // fake agent and checks what it prints: per-interval tables of decoded
 // groups with quantiles, and a final line where the agent's decoded hits
