@@ -27,8 +27,7 @@ var grpcNames = [...]struct{ name, code string }{
 // with or without underscores or a "StatusCode." prefix, becomes the
 // code's number ("NOT_FOUND", "NotFound", "StatusCode.NOT_FOUND" and "05"
 // all give "5"); anything else gives "", as the agent's concentrator has
-// it. Publish applies it; it allocates only for a number it must rewrite
-// beyond 16.
+// it. Publish applies it; it does not allocate.
 func CanonicalGRPCCode(s string) string {
 	if s == "" || canonicalNumber(s) {
 		return s
@@ -37,7 +36,9 @@ func CanonicalGRPCCode(s string) string {
 		if n <= 16 {
 			return grpcNames[codeIndex[n]].code
 		}
-		return strconv.FormatUint(n, 10)
+		// n > 0: its canonical form is s without its leading zeros, a
+		// substring, where formatting n would allocate.
+		return strings.TrimLeft(s, "0")
 	}
 	s = strings.TrimPrefix(s, "StatusCode.")
 	for _, c := range grpcNames {

@@ -11,7 +11,7 @@ import (
 // compares with the agent itself.
 func TestCanonicalGRPCCode(t *testing.T) {
 	for in, want := range map[string]string{
-		"": "", "0": "0", "5": "5", "16": "16", "17": "17", "05": "5", "0000": "0", "4294967295": "4294967295",
+		"": "", "0": "0", "5": "5", "16": "16", "17": "17", "05": "5", "0000": "0", "0170": "170", "4294967295": "4294967295", "004294967295": "4294967295",
 		"4294967296": "", "-1": "", "+5": "", " 5": "", "5 ": "",
 		"NOT_FOUND": "5", "not_found": "5", "NotFound": "5", "NOTFOUND": "5", "StatusCode.NOT_FOUND": "5",
 		"StatusCode.notfound": "5", "statuscode.NOT_FOUND": "", "StatusCode.5": "", "OK": "0", "ok": "0",
@@ -22,7 +22,7 @@ func TestCanonicalGRPCCode(t *testing.T) {
 			t.Errorf("CanonicalGRPCCode(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "StatusCode.Unavailable", "bogus"} {
+	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "0170", "StatusCode.Unavailable", "bogus"} {
 		if n := testing.AllocsPerRun(100, func() { _ = CanonicalGRPCCode(in) }); n != 0 {
 			t.Errorf("CanonicalGRPCCode(%q) allocates %v times", in, n)
 		}
