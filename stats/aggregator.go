@@ -189,7 +189,9 @@ func (a *Aggregator) Clear() {
 // error within moments: in-flight
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.
-// Spans published after Stop begins are counted in Health.AfterStop.
+// Spans published while Stop drains the inbox may still be aggregated
+// and sent; from the moment the consumer closes the inbox, Publish counts
+// them in Health.AfterStop. Either way each is counted once.
 // The first Stop's ctx bounds the shutdown; a Stop called meanwhile waits
 // for it within its own ctx (returning ctx's error, cancelling nothing),
 // and once it is done returns ErrStopped.

@@ -32,7 +32,7 @@ type Health struct {
 	Ineligible uint64
 	// InboxFull spans were dropped because the inbox was full.
 	InboxFull uint64
-	// AfterStop spans were published after Stop.
+	// AfterStop spans were published once Stop had closed the inbox.
 	AfterStop uint64
 	// AggregateDropped spans could not be aggregated. The overflow entry
 	// makes this 0; it exists so that a future drop cannot be silent.
