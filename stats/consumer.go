@@ -371,8 +371,11 @@ func (c *consumer) flush(done chan error) {
 }
 
 func (c *consumer) clear() {
-	c.discard(c.table.Touched(c.touched[:0]))
-	c.discard(c.prev.Touched(c.touched1[:0]))
+	// Kept as report keeps them, so a Clear reuses what it grew.
+	c.touched = c.table.Touched(c.touched[:0])
+	c.touched1 = c.prev.Touched(c.touched1[:0])
+	c.discard(c.touched)
+	c.discard(c.touched1)
 	c.table.Clear()
 	c.prev.Clear()
 	c.ctr.entries.Store(0)
