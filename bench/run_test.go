@@ -97,3 +97,26 @@ func runReport(t *testing.T, results map[string]string) string {
 	}
 	return string(report)
 }
+
+// TestRunReportPacedAdversarialRatioIsPerRun: the end-to-end adversarial
+// target reads adversarial-ratio, the median over the runs of each run's
+// own ratio, beside the medians of the two figures; it must say so, and
+// not write it as their quotient (here 300 ÷ 100 = 3×, while the median of
+// the runs' ratios is 1.5×).
+func TestRunReportPacedAdversarialRatioIsPerRun(t *testing.T) {
+	run := func(adv, steady, ratio string) string {
+		return "BenchmarkPaced-2 \t 100\t 1 ns/op\t" +
+			fmt.Sprintf(" %s sdk-ns/span-Adversarial\t %s sdk-ns/span-SteadyState\t %s adversarial-ratio\n", adv, steady, ratio)
+	}
+	report := runReport(t, map[string]string{"root.txt": run("300", "200", "1.5") + run("300", "100", "1.4") + run("300", "50", "1.6")})
+	var row string
+	for l := range strings.Lines(report) {
+		if strings.Contains(l, "end to end at 2 M spans/s") {
+			row = l
+		}
+	}
+	want := "300 vs 100 ns/span (medians over the runs); median of the ratio in each run 1.50× (runs 1.40–1.60×) | **met** |"
+	if !strings.Contains(row, want) {
+		t.Errorf("the target's row is %q, want it to hold %q", row, want)
+	}
+}
