@@ -120,3 +120,22 @@ func TestRunReportPacedAdversarialRatioIsPerRun(t *testing.T) {
 		t.Errorf("the target's row is %q, want it to hold %q", row, want)
 	}
 }
+
+// TestRunReportHeapTargetNeedsItsFigure: a heap target whose SDK figure is
+// missing (a BENCH filter that ran the peer's alone) is not reported, let
+// alone met at 0 %.
+func TestRunReportHeapTargetNeedsItsFigure(t *testing.T) {
+	line := func(impl, v string) string {
+		return "BenchmarkHeapPerEntry/impl=" + impl + "-2 \t 1\t 1 ns/op\t " + v + " heap-B/entry\n"
+	}
+	report := runReport(t, map[string]string{"peer.txt": line("peer", "12000") + line("spanstats", "6000")})
+	var rows []string
+	for l := range strings.Lines(report) {
+		if strings.Contains(l, "live heap per entry at 2048 entries") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != 1 || !strings.Contains(rows[0], "(impl=spanstats) | 6000 vs 12000 B = 50 % | **met** |") {
+		t.Errorf("heap target rows %q, want one, for impl=spanstats, met at 50 %%", rows)
+	}
+}
