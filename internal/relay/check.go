@@ -102,12 +102,22 @@ func decodeReason(err error) Reason {
 	return Malformed
 }
 
+// checkClaim returns why p's ContainerID, as it will be forwarded, cannot
+// be sent as a header, or nil.
+func checkClaim(p *writer.Payload) error {
+	if !headerSafe(p.ContainerID) {
+		return fmt.Errorf("%w: ContainerID", errHeaderValue)
+	}
+	return nil
+}
+
 // check returns why p breaks an invariant, or nil. now is unix ns.
 func check(p *writer.Payload, now uint64) error {
-	// Forwarded as Datadog-Meta-Lang, Datadog-Meta-Tracer-Version,
-	// Datadog-Container-ID and Datadog-Entity-ID.
+	// Forwarded as Datadog-Meta-Lang and Datadog-Meta-Tracer-Version; the
+	// ContainerID (Datadog-Container-ID, Datadog-Entity-ID) is checked
+	// once the sender's credentials have replaced it or not (checkClaim).
 	for _, f := range [...]struct{ name, v string }{
-		{"Lang", p.Lang}, {"TracerVersion", p.TracerVersion}, {"ContainerID", p.ContainerID},
+		{"Lang", p.Lang}, {"TracerVersion", p.TracerVersion},
 	} {
 		if !headerSafe(f.v) {
 			return fmt.Errorf("%w: %s", errHeaderValue, f.name)

@@ -261,6 +261,9 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 			local = o.local && p.ContainerID == ""
 		}
 	}
+	if err := checkClaim(p); err != nil {
+		return Invalid, err // a claim that stands: UDP, or no credentials
+	}
 	h := r.hashers.Get().(*hasher)
 	pp := prepare(p, h, local, r.peerKeys.Load())
 	pp.dec = dec

@@ -1640,3 +1640,37 @@ func TestHealthzSaysStopping(t *testing.T) {
 		t.Fatalf("forwarded %d, want 3", st.SpansForwarded)
 	}
 }
+
+// TestUnsafeClaimCorrectedByCredentials: a Unix sender whose credentials
+// name its container has its claim replaced, whatever the claim holds: a
+// control character in it is a mismatch, counted and corrected, not a
+// reason to drop its spans (the claim is never sent as a header).
+func TestUnsafeClaimCorrectedByCredentials(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: procRoot(t), UDPAddr: "-"})
+	conn, err := net.Dial("unixgram", srv.Addr(relay.Unix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 4, Duration: 40}
+	h := writer.Header{Service: "web", RuntimeID: "claims", Lang: "go", ContainerID: "bad\r\nX-Injected: 1"}
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	b = writer.AppendPayload(b, &h, []writer.Bucket{{Start: uint64(time.Now().Truncate(time.Second).UnixNano()),
+		Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if st.ContainerMismatches != 1 || st.SpansForwarded != 4 {
+		t.Fatalf("mismatches %d, forwarded %d, rejected %v; want 1, 4", st.ContainerMismatches, st.SpansForwarded, st.Rejected)
+	}
+	reqs := ag.Requests()
+	if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != testContainer || reqs[0].Payload.ContainerID != testContainer {
+		t.Fatalf("%d requests; want 1 under %s", len(reqs), testContainer)
+	}
+}
