@@ -35,9 +35,10 @@
 // makes a report allocation-free. Map keys are precomputed msgpack strings
 // and every key is always written, in the agent's order, as the agent's own
 // MarshalMsg does. A sketch is written in place right after its bin header:
-// its exact size is known up front (mapping, contiguous bins from the lowest
-// non-empty index, zero count), and the bins are appended straight from the
-// aggregate.Sketch, without intermediate slices. A nil or empty sketch is a
+// its exact size is known up front (mapping, the positive store as
+// contiguous counts from the lowest non-empty index or as the binCounts map,
+// whichever is shorter, zero count), and the bins are appended straight
+// from the aggregate.Sketch, without intermediate slices. A nil or empty sketch is a
 // precomputed empty DDSketch that still carries the mapping, so decoders
 // calling sketches-go's FromProto never fail.
 //
