@@ -236,3 +236,72 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeFlagTable: the README's statsrelay flag table has a row for
+// every flag but -demo (shown in its first lines), names no flag the
+// command lacks, and gives each the default the command has: an operator
+// copies from that table.
+func TestReadmeFlagTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "| flag (env `STATSRELAY_<NAME>`) | default | meaning |\n|---|---|---|\n")
+	if !ok {
+		t.Fatal("the README has no statsrelay flag table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	// "4 MiB" for 4194304, "1073741824 (1 GiB)" for 1073741824.
+	normal := func(s string) string {
+		s, _, _ = strings.Cut(strings.ReplaceAll(s, "`", ""), " (")
+		if n, ok := strings.CutSuffix(s, " MiB"); ok {
+			if v, err := strconv.Atoi(n); err == nil {
+				return strconv.Itoa(v << 20)
+			}
+		}
+		return s
+	}
+	seen := map[string]bool{}
+	for row := range strings.SplitSeq(table, "\n") {
+		cells := strings.Split(row, " | ")
+		if len(cells) < 3 {
+			t.Fatalf("README flag table row %q: want | flag | default | meaning |", row)
+		}
+		names := regexp.MustCompile("`-([a-z-]+)`").FindAllStringSubmatch(cells[0], -1)
+		defaults := []string{cells[1]}
+		if len(names) > 1 {
+			defaults = strings.Split(cells[1], ", ")
+		}
+		if len(names) == 0 || len(defaults) != len(names) {
+			t.Errorf("README flag table row %q: %d flags, %d defaults", row, len(names), len(defaults))
+			continue
+		}
+		for i, m := range names {
+			name := m[1]
+			seen[name] = true
+			f := fs.Lookup(name)
+			if f == nil {
+				t.Errorf("the README lists -%s, which statsrelay does not have", name)
+				continue
+			}
+			if name == "agent" { // from the environment, else this
+				if !strings.HasSuffix(defaults[i], "`"+f.DefValue+"`") {
+					t.Errorf("README: -agent's default ends %q, want `%s`", defaults[i], f.DefValue)
+				}
+				continue
+			}
+			if got := normal(defaults[i]); got != f.DefValue {
+				t.Errorf("README: -%s's default is %q, statsrelay's %q", name, got, f.DefValue)
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !seen[f.Name] && f.Name != "demo" {
+			t.Errorf("the README's flag table has no row for -%s", f.Name)
+		}
+	})
+}
