@@ -1,11 +1,18 @@
 package stats
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/spanstats/spanstats/aggregate"
 )
 
 // TestReadmeQuickStart builds and runs the README's quick start as a user
@@ -71,5 +78,60 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	if got := string(out); !strings.Contains(got, "counted 10 agent received 10 in 1 group\n") {
 		t.Fatalf("the README program printed %q, want its counted and received spans", got)
+	}
+}
+
+// TestReadmeEnvironment: the README's Environment section names every
+// variable New reads, fills each cardinality field from the variable
+// EnvCardinalityLimit gives, and names no variable New does not read.
+func TestReadmeEnvironment(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### Environment\n")
+	if !ok {
+		t.Fatal("the README has no Environment section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	// Every exported Env* constant of env.go, so that a new one needs a line.
+	read := map[string]bool{}
+	f, err := parser.ParseFile(token.NewFileSet(), "env.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, s := range g.Specs {
+				v := s.(*ast.ValueSpec)
+				for i, n := range v.Names {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && strings.HasPrefix(n.Name, "Env") {
+						read[strings.Trim(lit.Value, `"`)] = true
+					}
+				}
+			}
+		}
+	}
+	if !read[EnvRelayURL] || !read[EnvGitCommit] {
+		t.Fatalf("read the Env constants of env.go as %v", read)
+	}
+	limits := reflect.TypeFor[aggregate.Limits]()
+	for f := range aggregate.NumFields {
+		name := EnvCardinalityLimit(f)
+		read[name] = true
+		row := "| `" + name + "` | `CardinalityLimits." + limits.Field(int(f)).Name + "` |"
+		if !strings.Contains(section, row) {
+			t.Errorf("the README's Environment table lacks the row %s", row)
+		}
+	}
+	for name := range read {
+		if !strings.Contains(section, "`"+name+"`") && !strings.Contains(section, "`"+name+"=") {
+			t.Errorf("the README's Environment section does not name %s", name)
+		}
+	}
+	for _, name := range regexp.MustCompile(`\b(?:DD|SPANSTATS)_[A-Z_]+\b`).FindAllString(section, -1) {
+		if !read[name] {
+			t.Errorf("the README's Environment section names %s, which New does not read", name)
+		}
 	}
 }
