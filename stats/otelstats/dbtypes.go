@@ -1,5 +1,5 @@
 // Code generated from the datadog-agent v0.85.4 opentelemetry-mapping-go/otlp/attributes.DBTypes map; DO NOT EDIT.
-// TestDBTypesMatchAgent in bench/peer checks it against the agent's map.
+// TestOTelGroupsMatchAgent/db-types in bench/peer checks it against the agent's map.
 
 package otelstats
 
