@@ -135,3 +135,35 @@ func TestReadmeEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeConfigTable: the README's Configuration table has a row for
+// every Config field and names no field Config lacks.
+func TestReadmeConfigTable(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "| field | default | meaning |\n|---|---|---|\n")
+	if !ok {
+		t.Fatal("the README has no Configuration table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	listed := map[string]bool{}
+	for row := range strings.SplitSeq(table, "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
+		for _, m := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(first, -1) {
+			listed[m[1]] = true
+		}
+	}
+	config := reflect.TypeFor[Config]()
+	for i := range config.NumField() {
+		if f := config.Field(i); f.IsExported() && !listed[f.Name] {
+			t.Errorf("the README's Configuration table has no row for Config.%s", f.Name)
+		}
+	}
+	for name := range listed {
+		if _, ok := config.FieldByName(name); !ok {
+			t.Errorf("the README's Configuration table lists %s, which Config does not have", name)
+		}
+	}
+}
