@@ -259,6 +259,32 @@ func TestInfoWithoutStatsAtStart(t *testing.T) {
 	checkConservation(t, h)
 }
 
+// TestInfoListsStatsLater: an agent whose /info lacked /v0.6/stats at
+// start is polled, as after a 404, and gets the stats once it lists it.
+func TestInfoListsStatsLater(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+	a := newStarted(t, Config{AgentURL: ag.URL(), RetryBackoff: 10 * time.Millisecond, InfoRefresh: MinInfoRefresh})
+	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
+	publishN(a, 3, "off")
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats"}})
+	waitFor(t, "stats accepted", func() bool { return !a.Health().AgentOff })
+	publishN(a, 9, "on")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	if _, hits := statstest.Sum(ag.Requests()); hits != 9 {
+		t.Fatalf("agent got %d hits, want the 9 published once /info listed the endpoint", hits)
+	}
+	h := a.Health()
+	if h.AgentOffSpans != 3 || h.SpansSent != 9 {
+		t.Fatalf("AgentOffSpans %d SpansSent %d, want 3 and 9", h.AgentOffSpans, h.SpansSent)
+	}
+	checkConservation(t, h)
+}
+
 func TestInfoPeerTagsFilterKeys(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
