@@ -1147,3 +1147,53 @@ func TestFinalSplitIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeoutWhileWritingIsNotMaybeDelivered: an agent that accepts the
+// connection but never reads makes the attempt time out before the body is
+// written whole; the agent cannot have decoded a body it never got, so the
+// drop is not counted as maybe delivered.
+func TestTimeoutWhileWritingIsNotMaybeDelivered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn) // held open, never read
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		<-acceptDone
+		mu.Lock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+		mu.Unlock()
+	}()
+	cfg := testConfig("http://" + ln.Addr().String())
+	cfg.Timeout, cfg.MaxRetries = 300*time.Millisecond, 0
+	obs := &maybeDelivered{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	// Far more than the socket buffers of both ends hold.
+	c.Send(&Payload{Body: make([]byte, 32<<20), Hits: 7})
+	if len(obs.drops) != 1 {
+		t.Fatalf("dropped %d, want 1", len(obs.drops))
+	}
+	if obs.drops[0] {
+		t.Fatal("dropped as maybe delivered, though the agent never read the body")
+	}
+}

@@ -233,7 +233,12 @@ func (c *Client) post(p *Payload) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if wrote.Load() && errors.Is(err, context.Canceled) {
+		if !wrote.Load() {
+			// The body never went out whole (a timeout while writing to an
+			// agent that does not read): the agent cannot have taken it.
+			return unsentError{err}
+		}
+		if errors.Is(err, context.Canceled) {
 			return fmt.Errorf("%w: %w", errCancelledOnceSent, err)
 		}
 		return err
@@ -300,11 +305,20 @@ const (
 // took the payload.
 var errCancelledOnceSent = errors.New("cancelled once sent")
 
+// unsentError is a request's error before its body was written whole;
+// its message is err's.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
 // sentThenTimedOut reports whether err is a timeout that may have come
 // after the agent read the request, so the agent may have taken the
-// payload: any timeout but the dial's, when nothing was sent, and a cancel
-// once the request was written (Stop's deadline).
+// payload: any timeout but the dial's or one before the request was
+// written whole, and a cancel once it was (Stop's deadline).
 func sentThenTimedOut(err error) bool {
+	if errors.As(err, new(unsentError)) {
+		return false
+	}
 	if errors.Is(err, errCancelledOnceSent) {
 		return true
 	}
