@@ -51,6 +51,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestUDPURLWithoutHost: a UDP relay URL with a port but no host parsed,
+// and the sender then wrote its first datagram on a socket it never
+// dialed (a nil pointer: the process crashed). New refuses it.
+func TestUDPURLWithoutHost(t *testing.T) {
+	for _, raw := range []string{"udp://:8127", "udp://:8127/"} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "udp://host:port") {
+			t.Errorf("New(%q) = %v, want ErrBadConfig asking for udp://host:port", raw, err)
+		}
+	}
+}
+
 // TestSocketURLWithHost: a socket URL written with two slashes reads its
 // first path segment as a host; New refuses it naming the three-slash
 // form, rather than sending to a path that is not there. "localhost" is

@@ -38,7 +38,8 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			return target{network: "unixgram", address: p}, nil
 		case "udp":
-			if u.Host == "" || u.Port() == "" {
+			// No host would leave the sender no address to dial.
+			if u.Hostname() == "" || u.Port() == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port", ErrBadConfig, raw)
 			}
 			if err := agentclient.CheckPort(u); err != nil {
