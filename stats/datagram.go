@@ -285,11 +285,21 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		d.relookup = true
 	}
 	if err != nil {
-		return err
+		// The socket's error is an errno alone (a dial's names the relay).
+		return fmt.Errorf("sending to relay %s: %w", d.relay(), err)
 	}
 	d.seq++
 	d.droppedPayloads, d.droppedSpans = 0, 0
 	return nil
+}
+
+// relay names the relay for errors: its address, and the one looked up
+// for a name.
+func (d *datagramOut) relay() string {
+	if d.host != "" && d.addr.IsValid() {
+		return d.to.network + " " + d.to.address + " (" + d.addr.String() + ")"
+	}
+	return d.to.network + " " + d.to.address
 }
 
 // take spends up to d of the patience left and returns what it spent.

@@ -866,3 +866,33 @@ func TestDatagramRelayMoved(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDatagramErrorNamesRelay: a datagram refused by the socket (a UDP
+// relay gone: the kernel's port unreachable; a Unix relay's queue full)
+// fails with an errno alone; the error Flush and Health give names the
+// relay the sender could not reach.
+func TestDatagramErrorNamesRelay(t *testing.T) {
+	for _, network := range []string{"udp", "unixgram"} {
+		t.Run(network, func(t *testing.T) {
+			r := listenRelay(t, network)
+			a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1})
+			want := strings.TrimPrefix(r.url, network+"://")
+			if network == "udp" {
+				r.conn.Close()
+			} else {
+				fillRelay(t, r)
+			}
+			publishN(a, 4, "r")
+			err := a.Flush(context.Background())
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Flush = %v, want an error naming the relay %s", err, want)
+			}
+			stop(t, a)
+			h := a.Health()
+			if h.PayloadsDropped != 1 || h.SpansUnsent != 4 || !strings.Contains(fmt.Sprint(h.LastSendError), want) {
+				t.Fatalf("dropped %d, unsent %d, last error %v; want 1, 4, naming %s", h.PayloadsDropped, h.SpansUnsent, h.LastSendError, want)
+			}
+			checkConservation(t, h)
+		})
+	}
+}
