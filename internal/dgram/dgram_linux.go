@@ -62,9 +62,10 @@ func setsockopt(raw syscall.RawConn, opt, value int) error {
 
 type connSys struct {
 	ctrlLen int
-	// lastOvfl is the last SO_RXQ_OVFL value seen; touched only inside
-	// rc.Read, whose read lock orders all readers.
-	lastOvfl uint32
+	// lastOvfl is the last SO_RXQ_OVFL value counted. Atomic: a drained
+	// ReadBatch reads inside rc.Control, which takes no read lock, so
+	// readers of one Conn may count at the same time.
+	lastOvfl atomic.Uint32
 	drops    atomic.Uint64
 }
 
@@ -96,12 +97,17 @@ func (c *Conn) KernelDrops() uint64 { return c.sys.drops.Load() }
 
 // countDrops turns the kernel's cumulative uint32 counter into the total.
 func (s *connSys) countDrops(v uint32) {
-	d := v - s.lastOvfl // modular: the counter wraps at 2^32
-	if int32(d) <= 0 {
-		return // the same value again (or one older): nothing new
+	for {
+		last := s.lastOvfl.Load()
+		d := v - last // modular: the counter wraps at 2^32
+		if int32(d) <= 0 {
+			return // the same value again (or one older): nothing new
+		}
+		if s.lastOvfl.CompareAndSwap(last, v) {
+			s.drops.Add(uint64(d))
+			return
+		}
 	}
-	s.lastOvfl = v
-	s.drops.Add(uint64(d))
 }
 
 type batchSys struct {
