@@ -69,10 +69,29 @@ func ExampleConn_ReadBatch() {
 			work <- b // waits when the decoders are behind: pressure goes back to the kernel
 		}
 	}()
-	// Decoders range over work, handle b.Datagrams(), and send b back to free;
+
+	sender, err := net.Dial("udp", conn.LocalAddr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sender.Close()
+	if _, err := sender.Write([]byte("SSR1 payload")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A decoder: handle b.Datagrams(), then send b back to free;
 	// conn.KernelDrops() is the UDP loss the kernel reported.
+	b := <-work
+	for _, d := range b.Datagrams() {
+		fmt.Printf("%q truncated=%v\n", d.Data, d.Truncated)
+	}
+	free <- b
 	conn.Close()
-	for b := range work {
+	for b := range work { // what the reader still handed on
 		free <- b
 	}
+	fmt.Println("kernel drops:", conn.KernelDrops())
+	// Output:
+	// "SSR1 payload" truncated=false
+	// kernel drops: 0
 }
