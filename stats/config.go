@@ -141,7 +141,8 @@ type Config struct {
 	// "unix:///path/to/apm.socket", or a relay (cmd/statsrelay) at
 	// "unixgram:///path/to/relay.sock" or "udp://host:port". Left empty,
 	// it comes from the environment (SPANSTATS_RELAY_URL, then the Datadog
-	// tracers' variables: see EnvRelayURL), else DefaultAgentURL.
+	// tracers' variables: see EnvRelayURL), else DefaultAgentURL. A user
+	// and password in an http(s) URL are sent as Basic authorization.
 	AgentURL string
 
 	// Payload-level identity, written into every ClientStatsPayload. New

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -921,5 +922,29 @@ func TestUnsentAfterStopDeadline(t *testing.T) {
 	if h.SpansUnsent != 10 || hits > h.SpansSent+h.UnsentAfterTimeout {
 		t.Fatalf("SpansSent %d, SpansUnsent %d, UnsentAfterTimeout %d, agent hits %d; want the agent's within SpansSent + UnsentAfterTimeout",
 			h.SpansSent, h.SpansUnsent, h.UnsentAfterTimeout, hits)
+	}
+}
+
+// TestAgentURLCredentialsAreSent: an AgentURL with a user and password
+// (an agent behind an authenticating proxy) is accepted by New, and its
+// credentials go with every request as Basic authorization, as net/http
+// and the Datadog tracers send them, not dropped.
+func TestAgentURLCredentialsAreSent(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	u := strings.Replace(ag.URL(), "http://", "http://user:s3cret@", 1)
+	a := newStarted(t, Config{AgentURL: u})
+	a.Publish(&Span{Service: "web", Name: "http.request", SpanKind: "server", Duration: 42})
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	reqs := ag.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("user:s3cret"))
+	if got := reqs[0].Header.Get("Authorization"); got != want {
+		t.Fatalf("Authorization = %q, want %q", got, want)
 	}
 }

@@ -139,6 +139,7 @@ func TestParseURL(t *testing.T) {
 	}{
 		{"http://127.0.0.1:8126", "http://127.0.0.1:8126", "", true},
 		{"http://agent:8126/", "http://agent:8126", "", true},
+		{"http://user:pw@agent:8126", "http://user:pw@agent:8126", "", true}, // sent as Basic authorization
 		{"unix:///var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
 		{"unix://", "", "", false},
 		{"unix://var/run/datadog/apm.socket", "", "", false}, // two slashes: "var" is a host

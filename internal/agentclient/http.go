@@ -34,7 +34,8 @@ const maxInfoBytes = 1 << 20
 
 // Endpoint is a parsed agent URL.
 type Endpoint struct {
-	// Base prefixes every request path: "http://host:port", or
+	// Base prefixes every request path: "http://host:port" (with the
+	// URL's user and password, if any: never log it), or
 	// "http://localhost" over a Unix socket.
 	Base string
 	// UnixSocket is the socket path of a unix:// URL, else empty.
@@ -86,8 +87,11 @@ func ParseURL(raw string) (Endpoint, error) {
 			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
 		}
 		// Re-encoded, not concatenated: an IPv6 zone (fe80::1%eth0) must
-		// stay escaped in the URLs built on Base.
-		base := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/")}
+		// stay escaped in the URLs built on Base. The user and password
+		// stay too: net/http sends them as Basic authorization (an agent
+		// behind an authenticating proxy), as with the tracers, and leaves
+		// the password out of its errors.
+		base := url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/")}
 		return Endpoint{Base: base.String()}, nil
 	case "unix":
 		if err := CheckSocketHost(u); err != nil {
