@@ -30,6 +30,9 @@ var (
 	// nothing new to send drops nothing, but could not wait for those
 	// earlier reports either.
 	ErrSendQueueFull = errors.New("stats: send queue full: the sender is busy with earlier reports")
+	// errStopDeadline is the cause of a report dropped unencoded because
+	// Stop's context ended first (Health.LastSendError).
+	errStopDeadline = errors.New("stats: Stop's context ended before the report was encoded")
 )
 
 // Aggregator computes span stats and reports them to the agent. Publish,

@@ -226,3 +226,40 @@ func TestStopUndrainedIsLogged(t *testing.T) {
 		t.Fatalf("log lines about the undrained spans: %q, want one with spans=%d", found, n)
 	}
 }
+
+// TestStopDeadlineDropSaysWhy: a report Stop's deadline leaves no time to
+// encode is dropped and counted, and Health.LastSendError (which the
+// "payloads dropped" log line quotes) says why, rather than staying nil.
+// The spans are aggregated first; halt is then set by hand so the
+// consumer takes Stop's signal with the deadline already passed.
+func TestStopDeadlineDropSaysWhy(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	log, buf := textLogger()
+	a := newStarted(t, Config{AgentURL: ag.URL(), Logger: log})
+	publishN(a, 10, "r")
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Health().Counted != 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("counted %d, want 10", a.Health().Counted)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.cons.halt.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.Stop(ctx)
+	h := a.Health()
+	if h.PayloadsDropped != 1 || h.SpansUnsent != 10 {
+		t.Fatalf("dropped %d payloads, %d spans; want 1, 10", h.PayloadsDropped, h.SpansUnsent)
+	}
+	if !errors.Is(h.LastSendError, errStopDeadline) || h.LastSendErrorAt.IsZero() {
+		t.Fatalf("LastSendError = %v at %v, want errStopDeadline", h.LastSendError, h.LastSendErrorAt)
+	}
+	for _, l := range buf.lines() {
+		if strings.Contains(l, "payloads dropped") && strings.Contains(l, "last_error=<nil>") {
+			t.Fatalf("log line without a cause: %q", l)
+		}
+	}
+	checkConservation(t, h)
+}

@@ -57,6 +57,7 @@ func (c *consumer) report(n int, done chan error) {
 				hits += e.Hits
 			}
 		}
+		c.ctr.noteError(errStopDeadline) // the log line and Health say why
 		c.ctr.droppedReport(hits)
 	default:
 		c.send(m, done)
