@@ -63,6 +63,18 @@ func TestUDPURLWithoutHost(t *testing.T) {
 	}
 }
 
+// TestAgentURLWithSpaces: a URL pasted with spaces around it is refused
+// with an error that says so, not url.Parse's "first path segment in URL
+// cannot contain colon".
+func TestAgentURLWithSpaces(t *testing.T) {
+	for _, raw := range []string{" http://localhost:8126", "http://localhost:8126\n", "\tudp://relay:8127 "} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "spaces around it") {
+			t.Errorf("New(%q) = %v, want ErrBadConfig saying it has spaces around it", raw, err)
+		}
+	}
+}
+
 // TestSocketURLWithHost: a socket URL written with two slashes reads its
 // first path segment as a host; New refuses it naming the three-slash
 // form, rather than sending to a path that is not there. "localhost" is

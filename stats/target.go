@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -21,6 +22,11 @@ type target struct {
 }
 
 func parseAgentURL(raw string) (target, error) {
+	if strings.TrimSpace(raw) != raw {
+		// url.Parse would say "first path segment in URL cannot contain
+		// colon", which does not point at a pasted space or newline.
+		return target{}, fmt.Errorf("%w: AgentURL %q has spaces around it", ErrBadConfig, agentclient.Redact(raw))
+	}
 	u, err := url.Parse(raw)
 	if err == nil {
 		raw := agentclient.Redact(raw) // quoted in errors
