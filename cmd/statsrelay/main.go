@@ -310,7 +310,11 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", httpAddr)
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
+	// Said here as well as in /metrics, which nobody can scrape once the
+	// process has exited: spans the stop timeout cut after their request
+	// was sent are dropped, but the agent may have counted them.
 	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,
-		"spans_dropped", st.SpansDropped, "spans_pending", st.SpansPending)
+		"spans_dropped", st.SpansDropped, "spans_pending", st.SpansPending,
+		"spans_dropped_after_timeout", srv.SpansDroppedAfterTimeout())
 	return err
 }

@@ -347,3 +347,49 @@ func TestBinaryPprofCmdlineHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryStopLineCountsMaybeDelivered: an agent that takes a request and
+// never answers, cut by -stop-timeout, may have counted its spans; the
+// relay counts them in statsrelay_spans_dropped_after_timeout_total, which
+// nobody can scrape once the process has exited. The stop line must say
+// it, or the operator reads every such span as lost.
+func TestBinaryStopLineCountsMaybeDelivered(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(_ http.ResponseWriter, r *http.Request, _ int) bool {
+		_, _ = io.Copy(io.Discard, r.Body) // taken, never answered
+		<-r.Context().Done()
+		return true
+	})
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
+		"-interval", "1h", "-stop-drain", "100ms", "-stop-timeout", "1s")
+	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
+	if m == nil {
+		t.Fatalf("no udp address in the start line:\n%s", b.output())
+	}
+	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	for i := range 40 {
+		a.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
+			Duration: int64(1+i) * int64(time.Millisecond), TopLevel: true})
+	}
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // merged before the signal
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, b.output())
+	}
+	if len(ag.Requests()) == 0 {
+		t.Fatalf("the agent saw no request:\n%s", b.output())
+	}
+	if !regexp.MustCompile(`statsrelay stopped spans_received=40 .*spans_dropped="?map\[stopped:40\]"? .*spans_dropped_after_timeout=40\b`).MatchString(b.output()) {
+		t.Errorf("the stop line does not say the 40 dropped spans may have reached the agent:\n%s", b.output())
+	}
+}

@@ -330,6 +330,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // Relay is the merge state (for tests and the demo).
 func (s *Server) Relay() *Relay { return s.relay }
 
+// SpansDroppedAfterTimeout is how many of the dropped spans had an attempt
+// time out or cut after its request was sent: the agent may have them
+// (statsrelay_spans_dropped_after_timeout_total).
+func (s *Server) SpansDroppedAfterTimeout() uint64 { return s.droppedAfterTimeout.Load() }
+
 // Addr returns the address of the socket of transport t, or nil.
 func (s *Server) Addr(t Transport) string {
 	if c := s.conns[t]; c != nil {
