@@ -393,3 +393,38 @@ func TestBinaryStopLineCountsMaybeDelivered(t *testing.T) {
 		t.Errorf("the stop line does not say the 40 dropped spans may have reached the agent:\n%s", b.output())
 	}
 }
+
+// TestBinaryFailedRequestsSayWhy: the log line for failed requests to the
+// agent carries the last error, as the SDK's does: "status_error=3" alone
+// leaves an operator who gave -agent https:// for an http agent, or the
+// wrong port, with every span dropped and no clue why.
+func TestBinaryFailedRequestsSayWhy(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	wrong := strings.Replace(ag.URL(), "http://", "https://", 1)
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", wrong, "-http", "",
+		"-interval", "1h", "-stop-drain", "100ms", "-stop-timeout", "1s")
+	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
+	if m == nil {
+		t.Fatalf("no udp address in the start line:\n%s", b.output())
+	}
+	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	a.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", Duration: 1e6, TopLevel: true})
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // merged before the signal
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, b.output())
+	}
+	if !regexp.MustCompile(`requests to the agent failed .*status_error=\d+ .*last_error=".*HTTP response to HTTPS client`).MatchString(b.output()) {
+		t.Errorf("the failed-requests line does not say why they failed:\n%s", b.output())
+	}
+}

@@ -210,8 +210,10 @@ func (f *forwarder) Sent(p *agentclient.Payload) {
 	f.s.relay.Forwarded(p.Hits)
 }
 
-// Failed counts the failed request by status ("error" without one).
+// Failed counts the failed request by status ("error" without one), and
+// keeps its error for the trouble log's line.
 func (f *forwarder) Failed(_ *agentclient.Payload, err error) {
+	f.trouble.noteError("failed", err)
 	var ae *agentclient.AgentError
 	if errors.As(err, &ae) {
 		f.s.countRequest(strconv.Itoa(ae.StatusCode))

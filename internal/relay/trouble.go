@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
 // troubleEvery is the least time between two lines of one kind: an agent
@@ -45,11 +47,19 @@ type troubleLog struct {
 	seen    map[string]uint64 // counters at the previous look
 	pending map[string]uint64 // growth not logged yet
 	last    map[string]time.Time
+	// lastErr is the last error noted for a kind since its previous line,
+	// logged with it as last_error: a count alone does not say why.
+	lastErr map[string]string
 }
 
 func newTroubleLog(log *slog.Logger) *troubleLog {
 	return &troubleLog{log: log, every: troubleEvery, seen: map[string]uint64{},
-		pending: map[string]uint64{}, last: map[string]time.Time{}}
+		pending: map[string]uint64{}, last: map[string]time.Time{}, lastErr: map[string]string{}}
+}
+
+// noteError keeps err as the last error of kind, for its next line.
+func (l *troubleLog) noteError(kind string, err error) {
+	l.lastErr[kind] = agentclient.Redact(err.Error())
 }
 
 // troubleCounters is the counters the trouble log watches, by name.
@@ -104,6 +114,10 @@ func (l *troubleLog) check(counters map[string]uint64, now time.Time, final bool
 		}
 		if len(attrs) == 0 {
 			continue
+		}
+		if e, ok := l.lastErr[k.prefix]; ok {
+			attrs = append(attrs, slog.String("last_error", e))
+			delete(l.lastErr, k.prefix)
 		}
 		if last, ok := l.last[k.prefix]; ok {
 			attrs = append(attrs, slog.Duration("since", now.Sub(last).Round(time.Second)))
