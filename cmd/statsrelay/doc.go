@@ -9,7 +9,7 @@
 //
 // Every flag can also be given as an environment variable STATSRELAY_<NAME>
 // (upper case, "-" → "_", e.g. STATSRELAY_MAX_GROUPS); the flag wins.
-// SIGINT and SIGTERM remove the Unix socket file (a sender is then told
+// SIGINT, SIGTERM and SIGHUP remove the Unix socket file (a sender is then told
 // there is no relay, and counts its drop), stop the readers (after they
 // take what the kernel queued, for at most -stop-drain, 1s), forward
 // everything held (within -stop-timeout, 10s) and exit 0.

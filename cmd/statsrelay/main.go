@@ -55,14 +55,16 @@ func main() {
 	}
 }
 
-// signalContext returns a context that the first SIGINT or SIGTERM ends: a
-// graceful stop, whose final forward may take up to -stop-timeout. A second
+// signalContext returns a context that the first SIGINT, SIGTERM or SIGHUP
+// ends: a graceful stop, whose final forward may take up to -stop-timeout.
+// SIGHUP is one (a relay run from a terminal that closes), not Go's default
+// exit, which would lose what it holds and leave its socket file. A second
 // signal exits at once with 128 + its number, as a shell reports a process
 // killed by it; what the relay holds is lost. The channel keeps both, so a
 // second signal sent before the first is handled is not missed.
 func signalContext() (context.Context, func()) {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		if _, ok := <-sigs; !ok {

@@ -114,13 +114,13 @@ func (b *binary) output() string {
 	return b.log.String()
 }
 
-// TestBinaryForwardsWhatItHoldsOnSignal: SIGTERM or SIGINT makes statsrelay
+// TestBinaryForwardsWhatItHoldsOnSignal: SIGTERM, SIGINT or SIGHUP makes statsrelay
 // forward every span it holds — with -interval 1h, none was forwarded
 // before — then remove its socket file and exit 0. It starts over the
 // stale socket file of a relay that died, and takes SDK reports over both
 // the Unix socket and UDP.
 func TestBinaryForwardsWhatItHoldsOnSignal(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) { testForwardsOnSignal(t, sig) })
 	}
 }
