@@ -1198,3 +1198,16 @@ func TestTimeoutWhileWritingIsNotMaybeDelivered(t *testing.T) {
 		t.Fatal("dropped as maybe delivered, though the agent never read the body")
 	}
 }
+
+// TestAgentErrorText: an answer without a body reads "agent answered 404",
+// not "agent answered 404: " with nothing after the colon.
+func TestAgentErrorText(t *testing.T) {
+	for e, want := range map[*AgentError]string{
+		{StatusCode: 404}:                   "agent answered 404",
+		{StatusCode: 400, Body: "bad msgp"}: "agent answered 400: bad msgp",
+	} {
+		if got := e.Error(); got != want {
+			t.Errorf("%+v: %q, want %q", *e, got, want)
+		}
+	}
+}

@@ -151,8 +151,11 @@ type AgentError struct {
 	Body       string // the start of the answer, for the log
 }
 
-// Error gives the status and the start of the agent's answer.
+// Error gives the status and the start of the agent's answer, if any.
 func (e *AgentError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("agent answered %d", e.StatusCode)
+	}
 	return fmt.Sprintf("agent answered %d: %s", e.StatusCode, e.Body)
 }
 
