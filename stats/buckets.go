@@ -88,7 +88,7 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 		}
 		k := t.AddBatch(batch[done:end])
 		if d == toLate {
-			c.ctr.late.Add(uint64(k))
+			c.late += uint64(k) // published by counted, after Counted
 		}
 		if done += k; done < end {
 			break // halted

@@ -116,6 +116,7 @@ type consumer struct {
 	prevEnd   time.Time // its aligned end: the current bucket's floor
 	prevFloor int64     // its aligned start, unix ns
 	prevCeil  int64     // its end, unix ns: after a pause, not the current bucket's start
+	late      uint64    // late spans added since the last counted
 	below     uint64    // the current bucket's floor - 1, unix ns (see add)
 	graceEnd  time.Time
 	grace     time.Duration
@@ -333,6 +334,9 @@ func (c *consumer) syncPeerTags() {
 func (c *consumer) counted(n int) {
 	ac, t, p := c.ctr, c.table, c.prev
 	ac.counted.Add(uint64(n))
+	// The parts after the whole (see Health).
+	ac.late.Add(c.late)
+	c.late = 0
 	ac.overflowed.Store(t.Overflowed() + p.Overflowed())
 	ac.recycled.Store(t.Recycled() + p.Recycled())
 	ac.entries.Store(uint64(t.Len() + p.Len()))

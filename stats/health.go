@@ -239,47 +239,53 @@ func (c *striped) Load() uint64 {
 // Health returns a snapshot of the counters.
 func (a *Aggregator) Health() Health {
 	c := &a.c
-	// What left the table is read before Counted: spans are counted
-	// before they are cleared, sent or given up, so a snapshot taken
-	// meanwhile never has more spans out than counted (Counted less the
-	// three stays >= 0).
+	// Every part is read before its whole, and every writer adds to the
+	// whole first, so a snapshot taken meanwhile never has a part above
+	// its whole: what left the table (cleared, sent, unsent) and what is
+	// counted apart (collapsed, overflowed, late) within Counted, a label
+	// field's Collapsed within CollapsedSpans, the after-timeout counts
+	// within theirs (TestHealthPartsNeverExceedWhole).
+	var byField FieldCounts
+	for f := range byField {
+		byField[f] = c.collapsed[f].Load()
+	}
+	collapsed, overflowed, late := c.collapsedSpans.Load(), c.overflowed.Load(), c.late.Load()
+	retriedAfterTimeout, unsentAfterTimeout := c.retriesAfterTimeout.Load(), c.unsentAfterTimeout.Load()
 	cleared, sent, unsent := c.cleared.Load(), c.spansSent.Load(), c.spansUnsent.Load()
 	h := Health{
-		Ineligible:       c.ineligible.Load(),
-		InboxFull:        c.inboxFull.Load(),
-		AfterStop:        c.afterStop.Load(),
-		AggregateDropped: c.aggDropped.Load(),
-		StopUndrained:    c.stopUndrained.Load(),
-		LateSpans:        c.late.Load(),
-		ClockStepsBack:   c.clockStepsBack.Load(),
-		Counted:          c.counted.Load(),
-		Overflowed:       c.overflowed.Load(),
-		Recycled:         c.recycled.Load(),
-		Cleared:          cleared,
-		Entries:          c.entries.Load(),
-		PayloadsSent:     c.payloadsSent.Load(),
-		PayloadsFailed:   c.payloadsFailed.Load(),
-		PayloadsDropped:  c.payloadsDropped.Load(),
-		BytesSent:        c.bytesSent.Load(),
-		SpansSent:        sent,
-		SpansUnsent:      unsent,
-		PayloadsRetried:  c.payloadsRetried.Load(),
-		PayloadsSplit:    c.payloadsSplit.Load(),
-		AgentOffSpans:    c.agentOff.Load(),
-		AgentOff:         a.off.Load(),
-		AgentOffTimes:    c.agentOffTimes.Load(),
-		InfoReads:        c.infoReads.Load(),
-		CollapsedSpans:   c.collapsedSpans.Load(),
-		PeerTagsCut:      c.peerTagsCut.Load(),
+		Collapsed:           byField,
+		RetriesAfterTimeout: retriedAfterTimeout,
+		UnsentAfterTimeout:  unsentAfterTimeout,
+		Ineligible:          c.ineligible.Load(),
+		InboxFull:           c.inboxFull.Load(),
+		AfterStop:           c.afterStop.Load(),
+		AggregateDropped:    c.aggDropped.Load(),
+		StopUndrained:       c.stopUndrained.Load(),
+		LateSpans:           late,
+		ClockStepsBack:      c.clockStepsBack.Load(),
+		Counted:             c.counted.Load(),
+		Overflowed:          overflowed,
+		Recycled:            c.recycled.Load(),
+		Cleared:             cleared,
+		Entries:             c.entries.Load(),
+		PayloadsSent:        c.payloadsSent.Load(),
+		PayloadsFailed:      c.payloadsFailed.Load(),
+		PayloadsDropped:     c.payloadsDropped.Load(),
+		BytesSent:           c.bytesSent.Load(),
+		SpansSent:           sent,
+		SpansUnsent:         unsent,
+		PayloadsRetried:     c.payloadsRetried.Load(),
+		PayloadsSplit:       c.payloadsSplit.Load(),
+		AgentOffSpans:       c.agentOff.Load(),
+		AgentOff:            a.off.Load(),
+		AgentOffTimes:       c.agentOffTimes.Load(),
+		InfoReads:           c.infoReads.Load(),
+		CollapsedSpans:      collapsed,
+		PeerTagsCut:         c.peerTagsCut.Load(),
 	}
-	h.RetriesAfterTimeout = c.retriesAfterTimeout.Load()
-	h.UnsentAfterTimeout = c.unsentAfterTimeout.Load()
 	h.LabelsTruncated = c.labelsTruncated.Load()
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at
-	}
-	for f := range h.Collapsed {
-		h.Collapsed[f] = c.collapsed[f].Load()
 	}
 	// Pushed is read last: every span the consumer counted was pushed
 	// earlier, so Pending never goes negative.

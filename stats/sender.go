@@ -316,10 +316,10 @@ func (s *sender) Split(*agentclient.Payload) { s.ctr.payloadsSplit.Add(1) }
 func (s *sender) Dropped(p *agentclient.Payload, err error) {
 	s.ctr.noteError(err)
 	s.ctr.payloadsDropped.Add(1)
+	s.ctr.spansUnsent.Add(p.Hits) // before its part: see Health
 	if p.MaybeDelivered() {
 		s.ctr.unsentAfterTimeout.Add(p.Hits)
 	}
-	s.ctr.spansUnsent.Add(p.Hits)
 }
 
 // Off clears the table: the agent would refuse what it holds.

@@ -1,0 +1,62 @@
+package stats
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// TestHealthPartsNeverExceedWhole: a snapshot taken while the consumer
+// aggregates never shows more collapsed, late or overflowed spans than
+// counted, nor more spans collapsed in a field than collapsed spans: the
+// Health doc says each is part of the other, and Counted − CollapsedSpans
+// must not wrap around.
+func TestHealthPartsNeverExceedWhole(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), MaxAggregates: 1, InboxSize: 1024,
+		CardinalityLimits: aggregate.Limits{Resource: 1}})
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !done.Load(); i++ {
+				// Producer 1's spans ended long ago: late, in the oldest bucket.
+				a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint(p, i), SpanKind: "server",
+					Start: int64(p), Duration: 100})
+			}
+		}()
+	}
+	deadline := time.Now().Add(time.Second)
+	var bad string
+	for time.Now().Before(deadline) && bad == "" {
+		h := a.Health()
+		switch {
+		case h.CollapsedSpans > h.Counted:
+			bad = fmt.Sprintf("CollapsedSpans %d > Counted %d", h.CollapsedSpans, h.Counted)
+		case h.LateSpans > h.Counted:
+			bad = fmt.Sprintf("LateSpans %d > Counted %d", h.LateSpans, h.Counted)
+		case h.Overflowed > h.Counted:
+			bad = fmt.Sprintf("Overflowed %d > Counted %d", h.Overflowed, h.Counted)
+		case h.Collapsed[aggregate.FieldResource] > h.CollapsedSpans:
+			bad = fmt.Sprintf("Collapsed[resource] %d > CollapsedSpans %d", h.Collapsed[aggregate.FieldResource], h.CollapsedSpans)
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	stop(t, a)
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	if h := a.Health(); h.CollapsedSpans == 0 || h.LateSpans == 0 || h.Overflowed == 0 {
+		t.Fatalf("collapsed %d, late %d, overflowed %d: want each > 0 for the test to mean anything",
+			h.CollapsedSpans, h.LateSpans, h.Overflowed)
+	}
+}
