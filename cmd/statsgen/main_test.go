@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -228,5 +229,38 @@ func TestProducerBehindSeesTheEnd(t *testing.T) {
 	produce(ctx, agg, o, 0, start.Add(-10*time.Second))
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("produce returned %s after it began, its context ended at 200ms", took)
+	}
+}
+
+// TestStatusLineCollapsedAndOverflowed: a span over a cardinality budget
+// that also finds the table full is in both CollapsedSpans and Overflowed;
+// the status line prints each as it is, not their sum, which counted such
+// a span twice and could exceed the spans counted.
+func TestStatusLineCollapsedAndOverflowed(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	agg, err := stats.New(stats.Config{AgentURL: ag.URL(), MaxAggregates: 1,
+		CardinalityLimits: aggregate.Limits{Resource: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	for i := range 5 {
+		agg.Publish(&stats.Span{Service: "s", Name: "op", Resource: fmt.Sprint("r", i), SpanKind: "server", Duration: 1})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := agg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := agg.Health()
+	if h.Counted != 5 || h.CollapsedSpans != 4 || h.Overflowed != 4 {
+		t.Fatalf("counted %d collapsed %d overflowed %d, want 5, 4 (r1..r4 over the budget of 1), 4 (no room beside r0)",
+			h.Counted, h.CollapsedSpans, h.Overflowed)
+	}
+	var out bytes.Buffer
+	(&status{out: &out, last: time.Now()}).line(h)
+	if s := out.String(); !strings.Contains(s, " counted 5 ") || !strings.Contains(s, " collapsed 4 overflowed 4 ") {
+		t.Fatalf("status line %q: want counted 5, collapsed 4 and overflowed 4 apart", s)
 	}
 }
