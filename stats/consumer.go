@@ -334,9 +334,11 @@ func (c *consumer) syncPeerTags() {
 func (c *consumer) counted(n int) {
 	ac, t, p := c.ctr, c.table, c.prev
 	ac.counted.Add(uint64(n))
-	// The parts after the whole (see Health).
-	ac.late.Add(c.late)
-	c.late = 0
+	// The parts after the whole (see Health); rarely any late ones.
+	if c.late != 0 {
+		ac.late.Add(c.late)
+		c.late = 0
+	}
 	ac.overflowed.Store(t.Overflowed() + p.Overflowed())
 	ac.recycled.Store(t.Recycled() + p.Recycled())
 	ac.entries.Store(uint64(t.Len() + p.Len()))
