@@ -50,7 +50,8 @@ type Health struct {
 	Overflowed uint64
 	// Recycled is the number of idle entries reused for a new key at the cap.
 	Recycled uint64
-	// Cleared spans were counted, then discarded by Clear before a report.
+	// Cleared spans were counted, then discarded before a report: by Clear,
+	// or because the agent switched stats off (what the table held then).
 	Cleared uint64
 	// Entries is the number of groups in the table after the last batch.
 	Entries uint64
