@@ -3,6 +3,7 @@ package stats
 import (
 	"math"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -89,6 +90,41 @@ func kindWord(k string) uint64 {
 	return 0
 }
 
+// spanKindWord is kindWord of the kind the agent compares, strings.ToLower(k):
+// that lowers U+0130 (İ) to "i" (and U+212A, the Kelvin sign, to "k"), so
+// "clİent" is a client span to the agent. Such a kind is longer than the
+// name it lowers to (each of those runes is two or more bytes), so a kind of
+// 6 or 8 bytes is compared as it is and only a longer one with a non-ASCII
+// byte is lowered, rune by rune, without allocating.
+func spanKindWord(k string) uint64 {
+	if w := kindWord(k); w != 0 || len(k) < 7 || len(k) > 4*8 {
+		return w
+	}
+	i := 0
+	for i < len(k) && k[i] < utf8.RuneSelf {
+		i++
+	}
+	if i == len(k) {
+		return 0
+	}
+	var b [8]byte
+	n := 0
+	for _, r := range k {
+		if r = unicode.ToLower(r); r >= utf8.RuneSelf || n == len(b) {
+			return 0
+		}
+		b[n] = byte(r)
+		n++
+	}
+	switch n {
+	case 6:
+		return kindWord(string(b[:6]))
+	case 8:
+		return kindWord(string(b[:8]))
+	}
+	return 0
+}
+
 // Eligible reports whether the span is counted: top-level, measured, or of
 // kind server, client, producer or consumer; and with a positive duration.
 // These are the agent's and dd-trace-java's rules.
@@ -99,7 +135,7 @@ func (s *Span) Eligible() bool {
 	if s.TopLevel || s.Measured {
 		return true
 	}
-	switch kindWord(s.SpanKind) {
+	switch spanKindWord(s.SpanKind) {
 	case kindServer, kindClient, kindProducer, kindConsumer:
 		return true
 	}
@@ -108,7 +144,7 @@ func (s *Span) Eligible() bool {
 
 // keepsPeerTags reports whether peer tags belong in the span's key.
 func keepsPeerTags(kind string) bool {
-	switch kindWord(kind) {
+	switch spanKindWord(kind) {
 	case kindClient, kindProducer, kindConsumer:
 		return true
 	}
@@ -122,7 +158,7 @@ const baseServicePrefix = "_dd.base_service:"
 // baseServiceTag returns the first "_dd.base_service:" tag with a value of
 // an internal span, or one without kind, and whether there is one.
 func baseServiceTag(kind string, tags []string) (string, bool) {
-	if kind != "" && kindWord(kind) != kindInternal {
+	if kind != "" && spanKindWord(kind) != kindInternal {
 		return "", false
 	}
 	for _, t := range tags {

@@ -24,10 +24,24 @@ func TestEligibility(t *testing.T) {
 		{Span{Duration: 1}, false},
 		{Span{Duration: 0, TopLevel: true}, false},
 		{Span{Duration: -5, SpanKind: "client"}, false},
+		// The agent lowers kinds with strings.ToLower: İ (U+0130) is "i".
+		{Span{Duration: 1, SpanKind: "cl\u0130ent"}, true},
+		{Span{Duration: 1, SpanKind: "CL\u0130ENT"}, true},
+		{Span{Duration: 1, SpanKind: "\u0130nternal"}, false},
+		{Span{Duration: 1, SpanKind: "cl\u0131ent"}, false}, // ı lowers to itself
+		{Span{Duration: 1, SpanKind: "\u017Ferver"}, false}, // ſ lowers to itself
+		{Span{Duration: 1, SpanKind: "cl\xc4ent"}, false},
 	} {
 		if got := tc.s.Eligible(); got != tc.want {
 			t.Errorf("%+v: Eligible = %v, want %v", tc.s, got, tc.want)
 		}
+	}
+}
+
+func TestUnicodeKindDoesNotAllocate(t *testing.T) {
+	s := &Span{Duration: 1, SpanKind: "cl\u0130ent"}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Eligible() }); n != 0 {
+		t.Fatalf("Eligible allocates %v times for kind %q", n, s.SpanKind)
 	}
 }
 

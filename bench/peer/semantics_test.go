@@ -133,7 +133,11 @@ var (
 		strings.Repeat("r", 6000), strings.Repeat("r", 5000) + "other-tail", "POST /pay"}
 	semTypes = []string{"", "web", "http", "sql", "queue", strings.Repeat("t", 101) + "x", "typ\xff"}
 	semKinds = []string{"server", "client", "producer", "consumer", "internal", "", "SERVER", "Client", "PRODUCER", "Internal",
-		"weird", strings.Repeat("k", 250)}
+		"weird", strings.Repeat("k", 250),
+		// Kinds the agent's strings.ToLower (Unicode) makes a counted kind:
+		// U+0130 (İ) lowers to "i"; U+212A (Kelvin) to "k", and U+017F (ſ)
+		// is already lower case, so neither gives one.
+		"cl\u0130ent", "\u0130nternal", "\u0130NTERNAL", "\u017Ferver", "clien\u212A"}
 	semStatus   = []uint32{0, 0, 200, 201, 404, 500, 599, 600, 999, 65535, math.MaxUint32}
 	semMethods  = []string{"", "", "GET", "POST", "get", "BREW", strings.Repeat("M", 250)}
 	semEndpoint = []string{"", "", "/users/{id}", "/orders", "/é\xff", "/" + strings.Repeat("e", 300), "/" + strings.Repeat("e", 300) + "x"}
