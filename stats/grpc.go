@@ -6,6 +6,7 @@ package stats
 import (
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // grpcNames are the names the agent's concentrator (v0.85.4) reads as a
@@ -23,7 +24,9 @@ var grpcNames = [...]struct{ name, code string }{
 
 // CanonicalGRPCCode is the gRPC status code the agent groups a span by for
 // s, the value a tracer gives (Span.GRPCStatusCode): a decimal number
-// (leading zeros dropped, at most 2³²−1), or a code's name in any case,
+// (leading zeros dropped, at most 2³²−1), or a code's name in any case
+// (as strings.ToUpper sees it: "ı" is an "I", "ſ" an "S", the Kelvin sign
+// no "K"),
 // with or without underscores or a "StatusCode." prefix, becomes the
 // code's number ("NOT_FOUND", "NotFound", "StatusCode.NOT_FOUND" and "05"
 // all give "5"); anything else gives "", as the agent's concentrator has
@@ -42,11 +45,29 @@ func CanonicalGRPCCode(s string) string {
 	}
 	s = strings.TrimPrefix(s, "StatusCode.")
 	for _, c := range grpcNames {
-		if strings.EqualFold(s, c.name) {
+		if upperIs(s, c.name) {
 			return c.code
 		}
 	}
 	return ""
+}
+
+// upperIs reports whether strings.ToUpper(s) == name, for an upper-case
+// ASCII name, without allocating: the agent's comparison. It differs from
+// strings.EqualFold, which folds the Kelvin sign to "K" but not "ı" to "I".
+// The runes that upper-case to ASCII are ASCII or two bytes long (ı, ſ).
+func upperIs(s, name string) bool {
+	if len(s) < len(name) || len(s) > 2*len(name) {
+		return false
+	}
+	i := 0
+	for _, r := range s {
+		if i == len(name) || unicode.ToUpper(r) != rune(name[i]) {
+			return false
+		}
+		i++
+	}
+	return i == len(name)
 }
 
 // codeIndex is, for each code 0..16, an index in grpcNames of its name.

@@ -17,12 +17,14 @@ func TestCanonicalGRPCCode(t *testing.T) {
 		"StatusCode.notfound": "5", "statuscode.NOT_FOUND": "", "StatusCode.5": "", "OK": "0", "ok": "0",
 		"Canceled": "1", "CANCELLED": "1", "UNAUTHENTICATED": "16", "DATA_LOSS": "15", "DataLoss": "15",
 		"bogus": "", "NOT FOUND": "", "Unimplemented": "12",
+		// strings.ToUpper, not case folding: ı is I, ſ is S, Kelvin is no K.
+		"\u0131nternal": "13", "alreadyexi\u017Fts": "6", "UN\u212ANOWN": "", "un\u212Anown": "", "NOT_FOUN\xc4": "",
 	} {
 		if got := CanonicalGRPCCode(in); got != want {
 			t.Errorf("CanonicalGRPCCode(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "0170", "StatusCode.Unavailable", "bogus"} {
+	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "0170", "StatusCode.Unavailable", "bogus", "\u0131nternal"} {
 		if n := testing.AllocsPerRun(100, func() { _ = CanonicalGRPCCode(in) }); n != 0 {
 			t.Errorf("CanonicalGRPCCode(%q) allocates %v times", in, n)
 		}

@@ -145,7 +145,11 @@ var (
 	// numbers, enum names in any case, with or without underscores, the
 	// "StatusCode." prefix, both spellings of CANCELLED, and junk.
 	semGRPC = []string{"", "", "", "0", "5", "05", "14", "OK", "NOT_FOUND", "NotFound", "notfound", "StatusCode.NOT_FOUND",
-		"StatusCode.5", "CANCELLED", "Canceled", "DeadlineExceeded", "DEADLINE_EXCEEDED", "bogus", "-1", "99", "4294967296"}
+		"StatusCode.5", "CANCELLED", "Canceled", "DeadlineExceeded", "DEADLINE_EXCEEDED", "bogus", "-1", "99", "4294967296",
+		// The agent upper-cases with strings.ToUpper (Unicode): U+0131 (ı)
+		// and U+017F (ſ) become "I" and "S"; U+212A (Kelvin) stays itself,
+		// so it spells no "K"; "+5" and "StatusCode.05" are not numbers.
+		"\u0131nternal", "alreadyexi\u017Fts", "UN\u212ANOWN", "un\u212Anown", "+5", "StatusCode.05", "statuscode.5"}
 	semSrvSrc = []string{"", "", "opt.version", "m", strings.Repeat("v", 250)}
 	// semPeers: for each peer-tag key (the agent's list, and one it does not
 	// have), the values a span may carry; "" is an empty value. Host values
