@@ -3,7 +3,10 @@
 
 package aggregate
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+)
 
 // SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
 // peer_tags list, or the tracer's own). A nil keys keeps every key.
@@ -29,12 +32,51 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 // keptPeers returns the span's peer tags whose key is kept and whose value
 // is not empty (the agent aggregates no empty value), IP addresses in them
 // quantized (quantizeTag), in the tracer's order, in t.kept.
+//
+// With a key list, the one "_dd.base_service" tag of a span that is not a
+// client, producer or consumer span is kept whether the list holds its key
+// or not: the agent's peerTagKeysToAggregateForSpan answers with that key
+// alone for an internal span or one without kind, without looking it up in
+// the list (only an empty list keeps nothing).
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
+	if t.peerKeys != nil && s.NumPeerTags == 1 && s.ExtraPeerTags == nil {
+		if tag := s.PeerTags[0]; len(tag) > len(baseServiceKey)+1 && hasPeerKey(tag, baseServiceKey) && !peerKind(s.SpanKind) {
+			p = append(p, t.quantizeTag(tag, len(baseServiceKey)))
+			t.kept = p
+			return p
+		}
+	}
 	p = t.keepPeers(p, s.PeerTags[:s.NumPeerTags])
 	p = t.keepPeers(p, s.ExtraPeerTags)
 	t.kept = p
 	return p
+}
+
+// baseServiceKey is the peer-tag key of a span's base service.
+const baseServiceKey = "_dd.base_service"
+
+// peerKind reports whether the agent keeps a span's peer tags for its kind:
+// strings.ToLower(kind) is client, producer or consumer (compared rune by
+// rune, without allocating; only U+0130 and U+212A lower to ASCII from
+// outside it, in two and three bytes).
+func peerKind(kind string) bool {
+	return lowerIs(kind, "client") || lowerIs(kind, "producer") || lowerIs(kind, "consumer")
+}
+
+// lowerIs reports whether strings.ToLower(s) == name, a lower-case ASCII name.
+func lowerIs(s, name string) bool {
+	if len(s) < len(name) || len(s) > 3*len(name) {
+		return false
+	}
+	i := 0
+	for _, r := range s {
+		if i == len(name) || unicode.ToLower(r) != rune(name[i]) {
+			return false
+		}
+		i++
+	}
+	return i == len(name)
 }
 
 // sortedPeers returns kept as a sorted set in t.peers: the key treats peer

@@ -235,7 +235,9 @@ type Config struct {
 	// unlimited; positive at most MaxCardinalityLimit). Values over budget
 	// become tracer_blocked_value.
 	CardinalityLimits aggregate.Limits
-	// PeerTagKeys, when set, are the only peer-tag keys kept. When empty the
+	// PeerTagKeys, when set, are the only peer-tag keys kept (but for the
+	// "_dd.base_service" tag of an internal span, or one without kind, which
+	// the agent keeps whatever its list holds). When empty the
 	// agent's /info peer_tags list is used once read; until then every key
 	// is kept (each key under its own budget).
 	PeerTagKeys []string

@@ -4,14 +4,18 @@
 package peer
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
 	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // TestPeerTagsByKindMatchAgent: a measured span carrying peer.service and
@@ -60,6 +64,93 @@ func TestPeerTagsByKindMatchAgent(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("kind %q: the SDK keeps peer tags %q, the agent %q", kind, got, want)
+		}
+	}
+}
+
+// TestBaseServiceKeptWithoutKeyInList: the agent keeps an internal span's
+// _dd.base_service tag whatever the peer-tag key list holds (only an empty
+// list keeps nothing): peerTagKeysToAggregateForSpan answers with that one
+// key for such a span without looking it up in the list. A tracer
+// configured with its own list (Config.PeerTagKeys) that leaves the key out
+// must still group such a span under it; a client span keeps only keys in
+// the list.
+func TestBaseServiceKeptWithoutKeyInList(t *testing.T) {
+	keys := []string{"peer.service"}
+	for _, tc := range []struct {
+		kind string
+		tags []string
+	}{
+		{"internal", []string{"peer.service:users-db", "_dd.base_service:web-base"}},
+		{"", []string{"_dd.base_service:10.1.2.3"}},
+		{"\u0130nternal", []string{"_dd.base_service:web-base"}},
+		{"client", []string{"peer.service:users-db", "_dd.base_service:web-base"}},
+		{"client", []string{"_dd.base_service:web-base"}},
+		{"cl\u0130ent", []string{"_dd.base_service:web-base"}},
+	} {
+		meta := map[string]string{}
+		if tc.kind != "" {
+			meta["span.kind"] = tc.kind
+		}
+		for _, tag := range tc.tags {
+			k, v, _ := strings.Cut(tag, ":")
+			meta[k] = v
+		}
+		now := time.Now()
+		sc := newSpanConcentrator(now)
+		ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
+			Service: "web", Name: "op", Resource: "r", ParentID: 1,
+			Start: now.UnixNano(), Duration: 1000, Meta: meta,
+			Metrics: map[string]float64{"_dd.measured": 1}, PeerTags: keys,
+		})
+		if !ok {
+			t.Fatalf("kind %q: the agent does not count the span", tc.kind)
+		}
+		sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
+		var want []string
+		for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
+			for _, b := range p.Stats {
+				for _, g := range b.Stats {
+					want = g.PeerTags
+				}
+			}
+		}
+
+		agent := statstest.New()
+		agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "e", PeerTagKeys: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agg.Start()
+		agg.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: tc.kind, Measured: true,
+			Start: now.UnixNano(), Duration: 1000, PeerTags: tc.tags})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := agg.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		var got []string
+		groups := 0
+		for _, r := range statstest.Accepted(agent.Requests()) {
+			var p pb.ClientStatsPayload
+			if _, err := p.UnmarshalMsg(r.Body); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range p.Stats {
+				for _, g := range b.Stats {
+					groups++
+					got = g.PeerTags
+				}
+			}
+		}
+		agent.Close()
+		if groups != 1 {
+			t.Fatalf("kind %q: the SDK sent %d groups, want 1", tc.kind, groups)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("kind %q, tags %q: the SDK groups under peer tags %q, the agent %q", tc.kind, tc.tags, got, want)
 		}
 	}
 }

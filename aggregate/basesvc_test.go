@@ -1,0 +1,41 @@
+package aggregate
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestBaseServiceKeptOutsideList: with a key list that lacks
+// "_dd.base_service", the one base-service tag of a span that is not a
+// client, producer or consumer span is kept (the agent's rule), that of a
+// client span is not; without allocating.
+func TestBaseServiceKeptOutsideList(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetPeerTagKeys([]string{"peer.service"})
+	for _, tc := range []struct {
+		kind string
+		want []string
+	}{
+		{"internal", []string{"_dd.base_service:web"}},
+		{"", []string{"_dd.base_service:web"}},
+		{"weird", []string{"_dd.base_service:web"}},
+		{"client", nil},
+		{"PRODUCER", nil},
+		{"cl\u0130ent", nil},
+		{"Consumer", nil},
+	} {
+		r := Record{SpanKind: tc.kind, NumPeerTags: 1}
+		r.PeerTags[0] = "_dd.base_service:web"
+		if got := tb.keptPeers(&r); !slices.Equal(got, tc.want) {
+			t.Errorf("kind %q: kept %q, want %q", tc.kind, got, tc.want)
+		}
+		if n := testing.AllocsPerRun(50, func() { tb.keptPeers(&r) }); n != 0 {
+			t.Errorf("kind %q: keptPeers allocates %v times", tc.kind, n)
+		}
+	}
+	r := Record{SpanKind: "internal", NumPeerTags: 1}
+	r.PeerTags[0] = "_dd.base_service:"
+	if got := tb.keptPeers(&r); len(got) != 0 {
+		t.Errorf("empty base service kept: %q", got)
+	}
+}
