@@ -78,6 +78,7 @@ var (
 // words are equal exactly when the kinds are equal ignoring ASCII case, as
 // the agent's strings.ToLower comparison finds for these names: one
 // comparison per kind instead of a loop over its bytes (BenchmarkEligible).
+// Other lengths go to lowerKindWord.
 func kindWord(k string) uint64 {
 	switch len(k) {
 	case 6:
@@ -87,19 +88,19 @@ func kindWord(k string) uint64 {
 		return (uint64(k[0]) | uint64(k[1])<<8 | uint64(k[2])<<16 | uint64(k[3])<<24 |
 			uint64(k[4])<<32 | uint64(k[5])<<40 | uint64(k[6])<<48 | uint64(k[7])<<56) | 0x2020202020202020
 	}
+	if len(k) > 6 && len(k) <= 4*8 {
+		return lowerKindWord(k)
+	}
 	return 0
 }
 
-// spanKindWord is kindWord of the kind the agent compares, strings.ToLower(k):
-// that lowers U+0130 (İ) to "i" (and U+212A, the Kelvin sign, to "k"), so
-// "clİent" is a client span to the agent. Such a kind is longer than the
-// name it lowers to (each of those runes is two or more bytes), so a kind of
-// 6 or 8 bytes is compared as it is and only a longer one with a non-ASCII
-// byte is lowered, rune by rune, without allocating.
-func spanKindWord(k string) uint64 {
-	if w := kindWord(k); w != 0 || len(k) < 7 || len(k) > 4*8 {
-		return w
-	}
+// lowerKindWord is kindWord of strings.ToLower(k), the kind the agent
+// compares, for a k of another length than 6 or 8: ToLower makes "i" of
+// U+0130 (İ) and "k" of U+212A (the Kelvin sign), so "clİent" is a client
+// span to the agent. Each such rune is two or more bytes, so only a k of 7
+// to 32 bytes with a non-ASCII byte can lower to a kind; it is lowered rune
+// by rune, without allocating. Off kindWord's path for the usual kinds.
+func lowerKindWord(k string) uint64 {
 	i := 0
 	for i < len(k) && k[i] < utf8.RuneSelf {
 		i++
@@ -116,13 +117,10 @@ func spanKindWord(k string) uint64 {
 		b[n] = byte(r)
 		n++
 	}
-	switch n {
-	case 6:
-		return kindWord(string(b[:6]))
-	case 8:
-		return kindWord(string(b[:8]))
+	if n != 6 && n != 8 {
+		return 0
 	}
-	return 0
+	return kindWord(string(b[:n]))
 }
 
 // Eligible reports whether the span is counted: top-level, measured, or of
@@ -135,7 +133,7 @@ func (s *Span) Eligible() bool {
 	if s.TopLevel || s.Measured {
 		return true
 	}
-	switch spanKindWord(s.SpanKind) {
+	switch kindWord(s.SpanKind) {
 	case kindServer, kindClient, kindProducer, kindConsumer:
 		return true
 	}
@@ -144,7 +142,7 @@ func (s *Span) Eligible() bool {
 
 // keepsPeerTags reports whether peer tags belong in the span's key.
 func keepsPeerTags(kind string) bool {
-	switch spanKindWord(kind) {
+	switch kindWord(kind) {
 	case kindClient, kindProducer, kindConsumer:
 		return true
 	}
@@ -158,7 +156,7 @@ const baseServicePrefix = "_dd.base_service:"
 // baseServiceTag returns the first "_dd.base_service:" tag with a value of
 // an internal span, or one without kind, and whether there is one.
 func baseServiceTag(kind string, tags []string) (string, bool) {
-	if kind != "" && spanKindWord(kind) != kindInternal {
+	if kind != "" && kindWord(kind) != kindInternal {
 		return "", false
 	}
 	for _, t := range tags {
