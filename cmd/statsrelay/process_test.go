@@ -89,6 +89,46 @@ func (b *binary) startedLine(t *testing.T) string {
 	return ""
 }
 
+// startedAddr waits for the start line and returns the address it gives
+// for key ("udp", "http").
+func (b *binary) startedAddr(t *testing.T, key string) string {
+	t.Helper()
+	line := b.startedLine(t)
+	m := regexp.MustCompile(key + `=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("start line %q: no %s address", line, key)
+	}
+	return m[1]
+}
+
+// stop sends sig and wants the binary to exit 0.
+func (b *binary) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := b.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("exit status %d after %v, want 0:\n%s", code, sig, b.output())
+	}
+}
+
+// sendOverUDP publishes spans through an SDK aggregator sending to the
+// relay at udp addr, and stops it: one report, sent.
+func sendOverUDP(t *testing.T, addr string, spans ...stats.Span) {
+	t.Helper()
+	a, err := stats.New(stats.Config{AgentURL: "udp://" + addr, Service: "web", SendJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	for i := range spans {
+		a.Publish(&spans[i])
+	}
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // wait waits for the binary to exit and returns its exit status.
 func (b *binary) wait(t *testing.T) int {
 	t.Helper()
@@ -140,12 +180,9 @@ func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 
 	b := startBinary(t, "-unix", sock, "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
 		"-interval", "1h", "-origin=false")
-	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
-	if m == nil {
-		t.Fatalf("no udp address in the start line:\n%s", b.output())
-	}
+	udp := b.startedAddr(t, "udp")
 	published := map[string]struct{ hits, errors int }{"GET /over-unix": {300, 7}, "GET /over-udp": {200, 11}}
-	for url, resource := range map[string]string{"unixgram://" + sock: "GET /over-unix", "udp://" + m[1]: "GET /over-udp"} {
+	for url, resource := range map[string]string{"unixgram://" + sock: "GET /over-unix", "udp://" + udp: "GET /over-udp"} {
 		a, err := stats.New(stats.Config{AgentURL: url, Service: "web", SendJitter: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -170,12 +207,7 @@ func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 		t.Fatalf("the agent had %d requests before the signal; with -interval 1h, want none", n)
 	}
 
-	if err := b.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.wait(t); code != 0 {
-		t.Fatalf("exit status %d after %v, want 0:\n%s", code, sig, b.output())
-	}
+	b.stop(t, sig)
 	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket file after exit: %v, want it removed", err)
 	}
@@ -249,19 +281,7 @@ func TestBinarySecondSignalExits(t *testing.T) {
 	})
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
 		"-interval", "1h", "-stop-timeout", "5m")
-	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
-	if m == nil {
-		t.Fatalf("no udp address in the start line:\n%s", b.output())
-	}
-	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	a.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
-	if err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	sendOverUDP(t, b.startedAddr(t, "udp"), stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -288,13 +308,12 @@ func TestBinaryLogsItsHTTPAddress(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "127.0.0.1:0")
-	line := b.startedLine(t)
-	m := regexp.MustCompile(`http=(\S+)`).FindStringSubmatch(line)
-	if m == nil || strings.HasSuffix(m[1], ":0") {
-		t.Fatalf("start line %q: want the bound http address", line)
+	addr := b.startedAddr(t, "http")
+	if strings.HasSuffix(addr, ":0") {
+		t.Fatalf("start line gives http=%s: want the bound address", addr)
 	}
 	for path, want := range map[string]string{"/healthz": "ok\n", "/metrics": "\nstatsrelay_spans_received_total 0\n"} {
-		resp, err := http.Get("http://" + m[1] + path)
+		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatalf("%s at the logged address: %v", path, err)
 		}
@@ -304,12 +323,7 @@ func TestBinaryLogsItsHTTPAddress(t *testing.T) {
 			t.Errorf("%s: %d %q, want 200 with %q", path, resp.StatusCode, body, want)
 		}
 	}
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.wait(t); code != 0 {
-		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, b.output())
-	}
+	b.stop(t, syscall.SIGTERM)
 }
 
 // TestBinaryPprofCmdlineHidesPassword: /debug/pprof/cmdline shows the
@@ -322,12 +336,7 @@ func TestBinaryPprofCmdlineHidesPassword(t *testing.T) {
 	for _, agentArgs := range [][]string{{"-agent", withPassword}, {"-agent=" + withPassword}} {
 		args := append([]string{"-unix", "", "-udp", "127.0.0.1:0", "-http", "127.0.0.1:0"}, agentArgs...)
 		b := startBinary(t, args...)
-		line := b.startedLine(t)
-		m := regexp.MustCompile(`http=(\S+)`).FindStringSubmatch(line)
-		if m == nil {
-			t.Fatalf("start line %q: no http address", line)
-		}
-		resp, err := http.Get("http://" + m[1] + "/debug/pprof/cmdline")
+		resp, err := http.Get("http://" + b.startedAddr(t, "http") + "/debug/pprof/cmdline")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,12 +348,7 @@ func TestBinaryPprofCmdlineHidesPassword(t *testing.T) {
 		if strings.Contains(b.output(), "s3cret-pw") {
 			t.Errorf("%q: the log shows the password:\n%s", agentArgs, b.output())
 		}
-		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := b.wait(t); code != 0 {
-			t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, b.output())
-		}
+		b.stop(t, syscall.SIGTERM)
 	}
 }
 
@@ -363,29 +367,14 @@ func TestBinaryStopLineCountsMaybeDelivered(t *testing.T) {
 	})
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
 		"-interval", "1h", "-stop-drain", "100ms", "-stop-timeout", "1s")
-	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
-	if m == nil {
-		t.Fatalf("no udp address in the start line:\n%s", b.output())
+	spans := make([]stats.Span, 40)
+	for i := range spans {
+		spans[i] = stats.Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
+			Duration: int64(1+i) * int64(time.Millisecond), TopLevel: true}
 	}
-	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	for i := range 40 {
-		a.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
-			Duration: int64(1+i) * int64(time.Millisecond), TopLevel: true})
-	}
-	if err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	sendOverUDP(t, b.startedAddr(t, "udp"), spans...)
 	time.Sleep(200 * time.Millisecond) // merged before the signal
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.wait(t); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, b.output())
-	}
+	b.stop(t, syscall.SIGTERM)
 	if len(ag.Requests()) == 0 {
 		t.Fatalf("the agent saw no request:\n%s", b.output())
 	}
@@ -404,26 +393,9 @@ func TestBinaryFailedRequestsSayWhy(t *testing.T) {
 	wrong := strings.Replace(ag.URL(), "http://", "https://", 1)
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", wrong, "-http", "",
 		"-interval", "1h", "-stop-drain", "100ms", "-stop-timeout", "1s")
-	m := regexp.MustCompile(`udp=(\S+)`).FindStringSubmatch(b.startedLine(t))
-	if m == nil {
-		t.Fatalf("no udp address in the start line:\n%s", b.output())
-	}
-	a, err := stats.New(stats.Config{AgentURL: "udp://" + m[1], Service: "web", SendJitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	a.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", Duration: 1e6, TopLevel: true})
-	if err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	sendOverUDP(t, b.startedAddr(t, "udp"), stats.Span{Service: "web", Name: "http.request", Resource: "GET /", Duration: 1e6, TopLevel: true})
 	time.Sleep(200 * time.Millisecond) // merged before the signal
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.wait(t); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, b.output())
-	}
+	b.stop(t, syscall.SIGTERM)
 	if !regexp.MustCompile(`requests to the agent failed .*status_error=\d+ .*last_error=".*HTTP response to HTTPS client`).MatchString(b.output()) {
 		t.Errorf("the failed-requests line does not say why they failed:\n%s", b.output())
 	}
