@@ -6,6 +6,8 @@ package aggregate
 import (
 	"strings"
 	"unicode"
+
+	"github.com/spanstats/spanstats/internal/casefold"
 )
 
 // SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
@@ -61,22 +63,8 @@ const baseServiceKey = "_dd.base_service"
 // rune, without allocating; only U+0130 and U+212A lower to ASCII from
 // outside it, in two and three bytes).
 func peerKind(kind string) bool {
-	return lowerIs(kind, "client") || lowerIs(kind, "producer") || lowerIs(kind, "consumer")
-}
-
-// lowerIs reports whether strings.ToLower(s) == name, a lower-case ASCII name.
-func lowerIs(s, name string) bool {
-	if len(s) < len(name) || len(s) > 3*len(name) {
-		return false
-	}
-	i := 0
-	for _, r := range s {
-		if i == len(name) || unicode.ToLower(r) != rune(name[i]) {
-			return false
-		}
-		i++
-	}
-	return i == len(name)
+	return casefold.Is(kind, "client", unicode.ToLower) || casefold.Is(kind, "producer", unicode.ToLower) ||
+		casefold.Is(kind, "consumer", unicode.ToLower)
 }
 
 // sortedPeers returns kept as a sorted set in t.peers: the key treats peer

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/spanstats/spanstats/internal/casefold"
 )
 
 // grpcNames are the names the agent's concentrator (v0.85.4) reads as a
@@ -45,29 +47,11 @@ func CanonicalGRPCCode(s string) string {
 	}
 	s = strings.TrimPrefix(s, "StatusCode.")
 	for _, c := range grpcNames {
-		if upperIs(s, c.name) {
+		if casefold.Is(s, c.name, unicode.ToUpper) { // the agent's ToUpper, not EqualFold
 			return c.code
 		}
 	}
 	return ""
-}
-
-// upperIs reports whether strings.ToUpper(s) == name, for an upper-case
-// ASCII name, without allocating: the agent's comparison. It differs from
-// strings.EqualFold, which folds the Kelvin sign to "K" but not "ı" to "I".
-// The runes that upper-case to ASCII are ASCII or two bytes long (ı, ſ).
-func upperIs(s, name string) bool {
-	if len(s) < len(name) || len(s) > 2*len(name) {
-		return false
-	}
-	i := 0
-	for _, r := range s {
-		if i == len(name) || unicode.ToUpper(r) != rune(name[i]) {
-			return false
-		}
-		i++
-	}
-	return i == len(name)
 }
 
 // codeIndex is, for each code 0..16, an index in grpcNames of its name.

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/casefold"
 )
 
 // Span carries the raw fields of one finished span. Strings are used as
@@ -97,30 +98,14 @@ func kindWord(k string) uint64 {
 // lowerKindWord is kindWord of strings.ToLower(k), the kind the agent
 // compares, for a k of another length than 6 or 8: ToLower makes "i" of
 // U+0130 (İ) and "k" of U+212A (the Kelvin sign), so "clİent" is a client
-// span to the agent. Each such rune is two or more bytes, so only a k of 7
-// to 32 bytes with a non-ASCII byte can lower to a kind; it is lowered rune
-// by rune, without allocating. Off kindWord's path for the usual kinds.
+// span to the agent. Off kindWord's path for the usual kinds.
 func lowerKindWord(k string) uint64 {
-	i := 0
-	for i < len(k) && k[i] < utf8.RuneSelf {
-		i++
-	}
-	if i == len(k) {
-		return 0
-	}
-	var b [8]byte
-	n := 0
-	for _, r := range k {
-		if r = unicode.ToLower(r); r >= utf8.RuneSelf || n == len(b) {
-			return 0
+	for _, name := range [...]string{"server", "client", "producer", "consumer", "internal"} {
+		if casefold.Is(k, name, unicode.ToLower) {
+			return kindWord(name)
 		}
-		b[n] = byte(r)
-		n++
 	}
-	if n != 6 && n != 8 {
-		return 0
-	}
-	return kindWord(string(b[:n]))
+	return 0
 }
 
 // Eligible reports whether the span is counted: top-level, measured, or of
