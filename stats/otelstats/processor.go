@@ -80,11 +80,13 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	if p.topLevelByKind {
 		return
 	}
-	parent, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan)
-	if !ok || parent.SpanContext().SpanID() != s.Parent().SpanID() {
+	parent := trace.SpanFromContext(ctx)
+	if _, ok := parent.(sdktrace.ReadOnlySpan); !ok || parent.SpanContext().SpanID() != s.Parent().SpanID() {
 		return // no local SDK parent (none, remote, or WithNewRoot)
 	}
-	if parent.Resource() != s.Resource() {
+	// The provider, not the resource: providers built without WithResource
+	// share resource.Default()'s pointer, yet each exports its own spans.
+	if parent.TracerProvider() != s.TracerProvider() {
 		p.crossed.mark(s.SpanContext().SpanID())
 	}
 }
@@ -126,9 +128,8 @@ func (p *Processor) ForceFlush(ctx context.Context) error {
 const crossingSlots = 4096
 
 // crossings marks the spans started under a local parent of another
-// resource: another TracerProvider, so another export, where the agent
-// finds the parent outside the child's chunk and ComputeTopLevel makes the
-// child top-level. OnEnd takes the mark back. Span IDs are random and
+// TracerProvider, so of another export, where the agent finds the parent
+// outside the child's chunk and ComputeTopLevel makes the child top-level. OnEnd takes the mark back. Span IDs are random and
 // never 0, so a slot holds one span's ID or 0.
 type crossings struct{ slots [crossingSlots]atomic.Uint64 }
 

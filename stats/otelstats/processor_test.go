@@ -501,3 +501,28 @@ func TestConfigFromResource(t *testing.T) {
 		t.Errorf("nil resource changed the Config: %+v", c)
 	}
 }
+
+// TestLocalParentOfAnotherProviderSameResource: two TracerProviders built
+// without WithResource share resource.Default()'s one *Resource, yet each
+// exports its own spans, so the agent still finds the parent outside the
+// child's chunk and makes the child top-level.
+func TestLocalParentOfAnotherProviderSameResource(t *testing.T) {
+	p := NewProcessor(nil)
+	frontRec, backRec := &startOnly{p: p}, &startOnly{p: p}
+	front := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(frontRec))
+	back := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(backRec))
+	defer func() { _ = front.Shutdown(context.Background()); _ = back.Shutdown(context.Background()) }()
+	ctx, parent := front.Tracer("t").Start(context.Background(), "handle")
+	_, other := back.Tracer("t").Start(ctx, "work")
+	other.End()
+	parent.End()
+	if backRec.spans[0].Resource() != frontRec.spans[0].Resource() {
+		t.Fatal("the providers do not share a resource: the test shows nothing")
+	}
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, backRec.spans[0], b[:])
+	if !sp.TopLevel || sp.TraceRoot {
+		t.Fatalf("child under another provider's span of the same resource: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
+	}
+}
