@@ -265,7 +265,8 @@ func (g groupRow) String() string {
 // agentGroups computes the groups as the agent does from OTLP: index the
 // spans, the minimal conversion (GetOTelService, GetOTelOperationNameV2,
 // GetOTelResourceV2, GetOTelSpanType and the semantics lookups) with its
-// default peer-tag keys, the obfuscation of SQL and Redis resources,
+// default peer-tag keys, the normalizer's empty resource, the obfuscation
+// of SQL and Redis resources,
 // top-level by ComputeTopLevel over each trace's spans (its default, not by
 // kind), and the concentrator.
 func agentGroups(t *testing.T, td ptrace.Traces) map[string]groupRow {
@@ -278,6 +279,9 @@ func agentGroups(t *testing.T, td ptrace.Traces) map[string]groupRow {
 	chunks := map[uint64]pb.Trace{}
 	for id, span := range spanByID {
 		dd := transform.OtelSpanToDDSpanMinimal(span, resByID[id], scopeByID[id], false, false, conf, peerKeys, nil)
+		if dd.Resource == "" { // the agent's normalizer, which Process runs before obfuscation
+			dd.Resource = dd.Name
+		}
 		switch dd.Type { // the agent's obfuscateSpanInternal, by type
 		case "sql", "cassandra":
 			if _, err := transform.ObfuscateSQLSpan(obf, dd); err != nil {

@@ -38,7 +38,13 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 	sp.Service = p.service(&v)
 	sp.Name = p.operationName(&v, kind, b[:0])
 	sp.Type = spanType(&v, kind)
-	sp.Resource = p.resource(&v, kind, sp.Type, s.Name(), b[:0])
+	spanName := s.Name()
+	if spanName == "" {
+		// The only way to an empty resource; the agent's normalizer, which
+		// runs before obfuscation and stats, gives it the operation name.
+		spanName = sp.Name
+	}
+	sp.Resource = p.resource(&v, kind, sp.Type, spanName, b[:0])
 	sp.SpanKind = kindName(kind)
 	sp.HTTPStatusCode = httpStatusCode(&v)
 	sp.GRPCStatusCode = grpcStatusCode(&v)

@@ -133,6 +133,8 @@ func TestMapping(t *testing.T) {
 		{"internal, span service the resource's once normalized", svcRes, spanSpec{name: "compute Tax", kind: trace.SpanKindInternal, local: true, attrs: []attribute.KeyValue{
 			attribute.String("service.name", "Checkout"), attribute.Int("_dd.measured", 1)}},
 			stats.Span{Service: "checkout", Name: "Internal", Resource: "compute Tax", Type: "custom", SpanKind: "internal", Measured: true}},
+		{"empty span name: the agent's normalizer gives the operation name", svcRes, spanSpec{name: "", kind: trace.SpanKindServer},
+			stats.Span{Service: "checkout", Name: "server.request", Resource: "server.request", Type: "web", SpanKind: "server", TopLevel: true, TraceRoot: true}},
 		{"no service anywhere", nil, spanSpec{name: "work", kind: trace.SpanKindInternal},
 			stats.Span{Service: "otlpresourcenoservicename", Name: "Internal", Resource: "work", Type: "custom", SpanKind: "internal", TopLevel: true, TraceRoot: true}},
 	} {
