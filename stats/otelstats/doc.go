@@ -43,8 +43,8 @@
 // Design: OnEnd indexes the span's attributes once by key, reads the
 // resource's from a cache kept per resource, and follows the agent's
 // lookups over that index. Every string it builds (resources, operation
-// names, normalized services, peer-tag sets, obfuscated queries) goes
-// through a bounded, lock-free memo, so a route seen before costs lookups
-// and returns the same string values, which is also the aggregator's fast
-// path.
+// names, normalized services and tag values, peer-tag sets, obfuscated
+// queries) goes through a bounded, lock-free memo, so a route seen before
+// costs lookups and returns the same string values, which is also the
+// aggregator's fast path.
 package otelstats

@@ -37,7 +37,7 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 
 	sp.Service = p.service(&v)
 	sp.Name = p.operationName(&v, kind, b[:0])
-	sp.Type = spanType(&v, kind)
+	sp.Type = p.spanType(&v, kind)
 	spanName := s.Name()
 	if spanName == "" {
 		// The only way to an empty resource; the agent's normalizer, which
@@ -111,11 +111,15 @@ func (p *Processor) overridesService(v *view, svc string) bool {
 }
 
 // tagValue is the agent's lookupString with normalization.
-func tagValue(v *view, a attr) string {
-	if s := v.str(a); s != "" {
-		return normalize.NormalizeTagValue(s)
+func (p *Processor) tagValue(v *view, a attr) string { return p.normalizeTag(v.str(a)) }
+
+// normalizeTag is normalize.NormalizeTagValue(s), remembered: a value not
+// already in lower case would otherwise cost an allocation per span.
+func (p *Processor) normalizeTag(s string) string {
+	if s == "" {
+		return ""
 	}
-	return ""
+	return p.tags.strS(s, normalize.NormalizeTagValue)
 }
 
 // dbSystem is the concept db.system: db.system.name, then db.system.
@@ -137,15 +141,15 @@ func firstStr(v *view, as ...attr) string {
 // operationName follows GetOTelOperationNameV2, then NormalizeName as the
 // conversion does.
 func (p *Processor) operationName(v *view, kind trace.SpanKind, b []byte) string {
-	b = appendOperationName(b, v, kind)
+	b = p.appendOperationName(b, v, kind)
 	return p.names.str(b, func(s string) string {
 		n, _ := normalize.NormalizeName(s)
 		return n
 	})
 }
 
-func appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
-	if n := tagValue(v, aOperationName); n != "" {
+func (p *Processor) appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
+	if n := p.tagValue(v, aOperationName); n != "" {
 		return append(b, n...)
 	}
 	isClient, isServer := kind == trace.SpanKindClient, kind == trace.SpanKindServer
@@ -157,18 +161,18 @@ func appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
 			return append(b, "http.client.request"...)
 		}
 	}
-	if db := normalize.NormalizeTagValue(dbSystem(v)); db != "" && isClient { // normalized, then tested
+	if db := p.normalizeTag(dbSystem(v)); db != "" && isClient { // normalized, then tested
 		return append(append(b, db...), ".query"...)
 	}
-	if sys, op := tagValue(v, aMessagingSystem), tagValue(v, aMessagingOperation); sys != "" && op != "" {
+	if sys, op := p.tagValue(v, aMessagingSystem), p.tagValue(v, aMessagingOperation); sys != "" && op != "" {
 		switch kind {
 		case trace.SpanKindClient, trace.SpanKindServer, trace.SpanKindConsumer, trace.SpanKindProducer:
 			return append(append(append(b, sys...), '.'), op...)
 		}
 	}
-	rpc := tagValue(v, aRPCSystem)
+	rpc := p.tagValue(v, aRPCSystem)
 	if rpc == "aws-api" && isClient {
-		if svc := tagValue(v, aRPCService); svc != "" {
+		if svc := p.tagValue(v, aRPCService); svc != "" {
 			return append(append(append(b, "aws."...), svc...), ".request"...)
 		}
 		return append(b, "aws.client.request"...)
@@ -179,16 +183,16 @@ func appendOperationName(b []byte, v *view, kind trace.SpanKind) []byte {
 	if rpc != "" && isServer {
 		return append(append(b, rpc...), ".server.request"...)
 	}
-	if prov, name := tagValue(v, aFaaSInvokedProvider), tagValue(v, aFaaSInvokedName); prov != "" && name != "" && isClient {
+	if prov, name := p.tagValue(v, aFaaSInvokedProvider), p.tagValue(v, aFaaSInvokedName); prov != "" && name != "" && isClient {
 		return append(append(append(append(b, prov...), '.'), name...), ".invoke"...)
 	}
-	if trig := tagValue(v, aFaaSTrigger); trig != "" && isServer {
+	if trig := p.tagValue(v, aFaaSTrigger); trig != "" && isServer {
 		return append(append(b, trig...), ".invoke"...)
 	}
-	if tagValue(v, aGraphQLOperationType) != "" {
+	if p.tagValue(v, aGraphQLOperationType) != "" {
 		return append(b, "graphql.server.request"...)
 	}
-	proto := tagValue(v, aNetworkProtocolName)
+	proto := p.tagValue(v, aNetworkProtocolName)
 	switch {
 	case isServer && proto != "":
 		return append(append(b, proto...), ".server.request"...)
@@ -236,7 +240,7 @@ func kindName(k trace.SpanKind) string {
 }
 
 // spanType follows GetOTelSpanType.
-func spanType(v *view, kind trace.SpanKind) string {
+func (p *Processor) spanType(v *view, kind trace.SpanKind) string {
 	if t := v.str(aSpanType); t != "" {
 		return t
 	}
@@ -244,7 +248,7 @@ func spanType(v *view, kind trace.SpanKind) string {
 	case trace.SpanKindServer:
 		return "web"
 	case trace.SpanKindClient:
-		db := normalize.NormalizeTagValue(dbSystem(v)) // normalized, then tested
+		db := p.normalizeTag(dbSystem(v)) // normalized, then tested
 		if db == "" {
 			return "http"
 		}

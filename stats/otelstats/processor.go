@@ -22,9 +22,10 @@ type Processor struct {
 	res            resCache
 	crossed        crossings
 	obf            *obfuscate.Obfuscator
-	// Each memo remembers one computation: normalized services and
-	// operation names, resources (built, then obfuscated), peer-tag sets.
-	services, names, resources, peers *memo
+	// Each memo remembers one computation: normalized services, tag
+	// values and operation names, resources (built, then obfuscated),
+	// peer-tag sets.
+	services, tags, names, resources, peers *memo
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -68,6 +69,7 @@ func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 		// which is what collapses every query of one shape into one group.
 		obf:       obfuscate.NewObfuscator(obfuscate.Config{}),
 		services:  newMemo(memoMaxKey),
+		tags:      newMemo(memoMaxKey),
 		names:     newMemo(memoMaxKey),
 		resources: newMemo(resourceKeyLen),
 		peers:     newMemo(memoMaxKey),

@@ -528,3 +528,38 @@ func TestLocalParentOfAnotherProviderSameResource(t *testing.T) {
 		t.Fatalf("child under another provider's span of the same resource: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
 	}
 }
+
+// TestRepeatedRouteAllocatesNothing: once a route was seen, mapping it again
+// allocates nothing, whatever case its values come in: the agent's
+// lower-casing (NormalizeTagValue) of the parts of an operation name and
+// of db.system is remembered, not redone per span.
+func TestRepeatedRouteAllocatesNothing(t *testing.T) {
+	p := NewProcessor(nil)
+	str := attribute.String
+	for _, tc := range []struct {
+		row  string
+		spec spanSpec
+		name string
+	}{
+		{"aws sdk client", spanSpec{name: "S3.GetObject", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			str("rpc.system", "aws-api"), str("rpc.service", "S3"), str("rpc.method", "GetObject")}}, "aws.s3.request"},
+		{"messaging consumer", spanSpec{name: "jobs process", kind: trace.SpanKindConsumer, remote: true, attrs: []attribute.KeyValue{
+			str("messaging.system", "AmazonSQS"), str("messaging.operation", "Process"), str("messaging.destination.name", "jobs")}}, "amazonsqs.process"},
+		{"database client", spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			str("db.system", "PostgreSQL"), str("db.statement", "SELECT 1")}}, "postgresql.query"},
+		{"operation.name attribute", spanSpec{name: "w", kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+			str("operation.name", "Worker.Run")}}, "worker.run"},
+	} {
+		t.Run(tc.row, func(t *testing.T) {
+			s := endSpans(t, svcRes, tc.spec)[0]
+			var sp stats.Span
+			var b [scratchSize]byte
+			if p.fill(&sp, s, b[:]); sp.Name != tc.name {
+				t.Fatalf("name %q, want %q", sp.Name, tc.name)
+			}
+			if allocs := testing.AllocsPerRun(100, func() { p.fill(&sp, s, b[:]) }); allocs != 0 {
+				t.Fatalf("%v allocations per span of a repeated route, want 0", allocs)
+			}
+		})
+	}
+}
