@@ -332,8 +332,7 @@ func decodeGeneral(b []byte, into *aggregate.Sketch) error {
 			st.placeContiguous(r.positiveBytes)
 		}
 	} else {
-		a := sketchReader{into: into}
-		_ = a.message(b) // validated above: cannot fail
+		addPositives(b, into)
 	}
 	if r.zeros > 0 {
 		into.AddZeros(r.zeros)
@@ -341,11 +340,8 @@ func decodeGeneral(b []byte, into *aggregate.Sketch) error {
 	return nil
 }
 
-// sketchReader walks a DDSketch message. The first walk (into == nil)
-// validates everything; the second adds the values to into.
+// sketchReader validates a DDSketch message.
 type sketchReader struct {
-	into *aggregate.Sketch
-
 	bins          int // bin entries seen so far, over every store
 	zeros         uint64
 	hasMapping    bool
@@ -450,27 +446,99 @@ func (r *sketchReader) mapping(f field) error {
 }
 
 func (r *sketchReader) store(b []byte, negative bool) error {
-	s := storeScan{negative: negative, into: r.into, first: -1, last: -1}
+	s := storeScan{negative: negative, first: -1, last: -1}
 	if err := s.scan(b); err != nil {
 		return err
 	}
 	if r.bins += s.bins; r.bins > MaxDecodedBins {
 		return ErrTooManyBins
 	}
-	switch {
-	case r.into != nil && s.first >= 0:
-		s.placeContiguous(b)
-	case r.into == nil && !negative:
+	if !negative {
 		r.positives++
 		r.positive, r.positiveBytes = s, b
 	}
 	return nil
 }
 
+// addPositives adds the bins of the positive stores of b, a validated
+// DDSketch, to into: the highest and the lowest first, as addEnds does,
+// then the others in wire order. In wire order alone, bins far apart (a map
+// in descending order, a store per bin) grew the store a few bins at a
+// time, copying it at each and allocating many times the input
+// (TestGeneralSketchCannotAmplify).
+func addPositives(b []byte, into *aggregate.Sketch) {
+	type bin struct {
+		index, ord int
+		c          uint64
+	}
+	var lo, hi bin
+	n := 0
+	eachPositive(b, func(i int, c uint64) {
+		if n == 0 || i < lo.index {
+			lo = bin{i, n, c}
+		}
+		if n == 0 || i > hi.index {
+			hi = bin{i, n, c}
+		}
+		n++
+	})
+	if n == 0 {
+		return
+	}
+	into.AddIndex(hi.index, hi.c)
+	if lo.ord != hi.ord {
+		into.AddIndex(lo.index, lo.c)
+	}
+	n = 0
+	eachPositive(b, func(i int, c uint64) {
+		if n != lo.ord && n != hi.ord {
+			into.AddIndex(i, c)
+		}
+		n++
+	})
+}
+
+// eachPositive calls f with the index and count of every non-empty bin of
+// the positive stores of b, a validated DDSketch, in wire order: each
+// store's map entries, and its contiguous counts from its offset (the last
+// one written, wherever it is, as storeScan reads it).
+func eachPositive(b []byte, f func(index int, c uint64)) {
+	_ = walk(b, func(fd field) error {
+		if fd.num != fieldPositive || fd.typ != protowire.BytesType {
+			return nil // a negative store holds no value: validated
+		}
+		offset := 0
+		_ = walk(fd.data, func(sf field) error {
+			if sf.num == fieldOffset {
+				offset = sint32(sf.val)
+			}
+			return nil
+		})
+		pos := 0
+		return walk(fd.data, func(sf field) error {
+			switch sf.num {
+			case fieldBinCounts:
+				var e mapEntry
+				_ = walk(sf.data, e.field)
+				if c, _ := count(e.bits); c > 0 {
+					f(e.index, c)
+				}
+			case fieldContiguous: // packed, or one double: validated
+				for q := 0; q < len(sf.data); q, pos = q+8, pos+1 {
+					if c, _ := count(binary.LittleEndian.Uint64(sf.data[q:])); c > 0 {
+						f(offset+pos, c)
+					}
+				}
+			}
+			return nil
+		})
+	})
+}
+
 // storeScan walks a Store message.
 type storeScan struct {
 	negative bool              // the negative store: no value may be in it
-	into     *aggregate.Sketch // nil: validate only
+	into     *aggregate.Sketch // where placeContiguous adds the counts
 
 	bins        int    // bin entries: contiguous counts and map entries
 	mapBins     int    // map entries with a count
@@ -482,7 +550,6 @@ type storeScan struct {
 }
 
 // scan validates a Store message and finds its non-zero contiguous counts.
-// Given into (b then is validated) it adds the map-form bins to it.
 func (s *storeScan) scan(b []byte) error {
 	if err := walk(b, s.field); err != nil {
 		return err
@@ -516,9 +583,6 @@ func (s *storeScan) field(f field) error {
 			return ErrMalformedSketch
 		}
 		s.mapBins++
-		if s.into != nil {
-			s.into.AddIndex(e.index, c)
-		}
 	case f.num == fieldContiguous && len(f.data)%8 == 0 &&
 		(f.typ == protowire.BytesType || f.typ == protowire.Fixed64Type):
 		// Packed, or one unpacked double (whose 8 bytes are f.data too).
@@ -526,20 +590,17 @@ func (s *storeScan) field(f field) error {
 		// stored at every bin (BenchmarkDecodeSketch).
 		s.bins += len(f.data) / 8
 		pos, first, last, lastBits := s.pos, s.first, s.last, s.lastBits
-		validate := s.into == nil // adding, the counts are known good
 		for i := 0; i < len(f.data); i, pos = i+8, pos+1 {
 			bits := binary.LittleEndian.Uint64(f.data[i:])
 			if bits == 0 {
 				continue
 			}
-			if validate {
-				c, err := countSlow(bits)
-				if err != nil {
-					return err
-				}
-				if c == 0 {
-					continue // -0, or a fraction below 0.5
-				}
+			c, err := countSlow(bits)
+			if err != nil {
+				return err
+			}
+			if c == 0 {
+				continue // -0
 			}
 			if first < 0 {
 				first, s.firstBits = pos, bits

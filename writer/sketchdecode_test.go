@@ -459,3 +459,43 @@ func nonEmpty(counts []uint32) (n int) {
 	}
 	return n
 }
+
+// TestGeneralSketchCannotAmplify: bins far apart that the general decoder
+// adds in wire order (a map in descending order, not AppendSketch's
+// layout) size the sketch's store once, as
+// the fast path does, rather than growing it a few bins at a time: a
+// 28 KB summary of 2048 bins allocated 535 KB, 18 times its size, and
+// copied its store at every bin, on the relay's path (Decoder.AddSketch).
+func TestGeneralSketchCannotAmplify(t *testing.T) {
+	const n = aggregate.MaxBins
+	entry := func(i int) []byte {
+		return pbBytes(fieldBinCounts, pbVarint(fieldMapKey, zigzag32(i)), pbDouble(fieldMapValue, float64(1+i%3)))
+	}
+	var descending []byte // bins 1000+n-1 down to 1000
+	for k := range n {
+		descending = append(descending, entry(1000+n-1-k)...)
+	}
+	lowest := len(descending) - len(entry(1000))
+	// The lowest bin as a contiguous count, after the map entries.
+	mixed := append(descending[:lowest:lowest], packed(float64(1+1000%3))...)
+	mixed = append(mixed, pbVarint(fieldOffset, zigzag32(1000))...)
+	want := new(aggregate.Sketch)
+	for k := range n {
+		want.AddIndex(1000+k, uint64(1+(1000+k)%3))
+	}
+	for name, b := range map[string][]byte{
+		"descending map":    append(pbMapping(gamma, 0, 0), pbBytes(fieldPositive, descending)...),
+		"map and counts":    append(pbMapping(gamma, 0, 0), pbBytes(fieldPositive, mixed)...),
+		"map, then mapping": append(pbBytes(fieldPositive, descending), pbMapping(gamma, 0, 0)...),
+	} {
+		got := new(aggregate.Sketch)
+		var err error
+		a := allocated(func() { err = DecodeSketch(b, got) })
+		if err != nil || !sameWire(got, want) || got.Count() != want.Count() {
+			t.Fatalf("%s: %v, or other bins than %d from 1000", name, err, n)
+		}
+		if a > uint64(len(b)) {
+			t.Errorf("%s: a %d-byte summary allocated %d bytes (%.1f×), bound 1×", name, len(b), a, float64(a)/float64(len(b)))
+		}
+	}
+}
