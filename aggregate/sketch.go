@@ -358,8 +358,18 @@ func (s *Sketch) Merge(o *Sketch) {
 	}
 	s.AddZeros(o.zeros)
 	lo, counts := o.Bins()
-	// Highest index first: the store then grows downwards once, not per bin.
-	for i := len(counts) - 1; i >= 0; i-- {
+	// The highest bin, then the lowest, then the rest: the store is sized
+	// once, not grown (and shifted) bin by bin (TestSketchMergeSizesOnce).
+	// Where the bins land does not depend on the order of the adds.
+	n := len(counts)
+	if n == 0 { // zeros only
+		return
+	}
+	s.AddIndex(lo+n-1, uint64(counts[n-1]))
+	if n > 1 {
+		s.AddIndex(lo, uint64(counts[0]))
+	}
+	for i := n - 2; i > 0; i-- {
 		s.AddIndex(lo+i, uint64(counts[i]))
 	}
 }

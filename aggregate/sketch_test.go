@@ -321,6 +321,7 @@ func TestSketchMerge(t *testing.T) {
 		"zeros":  func(r *rand.Rand) []float64 { return append(logUniform(r, 100, 1, 10), 0, 0, 0) },
 		"empty":  func(*rand.Rand) []float64 { return nil },
 		"single": func(*rand.Rand) []float64 { return []float64{777} },
+		"onlyz":  func(*rand.Rand) []float64 { return []float64{0, 0} },
 	}
 	for an, ga := range gens {
 		for bn, gb := range gens {
@@ -492,5 +493,25 @@ func TestStoreBytes(t *testing.T) {
 	z.AddZeros(3)
 	if z.HeapBytes() != StoreBytes(0) {
 		t.Fatalf("zeros only: HeapBytes %d, StoreBytes(0) %d", z.HeapBytes(), StoreBytes(0))
+	}
+}
+
+// TestSketchMergeSizesOnce: merging a wide sketch into an empty one sizes
+// the store once (the relay merges held groups so), instead of growing it
+// by binSlack bins per reallocation and shifting it at every bin.
+func TestSketchMergeSizesOnce(t *testing.T) {
+	var wide Sketch
+	for i := range MaxBins {
+		wide.AddIndex(i-MaxBins/2, 1)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		var s Sketch
+		s.Merge(&wide)
+		if s.Count() != MaxBins {
+			t.Fatalf("merged count %d, want %d", s.Count(), MaxBins)
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("Merge of %d bins into an empty sketch: %v allocations, want at most 2", MaxBins, allocs)
 	}
 }
