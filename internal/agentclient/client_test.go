@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1209,5 +1210,32 @@ func TestAgentErrorText(t *testing.T) {
 		if got := e.Error(); got != want {
 			t.Errorf("%+v: %q, want %q", *e, got, want)
 		}
+	}
+}
+
+// TestUnixURLToDatagramSocket: an agent URL unix:// naming a datagram
+// socket (statsrelay's, or DogStatsD's dsd.socket) fails every request:
+// the error the payload is dropped with says which scheme is for which
+// socket, as the relay side does for the opposite mistake, and keeps the
+// errno for errors.Is.
+func TestUnixURLToDatagramSocket(t *testing.T) {
+	sock := t.TempDir() + "/relay.sock"
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := testConfig("unix://" + sock)
+	cfg.MaxRetries = 0
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: []byte{0x80}, Hits: 2, Waiter: NewWaiter(done, 1, nil)})
+	err = <-done
+	if obs.failed != 1 || obs.dropped != 1 || !errors.Is(err, syscall.EPROTOTYPE) ||
+		!strings.Contains(err.Error(), "unixgram://") || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("failed %d, dropped %d, outcome %v; want 1, 1 and an EPROTOTYPE error naming %s and unixgram://",
+			obs.failed, obs.dropped, err, sock)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -172,7 +173,14 @@ func newHTTPClient(ep Endpoint, timeout time.Duration, parallel int) *http.Clien
 	if ep.UnixSocket != "" {
 		sock := ep.UnixSocket
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", sock)
+			c, err := d.DialContext(ctx, "unix", sock)
+			if errors.Is(err, syscall.EPROTOTYPE) {
+				// The likely mistake: statsrelay's socket (or DogStatsD's)
+				// given for the agent's; the errno alone does not say so.
+				err = fmt.Errorf("not a stream socket (statsrelay's or DogStatsD's datagram socket?); "+
+					"unix:// is for the agent's apm.socket, unixgram:// for statsrelay's: %w", err)
+			}
+			return c, err
 		}
 	} else {
 		tr.DialContext = d.DialContext
