@@ -245,13 +245,15 @@ func (a *Aggregator) Health() Health {
 	// its whole: what left the table (cleared, sent, unsent) and what is
 	// counted apart (collapsed, overflowed, late) within Counted, a label
 	// field's Collapsed within CollapsedSpans, the after-timeout counts
-	// within theirs (TestHealthPartsNeverExceedWhole).
+	// within theirs, the retries within the failed attempts they follow
+	// (TestHealthPartsNeverExceedWhole, TestHealthRetriedNeverExceedsFailed).
 	var byField FieldCounts
 	for f := range byField {
 		byField[f] = c.collapsed[f].Load()
 	}
 	collapsed, overflowed, late := c.collapsedSpans.Load(), c.overflowed.Load(), c.late.Load()
 	retriedAfterTimeout, unsentAfterTimeout := c.retriesAfterTimeout.Load(), c.unsentAfterTimeout.Load()
+	retried := c.payloadsRetried.Load()
 	cleared, sent, unsent := c.cleared.Load(), c.spansSent.Load(), c.spansUnsent.Load()
 	h := Health{
 		Collapsed:           byField,
@@ -275,7 +277,7 @@ func (a *Aggregator) Health() Health {
 		BytesSent:           c.bytesSent.Load(),
 		SpansSent:           sent,
 		SpansUnsent:         unsent,
-		PayloadsRetried:     c.payloadsRetried.Load(),
+		PayloadsRetried:     retried,
 		PayloadsSplit:       c.payloadsSplit.Load(),
 		AgentOffSpans:       c.agentOff.Load(),
 		AgentOff:            a.off.Load(),

@@ -60,3 +60,43 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 			h.CollapsedSpans, h.LateSpans, h.Overflowed)
 	}
 }
+
+// TestHealthRetriedNeverExceedsFailed: every retry follows a failed
+// attempt, so a snapshot taken while a sender retries toward a missing
+// relay never shows more PayloadsRetried than PayloadsFailed (a monitor
+// computing the attempts given up, Failed − Retried, must not wrap).
+func TestHealthRetriedNeverExceedsFailed(t *testing.T) {
+	a := newStarted(t, Config{AgentURL: "unixgram://" + t.TempDir() + "/none.sock", SendJitter: -1}, func(a *Aggregator) {
+		a.snd.out.(*datagramOut).sleep = func(time.Duration) {} // retry as fast as the dial fails
+	})
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !done.Load() {
+			publishN(a, 1, "r")
+			_ = a.Flush(t.Context()) // ErrNoRelay: that is the point
+		}
+	})
+	var bad atomic.Pointer[string]
+	var polls sync.WaitGroup
+	for range 4 { // more snapshots, more chances to straddle a retry
+		polls.Go(func() {
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && bad.Load() == nil; {
+				if h := a.Health(); h.PayloadsRetried > h.PayloadsFailed {
+					msg := fmt.Sprintf("PayloadsRetried %d > PayloadsFailed %d", h.PayloadsRetried, h.PayloadsFailed)
+					bad.Store(&msg)
+				}
+			}
+		})
+	}
+	polls.Wait()
+	done.Store(true)
+	wg.Wait()
+	stop(t, a)
+	if msg := bad.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+	if h := a.Health(); h.PayloadsRetried == 0 {
+		t.Fatal("no retry: the test means nothing")
+	}
+}
