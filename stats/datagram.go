@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
@@ -283,6 +284,13 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		d.conn.Close()
 		d.conn = nil
 		d.relookup = true
+	}
+	if errors.Is(err, syscall.EMSGSIZE) && d.to.network == "unixgram" {
+		// Within MaxDatagramBytes, so over the send buffer dial asked for
+		// and the kernel cut down to net.core.wmem_max.
+		return fmt.Errorf("sending %d bytes to relay %s: %w: over the socket's send buffer, "+
+			"which the kernel caps at net.core.wmem_max: raise it to at least %d, or lower MaxDatagramBytes",
+			len(p.body), d.relay(), err, 2*d.limit)
 	}
 	if err != nil {
 		// The socket's error is an errno alone (a dial's names the relay).

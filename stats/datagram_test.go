@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -895,4 +896,35 @@ func TestDatagramErrorNamesRelay(t *testing.T) {
 			checkConservation(t, h)
 		})
 	}
+}
+
+// TestDatagramOverSendBuffer: a datagram larger than the Unix socket's
+// send buffer (the kernel caps it at net.core.wmem_max, which can be
+// below twice MaxDatagramBytes) is dropped and counted, and the error
+// says what to change rather than only "message too long". The test
+// dials the socket itself with a small buffer, standing for that cap.
+func TestDatagramOverSendBuffer(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	path := strings.TrimPrefix(r.url, "unixgram://")
+	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)}, func(a *Aggregator) {
+		conn, err := dgram.DialUnixgram(path, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.snd.out.(*datagramOut).conn = conn
+	})
+	const groups = 100
+	for k := range groups {
+		publishN(a, 1, fmt.Sprintf("%04d", k)+strings.Repeat("R", 200)) // ~30 KiB in all
+	}
+	err := a.Flush(context.Background())
+	if !errors.Is(err, syscall.EMSGSIZE) || !strings.Contains(err.Error(), "net.core.wmem_max") || !strings.Contains(err.Error(), "MaxDatagramBytes") {
+		t.Fatalf("Flush = %v; want EMSGSIZE, saying to raise net.core.wmem_max or lower MaxDatagramBytes", err)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.PayloadsDropped != 1 || h.SpansUnsent != groups || h.SpansSent != 0 {
+		t.Fatalf("dropped %d payloads, %d spans unsent, %d sent; want 1, %d, 0", h.PayloadsDropped, h.SpansUnsent, h.SpansSent, groups)
+	}
+	checkConservation(t, h)
 }
