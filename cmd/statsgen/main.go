@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +60,9 @@ func main() {
 	}
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "statsgen:", err)
+		if errors.Is(err, stats.ErrBadConfig) {
+			os.Exit(2) // a setting refused before any span was published
+		}
 		os.Exit(1)
 	}
 }
@@ -108,6 +112,11 @@ func run(o options, out io.Writer) error {
 		TracerVersion: "statsgen", BucketInterval: o.interval,
 	})
 	if err != nil {
+		// New names the Config field (its documented contract); the
+		// operator gave -agent, not AgentURL.
+		if o.agent != "" && strings.Contains(err.Error(), "AgentURL") {
+			err = fmt.Errorf("-agent %q: %w", o.agent, err)
+		}
 		return err
 	}
 	agg.Start()

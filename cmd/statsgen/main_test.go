@@ -48,6 +48,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"-keys", "0"},   // validate's
 		{"-errors", "2"}, // validate's
 		{"-interval", "1ms"},
+		{"-agent", "ftp://localhost:8126"}, // stats.New's refusal, a bad flag too
 	} {
 		a, err := json.Marshal(args)
 		if err != nil {
