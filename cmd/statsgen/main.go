@@ -71,18 +71,24 @@ func (o options) validate() error {
 	switch {
 	case o.keys <= 0:
 		return fmt.Errorf("-keys must be > 0, got %d", o.keys)
+	case o.keys > maxKeys:
+		return fmt.Errorf("-keys must be at most %d, got %d", maxKeys, o.keys)
 	case o.producers <= 0:
 		return fmt.Errorf("-producers must be > 0, got %d", o.producers)
+	case o.producers > maxProducers:
+		return fmt.Errorf("-producers must be at most %d, got %d", maxProducers, o.producers)
+	case o.run <= 0:
+		return fmt.Errorf("-run must be > 0, got %s", o.run)
 	case o.top <= 0:
 		return fmt.Errorf("-top must be > 0, got %d", o.top)
 	case !(o.errRatio >= 0 && o.errRatio <= 1): // NaN too
 		return errors.New("-errors must be in [0, 1]")
 	case o.minDur <= 0 || o.maxDur < o.minDur:
 		return errors.New("need 0 < -min <= -max")
-	case !(o.rate >= 0 && o.rate <= maxRate) || o.run <= 0:
+	case !(o.rate >= 0 && o.rate <= maxRate):
 		// NaN fails the first test too; past maxRate the pacing's per-step
 		// budget would no longer count down (1e30 - 1 == 1e30).
-		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible), -run > 0", maxRate)
+		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible)", maxRate)
 	case o.interval < stats.MinBucketInterval || o.interval > stats.MaxBucketInterval:
 		return fmt.Errorf("-interval %s: want %s..%s", o.interval, stats.MinBucketInterval, stats.MaxBucketInterval)
 	case o.dist != "loguniform" && o.dist != "uniform" && o.dist != "fixed":
@@ -94,6 +100,15 @@ func (o options) validate() error {
 // maxRate bounds -rate: far beyond what any machine publishes, and low
 // enough that the pacing counts its spans one by one.
 const maxRate = 1e9
+
+// maxKeys and maxProducers bound what the run allocates up front (a
+// resource string per key, a goroutine per producer): a mistyped count
+// must not end in an out-of-memory kill. maxKeys is far past the table
+// cap and the resource budget, past which more keys only collapse alike.
+const (
+	maxKeys      = 1_000_000
+	maxProducers = 10_000
+)
 
 func run(o options, out io.Writer) error {
 	if err := o.validate(); err != nil {
@@ -133,13 +148,14 @@ func run(o options, out io.Writer) error {
 	fmt.Fprintf(out, "interval %s: stats are aggregated per %s bucket and sent once each bucket closes\n", o.interval, o.interval)
 	st := &status{out: out, last: time.Now()}
 
+	resources := resourceNames(o.keys) // built once: the producers share it, read-only
 	var wg sync.WaitGroup
 	begin := time.Now() // the producers' common schedule starts here
 	for p := range o.producers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			produce(ctx, agg, o, p, begin)
+			produce(ctx, agg, o, p, begin, resources)
 		}()
 	}
 	printed := 0
@@ -245,16 +261,23 @@ func rateString(r float64) string {
 	return fmt.Sprintf("%.0f/s", r)
 }
 
-// produce publishes spans until ctx ends, pacing itself to its share of the
-// rate in 1 ms steps (or as fast as it can with -rate 0).
-func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin time.Time) {
-	rng := rand.New(rand.NewPCG(uint64(p), 42))
-	services := []string{"web-store", "checkout", "users-api", "search"}
-	kinds := []string{"server", "server", "client", "consumer"}
-	resources := make([]string, o.keys)
+// services are the span services; key k is services[k%len(services)]'s.
+var services = []string{"web-store", "checkout", "users-api", "search"}
+
+// resourceNames is key k's resource for each of the keys.
+func resourceNames(keys int) []string {
+	resources := make([]string, keys)
 	for i := range resources {
 		resources[i] = fmt.Sprintf("GET /api/v1/%s/%d", services[i%len(services)], i)
 	}
+	return resources
+}
+
+// produce publishes spans until ctx ends, pacing itself to its share of the
+// rate in 1 ms steps (or as fast as it can with -rate 0).
+func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin time.Time, resources []string) {
+	rng := rand.New(rand.NewPCG(uint64(p), 42))
+	kinds := []string{"server", "server", "client", "consumer"}
 	peers := make([][]string, len(services))
 	for i := range peers {
 		peers[i] = []string{"peer.service:" + services[i]}

@@ -79,6 +79,9 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *options) { o.keys = 0 }, "-keys must be > 0, got 0"},
 		{func(o *options) { o.producers = -3 }, "-producers must be > 0, got -3"},
 		{func(o *options) { o.top = 0 }, "-top must be > 0, got 0"},
+		{func(o *options) { o.keys = 1_000_000_000 }, "-keys must be at most 1000000, got 1000000000"},
+		{func(o *options) { o.producers = 100_000_000 }, "-producers must be at most 10000, got 100000000"},
+		{func(o *options) { o.run = 0 }, "-run must be > 0, got 0s"},
 	} {
 		o := good
 		tc.set(&o)
@@ -227,7 +230,7 @@ func TestProducerBehindSeesTheEnd(t *testing.T) {
 	defer cancel()
 	// 10 s behind at 1e9 spans/s: 1e10 spans due at once.
 	start := time.Now()
-	produce(ctx, agg, o, 0, start.Add(-10*time.Second))
+	produce(ctx, agg, o, 0, start.Add(-10*time.Second), resourceNames(o.keys))
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("produce returned %s after it began, its context ended at 200ms", took)
 	}
