@@ -231,6 +231,9 @@ func check(o *options) error {
 	if _, err := agentclient.ParseURL(c.AgentURL); err != nil {
 		return fmt.Errorf("-agent: %w", err)
 	}
+	if c.UnixPath == "" && c.UDPAddr == "" {
+		return errors.New("-unix and -udp are both empty: nothing to listen on (give a Unix socket path, a UDP address, or both)")
+	}
 	if c.UnixPath == "" {
 		c.UnixPath = "-"
 	}

@@ -104,9 +104,13 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if o, err := parse([]string{"-agent", "http://a:1"}, map[string]string{"DD_AGENT_HOST": "a b"}); err != nil || o.cfg.AgentURL != "http://a:1" {
 		t.Errorf("-agent over a bad DD_AGENT_HOST: %q, %v", o.cfg.AgentURL, err)
 	}
-	o, err = parse([]string{"-udp", "", "-unix", ""}, nil)
-	if err != nil || o.cfg.UDPAddr != "-" || o.cfg.UnixPath != "-" {
-		t.Fatalf("empty -udp/-unix disable: %+v, %v", o.cfg, err)
+	o, err = parse([]string{"-udp", ""}, nil)
+	if err != nil || o.cfg.UDPAddr != "-" || o.cfg.UnixPath != "/tmp/spanstats-relay.sock" {
+		t.Fatalf("empty -udp disables: %+v, %v", o.cfg, err)
+	}
+	o, err = parse([]string{"-unix", ""}, nil)
+	if err != nil || o.cfg.UnixPath != "-" || o.cfg.UDPAddr != "127.0.0.1:8127" {
+		t.Fatalf("empty -unix disables: %+v, %v", o.cfg, err)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -123,6 +127,10 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		// be rejected as truncated.
 		{[]string{"-max-datagram", "16384"}, nil, "-max-datagram 16384: want 40960..1048576 (at least the senders' MaxDatagramBytes)"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
+		// Both disabled: a setting error (exit 2) naming both flags, not
+		// a start failure (exit 1) naming the Unix path and UDP address.
+		{[]string{"-udp", "", "-unix", ""}, nil, "-unix and -udp are both empty: nothing to listen on"},
+		{[]string{"-udp", ""}, map[string]string{"STATSRELAY_UNIX": ""}, "(set by STATSRELAY_UNIX)"},
 		{[]string{"-stop-drain", "0s"}, nil, "-stop-drain"},
 		{[]string{"-max-held-bytes", "4096"}, nil, "-max-held-bytes"},
 		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
