@@ -158,7 +158,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := lookupEnv(env); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+				errs = append(errs, fmt.Errorf("%s=%q: want %s (as -%s): %w", env, v, valueKind(f), f.Name, err))
 			}
 			fromEnv[f.Name] = env
 		}
@@ -198,6 +198,22 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, o.setBy(err)
 	}
 	return o, nil
+}
+
+// valueKind says what f takes, for a variable the flag package cannot
+// parse: its own "parse error" names neither the type nor an example, and
+// no usage follows it as after a bad flag.
+func valueKind(f *flag.Flag) string {
+	switch kind, _ := flag.UnquoteUsage(f); kind {
+	case "": // a bool flag
+		return "true or false"
+	case "duration":
+		return "a duration such as 3s or 250ms"
+	case "int":
+		return "an integer"
+	default:
+		return "a " + kind
+	}
 }
 
 // setBy adds to err, which names its flags ("-grace 3s: want ... <

@@ -118,6 +118,11 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		want string
 	}{
 		{nil, map[string]string{"STATSRELAY_MAX_GROUPS": "many"}, "STATSRELAY_MAX_GROUPS"},
+		// A variable the flag package cannot parse says what -<name> takes,
+		// as -h would: the bare "parse error" does not.
+		{nil, map[string]string{"STATSRELAY_MAX_GROUPS": "many"}, `STATSRELAY_MAX_GROUPS="many": want an integer (as -max-groups)`},
+		{nil, map[string]string{"STATSRELAY_GRACE": "3"}, `STATSRELAY_GRACE="3": want a duration such as 3s or 250ms (as -grace)`},
+		{nil, map[string]string{"STATSRELAY_ORIGIN": "yes"}, `STATSRELAY_ORIGIN="yes": want true or false (as -origin)`},
 		{[]string{"-socket-mode", "rw"}, nil, "-socket-mode"},
 		{[]string{"-grace", "20s"}, nil, "-grace"},
 		{[]string{"-interval", "2s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
