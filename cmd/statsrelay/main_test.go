@@ -174,7 +174,8 @@ func TestUsageNamesTheVariables(t *testing.T) {
 	if _, err := parseFlags(fs, []string{"-h"}, func(string) (string, bool) { return "", false }); err != flag.ErrHelp {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"STATSRELAY_<NAME>", "STATSRELAY_MAX_GROUPS", "the flag wins", "-max-groups int"} {
+	// SIGHUP stops the relay as SIGINT and SIGTERM do (signalContext).
+	for _, want := range []string{"STATSRELAY_<NAME>", "STATSRELAY_MAX_GROUPS", "the flag wins", "-max-groups int", "on SIGINT/SIGTERM/SIGHUP, how long the readers", "on SIGINT/SIGTERM/SIGHUP, how long the final forward"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out.String())
 		}
