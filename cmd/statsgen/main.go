@@ -128,9 +128,10 @@ func run(o options, out io.Writer) error {
 	})
 	if err != nil {
 		// New names the Config field (its documented contract); the
-		// operator gave -agent, not AgentURL.
+		// operator gave -agent, not AgentURL. The value is New's to quote:
+		// it hides a password the URL holds.
 		if o.agent != "" && strings.Contains(err.Error(), "AgentURL") {
-			err = fmt.Errorf("-agent %q: %w", o.agent, err)
+			err = fmt.Errorf("-agent: %w", err)
 		}
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -266,5 +267,16 @@ func TestStatusLineCollapsedAndOverflowed(t *testing.T) {
 	(&status{out: &out, last: time.Now()}).line(h)
 	if s := out.String(); !strings.Contains(s, " counted 5 ") || !strings.Contains(s, " collapsed 4 overflowed 4 ") {
 		t.Fatalf("status line %q: want counted 5, collapsed 4 and overflowed 4 apart", s)
+	}
+}
+
+// TestBadAgentNamesTheFlagNotThePassword: an -agent stats.New refuses is
+// named as the flag, with the password hidden as the SDK hides it.
+func TestBadAgentNamesTheFlagNotThePassword(t *testing.T) {
+	o := options{rate: 1, keys: 1, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: time.Second,
+		interval: time.Second, top: 1, agent: "http://user:secret@127.0.0.1:notaport"}
+	err := run(o, io.Discard)
+	if err == nil || !errors.Is(err, stats.ErrBadConfig) || !strings.HasPrefix(err.Error(), "-agent: ") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("run: %v; want an ErrBadConfig starting \"-agent: \" without the password", err)
 	}
 }
