@@ -313,7 +313,12 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		var se *relay.SettingError
 		if errors.As(err, &se) && settingFlags[se.Field] != "" {
-			err = o.setBy(fmt.Errorf("-%s %s: %w", settingFlags[se.Field], se.Value, err))
+			err = fmt.Errorf("-%s %s: %w", settingFlags[se.Field], se.Value, err)
+			if se.Field == "ProcRoot" {
+				// The relay's "turn origin detection off", as the flag.
+				err = fmt.Errorf("%w: -origin=false", err)
+			}
+			err = o.setBy(err)
 		}
 		return err
 	}

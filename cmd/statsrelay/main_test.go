@@ -237,6 +237,8 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		{map[string]string{"STATSRELAY_PROC_ROOT": notSocket, "STATSRELAY_UNIX": filepath.Join(t.TempDir(), "r.sock")}, nil,
 			"-proc-root " + notSocket + ": "},
 		{nil, []string{"-proc-root", notSocket, "-unix", filepath.Join(t.TempDir(), "r.sock")}, "-proc-root " + notSocket + ": "},
+		// What to do, in the command's terms: relay's "turn it off" names no flag.
+		{nil, []string{"-proc-root", notSocket, "-unix", filepath.Join(t.TempDir(), "r.sock")}, "turn origin detection off): -origin=false"},
 	} {
 		env := maps.Clone(base)
 		maps.Copy(env, tc.env)

@@ -251,7 +251,10 @@ type SettingError struct {
 	Err          error
 }
 
+// Error is the underlying error's text, which names the value.
 func (e *SettingError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
 func (e *SettingError) Unwrap() error { return e.Err }
 
 // NewServer opens the sockets (so that a bad path or address fails at
@@ -270,7 +273,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if fi, err := os.Stat(cfg.ProcRoot); err != nil || !fi.IsDir() {
 			// A mistyped path would find no sender's container, quietly.
 			if runtime.GOOS == "linux" || cfg.ProcRoot != "/proc" {
-				return nil, &SettingError{"ProcRoot", cfg.ProcRoot, fmt.Errorf("relay: proc root %s is not a directory (origin detection reads <proc-root>/<pid>/cgroup; turn it off instead)", cfg.ProcRoot)}
+				return nil, &SettingError{"ProcRoot", cfg.ProcRoot, fmt.Errorf("relay: proc root %s is not a directory (origin detection reads <proc-root>/<pid>/cgroup; give that directory, or turn origin detection off)", cfg.ProcRoot)}
 			}
 			s.log.Info("statsrelay: no /proc here: origin detection is off")
 			cfg.Origin = false
