@@ -12,9 +12,13 @@
 // SIGINT, SIGTERM and SIGHUP remove the Unix socket file (a sender is then told
 // there is no relay, and counts its drop), stop the readers (after they
 // take what the kernel queued, for at most -stop-drain, 1s), forward
-// everything held (within -stop-timeout, 10s) and exit 0.
-// /metrics (Prometheus text), /healthz (503 "stopping" once a stop begins)
-// and /debug/pprof/ are served on -http.
+// everything held (within -stop-timeout, 10s) and exit 0. A second signal
+// exits at once with 128 + its number (143 for SIGTERM), dropping what the
+// relay holds. /metrics (Prometheus text), /healthz (503 "stopping" once a
+// stop begins) and /debug/pprof/ are served on -http.
+//
+// Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
+// refuses; 1 when a socket or -http cannot be opened, or -demo lost spans.
 //
 // This command holds flags, signals and wiring only; the relay itself is
 // internal/relay.
