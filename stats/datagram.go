@@ -292,6 +292,11 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 			"which the kernel caps at net.core.wmem_max: raise it to at least %d, or lower MaxDatagramBytes",
 			len(p.body), d.relay(), err, 2*d.limit)
 	}
+	if errors.Is(err, dgram.ErrWouldBlock) && d.to.network == "unixgram" {
+		return fmt.Errorf("sending to relay %s: %w: its queue stayed full for the report's patience: "+
+			"the relay is not reading fast enough; its queue holds net.unix.max_dgram_qlen datagrams",
+			d.relay(), err)
+	}
 	if err != nil {
 		// The socket's error is an errno alone (a dial's names the relay).
 		return fmt.Errorf("sending to relay %s: %w", d.relay(), err)

@@ -928,3 +928,33 @@ func TestDatagramOverSendBuffer(t *testing.T) {
 	}
 	checkConservation(t, h)
 }
+
+// TestFullRelayErrorSaysWhy: a report dropped because the relay's queue
+// stayed full past the sender's patience says so, and names the kernel
+// limit that bounds a Unix relay's queue, not only "resource temporarily
+// unavailable".
+func TestFullRelayErrorSaysWhy(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a, err := New(Config{AgentURL: r.url, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := fillRelay(t, r)
+	a.Start()
+	publishN(a, 3, "r")
+	err = a.Flush(context.Background())
+	if !errors.Is(err, dgram.ErrWouldBlock) || !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Flush to a full relay = %v, want ErrWouldBlock wrapping EAGAIN", err)
+	}
+	for _, want := range []string{"not reading", "net.unix.max_dgram_qlen", r.url[len("unixgram://"):]} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	skipRelay(t, r, filled)
+	stop(t, a)
+	if h := a.Health(); h.PayloadsDropped != 1 || h.SpansUnsent != 3 {
+		t.Fatalf("dropped %d payloads, %d spans unsent; want 1, 3", h.PayloadsDropped, h.SpansUnsent)
+	}
+	checkConservation(t, a.Health())
+}
