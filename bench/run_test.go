@@ -45,9 +45,26 @@ func TestRunReportSDKTargetNeedsItsPacing(t *testing.T) {
 }
 
 // runReport runs REPORT_ONLY=1 bench/run on a copy of the script whose
-// results/ holds the given files (beside empty sdk outputs and their
-// meta), and returns the RESULTS.md it writes.
+// results/ holds the given files, and returns the RESULTS.md it writes.
+// Beside them it writes what a run leaves, unless given: root.txt and
+// peer.txt of one round each, meta.sh for one round, and paced-meta.sh
+// for two rounds where paced.txt is given.
 func runReport(t *testing.T, results map[string]string) string {
+	t.Helper()
+	report, out, err := runReportErr(t, results)
+	if err != nil {
+		t.Fatalf("bench/run: %v\n%s", err, out)
+	}
+	return report
+}
+
+// oneRound is a benchmark line of no consequence to the report, for a
+// results file that a test does not otherwise need.
+const oneRound = "BenchmarkHarness/SteadyState-2 \t 1\t 1 ns/op\t 1 cpu-ns/op\n"
+
+// runReportErr is runReport that returns bench/run's error and output
+// rather than failing the test: RESULTS.md is "" where bench/run failed.
+func runReportErr(t *testing.T, results map[string]string) (report, out string, err error) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("bench/run reads /proc")
@@ -68,9 +85,12 @@ func runReport(t *testing.T, results map[string]string) string {
 	}
 	dir := filepath.Join(t.TempDir(), "bench")
 	files := map[string]string{
-		"meta.sh":       "started=x elapsed=0 commit=x\nCOUNT=1 BENCHTIME=1x BENCH=.\n",
-		"paced-meta.sh": "paced_started=x paced_elapsed=0 paced_commit=x\npaced_count=2 paced_benchtime=100x\n",
-		"root.txt":      "", "peer.txt": "",
+		"meta.sh":  "started=x elapsed=0 commit=x\nCOUNT=1 BENCHTIME=1x BENCH=.\n",
+		"root.txt": oneRound, "peer.txt": oneRound,
+	}
+	if _, ok := results["paced.txt"]; ok {
+		files["paced-meta.sh"] = "paced_started=x paced_elapsed=0 paced_commit=x\npaced_count=2 paced_benchtime=100x\n"
+		files["idle.txt"] = strings.Repeat("BenchmarkIdle-2 \t 1\t 1 ns/op\t 0.25 wakeups/s\t 0.01 %core-aggregator\n", 2)
 	}
 	for name, text := range results {
 		files[name] = text
@@ -88,14 +108,15 @@ func runReport(t *testing.T, results map[string]string) string {
 	}
 	cmd := exec.Command("bash", filepath.Join(dir, "run"))
 	cmd.Env = append(os.Environ(), "REPORT_ONLY=1", "PATH="+path)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("bench/run: %v\n%s", err, out)
-	}
-	report, err := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
+	o, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		return "", string(o), err
 	}
-	return string(report)
+	r, rerr := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	return string(r), string(o), nil
 }
 
 // TestRunReportPacedAdversarialRatioIsPerRun: the end-to-end adversarial
@@ -108,7 +129,11 @@ func TestRunReportPacedAdversarialRatioIsPerRun(t *testing.T) {
 		return "BenchmarkPaced-2 \t 100\t 1 ns/op\t" +
 			fmt.Sprintf(" %s sdk-ns/span-Adversarial\t %s sdk-ns/span-SteadyState\t %s adversarial-ratio\n", adv, steady, ratio)
 	}
-	report := runReport(t, map[string]string{"root.txt": run("300", "200", "1.5") + run("300", "100", "1.4") + run("300", "50", "1.6")})
+	report := runReport(t, map[string]string{
+		"meta.sh":  "started=x elapsed=0 commit=x\nCOUNT=3 BENCHTIME=1x BENCH=.\n",
+		"root.txt": run("300", "200", "1.5") + run("300", "100", "1.4") + run("300", "50", "1.6"),
+		"peer.txt": strings.Repeat(oneRound, 3),
+	})
 	var row string
 	for l := range strings.Lines(report) {
 		if strings.Contains(l, "end to end at 2 M spans/s") {
@@ -137,5 +162,42 @@ func TestRunReportHeapTargetNeedsItsFigure(t *testing.T) {
 	}
 	if len(rows) != 1 || !strings.Contains(rows[0], "(impl=spanstats) | 6000 vs 12000 B = 50 % | **met** |") {
 		t.Errorf("heap target rows %q, want one, for impl=spanstats, met at 50 %%", rows)
+	}
+}
+
+// TestRunReportRefusesIncompleteResults: a results file that a part's meta
+// says was written, but that is missing, empty, holds fewer rounds of a
+// benchmark than the meta's count (a run cut short leaves the last run's
+// meta beside a part of the new outputs) or a line that is not a
+// benchmark's result, stops bench/run with a message naming the file,
+// rather than a report of blanks, of medians over fewer runs than it
+// states, or of the last run's date and commit.
+func TestRunReportRefusesIncompleteResults(t *testing.T) {
+	paced := "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
+		" 3000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t 20 ratio\n"
+	relayMeta := "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=1 relay_benchtime=1x\n"
+	for _, tc := range []struct {
+		name    string
+		results map[string]string
+		file    string // the file the message names
+	}{
+		{"paced.txt one round of two", map[string]string{"paced.txt": paced}, "paced.txt"},
+		{"paced.txt empty", map[string]string{"paced.txt": ""}, "paced.txt"},
+		{"idle.txt empty", map[string]string{"paced.txt": paced + paced, "idle.txt": ""}, "idle.txt"},
+		{"relay.txt missing", map[string]string{"relay-meta.sh": relayMeta}, "relay.txt"},
+		{"root.txt empty", map[string]string{"root.txt": ""}, "root.txt"},
+		{"a value not a number", map[string]string{"root.txt": "BenchmarkSteadyState-2 \t 1\t 1 ns/op\t x cpu-ns/op\n"}, "root.txt"},
+		{"a line cut short", map[string]string{"peer.txt": "BenchmarkSteadyState/impl=peer-2 \t 1\t 1 ns/op\t 5\n"}, "peer.txt"},
+		{"a failed benchmark", map[string]string{"paced.txt": paced + "--- FAIL: BenchmarkPaced/workload=SteadyState/rate=1M/spread\n" + paced}, "paced.txt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report, out, err := runReportErr(t, tc.results)
+			if err == nil {
+				t.Fatalf("bench/run wrote a report:\n%.2000s", report)
+			}
+			if !strings.Contains(out, tc.file) {
+				t.Errorf("bench/run failed (%v) without naming %s:\n%s", err, tc.file, out)
+			}
+		})
 	}
 }
