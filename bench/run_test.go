@@ -201,3 +201,37 @@ func TestRunReportRefusesIncompleteResults(t *testing.T) {
 		})
 	}
 }
+
+// TestRunReportMachineIsTheRuns: the machine and Go a section's figures
+// were measured on are the run's, as its meta recorded them or, for a run
+// from before they were recorded, as its raw output names them (go test's
+// cpu: line, the GOMAXPROCS suffix), not those of the host that rewrites
+// RESULTS.md from them.
+func TestRunReportMachineIsTheRuns(t *testing.T) {
+	paced := "cpu: Measuring CPU 9000\nBenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-4 \t 100\t 1 ns/op\t 20 ratio\n"
+	root := "cpu: Recording CPU 7000\n" + strings.ReplaceAll(oneRound, "-2 ", "-3 ")
+	meta := "started=x elapsed=0 commit=x\nCOUNT=1 BENCHTIME=1x BENCH=.\n" +
+		"machine=\"Recording CPU 7000, 3 cores (GOMAXPROCS 3), 5 GiB\" gover=\"go version go0.1 linux/amd64\"\n"
+	report := runReport(t, map[string]string{"paced.txt": paced + paced, "root.txt": root, "meta.sh": meta})
+	for _, want := range []string{
+		"- machine: Measuring CPU 9000 (go test's cpu: line), GOMAXPROCS 4; cores, memory and Go version not recorded with this run",
+		"- machine: Recording CPU 7000, 3 cores (GOMAXPROCS 3), 5 GiB\n- go: go version go0.1 linux/amd64\n",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report does not hold %q:\n%.3000s", want, report)
+		}
+	}
+	cpuinfo, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(cpuinfo)) {
+		if name, ok := strings.CutPrefix(l, "model name"); ok {
+			name = strings.TrimSpace(strings.TrimLeft(name, " \t:"))
+			if name != "" && strings.Contains(report, "machine: "+name) {
+				t.Errorf("the report names this host's CPU, %q, as a run's machine", name)
+			}
+			break
+		}
+	}
+}
