@@ -144,6 +144,17 @@ func TestRunReportPacedAdversarialRatioIsPerRun(t *testing.T) {
 	if !strings.Contains(row, want) {
 		t.Errorf("the target's row is %q, want it to hold %q", row, want)
 	}
+	// The same ratio under the table's two medians says so too.
+	row = ""
+	for l := range strings.Lines(report) {
+		if strings.HasPrefix(l, "| Adversarial ÷ SteadyState |") {
+			row = l
+		}
+	}
+	want = "| 1.50×: median of the ratio in each run (runs 1.40–1.60×), not 300 ÷ 100 |"
+	if !strings.Contains(row, want) {
+		t.Errorf("the table's ratio row is %q, want it to hold %q", row, want)
+	}
 }
 
 // TestRunReportHeapTargetNeedsItsFigure: a heap target whose SDK figure is
