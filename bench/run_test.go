@@ -246,3 +246,26 @@ func TestRunReportMachineIsTheRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReportHarnessFiguresInProse: the paced section's prose gives the
+// harness's cost per span at 20 k spans/s, and per wake-up, from the run
+// it describes (its harness-ns/span and harness-bursts/span), not figures
+// written into the script for another run.
+func TestRunReportHarnessFiguresInProse(t *testing.T) {
+	line := func(arrivals, ns, bursts string) string {
+		return "BenchmarkPaced/workload=SteadyState/rate=20k/" + arrivals + "-2 \t 100\t 1 ns/op\t" +
+			" 4000 cpu-ns/span-peer\t 300 cpu-ns/span-spanstats\t 13 ratio\t" +
+			" " + ns + " harness-ns/span\t " + bursts + " harness-bursts/span\n"
+	}
+	rounds := line("burst=1ms", "2400", "0.4") + line("spread", "3000", "0.5")
+	report := runReport(t, map[string]string{"paced.txt": rounds + rounds})
+	prose := strings.Join(strings.Fields(report), " ")
+	for _, want := range []string{
+		"At 20 k spans/s the harness costs 2.4–3.0 µs per span",
+		"(6.0 µs each at 20 k spans/s:",
+	} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("the paced prose does not hold %q", want)
+		}
+	}
+}
