@@ -269,3 +269,95 @@ func TestRunReportHarnessFiguresInProse(t *testing.T) {
 		}
 	}
 }
+
+// rowOf returns the first line of report that holds all of keys, or "".
+func rowOf(report string, keys ...string) string {
+	for l := range strings.Lines(report) {
+		ok := true
+		for _, k := range keys {
+			ok = ok && strings.Contains(l, k)
+		}
+		if ok {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestRunReportTwentyFoldTarget: "≥ 20× in every cell" takes the lowest of
+// the comparable cells (a ratio that is inf in every run is not it), lists
+// the cells whose pacing differs and is not met while there is one.
+func TestRunReportTwentyFoldTarget(t *testing.T) {
+	cell := func(rate, arrivals, ratio, peerPacing string) string {
+		return "BenchmarkPaced/workload=SteadyState/rate=" + rate + "/" + arrivals + "-2 \t 100\t 1 ns/op\t" +
+			" 4000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t " + ratio + " ratio\t" +
+			" " + peerPacing + " pacing-ratio-peer\t 1.0 pacing-ratio-spanstats\n"
+	}
+	comparable := cell("20k", "burst=1ms", "+Inf", "1.0") + cell("200k", "burst=1ms", "22", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
+	for _, tc := range []struct {
+		name, rounds, want string
+	}{
+		{"all comparable", comparable + comparable,
+			"| lowest of 3 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×) | **met** |"},
+		{"one not comparable", comparable + cell("200k", "spread", "30", "3.0") + comparable + cell("200k", "spread", "30", "3.0"),
+			"| lowest of 3 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (pacing differs): 200k spread | **missed** |"},
+		{"lowest below", comparable + cell("1M", "spread", "19", "0.9") + comparable + cell("1M", "spread", "21", "0.9"),
+			"| lowest of 4 comparable cells: 20.0× (1M spread; its runs 19.0–21.0×) | **met** |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report := runReport(t, map[string]string{"paced.txt": tc.rounds})
+			row := rowOf(report, "≥ 20× less CPU per span than the peer in every cell, SteadyState")
+			if !strings.Contains(row, tc.want) {
+				t.Errorf("the target's row is %q, want it to hold %q", row, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunReportRelayTargets: the receive path's targets read relay-ratio
+// and reject-ratio (medians of the runs' own ratios) against 0.9, the
+// whole relay's datagrams/s against 100 000.
+func TestRunReportRelayTargets(t *testing.T) {
+	recv := func(ratio, reject string) string {
+		return "BenchmarkRelayReceive/udp/1KiB-2 \t 100\t 1 ns/op\t 1000 datagrams/s-drain\t 880 datagrams/s-relay\t" +
+			" 950 datagrams/s-relay-reject\t " + ratio + " relay-ratio\t " + reject + " reject-ratio\n"
+	}
+	whole := func(dps string) string {
+		return "BenchmarkRelay/unixgram/1KiB-2 \t 100\t 1 ns/op\t " + dps + " datagrams/s\t 5000 cpu-ns/datagram\t 100 cpu-ns/span\n"
+	}
+	report := runReport(t, map[string]string{
+		"relay-meta.sh": "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=2 relay_benchtime=1x\n",
+		"relay.txt":     recv("0.86", "0.94") + recv("0.92", "0.96") + whole("99000") + whole("101000"),
+	})
+	for _, want := range []string{
+		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB | 880 vs 1000 datagrams/s: 89.0 % (runs 86–92 %) | **missed** |",
+		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB | 950 vs 1000 datagrams/s: 95.0 % (runs 94–96 %) | **met** |",
+		"| whole relay ≥ 100 000 datagrams/s of 1 KiB on 2 cores, unixgram | 1e+05 datagrams/s (5000 cpu-ns/datagram, 100 cpu-ns/span) | **met** |",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the relay targets do not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
+		}
+	}
+}
+
+// TestRunReportIdleTarget: the idle verdict reads the wake-ups per second
+// and what the aggregator adds to the process, not the process's own cost.
+func TestRunReportIdleTarget(t *testing.T) {
+	paced := "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t 20 ratio\n"
+	idle := func(w, add, with string) string {
+		return "BenchmarkIdle-2 \t 8\t 1 ns/op\t " + w + " wakeups/s\t " + add + " %core-aggregator\t " + with + " %core\t 0.2 %core-without\n"
+	}
+	for _, tc := range []struct {
+		idle, want string
+	}{
+		{idle("0.5", "0.05", "0.25") + idle("0.5", "0.05", "0.25"), "| **met** |"},
+		{idle("0.5", "0.15", "0.35") + idle("0.5", "0.15", "0.35"), "| **missed** |"},
+		{idle("25", "0.05", "0.25") + idle("25", "0.05", "0.25"), "| **missed** |"},
+	} {
+		report := runReport(t, map[string]string{"paced.txt": paced + paced, "idle.txt": tc.idle})
+		row := rowOf(report, "idle aggregator")
+		if !strings.HasSuffix(strings.TrimSpace(row), tc.want) {
+			t.Errorf("idle %q: the target's row is %q, want it to end %q", tc.idle, row, tc.want)
+		}
+	}
+}
