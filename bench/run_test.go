@@ -361,3 +361,29 @@ func TestRunReportIdleTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReportNoFigureRoundsOntoItsTarget: a figure beside a verdict is
+// not rounded onto its target or across it: 19.96× is not shown as 20.0×
+// beside "missed", nor 4.996 M counted/s as 5e+06.
+func TestRunReportNoFigureRoundsOntoItsTarget(t *testing.T) {
+	paced := "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
+		" 4000 cpu-ns/span-peer\t 200 cpu-ns/span-spanstats\t 19.96 ratio\t" +
+		" 130 work-ns/span-spanstats\t 1.304 work-ratio-spanstats\n"
+	root := "BenchmarkAdversarial-2 \t 100\t 1 ns/op\t 4996000 counted/s\n" +
+		"BenchmarkConsumer/SteadyState-2 \t 100\t 50 ns/op\n" +
+		"BenchmarkConsumer/Adversarial-2 \t 100\t 102 ns/op\n"
+	peer := "BenchmarkHeapPerEntry/impl=peer-2 \t 1\t 1 ns/op\t 12800 heap-B/entry\n" +
+		"BenchmarkHeapPerEntry/impl=spanstats-2 \t 1\t 1 ns/op\t 6452 heap-B/entry\n"
+	report := runReport(t, map[string]string{"paced.txt": paced + paced, "root.txt": root, "peer.txt": peer})
+	for _, tc := range []struct{ row, want string }{
+		{"≥ 20× less CPU per span", "lowest of 1 comparable cells: 19.96× (200k burst=1ms; its runs 19.96–19.96×) | **missed** |"},
+		{"≤ 1.3 × Publish + consumer alone", "median of the ratio in each run 1.304× (runs 1.304–1.304×) | **missed** |"},
+		{"≥ 5 M spans counted/s", "| 4996000 counted/s,"},
+		{"consumer alone (BenchmarkConsumer)", "| 102 vs 50.00 ns/span = 2.04× | **missed** |"},
+		{"live heap per entry", "| 6452 vs 12800 B = 50.40625 % | **missed** |"},
+	} {
+		if row := rowOf(report, tc.row); !strings.Contains(row, tc.want) {
+			t.Errorf("the %q row is %q, want it to hold %q", tc.row, row, tc.want)
+		}
+	}
+}
