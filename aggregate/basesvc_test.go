@@ -39,3 +39,25 @@ func TestBaseServiceKeptOutsideList(t *testing.T) {
 		t.Errorf("empty base service kept: %q", got)
 	}
 }
+
+// TestEmptyPeerTagListKeepsNothing: an empty key list (the agent's /info
+// with "peer_tags": []) keeps no tag, the base service of an internal span
+// included: the agent's peerTagKeysToAggregateForSpan answers nil for an
+// empty list before it looks at the span's kind.
+func TestEmptyPeerTagListKeepsNothing(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetPeerTagKeys([]string{})
+	for _, kind := range []string{"internal", "", "client"} {
+		r := Record{Service: "s", SpanKind: kind, Duration: 1, NumPeerTags: 1}
+		r.PeerTags[0] = "_dd.base_service:web"
+		if got := tb.keptPeers(&r); len(got) != 0 {
+			t.Errorf("kind %q: kept %q, want none", kind, got)
+		}
+		tb.Add(&r)
+	}
+	for _, e := range tb.Touched(nil) {
+		if e.PeerTags != nil {
+			t.Errorf("entry %q kind %q has peer tags %q", e.Service, e.SpanKind, e.PeerTags)
+		}
+	}
+}

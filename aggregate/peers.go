@@ -11,7 +11,8 @@ import (
 )
 
 // SetPeerTagKeys keeps only peer tags whose key is in keys (the agent's
-// peer_tags list, or the tracer's own). A nil keys keeps every key.
+// peer_tags list, or the tracer's own). A nil keys keeps every key; an
+// empty one keeps none, as the agent keeps none for an empty list.
 func (t *Table) SetPeerTagKeys(keys []string) {
 	t.forgetRecent() // cached spans were keyed under the old filter
 	clear(t.keepMemo[:])
@@ -42,7 +43,7 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 // the list (only an empty list keeps nothing).
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
-	if t.peerKeys != nil && s.NumPeerTags == 1 && s.ExtraPeerTags == nil {
+	if len(t.peerKeys) > 0 && s.NumPeerTags == 1 && s.ExtraPeerTags == nil {
 		if tag := s.PeerTags[0]; len(tag) > len(baseServiceKey)+1 && hasPeerKey(tag, baseServiceKey) && !peerKind(s.SpanKind) {
 			p = append(p, t.quantizeTag(tag, len(baseServiceKey)))
 			t.kept = p
