@@ -44,8 +44,8 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
 	if len(t.peerKeys) > 0 && s.NumPeerTags == 1 && s.ExtraPeerTags == nil {
-		if tag := s.PeerTags[0]; len(tag) > len(baseServiceKey)+1 && hasPeerKey(tag, baseServiceKey) && !peerKind(s.SpanKind) {
-			p = append(p, t.quantizeTag(tag, len(baseServiceKey)))
+		if tag := s.PeerTags[0]; len(tag) > len(BaseServiceKey)+1 && hasPeerKey(tag, BaseServiceKey) && !PeerKind(s.SpanKind) {
+			p = append(p, t.quantizeTag(tag, len(BaseServiceKey)))
 			t.kept = p
 			return p
 		}
@@ -56,14 +56,15 @@ func (t *Table) keptPeers(s *Record) []string {
 	return p
 }
 
-// baseServiceKey is the peer-tag key of a span's base service.
-const baseServiceKey = "_dd.base_service"
+// BaseServiceKey is the peer-tag key of a span's base service, the one peer
+// tag a span that is not a client, producer or consumer span keeps.
+const BaseServiceKey = "_dd.base_service"
 
-// peerKind reports whether the agent keeps a span's peer tags for its kind:
+// PeerKind reports whether the agent keeps a span's peer tags for its kind:
 // strings.ToLower(kind) is client, producer or consumer (compared rune by
 // rune, without allocating; only U+0130 and U+212A lower to ASCII from
 // outside it, in two and three bytes).
-func peerKind(kind string) bool {
+func PeerKind(kind string) bool {
 	return casefold.Is(kind, "client", unicode.ToLower) || casefold.Is(kind, "producer", unicode.ToLower) ||
 		casefold.Is(kind, "consumer", unicode.ToLower)
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -319,15 +320,19 @@ func (r *Relay) SetPeerTagKeys(keys []string) {
 }
 
 // keepPeerKeys filters tags in place to those whose key ("key" of
-// "key:value") is in keys.
-func keepPeerKeys(tags []string, keys map[string]struct{}) []string {
+// "key:value") is in keys. As the SDK's table (and the agent's
+// peerTagKeysToAggregateForSpan) does, a span that is not a client,
+// producer or consumer span keeps its _dd.base_service tag whether keys
+// holds that key or not; an empty list keeps nothing.
+func keepPeerKeys(tags []string, keys map[string]struct{}, kind string) []string {
+	base := len(keys) > 0 && !aggregate.PeerKind(kind)
 	kept := tags[:0]
 	for _, t := range tags {
 		k := t
 		if c := strings.IndexByte(t, ':'); c >= 0 {
 			k = t[:c]
 		}
-		if _, ok := keys[k]; ok {
+		if _, ok := keys[k]; ok || base && k == aggregate.BaseServiceKey {
 			kept = append(kept, t)
 		}
 	}
@@ -361,7 +366,7 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 				continue
 			}
 			if peerKeys != nil {
-				g.PeerTags = keepPeerKeys(g.PeerTags, *peerKeys)
+				g.PeerTags = keepPeerKeys(g.PeerTags, *peerKeys, g.SpanKind)
 			}
 			g.PeerTags = asSet(g.PeerTags)
 			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)

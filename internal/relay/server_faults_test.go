@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -632,6 +633,55 @@ func TestAgentPeerTagList(t *testing.T) {
 	g := reqs[0].Payload.Buckets[0].Groups[0]
 	if g.Hits != 15 || strings.Join(g.PeerTags, ",") != "db.instance:users,peer.service:users-db" {
 		t.Fatalf("merged group: %d hits, peer tags %q; want 15 hits under the listed keys only", g.Hits, g.PeerTags)
+	}
+}
+
+// TestAgentPeerTagListKeepsBaseService: as the agent (and the SDK posting
+// itself) does, the one _dd.base_service tag of a span that is not a
+// client, producer or consumer span is kept whether the agent's list holds
+// its key or not; a client span's is cut like any key not in the list.
+func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"},
+		"peer_tags": []string{"peer.service"}})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 1 })
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	var groups []writer.Group
+	for _, kind := range []string{"internal", "", "Client"} {
+		g := writer.Group{}
+		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "op", kind, 2, 20
+		g.PeerTags = []string{"_dd.base_service:orig-" + kind, "peer.service:svc"}
+		if kind != "Client" {
+			g.PeerTags = g.PeerTags[:1]
+		}
+		groups = append(groups, g)
+	}
+	pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r"},
+		Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: groups}}}
+	if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 6 })
+	stop()
+	got := map[string]string{}
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				got[g.SpanKind] = strings.Join(g.PeerTags, ",")
+			}
+		}
+	}
+	want := map[string]string{"internal": "_dd.base_service:orig-internal", "": "_dd.base_service:orig-", "Client": "peer.service:svc"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("peer tags by kind at the agent %q, want %q", got, want)
 	}
 }
 
