@@ -231,11 +231,29 @@ func removeSocket(path string) (live bool, err error) {
 	default:
 		return false, fmt.Errorf("dgram: %s: cannot tell whether a process receives on this socket (%v); not replacing it", path, err)
 	}
+	if testHook != nil {
+		testHook("remove")
+	}
+	// The probe took time: remove only the socket it probed, not a file put
+	// in its place since (which leaves a window of two calls, not a dial).
+	switch now, err := os.Lstat(path); {
+	case errors.Is(err, fs.ErrNotExist):
+		return live, nil
+	case err != nil:
+		return live, fmt.Errorf("dgram: %w", err)
+	case !os.SameFile(fi, now):
+		return live, fmt.Errorf("dgram: %s was replaced while probed (mode %v now); not replacing it", path, now.Mode())
+	}
 	if err := os.Remove(path); err != nil {
 		return live, fmt.Errorf("dgram: replacing socket: %w", err)
 	}
 	return live, nil
 }
+
+// testHook, set by tests only, runs where another process could put
+// something else at the socket path: before the old socket's removal
+// ("remove") and before the new socket's chmod ("chmod").
+var testHook func(stage string)
 
 // TookOver reports that ListenUnixgram replaced the socket of a process
 // still receiving on it: that process's senders now reach this socket,

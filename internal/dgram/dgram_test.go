@@ -506,3 +506,37 @@ func TestDrainTakesEveryQueuedDatagram(t *testing.T) {
 		}
 	}
 }
+
+// TestListenUnixgramKeepsFilePutInPlaceOfStaleSocket: a file put at the path
+// while the stale socket there is probed is not the socket probed: it is
+// neither removed nor replaced.
+func TestListenUnixgramKeepsFilePutInPlaceOfStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.sock")
+	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // stale
+	testHook = func(stage string) {
+		if stage != "remove" {
+			return
+		}
+		// Another process's file, renamed over the stale socket.
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.WriteFile(tmp, []byte("keep"), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if c, err := ListenUnixgram(path, 0o600); err == nil {
+		c.Close()
+		t.Error("ListenUnixgram succeeded over the file put in the stale socket's place")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "keep" {
+		t.Errorf("the file put at the path: %q, %v; want \"keep\"", b, err)
+	}
+}
