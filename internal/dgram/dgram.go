@@ -172,15 +172,17 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 		return nil, err
 	}
 	// bind created the file with mode less the umask (Linux: see
-	// controlUnixgram); chmod gives back what the umask took, and only to
-	// the socket just bound: never through a link put in its place.
+	// controlUnixgram); chmodSocket gives back what the umask took.
 	bound, err := os.Lstat(path)
 	switch {
 	case err != nil:
 	case bound.Mode().Type() != fs.ModeSocket:
 		err = fmt.Errorf("%s was replaced by a %v after bind", path, bound.Mode().Type())
 	case bound.Mode().Perm() != mode.Perm():
-		err = os.Chmod(path, mode)
+		if testHook != nil {
+			testHook("chmod")
+		}
+		err = chmodSocket(path, bound, mode)
 	}
 	if err != nil {
 		pc.Close()

@@ -2,7 +2,9 @@ package dgram
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +36,37 @@ func controlUnixgram(raw syscall.RawConn, mode os.FileMode) error {
 		return os.NewSyscallError("fchmod", err)
 	}
 	return setsockopt(raw, unix.SO_PASSCRED, 1)
+}
+
+// chmodSocket sets mode on the socket file bound at path and on nothing else:
+// a path looked at again follows a link put in the socket's place since, so
+// the file is opened without following links, checked to be the one bound,
+// and changed through that descriptor.
+func chmodSocket(path string, bound os.FileInfo, mode os.FileMode) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	was, ok := bound.Sys().(*syscall.Stat_t)
+	if !ok || st.Mode&unix.S_IFMT != unix.S_IFSOCK || uint64(st.Dev) != uint64(was.Dev) || uint64(st.Ino) != uint64(was.Ino) {
+		return fmt.Errorf("%s was replaced after bind", path)
+	}
+	// fchmodat2 (Linux 6.6) takes an O_PATH descriptor; before it, its
+	// /proc link leads to that very file, as glibc's lchmod does.
+	perm := uint32(mode.Perm())
+	err = unix.Fchmodat(fd, "", perm, unix.AT_EMPTY_PATH)
+	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
+		err = unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm)
+	}
+	if err != nil {
+		return &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return nil
 }
 
 func controlUDP(raw syscall.RawConn, rcvbuf int) error {

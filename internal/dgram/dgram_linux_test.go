@@ -509,3 +509,37 @@ func TestCountDropsConcurrent(t *testing.T) {
 		t.Errorf("drops %d, want %d", got, top)
 	}
 }
+
+// TestChmodNeverThroughLinkPutInPlace: when the umask made the chmod after
+// bind needed, a link put in the socket's place in between is not followed:
+// the file it points to keeps its mode, and the start fails.
+func TestChmodNeverThroughLinkPutInPlace(t *testing.T) {
+	old := syscall.Umask(0o022) // takes 0o044 from the mode: a chmod follows bind
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.sock")
+	target := filepath.Join(dir, "secret")
+	if err := os.WriteFile(target, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testHook = func(stage string) {
+		if stage != "chmod" {
+			return
+		}
+		link := filepath.Join(dir, "link")
+		if err := os.Symlink(target, link); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(link, path); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if c, err := ListenUnixgram(path, 0o666); err == nil {
+		c.Close()
+		t.Error("ListenUnixgram succeeded with a link in its socket's place")
+	}
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the link's target: %v, %v; want mode 0600", fi.Mode().Perm(), err)
+	}
+}

@@ -13,6 +13,12 @@ import (
 
 func controlUnixgram(_ syscall.RawConn, _ os.FileMode) error { return nil }
 
+// chmodSocket changes the mode at path, as it finds it: unlike Linux's, it
+// would follow a link put in the socket's place since bind.
+func chmodSocket(path string, _ os.FileInfo, mode os.FileMode) error {
+	return os.Chmod(path, mode)
+}
+
 func controlUDP(_ syscall.RawConn, _ int) error { return nil }
 
 type connSys struct{}
