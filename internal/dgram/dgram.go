@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -131,6 +132,8 @@ type Conn struct {
 	rc     syscall.RawConn // kept: SyscallConn allocates on every call
 	path   string          // the socket file ListenUnixgram bound; "" for UDP
 	bound  os.FileInfo     // that file, so Close removes it and not a successor's
+	file   sync.Mutex      // orders Unlink and Close
+	closed bool            // by Close: bound's inode may be a successor's now
 	rcvbuf int
 	sys    connSys
 	// draining: ReadBatch takes only what is queued (Drain).
@@ -254,7 +257,8 @@ func removeSocket(path string) (live bool, err error) {
 
 // testHook, set by tests only, runs where another process could put
 // something else at the socket path: before the old socket's removal
-// ("remove") and before the new socket's chmod ("chmod").
+// ("remove"), before the new socket's chmod ("chmod") and once Close has
+// closed the socket ("close").
 var testHook func(stage string)
 
 // TookOver reports that ListenUnixgram replaced the socket of a process
@@ -330,9 +334,18 @@ func (c *Conn) drained(err error) bool {
 // matching net.ErrClosed, and removes the Unix socket file if it is still the
 // one this Conn bound.
 func (c *Conn) Close() error {
+	// Unlinked first: while the socket is open its file's inode is not
+	// freed, so a successor's socket file cannot have its number (ext4
+	// reuses one at once) and pass for this Conn's.
+	c.file.Lock()
+	if !c.closed {
+		c.unlink()
+		c.closed = true
+	}
+	c.file.Unlock()
 	err := c.pc.Close()
-	if err == nil {
-		c.Unlink()
+	if testHook != nil {
+		testHook("close")
 	}
 	return err
 }
@@ -341,8 +354,17 @@ func (c *Conn) Close() error {
 // bound (nothing for UDP). The socket stays open with what it holds, but a
 // sender that addresses the path with each datagram (the SDK's on Linux)
 // gets ErrNoRelay from then on instead of writing into a socket about to
-// close: a stopping relay unlinks before it drains.
+// close: a stopping relay unlinks before it drains. After Close it does
+// nothing.
 func (c *Conn) Unlink() {
+	c.file.Lock()
+	defer c.file.Unlock()
+	if !c.closed {
+		c.unlink()
+	}
+}
+
+func (c *Conn) unlink() {
 	if c.path == "" {
 		return
 	}

@@ -540,3 +540,38 @@ func TestListenUnixgramKeepsFilePutInPlaceOfStaleSocket(t *testing.T) {
 		t.Errorf("the file put at the path: %q, %v; want \"keep\"", b, err)
 	}
 }
+
+// TestCloseKeepsSuccessorReusingInode: a relay that binds the path as this
+// one closes may get the inode number just freed (ext4 hands it out again
+// at once); Close must still not take that socket file for its own.
+func TestCloseKeepsSuccessorReusingInode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	first, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var second *Conn
+	testHook = func(stage string) {
+		if stage != "close" || second != nil {
+			return
+		}
+		if second, err = ListenUnixgram(path, 0o600); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if second == nil {
+		t.Fatal("no successor bound")
+	}
+	defer second.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the successor's socket file after the first Conn's Close: %v", err)
+	}
+	first.Unlink() // after Close, never the file of another socket
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the successor's socket file after the closed Conn's Unlink: %v", err)
+	}
+}
