@@ -56,12 +56,15 @@ func chmodSocket(path string, bound os.FileInfo, mode os.FileMode) error {
 	if !ok || st.Mode&unix.S_IFMT != unix.S_IFSOCK || uint64(st.Dev) != uint64(was.Dev) || uint64(st.Ino) != uint64(was.Ino) {
 		return fmt.Errorf("%s was replaced after bind", path)
 	}
-	// fchmodat2 (Linux 6.6) takes an O_PATH descriptor; before it, its
-	// /proc link leads to that very file, as glibc's lchmod does.
+	// fchmodat2 (Linux 6.6) takes an O_PATH descriptor. Before it, or under
+	// a seccomp filter that does not know it (EPERM in older container
+	// runtimes), the descriptor's /proc link leads to that very file, as
+	// glibc's lchmod does; without /proc, fchmodat2's error stands.
 	perm := uint32(mode.Perm())
-	err = unix.Fchmodat(fd, "", perm, unix.AT_EMPTY_PATH)
-	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
-		err = unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm)
+	if err = unix.Fchmodat(fd, "", perm, unix.AT_EMPTY_PATH); err != nil {
+		if perr := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm); perr != unix.ENOENT {
+			err = perr
+		}
 	}
 	if err != nil {
 		return &os.PathError{Op: "chmod", Path: path, Err: err}
