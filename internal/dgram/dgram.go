@@ -310,6 +310,11 @@ func (c *Conn) LocalAddr() net.Addr { return c.pc.LocalAddr() }
 // where the platform cannot tell, the size requested (0: the default).
 func (c *Conn) ReadBuffer() int { return c.rcvbuf }
 
+// GrantedBuffer returns the receive buffer granted, in the terms ListenUDP
+// asked for it: ReadBuffer less the kernel's bookkeeping half on Linux. A
+// request above it was capped (net.core.rmem_max, without CAP_NET_ADMIN).
+func (c *Conn) GrantedBuffer() int { return c.rcvbuf / reportedPerGranted }
+
 // Drain makes ReadBatch stop waiting: it returns what the socket already
 // holds, then ErrDrained. A stopping reader takes the datagrams the kernel
 // queued before the socket closes. It is safe to call while a ReadBatch

@@ -72,6 +72,9 @@ func chmodSocket(path string, bound os.FileInfo, mode os.FileMode) error {
 	return nil
 }
 
+// reportedPerGranted: Linux reports SO_RCVBUF at twice the size it granted.
+const reportedPerGranted = 2
+
 func controlUDP(raw syscall.RawConn, rcvbuf int) error {
 	if err := setsockopt(raw, unix.SO_RXQ_OVFL, 1); err != nil {
 		return err

@@ -74,6 +74,9 @@ func (s *Server) snapshot(set *metrics.Set) {
 		counter("statsrelay_bytes_received_total"+l, st.Bytes[t])
 		counter("statsrelay_kernel_drops_total"+l, s.conns[t].KernelDrops())
 		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(time.Duration(s.wait[t].Load()).Seconds())
+		if t == UDP {
+			gauge("statsrelay_udp_receive_buffer_bytes", float64(s.conns[t].GrantedBuffer()))
+		}
 	}
 	for r := range NumReasons {
 		counter(fmt.Sprintf(`statsrelay_datagrams_rejected_total{reason=%q}`, r.String()), st.Rejected[r])

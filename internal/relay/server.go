@@ -299,6 +299,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if s.conns[UDP], err = dgram.ListenUDP(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
 			return nil, &SettingError{"UDPAddr", cfg.UDPAddr, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)}
 		}
+		if got := s.conns[UDP].GrantedBuffer(); cfg.UDPRcvBuf > 0 && got < cfg.UDPRcvBuf {
+			// Silently capped by the kernel: bursts the operator sized for
+			// would be dropped (counted in statsrelay_kernel_drops_total).
+			s.log.Warn("statsrelay: the kernel granted a smaller UDP receive buffer than -udp-rcvbuf asks: "+
+				"without CAP_NET_ADMIN it caps it at net.core.rmem_max (raise that, or grant the capability)",
+				"asked", cfg.UDPRcvBuf, "granted", got)
+		}
 	}
 	if cfg.UnixPath != "" && cfg.UnixPath != "-" {
 		if s.conns[Unix], err = dgram.ListenUnixgram(cfg.UnixPath, cfg.SocketMode); err != nil {
