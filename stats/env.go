@@ -156,6 +156,9 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 	}
 	if errors.Is(err, agentclient.ErrAgentHost) {
 		ignore(EnvAgentHost, strings.TrimSpace(getenv(EnvAgentHost)), "not a host name or address")
+		// The host alone is ignored, as a bad port is: a valid port still
+		// names the agent (on localhost), rather than being dropped too.
+		u, _ = agentclient.HostPortURL("", getenv(EnvAgentPort))
 	}
 	if u != "" {
 		return u

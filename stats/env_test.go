@@ -221,3 +221,19 @@ func TestNewErrorHidesPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvBadHostKeepsPort: a DD_AGENT_HOST that cannot be used is ignored
+// alone, as a bad DD_TRACE_AGENT_PORT is: the host falls back to
+// localhost and a valid port is still used, rather than lost without a
+// word (and the default socket taken instead).
+func TestEnvBadHostKeepsPort(t *testing.T) {
+	for _, socket := range []bool{false, true} {
+		c, logs := envCase(Config{}, map[string]string{EnvAgentHost: "agent:8126", EnvAgentPort: "9000"}, socket)
+		if c.AgentURL != "http://localhost:9000" {
+			t.Errorf("socket %v: AgentURL %q, want http://localhost:9000 (DD_TRACE_AGENT_PORT kept)", socket, c.AgentURL)
+		}
+		if len(logs) != 1 || !strings.Contains(logs[0], EnvAgentHost) || strings.Contains(logs[0], EnvAgentPort) {
+			t.Errorf("socket %v: logged %q, want one warning naming DD_AGENT_HOST only", socket, logs)
+		}
+	}
+}
