@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -245,10 +248,33 @@ func (a *Agent) Close() {
 	a.srv.Close()
 }
 
-// GroupKey identifies a group across payloads for totals.
+// GroupKey is the part of a group's key that Sum adds up by. It leaves
+// out HTTPMethod, HTTPEndpoint, GRPCStatusCode, ServiceSource, Synthetics,
+// IsTraceRoot and the peer tags, so groups the SDK keeps apart by those
+// are added together here; SumExact tells them apart.
 type GroupKey struct {
 	Service, Name, Resource, Type, SpanKind string
 	HTTPStatusCode                          uint32
+}
+
+// ExactKey is a group's whole key, every field the SDK and the agent tell
+// groups apart by: GroupKey and the label fields it leaves out, the peer
+// tags as a set (PeerTags is their PeerTagsKey).
+type ExactKey struct {
+	GroupKey
+	HTTPMethod, HTTPEndpoint, GRPCStatusCode, ServiceSource string
+	Synthetics                                              bool
+	IsTraceRoot                                             aggregate.Trilean
+	PeerTags                                                string
+}
+
+// PeerTagsKey is ExactKey.PeerTags for a group's peer tags ("key:value"):
+// sorted, duplicates removed, joined with commas, so that one set has one
+// key in whatever order its tags arrive.
+func PeerTagsKey(tags ...string) string {
+	tags = slices.Clone(tags)
+	slices.Sort(tags)
+	return strings.Join(slices.Compact(tags), ",")
 }
 
 // Totals are the summed values of the groups with one GroupKey.
@@ -268,10 +294,34 @@ func Accepted(reqs []Request) []Request {
 	return ok
 }
 
-// Sum adds up every decoded group of every request answered 200 by key,
-// and the grand total of hits.
+// Sum adds up every decoded group of every request answered 200 by
+// GroupKey, and the grand total of hits. Groups that differ only in a field
+// GroupKey leaves out are added together: use SumExact to check how spans
+// were grouped by those.
 func Sum(reqs []Request) (map[GroupKey]*Totals, uint64) {
-	m := map[GroupKey]*Totals{}
+	return sum(reqs, func(g *writer.Group) GroupKey { return groupKey(g) })
+}
+
+// SumExact is Sum by each group's whole key (ExactKey).
+func SumExact(reqs []Request) (map[ExactKey]*Totals, uint64) {
+	return sum(reqs, func(g *writer.Group) ExactKey {
+		return ExactKey{
+			GroupKey:   groupKey(g),
+			HTTPMethod: g.HTTPMethod, HTTPEndpoint: g.HTTPEndpoint,
+			GRPCStatusCode: g.GRPCStatusCode, ServiceSource: g.ServiceSource,
+			Synthetics: g.Synthetics, IsTraceRoot: g.IsTraceRoot,
+			PeerTags: PeerTagsKey(g.PeerTags...),
+		}
+	})
+}
+
+func groupKey(g *writer.Group) GroupKey {
+	return GroupKey{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.HTTPStatusCode}
+}
+
+// sum adds up the decoded groups of the requests answered 200 by key.
+func sum[K comparable](reqs []Request, key func(*writer.Group) K) (map[K]*Totals, uint64) {
+	m := map[K]*Totals{}
 	var hits uint64
 	for _, r := range reqs {
 		if r.Payload == nil || r.Status != http.StatusOK {
@@ -280,7 +330,7 @@ func Sum(reqs []Request) (map[GroupKey]*Totals, uint64) {
 		for _, b := range r.Payload.Buckets {
 			for i := range b.Groups {
 				g := &b.Groups[i]
-				k := GroupKey{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.HTTPStatusCode}
+				k := key(g)
 				t := m[k]
 				if t == nil {
 					t = &Totals{}

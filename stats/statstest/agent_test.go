@@ -324,3 +324,64 @@ func TestCloseWithStalledClient(t *testing.T) {
 		t.Fatal("Close waited for a stalled client")
 	}
 }
+
+// TestSumExact: Sum adds up groups that share a GroupKey but that the SDK
+// and the agent keep apart (here by HTTP method, endpoint, gRPC code,
+// service source, synthetics, trace root and peer tags); SumExact keeps
+// them apart, and takes peer tags as a set, in any order, as they do.
+func TestSumExact(t *testing.T) {
+	a := New()
+	defer a.Close()
+	base := aggregate.Record{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "client", Duration: 1000}
+	variants := []aggregate.Record{base}
+	for _, set := range []func(*aggregate.Record){
+		func(r *aggregate.Record) { r.HTTPMethod = "GET" },
+		func(r *aggregate.Record) { r.HTTPEndpoint = "/users/{id}" },
+		func(r *aggregate.Record) { r.GRPCStatusCode = "2" },
+		func(r *aggregate.Record) { r.ServiceSource = "opt.split" },
+		func(r *aggregate.Record) { r.Synthetics = true },
+		func(r *aggregate.Record) { r.TraceRoot = true },
+		func(r *aggregate.Record) { r.SetPeerTags([]string{"peer.service:db", "db.instance:a"}) },
+	} {
+		r := base
+		set(&r)
+		variants = append(variants, r)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	if got := post(t, c, a.URL(), payload(t, variants...)); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+	// The same peer tags in the other order: the same group.
+	tb := aggregate.NewTable(0)
+	tb.Add(&variants[len(variants)-1])
+	groups := tb.Touched(nil)
+	groups[0].PeerTags = []string{"peer.service:db", "db.instance:a"}
+	h := &writer.Header{Env: "test", Lang: "go"}
+	if got := post(t, c, a.URL(), writer.AppendPayload(nil, h, []writer.Bucket{{Start: 10e9, Duration: 10e9, Groups: groups}})); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+
+	coarse, hits := Sum(a.Requests())
+	if hits != 9 || len(coarse) != 1 {
+		t.Fatalf("Sum: %d hits in %d groups, want 9 in 1 (GroupKey leaves these fields out)", hits, len(coarse))
+	}
+	exact, hits := SumExact(a.Requests())
+	if hits != 9 || len(exact) != len(variants) {
+		t.Fatalf("SumExact: %d hits in %d groups, want 9 in %d: %v", hits, len(exact), len(variants), exact)
+	}
+	gk := GroupKey{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "client"}
+	for _, k := range []ExactKey{
+		{GroupKey: gk, IsTraceRoot: aggregate.False},
+		{GroupKey: gk, IsTraceRoot: aggregate.False, HTTPMethod: "GET"},
+		{GroupKey: gk, IsTraceRoot: aggregate.True},
+		{GroupKey: gk, IsTraceRoot: aggregate.False, Synthetics: true},
+	} {
+		if g := exact[k]; g == nil || g.Hits != 1 {
+			t.Errorf("SumExact[%+v] = %+v, want 1 hit", k, g)
+		}
+	}
+	pk := ExactKey{GroupKey: gk, IsTraceRoot: aggregate.False, PeerTags: PeerTagsKey("peer.service:db", "db.instance:a", "db.instance:a")}
+	if g := exact[pk]; g == nil || g.Hits != 2 {
+		t.Errorf("SumExact[%+v] = %+v, want 2 hits: one group in either order", pk, g)
+	}
+}

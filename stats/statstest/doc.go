@@ -19,6 +19,7 @@
 // agent's own answer: 400 "read limit reached"), replaces the /info
 // document with SetInfo, waits with WaitHits
 // or Notify, and adds up what was accepted with Sum to check what it
-// published against what arrived. It imports no part of package stats, so
+// published against what arrived (SumExact to check how it was grouped:
+// Sum's GroupKey leaves out some of the key's fields). It imports no part of package stats, so
 // the stats package's own tests use it too.
 package statstest
