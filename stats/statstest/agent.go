@@ -192,12 +192,23 @@ func (a *Agent) FailNext(n, status int) {
 // SetMaxRequestBytes sets the body limit (DefaultMaxRequestBytes at
 // first): a larger body is answered 400 "read limit reached", as the agent
 // answers it, recorded with Err ErrReadLimit and no Body. The limit is
-// also written into the /info document's config.max_request_bytes.
+// also written into the /info document's config.max_request_bytes (the
+// document SetInfo set, if any; its other keys are kept).
 func (a *Agent) SetMaxRequestBytes(n int64) {
 	a.mu.Lock()
 	a.maxBody = n
+	// Cloned, not written in place: the maps may be the caller's (SetInfo).
 	info := maps.Clone(a.info)
-	info["config"] = map[string]any{"max_request_bytes": n}
+	if info == nil {
+		info = map[string]any{} // after SetInfo(nil)
+	}
+	config, _ := info["config"].(map[string]any)
+	config = maps.Clone(config)
+	if config == nil {
+		config = map[string]any{}
+	}
+	config["max_request_bytes"] = n
+	info["config"] = config
 	a.info = info
 	a.mu.Unlock()
 }

@@ -385,3 +385,34 @@ func TestSumExact(t *testing.T) {
 		t.Errorf("SumExact[%+v] = %+v, want 2 hits: one group in either order", pk, g)
 	}
 }
+
+// TestSetMaxRequestBytesAfterSetInfo: the body limit goes into whatever
+// document SetInfo set, nil included, and keeps its other config keys.
+func TestSetMaxRequestBytesAfterSetInfo(t *testing.T) {
+	a := New()
+	defer a.Close()
+	a.SetInfo(nil)
+	a.SetMaxRequestBytes(1000)
+	if got := getInfo(t, a); fmt.Sprint(got["config"]) != "map[max_request_bytes:1000]" {
+		t.Fatalf("/info after SetInfo(nil), SetMaxRequestBytes(1000): %v", got)
+	}
+	a.SetInfo(map[string]any{"config": map[string]any{"statsd_port": 8125}})
+	a.SetMaxRequestBytes(2000)
+	if got := getInfo(t, a); fmt.Sprint(got["config"]) != "map[max_request_bytes:2000 statsd_port:8125]" {
+		t.Fatalf("/info config after SetMaxRequestBytes(2000): %v, want statsd_port kept", got["config"])
+	}
+}
+
+func getInfo(t *testing.T, a *Agent) map[string]any {
+	t.Helper()
+	resp, err := http.Get(a.URL() + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
