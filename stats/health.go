@@ -53,7 +53,10 @@ type Health struct {
 	// Cleared spans were counted, then discarded before a report: by Clear,
 	// or because the agent switched stats off (what the table held then).
 	Cleared uint64
-	// Entries is the number of groups in the table after the last batch.
+	// Entries is the number of groups held after the last batch: the
+	// current bucket's table and the previous one's, open for its grace,
+	// each capped at MaxAggregates (so up to twice it), idle groups kept
+	// for reuse included, the overflow groups not.
 	Entries uint64
 	// CollapsedSpans were counted with at least one label over its
 	// cardinality budget (replaced by tracer_blocked_value); Collapsed counts
