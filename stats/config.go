@@ -247,8 +247,9 @@ type Config struct {
 	// MaxMaxRetries.
 	MaxRetries int
 	// RetryBackoff is the first retry's delay (default 200 ms), doubled per
-	// attempt up to MaxRetryBackoff (default 5 s), with jitter; both at most
-	// MaxMaxRetryBackoff.
+	// attempt up to MaxRetryBackoff (default 5 s, or RetryBackoff when that
+	// is longer; set, it may not be shorter than RetryBackoff), with
+	// jitter; both at most MaxMaxRetryBackoff.
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry
 	// (defaults 8 payloads and 64 MiB, at most MaxMaxRetryPayloads and
@@ -343,6 +344,7 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 			*d.v = d.def
 		}
 	}
+	maxBackoffGiven := c.MaxRetryBackoff != 0
 	for _, d := range []struct {
 		name          string
 		v             *time.Duration
@@ -364,6 +366,14 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		if *d.v < d.min || *d.v > d.max {
 			return c, fmt.Errorf("%w: %s must be in [%s, %s], got %s", ErrBadConfig, d.name, d.min, d.max, *d.v)
 		}
+	}
+	// The sender caps every delay at MaxRetryBackoff, the first included:
+	// a longer RetryBackoff would be cut without a word.
+	if c.RetryBackoff > c.MaxRetryBackoff {
+		if maxBackoffGiven {
+			return c, fmt.Errorf("%w: RetryBackoff %s is over MaxRetryBackoff %s", ErrBadConfig, c.RetryBackoff, c.MaxRetryBackoff)
+		}
+		c.MaxRetryBackoff = c.RetryBackoff
 	}
 	// A longer wait would hold reports past the next boundary and pile
 	// them up in the sender.

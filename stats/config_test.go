@@ -518,3 +518,22 @@ func TestDefaultSendJitterSpreads(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryBackoffOverMax: a RetryBackoff above MaxRetryBackoff used to be
+// cut to it without a word, so the first retry came sooner than asked.
+// Left at zero, MaxRetryBackoff follows a longer RetryBackoff; set below
+// it, New refuses the pair.
+func TestRetryBackoffOverMax(t *testing.T) {
+	c, err := Config{AgentURL: "http://127.0.0.1:1", RetryBackoff: 10 * time.Second}.withDefaults()
+	if err != nil || c.RetryBackoff != 10*time.Second || c.MaxRetryBackoff != 10*time.Second {
+		t.Fatalf("RetryBackoff 10s alone: RetryBackoff %s MaxRetryBackoff %s (%v), want 10s and 10s", c.RetryBackoff, c.MaxRetryBackoff, err)
+	}
+	c, err = Config{AgentURL: "http://127.0.0.1:1", RetryBackoff: time.Second}.withDefaults()
+	if err != nil || c.MaxRetryBackoff != DefaultMaxRetryBackoff {
+		t.Fatalf("RetryBackoff 1s: MaxRetryBackoff %s (%v), want the default %s", c.MaxRetryBackoff, err, DefaultMaxRetryBackoff)
+	}
+	_, err = New(Config{AgentURL: "http://127.0.0.1:1", RetryBackoff: 2 * time.Second, MaxRetryBackoff: time.Second})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "RetryBackoff ") || !strings.Contains(err.Error(), "MaxRetryBackoff") {
+		t.Fatalf("RetryBackoff 2s over MaxRetryBackoff 1s: New = %v, want ErrBadConfig naming both", err)
+	}
+}
