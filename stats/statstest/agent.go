@@ -1,6 +1,7 @@
 package statstest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,6 +129,7 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 		fail = a.failStatus
 	}
 	a.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body)) // read above: the handler may read it again
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	switch {
 	case fail != 0:
@@ -171,8 +173,8 @@ func (w *statusWriter) WriteHeader(code int) {
 // URL is the agent's base URL ("http://127.0.0.1:port").
 func (a *Agent) URL() string { return a.srv.URL }
 
-// SetHandler installs h; it sees each stats request (n counts them from 1)
-// and returns true if it wrote the answer. The request is recorded once h
+// SetHandler installs h; it sees each stats request (n counts them from 1),
+// its body readable, and returns true if it wrote the answer. The request is recorded once h
 // returns, with the status h answered.
 func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int) bool) {
 	a.mu.Lock()

@@ -416,3 +416,23 @@ func getInfo(t *testing.T, a *Agent) map[string]any {
 	}
 	return m
 }
+
+// TestHandlerReadsBody: a handler sees the request's body, not the empty
+// reader the agent left after it read and decoded the body.
+func TestHandlerReadsBody(t *testing.T) {
+	a := New()
+	defer a.Close()
+	body := payload(t, aggregate.Record{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1})
+	got := make(chan []byte, 1)
+	a.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+		return false
+	})
+	if status := post(t, &http.Client{Timeout: 10 * time.Second}, a.URL(), body); status != http.StatusOK {
+		t.Fatalf("status %d, want 200", status)
+	}
+	if b := <-got; !bytes.Equal(b, body) {
+		t.Fatalf("the handler read %d bytes, want the %d of the body", len(b), len(body))
+	}
+}
