@@ -436,3 +436,34 @@ func TestHandlerReadsBody(t *testing.T) {
 		t.Fatalf("the handler read %d bytes, want the %d of the body", len(b), len(body))
 	}
 }
+
+// TestWriteTopBadInput: WriteTop prints what it can of a request with no
+// payload or a negative count, rather than panic.
+func TestWriteTopBadInput(t *testing.T) {
+	body := payload(t, aggregate.Record{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1})
+	p, err := writer.DecodePayload(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		r    Request
+		top  int
+		want string
+	}{
+		{Request{Payload: p, Body: body, Status: http.StatusOK}, -1, "1 groups  1 hits"},
+		{Request{}, 3, "no decoded payload"},
+	} {
+		var out bytes.Buffer
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("WriteTop(top %d): panic %v", tc.top, p)
+				}
+			}()
+			WriteTop(&out, tc.r, tc.top)
+		}()
+		if !bytes.Contains(out.Bytes(), []byte(tc.want)) {
+			t.Errorf("WriteTop(top %d) printed %q, want it to contain %q", tc.top, out.String(), tc.want)
+		}
+	}
+}

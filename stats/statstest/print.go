@@ -21,12 +21,18 @@ type row struct {
 }
 
 // WriteTop prints the groups of one received payload with the most hits,
-// top per bucket, with their p50 and p99 (for the demos).
+// top per bucket (none when top <= 0: the bucket lines alone), with their
+// p50 and p99 (for the demos).
 func WriteTop(out io.Writer, r Request, top int) {
 	if r.Err != nil {
 		fmt.Fprintf(out, "agent could not decode a payload: %v\n", r.Err)
 		return
 	}
+	if r.Payload == nil { // a Request not made by the Agent
+		fmt.Fprintln(out, "no decoded payload")
+		return
+	}
+	top = max(top, 0)
 	p := r.Payload
 	for _, b := range p.Buckets {
 		rows := make([]*row, 0, len(b.Groups))
