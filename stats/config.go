@@ -148,7 +148,9 @@ type Config struct {
 	// Payload-level identity, written into every ClientStatsPayload. New
 	// trims white space around every identity field (these, the ones below
 	// and Tags) and refuses any other control character (ErrBadConfig).
-	// An empty Hostname (the default unless EnvHostname or
+	// Left empty, Env, Service and Version come from EnvEnv, EnvService and
+	// EnvVersion, else from the env:, service: and version: tags of
+	// EnvTags. An empty Hostname (the default unless EnvHostname or
 	// EnvReportHostname says otherwise) lets the agent use its own host,
 	// as it does for the traces of dd-trace-go.
 	Env, Service, Version, Hostname string
@@ -164,7 +166,9 @@ type Config struct {
 	// payload. Each payload repeats them: New refuses more than
 	// writer.MaxStrings tags, a header over a quarter of MaxPayloadBytes
 	// (MaxDatagramBytes toward a relay), or so many tags shorter than 3
-	// bytes that a relay's decoder would refuse the payloads.
+	// bytes that a relay's decoder would refuse the payloads. A nil Tags
+	// comes from EnvTags, an empty GitCommitSha from EnvGitCommit; a
+	// non-nil empty Tags keeps DD_TAGS out.
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 
