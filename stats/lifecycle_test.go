@@ -77,9 +77,14 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the deadline's error", err)
 	}
-	// Slack for a loaded 2-core machine under the race detector, yet below
-	// the whole drain (~210 ms here, ~1.5 s under the race detector).
-	if took > deadline+150*time.Millisecond {
+	// Slack for a loaded 2-core machine, yet well below the whole drain
+	// (~210 ms here, ~1.5 s under the race detector, where 150 ms of slack
+	// failed once with other tests running beside it).
+	slack := 150 * time.Millisecond
+	if raceEnabled {
+		slack = 400 * time.Millisecond
+	}
+	if took > deadline+slack {
 		t.Fatalf("Stop took %s on a %s deadline", took, deadline)
 	}
 	h := a.Health()
