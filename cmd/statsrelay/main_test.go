@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,24 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: start error %v, want one with %q", tc.env, tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestStartRefusesAbstractSocketName: on Linux "-unix @name" would be an
+// abstract socket, open to every process in the network namespace whatever
+// -socket-mode says: the start is refused naming -unix and why.
+func TestStartRefusesAbstractSocketName(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("abstract socket names are Linux's; elsewhere @name is a file")
+	}
+	name := "@spanstats-test-" + strconv.Itoa(os.Getpid())
+	o, err := parse([]string{"-unix", name, "-udp", "127.0.0.1:0", "-http", ""}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.HasPrefix(err.Error(), "-unix "+name+": ") || !strings.Contains(err.Error(), "abstract socket name") {
+		t.Errorf("start error %v; want one starting \"-unix %s: \" that says it is an abstract socket name", err, name)
 	}
 }
 

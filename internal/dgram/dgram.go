@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -160,10 +161,15 @@ func CheckUnixPath(path string) error {
 // An existing socket file at path (a relay that did not stop cleanly, or
 // one being taken over: see TookOver) is replaced; any other kind of file
 // there is an error and is left alone.
-// Close removes the socket file.
+// Close removes the socket file. A Linux abstract socket name ("@name") is
+// refused: it has no file, so mode could not limit who sends.
 func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err := CheckUnixPath(path); err != nil {
 		return nil, fmt.Errorf("dgram: %w", err)
+	}
+	if abstractNames && strings.HasPrefix(path, "@") {
+		return nil, fmt.Errorf("dgram: %s is a Linux abstract socket name, which is not supported: "+
+			"it has no file, so its mode cannot limit who sends (give a file path; ./%s for a file of that name)", path, path)
 	}
 	live, err := removeSocket(path)
 	if err != nil {

@@ -22,6 +22,10 @@ var (
 	ctrlSlot     = max(ctrlUnixgram, ctrlUDP)
 )
 
+// abstractNames: a socket path starting with "@" names an abstract socket,
+// which the net package binds without a file.
+const abstractNames = true
+
 // controlUnixgram runs before bind: the socket's mode set on its fd here is
 // the one bind gives the file (less the umask), so the file never exists
 // with more permissions than mode, whatever the process's umask.

@@ -543,3 +543,24 @@ func TestChmodNeverThroughLinkPutInPlace(t *testing.T) {
 		t.Errorf("the link's target: %v, %v; want mode 0600", fi.Mode().Perm(), err)
 	}
 }
+
+// TestListenUnixgramRefusesAbstractName: "@name" is an abstract socket on
+// Linux, which has no file for the mode to guard: the listen is refused
+// saying so, and nothing is bound at that name.
+func TestListenUnixgramRefusesAbstractName(t *testing.T) {
+	name := "@spanstats-test-" + strconv.Itoa(os.Getpid())
+	c, err := ListenUnixgram(name, 0o600)
+	if err == nil {
+		c.Close()
+		t.Fatal("ListenUnixgram bound an abstract socket name")
+	}
+	if !strings.Contains(err.Error(), "abstract") || !strings.Contains(err.Error(), name) {
+		t.Errorf("ListenUnixgram(%q): %v; want an error naming it an abstract socket name", name, err)
+	}
+	if s, err := DialUnixgram(name, 0); !errors.Is(err, ErrNoRelay) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("DialUnixgram(%q) after the refused listen: %v; want ErrNoRelay", name, err)
+	}
+}

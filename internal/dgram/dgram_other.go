@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// abstractNames: "@name" is a file here, as any other relative path.
+const abstractNames = false
+
 func controlUnixgram(_ syscall.RawConn, _ os.FileMode) error { return nil }
 
 // chmodSocket changes the mode at path, as it finds it: unlike Linux's, it
