@@ -353,14 +353,27 @@ func (s *Server) Addr(t Transport) string {
 	return ""
 }
 
-func (s *Server) closeConns() {
-	s.closing.Do(func() {
-		for _, c := range s.conns {
-			if c != nil {
-				c.Close()
-			}
+// Close closes the sockets NewServer opened and removes the Unix socket
+// file, if still this Server's: for a Server that Run will not start (a
+// start that fails after NewServer). Run closes them itself, so after Run
+// returned, as on a second call, Close does nothing and returns nil. It
+// does not stop a running Server: end Run's context.
+func (s *Server) Close() error {
+	var err error
+	s.closing.Do(func() { err = s.closeEach() })
+	return err
+}
+
+func (s *Server) closeConns() { s.closing.Do(func() { _ = s.closeEach() }) }
+
+func (s *Server) closeEach() error {
+	var errs []error
+	for _, c := range s.conns {
+		if c != nil {
+			errs = append(errs, c.Close())
 		}
-	})
+	}
+	return errors.Join(errs...)
 }
 
 // Run serves until ctx ends, then stops the readers, decodes what they

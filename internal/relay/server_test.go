@@ -2,8 +2,12 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -168,5 +172,45 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	}
 	if reqs := len(ag.Requests()); reqs >= int(st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP]) {
 		t.Fatalf("%d requests for %d datagrams: nothing was merged", reqs, st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
+	}
+}
+
+// TestServerCloseWithoutRun: a Server that Run never starts gives back its
+// sockets on Close: the socket file is gone, the UDP port can be bound
+// again, and a second Close, or one after Run returned, is a no-op.
+func TestServerCloseWithoutRun(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	s, err := relay.NewServer(relay.ServerConfig{UnixPath: sock, UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp := s.Addr(relay.UDP)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the socket file after Close: %v; want it removed", err)
+	}
+	pc, err := net.ListenPacket("udp", udp)
+	if err != nil {
+		t.Errorf("binding the UDP address after Close: %v", err)
+	} else {
+		pc.Close()
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v; want nil", err)
+	}
+
+	ran, err := relay.NewServer(relay.ServerConfig{UnixPath: sock, UDPAddr: "-", AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ran.Run(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := ran.Close(); err != nil {
+		t.Errorf("Close after Run returned: %v; want nil", err)
 	}
 }
