@@ -194,10 +194,12 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 		err = chmodSocket(path, bound, mode)
 	}
 	if err != nil {
-		pc.Close()
-		if fi, e := os.Lstat(path); e == nil && fi.Mode().Type() == fs.ModeSocket {
-			os.Remove(path)
+		// Only the file this call bound, and before the close, as in
+		// Close: the path may hold a successor's socket by now.
+		if bound != nil && bound.Mode().Type() == fs.ModeSocket {
+			removeBound(path, bound)
 		}
+		pc.Close()
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
 	c, err := newConn(pc, path, bound, 0)
@@ -376,11 +378,16 @@ func (c *Conn) Unlink() {
 }
 
 func (c *Conn) unlink() {
-	if c.path == "" {
-		return
+	if c.path != "" {
+		removeBound(c.path, c.bound)
 	}
-	if fi, err := os.Lstat(c.path); err == nil && os.SameFile(fi, c.bound) {
-		os.Remove(c.path)
+}
+
+// removeBound removes the file at path if it is bound, the socket file of a
+// socket still open (so that no other file can have its inode number).
+func removeBound(path string, bound os.FileInfo) {
+	if fi, err := os.Lstat(path); err == nil && os.SameFile(fi, bound) {
+		os.Remove(path)
 	}
 }
 

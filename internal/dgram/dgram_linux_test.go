@@ -564,3 +564,51 @@ func TestListenUnixgramRefusesAbstractName(t *testing.T) {
 		t.Errorf("DialUnixgram(%q) after the refused listen: %v; want ErrNoRelay", name, err)
 	}
 }
+
+// TestFailedChmodKeepsSuccessorsSocket: when the chmod after bind fails
+// because the socket file was replaced by another process's socket (a
+// successor that bound the path in between), the failed listen closes its
+// own socket but leaves the successor's file, and the successor receives.
+func TestFailedChmodKeepsSuccessorsSocket(t *testing.T) {
+	old := syscall.Umask(0o022) // takes 0o044 from the mode: a chmod follows bind
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	var successor *net.UnixConn
+	testHook = func(stage string) {
+		if stage != "chmod" || successor != nil {
+			return
+		}
+		if err := os.Remove(path); err != nil {
+			t.Error(err)
+		}
+		var err error
+		if successor, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"}); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if c, err := ListenUnixgram(path, 0o666); err == nil {
+		c.Close()
+		t.Fatal("ListenUnixgram succeeded though its socket file was replaced before the chmod")
+	}
+	if successor == nil {
+		t.Fatal("no successor bound")
+	}
+	defer successor.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the successor's socket file after the failed listen: %v", err)
+	}
+	s, err := DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatalf("dialing the successor: %v", err)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("still here")); err != nil {
+		t.Fatalf("writing to the successor: %v", err)
+	}
+	buf := make([]byte, 64)
+	successor.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, _, err := successor.ReadFrom(buf); err != nil || string(buf[:n]) != "still here" {
+		t.Errorf("the successor read %q, %v; want \"still here\"", buf[:n], err)
+	}
+}
