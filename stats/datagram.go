@@ -83,7 +83,9 @@ type datagramOut struct {
 	port     uint16
 	addr     netip.AddrPort
 	lookedUp time.Time
-	relookup bool  // the relay refused a datagram: look up before dialing
+	// relookup: the relay refused a datagram, and no look-up has been
+	// answered since: look up before dialing, or before the next write.
+	relookup bool
 	lookErr  error // of the last lookup; nil after one that succeeded
 	resolver *net.Resolver
 	// relayLookupEvery and relayLookupGap; tests shorten them.
@@ -130,7 +132,6 @@ func (d *datagramOut) dial(patience *time.Duration) error {
 		return err
 	}
 	if d.host != "" && (d.relookup || !d.addr.IsValid()) && time.Since(d.lookedUp) >= d.lookupGap {
-		d.relookup = false
 		d.lookup(patience)
 	}
 	if !d.addr.IsValid() {
@@ -141,7 +142,8 @@ func (d *datagramOut) dial(patience *time.Duration) error {
 }
 
 // lookup looks the relay's host up, waiting at most the patience left
-// (which it spends) and until Stop gives up.
+// (which it spends) and until Stop gives up. A look-up skipped or cut short
+// so leaves relookup set: the DNS server has not answered it.
 func (d *datagramOut) lookup(patience *time.Duration) {
 	if *patience <= 0 || d.ctx.Err() != nil {
 		if d.lookErr == nil {
@@ -152,9 +154,13 @@ func (d *datagramOut) lookup(patience *time.Duration) {
 	ctx, cancel := context.WithTimeout(d.ctx, *patience)
 	start := time.Now()
 	ips, err := d.resolver.LookupNetIP(ctx, "ip", d.host)
+	cut := err != nil && ctx.Err() != nil
 	cancel()
 	take(patience, time.Since(start))
 	d.lookedUp = time.Now()
+	if !cut {
+		d.relookup = false
+	}
 	if err == nil && len(ips) == 0 {
 		err = errors.New("no address")
 	}
@@ -243,7 +249,11 @@ func (d *datagramOut) send(r *report, last bool) {
 // when the datagram is written, so the relay's gaps count what the network
 // lost and the envelope what this sender dropped, never both.
 func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error {
-	if d.conn != nil && d.host != "" && time.Since(d.lookedUp) >= d.lookupEvery {
+	// A look-up owed since a refusal (see lookup) is made here too: the
+	// dial that followed it kept the old address, and may have a socket
+	// that writes into it without an error.
+	if d.conn != nil && d.host != "" && (time.Since(d.lookedUp) >= d.lookupEvery ||
+		d.relookup && time.Since(d.lookedUp) >= d.lookupGap) {
 		was := d.addr
 		d.lookup(patience)
 		if d.addr != was {

@@ -958,3 +958,95 @@ func TestFullRelayErrorSaysWhy(t *testing.T) {
 	}
 	checkConservation(t, a.Health())
 }
+
+// TestDatagramRelookupSurvivesCutShortLookup: the relay refuses a datagram,
+// and the look-up that follows is cut short by the report's patience (the
+// DNS server does not answer), so the report goes to the address it had,
+// where a socket now takes datagrams silently (UDP into a gone Service IP).
+// The look-up is still owed: the next report looks the name up and reaches
+// the relay where it moved, not the silent address until relayLookupEvery.
+func TestDatagramRelookupSurvivesCutShortLookup(t *testing.T) {
+	first := listenRelay(t, "udp")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(first.url, "udp://"))
+	c, err := dgram.ListenUDP("127.0.0.2:"+port, 0)
+	if err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	moved := &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+	answering, answered := fakeDNS(t, func() netip.Addr { return netip.MustParseAddr("127.0.0.2") })
+	silent, unanswered := fakeDNS(t, nil)
+	var stalled atomic.Bool
+	stalled.Store(true)
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		if stalled.Load() {
+			return silent.Dial(ctx, network, address)
+		}
+		return answering.Dial(ctx, network, address)
+	}}
+	// The silent socket is bound at the old address in the pause after the
+	// refusal, before the redial: the old relay's port taken by another.
+	var rebind atomic.Bool
+	var old *relaySocket
+	a := startWithResolver(t, Config{AgentURL: "udp://relay.invalid-test:" + port, SendJitter: -1}, r, func(d *datagramOut) {
+		d.addr = netip.MustParseAddrPort("127.0.0.1:" + port) // looked up before
+		d.lookedUp = time.Now()
+		d.lookupGap = 0
+		d.sleep = func(p time.Duration) {
+			if rebind.CompareAndSwap(true, false) {
+				c, err := dgram.ListenUDP("127.0.0.1:"+port, 0)
+				if err != nil {
+					t.Error(err)
+				} else {
+					old = &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+				}
+			}
+			time.Sleep(p)
+		}
+	})
+	t.Cleanup(func() {
+		if old != nil {
+			old.conn.Close()
+		}
+	})
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush to the first relay: %v", err)
+	}
+	if got := first.read(t); len(got) != 1 || got[0].hits != 3 {
+		t.Fatalf("first relay got %+v; want one datagram of 3 spans", got)
+	}
+
+	first.conn.Close()
+	rebind.Store(true)
+	publishN(a, 4, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush after the refusal: %v", err)
+	}
+	if old == nil {
+		t.Fatal("the sender never paused after the refusal")
+	}
+	if got := old.read(t); len(got) != 1 || got[0].hits != 4 {
+		t.Fatalf("the old address got %+v; want the report of 4 spans, sent there after the cut-short look-up", got)
+	}
+	if unanswered.Load() == 0 {
+		t.Fatal("no look-up after the refusal")
+	}
+
+	stalled.Store(false)
+	publishN(a, 5, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush once DNS answers: %v", err)
+	}
+	if got := moved.read(t); len(got) != 1 || got[0].hits != 5 || got[0].env.Sequence != 3 {
+		t.Fatalf("the moved relay got %+v; want one datagram of 5 spans, sequence 3", got)
+	}
+	if answered.Load() == 0 {
+		t.Fatal("the name was not looked up again")
+	}
+	stop(t, a)
+	moved.read(t) // the final flag
+	if h := a.Health(); h.SpansSent != 12 || h.PayloadsDropped != 0 {
+		t.Fatalf("sent %d spans, dropped %d payloads; want 12, 0", h.SpansSent, h.PayloadsDropped)
+	}
+}
