@@ -6,6 +6,7 @@ package stats
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,10 @@ type Aggregator struct {
 	off atomic.Bool
 	// yieldEvery is Config.ShedYieldEvery, or 0 with ShedWithoutYield.
 	yieldEvery uint64
+	log        *slog.Logger
+	// unstartedWarned: a full inbox was blamed on a missing Start once;
+	// the warning is not repeated.
+	unstartedWarned atomic.Bool
 
 	cons *consumer
 	snd  *sender
@@ -74,6 +79,7 @@ func New(cfg Config) (*Aggregator, error) {
 		clearCh: make(chan struct{}, 1),
 		stopCh:  make(chan struct{}),
 		started: make(chan struct{}),
+		log:     cfg.Logger,
 	}
 	if !cfg.ShedWithoutYield {
 		a.yieldEvery = uint64(cfg.ShedYieldEvery)
@@ -108,7 +114,9 @@ func (a *Aggregator) Start() {
 // dropped (inbox full, published after Stop, or the agent does not accept
 // stats; each counted in Health); an ineligible span returns true — it is
 // correctly not counted. Label values over their limits (MaxResourceLen
-// and the others) are cut, and cost one allocation each.
+// and the others) are cut, and cost one allocation each. Before Start
+// nothing drains the inbox: once it is full, the first drop logs a warning
+// that Start was never called.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false
@@ -139,7 +147,25 @@ func (a *Aggregator) Publish(s *Span) bool {
 	if n := a.c.inboxFull.Add(1); a.yieldEvery != 0 && n%a.yieldEvery == 0 {
 		yield()
 	}
+	if !a.unstartedWarned.Load() {
+		a.warnIfNotStarted()
+	}
 	return false
+}
+
+// warnIfNotStarted logs, once per aggregator, that the inbox is full
+// because Start was never called: the drops would otherwise show only as
+// InboxFull, and the sender, which logs the shed spans, is not running.
+func (a *Aggregator) warnIfNotStarted() {
+	select {
+	case <-a.started:
+		return // overload, which the sender logs
+	default:
+	}
+	if a.unstartedWarned.CompareAndSwap(false, true) {
+		a.log.Warn("spanstats: Publish called on an aggregator that was never started: its inbox is full and spans are dropped (Health.InboxFull) until Start is called",
+			"inbox_size", a.inbox.Cap())
+	}
 }
 
 // Flush reports everything published before the call, now, and returns once

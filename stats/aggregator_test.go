@@ -568,3 +568,62 @@ func TestSnapshotNeverMoreOutThanCounted(t *testing.T) {
 			bad, snaps, worst.Counted, worst.SpansSent, worst.SpansUnsent, worst.Cleared)
 	}
 }
+
+// TestPublishNeverStartedWarns: an aggregator nobody started fills its
+// inbox and then drops every span as InboxFull; the first such drop logs
+// one warning naming the cause (Start was never called), later ones
+// nothing more, and the full path still allocates nothing. Started, the
+// same path does not claim so.
+func TestPublishNeverStartedWarns(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	log, buf := textLogger()
+	a, err := New(Config{AgentURL: ag.URL(), InboxSize: 16, ShedWithoutYield: true, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Span{Name: "op", TopLevel: true, Duration: 1}
+	for range 16 {
+		if !a.Publish(s) {
+			t.Fatal("Publish into an inbox with room returned false")
+		}
+	}
+	if got := buf.lines(); len(got) != 0 {
+		t.Fatalf("logged %q before the inbox was full, want nothing", got)
+	}
+	for range 100 {
+		if a.Publish(s) {
+			t.Fatal("Publish into a full inbox returned true")
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { a.Publish(s) }); allocs != 0 {
+		t.Errorf("Publish into a full inbox after the warning: %v allocations, want 0", allocs)
+	}
+	warnings := func() []string {
+		var found []string
+		for _, l := range buf.lines() {
+			if strings.Contains(l, "never started") {
+				found = append(found, l)
+			}
+		}
+		return found
+	}
+	got := warnings()
+	if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "Start") {
+		t.Fatalf("logged %q, want one warning that Start was never called", buf.lines())
+	}
+	if h := a.Health(); h.InboxFull != 100+101 || h.Pending != 16 {
+		t.Fatalf("InboxFull %d, Pending %d; want 201, 16", h.InboxFull, h.Pending)
+	}
+	a.Start()
+	a.warnIfNotStarted() // the full-inbox path of a started aggregator: overload, not a missing Start
+	stop(t, a)
+	if got := warnings(); len(got) != 1 {
+		t.Fatalf("after Start: %d warnings that it was never started, want still 1: %q", len(got), got)
+	}
+	if h := a.Health(); h.Counted != 16 {
+		t.Fatalf("counted %d, want the 16 spans the inbox held until Start", h.Counted)
+	}
+}

@@ -287,8 +287,9 @@ type Config struct {
 	// once a minute per kind with the count since the previous line (and
 	// once more at Stop with whatever is pending), failed and dropped
 	// payloads, the agent refusing stats, shed spans, and spans Stop's
-	// deadline left in the inbox (see log.go). It is never called on the
-	// Publish path.
+	// deadline left in the inbox (see log.go). On the Publish path it is
+	// called once at most: for the first span dropped by an aggregator
+	// never started (see Publish).
 	Logger *slog.Logger
 }
 
