@@ -287,9 +287,11 @@ type Config struct {
 	// once a minute per kind with the count since the previous line (and
 	// once more at Stop with whatever is pending), failed and dropped
 	// payloads, the agent refusing stats, shed spans, and spans Stop's
-	// deadline left in the inbox (see log.go). On the Publish path it is
-	// called once at most: for the first span dropped by an aggregator
-	// never started (see Publish).
+	// deadline left in the inbox (see log.go); also from the sender, the
+	// first failed /info read of a streak and the read that ends it (see
+	// Health.InfoError). On the Publish path it is called once at most:
+	// for the first span dropped by an aggregator never started (see
+	// Publish).
 	Logger *slog.Logger
 }
 

@@ -123,6 +123,17 @@ type Health struct {
 	// that state and InfoReads the successful /info reads.
 	AgentOff                 bool
 	AgentOffTimes, InfoReads uint64
+	// InfoFailures counts the /info reads that failed: no agent, a non-2xx
+	// answer (a 404 is an old agent's answer, not a failure), a body that
+	// is not /info's JSON. InfoError is the last failure's cause and
+	// InfoErrorAt its time, until a read succeeds: then nil and zero.
+	// Meanwhile the last read stands; before the first, the SDK knows no
+	// peer_tags list (it keeps every key, unless Config.PeerTagKeys) and no
+	// body limit, and takes the agent to accept stats. Toward a relay,
+	// which reads /info itself, all three stay zero.
+	InfoFailures uint64
+	InfoError    error
+	InfoErrorAt  time.Time
 
 	// LastSendError is the most recent failure to deliver a payload (an
 	// agent's non-2xx answer, a network error, a dropped payload's cause),
@@ -170,6 +181,8 @@ type counters struct {
 	retriesAfterTimeout                                      atomic.Uint64
 	unsentAfterTimeout                                       atomic.Uint64
 	lastErr                                                  atomic.Pointer[sendError]
+	infoFailures                                             atomic.Uint64
+	infoErr                                                  atomic.Pointer[sendError] // nil once /info is read
 	// Reports the consumer dropped before the sender saw them, for the
 	// next datagram's envelope to tell the relay (the sender takes them).
 	unannouncedPayloads, unannouncedSpans atomic.Uint64
@@ -194,7 +207,8 @@ func (c *counters) addCuts(cut cuts) {
 	}
 }
 
-// sendError is a delivery failure and its time, for Health.
+// sendError is a failure (to deliver, to read /info) and its time, for
+// Health.
 type sendError struct {
 	err error
 	at  time.Time
@@ -292,6 +306,10 @@ func (a *Aggregator) Health() Health {
 	h.LabelsTruncated = c.labelsTruncated.Load()
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at
+	}
+	h.InfoFailures = c.infoFailures.Load()
+	if e := c.infoErr.Load(); e != nil {
+		h.InfoError, h.InfoErrorAt = e.err, e.at
 	}
 	// Pushed is read last: every span the consumer counted was pushed
 	// earlier, so Pending never goes negative.

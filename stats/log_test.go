@@ -104,7 +104,8 @@ func TestNoAgentIsLogged(t *testing.T) {
 }
 
 // TestBadEnvironmentIsLogged: New logs a configuration fallback through
-// Config.Logger.
+// Config.Logger. (Checked before Stop, which starts the sender: with no
+// agent at the default address, that logs /info and sending failures.)
 func TestBadEnvironmentIsLogged(t *testing.T) {
 	t.Setenv(EnvAgentPort, "nope")
 	log, buf := textLogger()
@@ -112,10 +113,11 @@ func TestBadEnvironmentIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := buf.lines()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = a.Stop(ctx)
-	if got := buf.lines(); len(got) != 1 || !strings.Contains(got[0], EnvAgentPort) {
+	if len(got) != 1 || !strings.Contains(got[0], EnvAgentPort) {
 		t.Fatalf("logged %q, want one warning about %s", got, EnvAgentPort)
 	}
 }

@@ -73,6 +73,9 @@ type sender struct {
 	jitter  time.Duration // Config.SendJitter past the bucket's close
 	rng     *rand.Rand
 	delayed []delayedReport // interval reports waiting for their send time
+	// infoStreak counts the /info reads failed since the last good one:
+	// the first of a streak is logged, and its end.
+	infoStreak uint64
 }
 
 // delayedReport is an interval's report held until its jittered send time.
@@ -338,9 +341,34 @@ func (s *sender) On() {
 
 // Info counts the read and hands the agent's peer tags to the consumer.
 func (s *sender) Info(info *agentclient.Info) {
+	s.ctr.infoErr.Store(nil) // before the count: a snapshot with the read has no stale error
 	s.ctr.infoReads.Add(1)
+	if s.infoStreak > 0 {
+		s.logs.log.Info("spanstats: the agent's /info answers again", "failed_reads", s.infoStreak)
+		s.infoStreak = 0
+	}
 	if !s.fixedPeerTags && info.PeerTags != nil {
 		keys := slices.Clone(info.PeerTags)
 		s.peerTags.Store(&keys)
 	}
+}
+
+// InfoFailed counts the failure and keeps its error for Health; the first
+// of a streak is logged (the client polls /info at up to InfoRefresh, and a
+// line per poll would bury the log).
+func (s *sender) InfoFailed(err error) {
+	s.ctr.infoErr.Store(&sendError{err: err, at: time.Now()})
+	s.ctr.infoFailures.Add(1)
+	if s.infoStreak++; s.infoStreak > 1 {
+		return
+	}
+	msg := "spanstats: the agent's /info could not be read; its last answer stands; polling it again"
+	switch {
+	case s.ctr.infoReads.Load() > 0:
+	case s.fixedPeerTags:
+		msg = "spanstats: the agent's /info could not be read; until it is, its body limit is unknown; polling it again"
+	default:
+		msg = "spanstats: the agent's /info could not be read; until it is, its peer_tags list and body limit are unknown (every peer-tag key is kept); polling it again"
+	}
+	s.logs.log.Warn(msg, "error", err)
 }

@@ -3,17 +3,21 @@ package stats
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -947,4 +951,87 @@ func TestAgentURLCredentialsAreSent(t *testing.T) {
 	if got := reqs[0].Header.Get("Authorization"); got != want {
 		t.Fatalf("Authorization = %q, want %q", got, want)
 	}
+}
+
+// TestInfoFailureInHealthAndLog: /info reads that fail (a 503, then a body
+// that is not JSON) are counted in InfoFailures, the last one's error kept
+// in InfoError, and logged once for the whole streak however many polls
+// fail; a good read clears InfoError and logs the recovery once. A later
+// streak (a 404 sends the client back to polling /info) logs again.
+func TestInfoFailureInHealthAndLog(t *testing.T) {
+	var mode atomic.Int32  // /info: 0 answers 503, 1 a body that is not JSON, 2 a good document
+	var refuse atomic.Bool // /v0.6/stats answers 404
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/v0.6/stats" {
+			if refuse.Load() {
+				http.NotFound(w, r)
+			}
+			return
+		}
+		switch mode.Load() {
+		case 0:
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		case 1:
+			_, _ = io.WriteString(w, "<html>")
+		default:
+			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"]}`)
+		}
+	}))
+	defer srv.Close()
+	log, buf := textLogger()
+	count := func(msg string) (n int) {
+		for _, l := range buf.lines() {
+			if strings.Contains(l, msg) {
+				n++
+			}
+		}
+		return n
+	}
+	const warned, recovered = "/info could not be read", "/info answers again"
+	start := time.Now()
+	a := newStarted(t, Config{AgentURL: srv.URL, RetryBackoff: 5 * time.Millisecond, InfoRefresh: MinInfoRefresh, Logger: log})
+
+	waitFor(t, "three failed /info reads", func() bool { return a.Health().InfoFailures >= 3 })
+	h := a.Health()
+	var ae *AgentError
+	if !errors.As(h.InfoError, &ae) || ae.StatusCode != http.StatusServiceUnavailable || h.InfoErrorAt.Before(start) || h.InfoReads != 0 {
+		t.Fatalf("InfoError %v at %v, InfoReads %d; want the 503, timed during the test, and no read", h.InfoError, h.InfoErrorAt, h.InfoReads)
+	}
+	mode.Store(1)
+	var se *json.SyntaxError
+	waitFor(t, "the bad /info body in Health", func() bool { return errors.As(a.Health().InfoError, &se) })
+	if n := count(warned); n != 1 {
+		t.Fatalf("%d warnings for one streak of %d failed reads, want 1:\n%s", n, a.Health().InfoFailures, strings.Join(buf.lines(), ""))
+	}
+	if l := buf.lines()[0]; !strings.Contains(l, "level=WARN") || !strings.Contains(l, "503") {
+		t.Fatalf("first line %q: want a warning with the 503", l)
+	}
+	mode.Store(2)
+	waitFor(t, "a good /info read", func() bool { return a.Health().InfoReads >= 1 })
+	if h := a.Health(); h.InfoError != nil || !h.InfoErrorAt.IsZero() {
+		t.Fatalf("after a good read: InfoError %v at %v, want nil and zero", h.InfoError, h.InfoErrorAt)
+	}
+	waitFor(t, "the recovery logged", func() bool { return count(recovered) == 1 })
+	failures := a.Health().InfoFailures
+
+	// A 404 turns stats off: /info is polled again, and fails again.
+	mode.Store(0)
+	refuse.Store(true)
+	publishN(a, 3, "r")
+	_ = a.Flush(context.Background())
+	waitFor(t, "a second streak's warning", func() bool { return count(warned) == 2 })
+	mode.Store(2)
+	refuse.Store(false)
+	waitFor(t, "stats accepted again", func() bool { return !a.Health().AgentOff })
+	waitFor(t, "the second recovery logged", func() bool { return count(recovered) == 2 })
+	stop(t, a)
+	h = a.Health()
+	if h.InfoFailures <= failures || h.InfoError != nil {
+		t.Fatalf("InfoFailures %d (was %d), InfoError %v; want more, and nil", h.InfoFailures, failures, h.InfoError)
+	}
+	if w, r := count(warned), count(recovered); w != 2 || r != 2 {
+		t.Fatalf("%d warnings, %d recoveries logged; want 2 and 2:\n%s", w, r, strings.Join(buf.lines(), ""))
+	}
+	checkConservation(t, h)
 }

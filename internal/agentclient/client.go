@@ -105,6 +105,10 @@ type Observer interface {
 	On()
 	// Info: /info was read.
 	Info(info *Info)
+	// InfoFailed: /info could not be read (no agent, a non-2xx answer but
+	// 404, a body that is not its JSON); the state stays as the last read
+	// left it, and /info is polled again (see Config.InfoRefresh).
+	InfoFailed(err error)
 }
 
 // Payload is one complete msgpack body the client owns until its outcome.
@@ -553,12 +557,17 @@ func (c *Client) split(p *Payload, cause error) {
 
 // ReadInfo polls the agent's /info: whether it accepts client stats, its
 // body limit, and which peer tags it aggregates on. An unreachable agent leaves the state
-// as it was (payloads are retried; the agent may be starting).
+// as it was (payloads are retried; the agent may be starting), and the
+// Observer hears why (InfoFailed), unless the client's context ended: that
+// failure is the owner's, not the agent's.
 func (c *Client) ReadInfo() {
 	info, err := c.fetchInfo()
 	if err != nil {
 		c.infoStale = true
 		c.pollInfoLater()
+		if c.ctx.Err() == nil {
+			c.obs.InfoFailed(fmt.Errorf("agent /info: %w", err))
+		}
 		return
 	}
 	c.infoStale = false

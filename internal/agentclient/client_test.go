@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -31,8 +32,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // counting is an Observer that counts each outcome.
 type counting struct {
 	sent, failed, retried, split, dropped, off, on, info int
-	retriedAfterTimeout                                  int
-	lastErr                                              error
+	retriedAfterTimeout, infoFailed                      int
+	lastErr, lastInfoErr                                 error
 }
 
 func (o *counting) Sent(*Payload)          { o.sent++ }
@@ -48,6 +49,7 @@ func (o *counting) Dropped(_ *Payload, e error) { o.dropped++; o.lastErr = e }
 func (o *counting) Off(bool)                    { o.off++ }
 func (o *counting) On()                         { o.on++ }
 func (o *counting) Info(*Info)                  { o.info++ }
+func (o *counting) InfoFailed(err error)        { o.infoFailed++; o.lastInfoErr = err }
 
 func testConfig(url string) Config {
 	ep, err := ParseURL(url)
@@ -1237,5 +1239,71 @@ func TestUnixURLToDatagramSocket(t *testing.T) {
 		!strings.Contains(err.Error(), "unixgram://") || !strings.Contains(err.Error(), sock) {
 		t.Fatalf("failed %d, dropped %d, outcome %v; want 1, 1 and an EPROTOTYPE error naming %s and unixgram://",
 			obs.failed, obs.dropped, err, sock)
+	}
+}
+
+// TestReadInfoFailureIsReported: each /info read that fails (a 5xx, a body
+// that is not /info's JSON, no agent) is told to the Observer with its
+// cause, and leaves /info stale for the polls; a 404 (an agent too old for
+// /info) is an answer, not a failure, and so is nothing the client did
+// itself once closed.
+func TestReadInfoFailureIsReported(t *testing.T) {
+	var mode atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch mode.Load() {
+		case 0:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case 1:
+			_, _ = io.WriteString(w, "<html>not json</html>")
+		case 2:
+			http.NotFound(w, r)
+		default:
+			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"]}`)
+		}
+	}))
+	defer srv.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(srv.URL), obs)
+	defer c.Close()
+
+	c.ReadInfo()
+	var ae *AgentError
+	if obs.infoFailed != 1 || !errors.As(obs.lastInfoErr, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("503: %d failures reported, last %v; want 1, the 503", obs.infoFailed, obs.lastInfoErr)
+	}
+	if !strings.Contains(obs.lastInfoErr.Error(), "/info") {
+		t.Errorf("error %q does not say it is /info's", obs.lastInfoErr)
+	}
+	if _, ok := c.NextDue(); !ok || obs.info != 0 {
+		t.Fatalf("after a failed read: no poll scheduled, or %d reads told", obs.info)
+	}
+	mode.Store(1)
+	c.ReadInfo()
+	var se *json.SyntaxError
+	if obs.infoFailed != 2 || !errors.As(obs.lastInfoErr, &se) {
+		t.Fatalf("bad JSON: %d failures reported, last %v; want 2, a JSON syntax error", obs.infoFailed, obs.lastInfoErr)
+	}
+	mode.Store(2)
+	c.ReadInfo()
+	if obs.infoFailed != 2 || obs.info != 1 {
+		t.Fatalf("404: %d failures, %d reads; want 2 and 1 (an old agent's answer)", obs.infoFailed, obs.info)
+	}
+	mode.Store(3)
+	c.ReadInfo()
+	if obs.infoFailed != 2 || obs.info != 2 {
+		t.Fatalf("200: %d failures, %d reads; want 2 and 2", obs.infoFailed, obs.info)
+	}
+
+	addr := srv.Listener.Addr().String()
+	srv.Close()
+	gone := New(context.Background(), testConfig("http://"+addr), obs)
+	gone.ReadInfo()
+	if obs.infoFailed != 3 || obs.lastInfoErr == nil {
+		t.Fatalf("no agent: %d failures reported, last %v; want 3", obs.infoFailed, obs.lastInfoErr)
+	}
+	gone.Close()
+	gone.ReadInfo()
+	if obs.infoFailed != 3 {
+		t.Fatalf("closed client: %d failures reported, want still 3 (the owner gave up; not the agent's failure)", obs.infoFailed)
 	}
 }

@@ -298,7 +298,7 @@ func (c *Client) fetchInfo() (*Info, error) {
 	}
 	var info Info
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxInfoBytes)).Decode(&info); err != nil {
-		return nil, fmt.Errorf("agent /info: %w", err)
+		return nil, err
 	}
 	return &info, nil
 }

@@ -258,6 +258,10 @@ func (f *forwarder) On() {
 	f.switches.Log(f.s.log, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
 }
 
+// InfoFailed does nothing: the client polls again, and until a first
+// read succeeds statsrelay_agent_peer_tag_keys stays -1.
+func (f *forwarder) InfoFailed(error) {}
+
 // Info hands the agent's peer_tags list to the Relay.
 func (f *forwarder) Info(info *agentclient.Info) {
 	if info.PeerTags != nil {
