@@ -47,8 +47,8 @@ type Aggregator struct {
 	// yieldEvery is Config.ShedYieldEvery, or 0 with ShedWithoutYield.
 	yieldEvery uint64
 	log        *slog.Logger
-	// unstartedWarned: a full inbox was blamed on a missing Start once;
-	// the warning is not repeated.
+	// unstartedWarned: a full inbox was blamed on a missing Start once, or
+	// filled after Start; either way there is nothing (more) to warn of.
 	unstartedWarned atomic.Bool
 
 	cons *consumer
@@ -159,7 +159,10 @@ func (a *Aggregator) Publish(s *Span) bool {
 func (a *Aggregator) warnIfNotStarted() {
 	select {
 	case <-a.started:
-		return // overload, which the sender logs
+		// Overload, which the sender logs. Nothing to warn of from now on:
+		// the shed path (saturation) skips this select hereafter.
+		a.unstartedWarned.Store(true)
+		return
 	default:
 	}
 	if a.unstartedWarned.CompareAndSwap(false, true) {
