@@ -34,6 +34,11 @@ type forwarder struct {
 	trouble   *troubleLog
 	switches  agentclient.SwitchLog // the agent going off and back, rate-limited
 	packer    writer.Packer         // one request per identity, more beyond MaxPayloadBytes or the agent's limit
+	// infoStreak counts the /info reads failed since the last good one
+	// (the first of a streak is logged, and its end); infoRead: one read
+	// succeeded, so its answer stands.
+	infoStreak uint64
+	infoRead   bool
 }
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
@@ -258,12 +263,29 @@ func (f *forwarder) On() {
 	f.switches.Log(f.s.log, slog.LevelInfo, "statsrelay: the agent accepts client stats again; forwarding")
 }
 
-// InfoFailed does nothing: the client polls again, and until a first
-// read succeeds statsrelay_agent_peer_tag_keys stays -1.
-func (f *forwarder) InfoFailed(error) {}
+// InfoFailed counts the failure; the first of a streak is logged (the
+// client polls /info at up to InfoRefresh, and a line per poll would bury
+// the log).
+func (f *forwarder) InfoFailed(err error) {
+	f.s.infoFailures.Add(1)
+	if f.infoStreak++; f.infoStreak > 1 {
+		return
+	}
+	msg := "statsrelay: the agent's /info could not be read; its last answer stands; polling it again"
+	if !f.infoRead {
+		msg = "statsrelay: the agent's /info could not be read; until it is, its peer_tags list and body limit are unknown (every peer-tag key is kept); polling it again"
+	}
+	f.s.log.Warn(msg, "error", err)
+}
 
-// Info hands the agent's peer_tags list to the Relay.
+// Info logs the end of a streak of failed reads and hands the agent's
+// peer_tags list to the Relay.
 func (f *forwarder) Info(info *agentclient.Info) {
+	f.infoRead = true
+	if f.infoStreak > 0 {
+		f.s.log.Info("statsrelay: the agent's /info answers again", "failed_reads", f.infoStreak)
+		f.infoStreak = 0
+	}
 	if info.PeerTags != nil {
 		f.s.relay.SetPeerTagKeys(info.PeerTags)
 	}

@@ -104,6 +104,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 	counter("statsrelay_forward_slow_rounds_total", s.slowRounds.Load())
 	counter("statsrelay_spans_dropped_after_timeout_total", s.droppedAfterTimeout.Load())
 	gauge("statsrelay_agent_peer_tag_keys", float64(st.PeerTagKeys))
+	counter("statsrelay_agent_info_failures_total", s.infoFailures.Load())
 	counter("statsrelay_clock_steps_back_total", s.clockStepsBack.Load())
 	off := 0.0
 	if s.agentOff.Load() {

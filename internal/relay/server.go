@@ -210,6 +210,8 @@ type Server struct {
 	// clockStepsBack counts the forward rounds that found the wall clock
 	// gone back by more than an interval.
 	clockStepsBack atomic.Uint64
+	// infoFailures counts the agent /info reads that failed.
+	infoFailures atomic.Uint64
 }
 
 // batchStack is the free read batches, last in first out: the batch just

@@ -703,6 +703,97 @@ func TestAgentPeerTagListReread(t *testing.T) {
 	waitFor(t, "the relay to read the new list", func() bool { return srv.Relay().Stats().PeerTagKeys == 3 })
 }
 
+// TestAgentInfoFailures: /info reads that fail (a 503, then a body that is
+// not JSON) are counted in statsrelay_agent_info_failures_total and logged
+// once per streak however many polls fail, and the read that ends a streak
+// once, with the streak's count. A later streak (the periodic re-read
+// fails) logs again.
+func TestAgentInfoFailures(t *testing.T) {
+	var mode atomic.Int32 // /info: 0 answers 503, 1 a body that is not JSON, 2 a good document
+	var keys atomic.Int32 // peer_tags listed by the good document
+	keys.Store(1)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path != "/info" {
+			return // stats accepted
+		}
+		switch mode.Load() {
+		case 0:
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		case 1:
+			_, _ = io.WriteString(w, "<html>")
+		default:
+			tags := []string{"peer.service", "db.instance"}[:keys.Load()]
+			fmt.Fprintf(w, `{"endpoints":["/v0.6/stats"],"peer_tags":["%s"]}`, strings.Join(tags, `","`))
+		}
+	}))
+	defer agent.Close()
+	var log bytes.Buffer // read once the relay stopped
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: agent.URL, UnixPath: "-", Interval: time.Second,
+		Grace: 10 * time.Millisecond, InfoRefresh: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	defer stop()
+	failures := func() uint64 {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for l := range strings.Lines(rec.Body.String()) {
+			if v, ok := strings.CutPrefix(l, "statsrelay_agent_info_failures_total "); ok {
+				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+		t.Fatalf("/metrics has no statsrelay_agent_info_failures_total:\n%s", rec.Body.String())
+		return 0
+	}
+	peerTagKeys := func() int { return srv.Relay().Stats().PeerTagKeys }
+
+	waitFor(t, "three failed /info reads", func() bool { return failures() >= 3 })
+	mode.Store(1)
+	n := failures()
+	waitFor(t, "two more failed reads, of the bad body", func() bool { return failures() >= n+2 })
+	mode.Store(2)
+	waitFor(t, "a good /info read", func() bool { return peerTagKeys() == 1 })
+	n = failures()
+
+	// While the agent takes stats, /info is read again every ten
+	// InfoRefresh, at a forward: that read fails, and the polls after it.
+	mode.Store(0)
+	waitFor(t, "a failed re-read", func() bool { return failures() >= n+3 })
+	keys.Store(2)
+	mode.Store(2)
+	waitFor(t, "the second good read", func() bool { return peerTagKeys() == 2 })
+	stop()
+	total := failures()
+
+	var warned, recovered []string
+	sum := 0
+	for l := range strings.Lines(log.String()) {
+		switch {
+		case strings.Contains(l, "/info could not be read"):
+			warned = append(warned, l)
+		case strings.Contains(l, "/info answers again"):
+			recovered = append(recovered, l)
+			_, v, _ := strings.Cut(l, " failed_reads=")
+			k, _ := strconv.Atoi(strings.Fields(v + " ")[0])
+			sum += k
+		}
+	}
+	if len(warned) != 2 || len(recovered) != 2 {
+		t.Fatalf("%d warnings and %d recoveries logged for two streaks of %d failed reads, want 2 and 2:\n%s",
+			len(warned), len(recovered), total, log.String())
+	}
+	for _, l := range warned {
+		if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "503") {
+			t.Errorf("warning %q: want level WARN and the 503", l)
+		}
+	}
+	if !strings.Contains(warned[0], "peer_tags") {
+		t.Errorf("first warning %q does not say the peer_tags list is unknown", warned[0])
+	}
+	if uint64(sum) != total {
+		t.Errorf("recoveries count %d failed reads, the metric %d", sum, total)
+	}
+}
+
 // TestTroubleIsLogged: what the metrics count as lost is in the log too, by
 // kind and with its counts: malformed datagrams, a request the agent
 // refuses, the spans it carried. The log lines come at the latest when the
