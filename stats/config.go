@@ -139,10 +139,12 @@ var minBucketInterval, minInfoRefresh = MinBucketInterval, MinInfoRefresh
 type Config struct {
 	// AgentURL is where payloads go: the agent at "http://host:port" or
 	// "unix:///path/to/apm.socket", or a relay (cmd/statsrelay) at
-	// "unixgram:///path/to/relay.sock" or "udp://host:port". Left empty,
-	// it comes from the environment (SPANSTATS_RELAY_URL, then the Datadog
-	// tracers' variables: see EnvRelayURL), else DefaultAgentURL. A user
-	// and password in an http(s) URL are sent as Basic authorization.
+	// "unixgram:///path/to/relay.sock" (a file path: New refuses a Linux
+	// abstract name "@name", on which the relay does not listen) or
+	// "udp://host:port". Left empty, it comes from the environment
+	// (SPANSTATS_RELAY_URL, then the Datadog tracers' variables: see
+	// EnvRelayURL), else DefaultAgentURL. A user and password in an
+	// http(s) URL are sent as Basic authorization.
 	AgentURL string
 
 	// Payload-level identity, written into every ClientStatsPayload. New

@@ -8,7 +8,10 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -211,6 +214,53 @@ func TestDatagramFullSocketDropsAndTells(t *testing.T) {
 	}
 	stop(t, a)
 	checkConservation(t, a.Health())
+}
+
+// TestAbstractRelayNameRefused: on Linux "@name" is an abstract socket
+// name, on which the relay refuses to listen (it has no file for the mode
+// to guard). New refuses such an AgentURL, in either spelling, with
+// ErrBadConfig saying the relay listens on a file path, rather than
+// sending to a name no relay can hold ("no relay listening" at every
+// report). A file whose name starts with "@" is a path like any other: a
+// sender reaches the relay listening there.
+func TestAbstractRelayNameRefused(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("abstract socket names are Linux's; elsewhere @name is a relative path")
+	}
+	name := "@spanstats-test-" + strconv.Itoa(os.Getpid())
+	if c, err := dgram.ListenUnixgram(name, 0o600); err == nil {
+		c.Close()
+		t.Fatalf("the relay's listen took %s", name)
+	}
+	for _, raw := range []string{"unixgram:" + name, "unixgram://" + name} {
+		a, err := New(Config{AgentURL: raw})
+		if a != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = a.Stop(ctx)
+			cancel()
+		}
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "abstract") ||
+			!strings.Contains(err.Error(), "file path") || !strings.Contains(err.Error(), name) {
+			t.Errorf("New(AgentURL %q) = %v; want ErrBadConfig naming %s an abstract name and asking for the relay's file path", raw, err, name)
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), name)
+	c, err := dgram.ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+	a := newStarted(t, Config{AgentURL: "unixgram://" + path, SendJitter: -1})
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush to %s: %v", path, err)
+	}
+	if got := r.read(t); len(got) != 1 || got[0].hits != 3 {
+		t.Fatalf("the relay at %s read %+v; want one datagram of 3 spans", path, got)
+	}
+	stop(t, a)
 }
 
 // TestDatagramNoRelay: with nothing listening, a report is retried for at

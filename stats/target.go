@@ -32,6 +32,11 @@ func parseAgentURL(raw string) (target, error) {
 		raw := agentclient.Redact(raw) // quoted in errors
 		switch u.Scheme {
 		case "unixgram":
+			// "unixgram://@name" parses as an empty user at host "name";
+			// both spellings mean the abstract name, not a host.
+			if u.User != nil && u.User.String() == "" && u.Path == "" && dgram.IsAbstractName("@"+u.Host) {
+				return target{}, abstractRelayName(raw, "@"+u.Host)
+			}
 			if err := agentclient.CheckSocketHost(u); err != nil {
 				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
 			}
@@ -41,6 +46,9 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			if err := dgram.CheckUnixPath(p); err != nil {
 				return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
+			}
+			if dgram.IsAbstractName(p) {
+				return target{}, abstractRelayName(raw, p)
 			}
 			return target{network: "unixgram", address: p}, nil
 		case "udp":
@@ -63,6 +71,14 @@ func parseAgentURL(raw string) (target, error) {
 		return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 	}
 	return target{http: ep}, nil
+}
+
+// abstractRelayName refuses a Linux abstract socket name, in the relay's
+// words for refusing to listen on one (dgram.ListenUnixgram).
+func abstractRelayName(raw, name string) error {
+	return fmt.Errorf("%w: AgentURL %q: %s is a Linux abstract socket name, on which statsrelay does not listen: "+
+		"it has no file for the socket's mode to guard, so the relay listens on a file path (give that path: unixgram:///path/to/relay.sock)",
+		ErrBadConfig, raw, name)
 }
 
 // reserve is the room left before each payload for the datagram envelope.

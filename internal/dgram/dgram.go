@@ -157,6 +157,13 @@ func CheckUnixPath(path string) error {
 	return nil
 }
 
+// IsAbstractName says whether the net package takes path as a Linux
+// abstract socket name ("@name", on Linux only), which ListenUnixgram
+// refuses: a sender given one would never reach a relay.
+func IsAbstractName(path string) bool {
+	return abstractNames && strings.HasPrefix(path, "@")
+}
+
 // ListenUnixgram binds a Unix datagram socket at path with permissions mode.
 // An existing socket file at path (a relay that did not stop cleanly, or
 // one being taken over: see TookOver) is replaced; any other kind of file
@@ -167,7 +174,7 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err := CheckUnixPath(path); err != nil {
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
-	if abstractNames && strings.HasPrefix(path, "@") {
+	if IsAbstractName(path) {
 		return nil, fmt.Errorf("dgram: %s is a Linux abstract socket name, which is not supported: "+
 			"it has no file, so its mode cannot limit who sends (give a file path; ./%s for a file of that name)", path, path)
 	}
