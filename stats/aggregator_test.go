@@ -626,4 +626,25 @@ func TestPublishNeverStartedWarns(t *testing.T) {
 	if h := a.Health(); h.Counted != 16 {
 		t.Fatalf("counted %d, want the 16 spans the inbox held until Start", h.Counted)
 	}
+
+	// The call above found the warning given already, so it shows nothing
+	// about a started aggregator: one that never warned must not claim a
+	// missing Start when its inbox fills (overload, logged by the sender).
+	log2, buf2 := textLogger()
+	b, err := New(Config{AgentURL: ag.URL(), InboxSize: 16, Logger: log2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	b.warnIfNotStarted()
+	b.warnIfNotStarted()
+	stop(t, b)
+	for _, l := range buf2.lines() {
+		if strings.Contains(l, "never started") {
+			t.Fatalf("a started aggregator logged %q", l)
+		}
+	}
+	if !b.unstartedWarned.Load() {
+		t.Fatal("a started aggregator's full-inbox path still looks for a missing Start at every drop")
+	}
 }
