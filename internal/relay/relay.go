@@ -323,7 +323,7 @@ func (r *Relay) SetPeerTagKeys(keys []string) {
 // "key:value") is in keys. As the SDK's table (and the agent's
 // peerTagKeysToAggregateForSpan) does, a span that is not a client,
 // producer or consumer span keeps its _dd.base_service tag whether keys
-// holds that key or not; an empty list keeps nothing.
+// holds that key or not, if it names a service; an empty list keeps nothing.
 func keepPeerKeys(tags []string, keys map[string]struct{}, kind string) []string {
 	base := len(keys) > 0 && !aggregate.PeerKind(kind)
 	kept := tags[:0]
@@ -332,7 +332,7 @@ func keepPeerKeys(tags []string, keys map[string]struct{}, kind string) []string
 		if c := strings.IndexByte(t, ':'); c >= 0 {
 			k = t[:c]
 		}
-		if _, ok := keys[k]; ok || base && k == aggregate.BaseServiceKey {
+		if _, ok := keys[k]; ok || base && k == aggregate.BaseServiceKey && len(t) > len(k)+1 {
 			kept = append(kept, t)
 		}
 	}
