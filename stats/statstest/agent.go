@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -272,22 +273,31 @@ type GroupKey struct {
 
 // ExactKey is a group's whole key, every field the SDK and the agent tell
 // groups apart by: GroupKey and the label fields it leaves out, the peer
-// tags as a set (PeerTags is their PeerTagsKey).
+// tags as a set (PeerTags is their PeerTagsKey), and the fields the SDK
+// leaves empty but a relay forwards from other tracers (DBType, and the
+// two tag lists as sets, each spelled by PeerTagsKey too).
 type ExactKey struct {
 	GroupKey
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode, ServiceSource string
 	Synthetics                                              bool
 	IsTraceRoot                                             aggregate.Trilean
 	PeerTags                                                string
+	DBType                                                  string
+	SpanDerivedPrimaryTags, AdditionalMetricTags            string
 }
 
 // PeerTagsKey is ExactKey.PeerTags for a group's peer tags ("key:value"):
-// sorted, duplicates removed, joined with commas, so that one set has one
-// key in whatever order its tags arrive.
+// sorted, duplicates removed, each quoted (a value may hold a comma) and
+// joined with commas, so that one set has one key in whatever order its
+// tags arrive, and two sets never share one.
 func PeerTagsKey(tags ...string) string {
 	tags = slices.Clone(tags)
 	slices.Sort(tags)
-	return strings.Join(slices.Compact(tags), ",")
+	tags = slices.Compact(tags)
+	for i, t := range tags {
+		tags[i] = strconv.Quote(t)
+	}
+	return strings.Join(tags, ",")
 }
 
 // Totals are the summed values of the groups with one GroupKey.
@@ -323,7 +333,10 @@ func SumExact(reqs []Request) (map[ExactKey]*Totals, uint64) {
 			HTTPMethod: g.HTTPMethod, HTTPEndpoint: g.HTTPEndpoint,
 			GRPCStatusCode: g.GRPCStatusCode, ServiceSource: g.ServiceSource,
 			Synthetics: g.Synthetics, IsTraceRoot: g.IsTraceRoot,
-			PeerTags: PeerTagsKey(g.PeerTags...),
+			PeerTags:               PeerTagsKey(g.PeerTags...),
+			DBType:                 g.DBType,
+			SpanDerivedPrimaryTags: PeerTagsKey(g.SpanDerivedPrimaryTags...),
+			AdditionalMetricTags:   PeerTagsKey(g.AdditionalMetricTags...),
 		}
 	})
 }

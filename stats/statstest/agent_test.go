@@ -467,3 +467,39 @@ func TestWriteTopBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestSumExactWholeKey: SumExact keeps apart groups that differ only in a
+// key field the SDK leaves empty but a relay forwards and the agent
+// groups by (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags), and
+// peer-tag sets that a plain comma join would spell alike.
+func TestSumExactWholeKey(t *testing.T) {
+	a := New()
+	defer a.Close()
+	var groups []writer.Group
+	for _, set := range []func(g *writer.Group){
+		func(*writer.Group) {},
+		func(g *writer.Group) { g.DBType = "postgresql" },
+		func(g *writer.Group) { g.SpanDerivedPrimaryTags = []string{"region:eu"} },
+		func(g *writer.Group) { g.AdditionalMetricTags = []string{"team:a"} },
+		func(g *writer.Group) { g.PeerTags = []string{"db.instance:b,peer.service:a"} },
+		func(g *writer.Group) { g.PeerTags = []string{"db.instance:b", "peer.service:a"} },
+	} {
+		g := writer.Group{}
+		g.Service, g.Name, g.Resource, g.SpanKind, g.Hits, g.Duration = "web", "op", "r", "client", 1, 10
+		set(&g)
+		groups = append(groups, g)
+	}
+	pl := writer.Payload{Header: writer.Header{Env: "test", Lang: "go"},
+		Buckets: []writer.DecodedBucket{{Start: 10e9, Duration: 10e9, Groups: groups}}}
+	c := &http.Client{Timeout: 10 * time.Second}
+	if got := post(t, c, a.URL(), pl.Append(nil)); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+	exact, hits := SumExact(a.Requests())
+	if hits != uint64(len(groups)) || len(exact) != len(groups) {
+		t.Fatalf("SumExact: %d hits in %d groups, want %d in %d: %v", hits, len(exact), len(groups), len(groups), exact)
+	}
+	if PeerTagsKey("db.instance:b,peer.service:a") == PeerTagsKey("db.instance:b", "peer.service:a") {
+		t.Fatal("PeerTagsKey spells one tag holding a comma as the two tags around it")
+	}
+}
