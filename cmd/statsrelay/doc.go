@@ -18,7 +18,9 @@
 // stop begins) and /debug/pprof/ are served on -http.
 //
 // Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
-// refuses; 1 when a socket or -http cannot be opened, or -demo lost spans.
+// refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
+// path that is not a datagram socket's included), -proc-root is not a
+// directory (found only at start), or -demo lost spans.
 //
 // This command holds flags, signals and wiring only; the relay itself is
 // internal/relay.
