@@ -77,19 +77,20 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the deadline's error", err)
 	}
-	// Slack for a loaded 2-core machine, yet well below the whole drain
-	// (~210 ms here, ~1.5 s under the race detector, where 150 ms of slack
-	// failed once with other tests running beside it).
-	slack := 150 * time.Millisecond
-	if raceEnabled {
-		slack = 400 * time.Millisecond
-	}
-	if took > deadline+slack {
+	// Promptness is judged by the work done, not by the wall clock: load
+	// stretches Stop's time past any fixed slack, but it slows the
+	// consumer as much, so within the deadline it counts fewer spans,
+	// never more; a consumer that went on past it counts most of the
+	// inbox. The wall-clock bound only catches a Stop that hangs.
+	if took > deadline+5*time.Second {
 		t.Fatalf("Stop took %s on a %s deadline", took, deadline)
 	}
 	h := a.Health()
 	if h.Published != n || h.Pending != 0 || h.StopUndrained == 0 || h.StopUndrained == n && h.Counted != 0 {
 		t.Fatalf("published %d pending %d undrained %d counted %d", h.Published, h.Pending, h.StopUndrained, h.Counted)
+	}
+	if h.Counted > n/4 {
+		t.Fatalf("counted %d of %d spans on a %s deadline: the consumer went on past it", h.Counted, n, deadline)
 	}
 	if h.Counted+h.StopUndrained != n {
 		t.Fatalf("counted %d + undrained %d != %d", h.Counted, h.StopUndrained, n)
