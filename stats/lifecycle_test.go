@@ -89,7 +89,8 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	if h.Published != n || h.Pending != 0 || h.StopUndrained == 0 || h.StopUndrained == n && h.Counted != 0 {
 		t.Fatalf("published %d pending %d undrained %d counted %d", h.Published, h.Pending, h.StopUndrained, h.Counted)
 	}
-	if h.Counted > n/4 {
+	// About a tenth here; half leaves room for a host several times faster.
+	if h.Counted > n/2 {
 		t.Fatalf("counted %d of %d spans on a %s deadline: the consumer went on past it", h.Counted, n, deadline)
 	}
 	if h.Counted+h.StopUndrained != n {
