@@ -303,7 +303,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 			len(p.body), d.relay(), err, 2*d.limit)
 	}
 	if errors.Is(err, dgram.ErrWouldBlock) && d.to.network == "unixgram" {
-		return fmt.Errorf("sending to relay %s: %w: its queue stayed full for the report's patience: "+
+		return fmt.Errorf("sending to relay %s: %w: its queue stayed full while the report could wait: "+
 			"the relay is not reading fast enough; its queue holds net.unix.max_dgram_qlen datagrams",
 			d.relay(), err)
 	}
