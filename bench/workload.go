@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -176,7 +177,80 @@ func varied(name string, tmpl stats.Span, n int, stream uint64, services, operat
 var (
 	steadyOnce, resOnce, peerOnce, advOnce, clientOnce, heapOnce sync.Once
 	steady, hiRes, hiPeer, adversarial, clientPeers, heapEntries *Workload
+
+	steadyFreshOnce, clientFreshOnce sync.Once
+	steadyFresh, clientFresh         *Workload
 )
+
+// SteadyStateFreshStrings is SteadyState with the strings a tracer builds
+// anew for each span fresh at every position (see withFreshStrings): the
+// same keys, none of them found by the SDK's recent-span cache by address.
+func SteadyStateFreshStrings() *Workload {
+	steadyFreshOnce.Do(func() { steadyFresh = withFreshStrings("SteadyStateFreshStrings", SteadyState()) })
+	return steadyFresh
+}
+
+// ClientPeerTagsFreshStrings is ClientPeerTags with fresh strings at every
+// position (see withFreshStrings).
+func ClientPeerTagsFreshStrings() *Workload {
+	clientFreshOnce.Do(func() { clientFresh = withFreshStrings("ClientPeerTagsFreshStrings", ClientPeerTags()) })
+	return clientFresh
+}
+
+// withFreshStrings returns a copy of the table workload src in which every
+// position holds its own copy of the strings a tracer builds for each span
+// rather than reusing: the resource (dd-trace-go's net/http builds
+// r.Method + " " + route per request), the HTTP method (parsed from each
+// request) and the "key:value" peer tags (joined from the span's tags). The
+// service, operation, type, kind and route template stay shared, as the
+// constants they are in a tracer. In src every span of a key shares all of
+// its string data, so the SDK's recent-span cache, which recognises a key
+// by the addresses of its strings, finds every span's entry without
+// encoding or hashing its key: the SDK's best case, not a tracer's usual
+// one. The copies are slices of one string and one []string laid out in
+// position order, so a producer walking its stretch reads them in order
+// (no cache miss per span beyond the walk's) and the GC has two objects
+// more to mark, not hundreds of thousands.
+func withFreshStrings(name string, src *Workload) *Workload {
+	if src.vary != nil {
+		panic("BUG: withFreshStrings of a high-cardinality workload")
+	}
+	w := &Workload{Name: name, spans: slices.Clone(src.spans)}
+	var buf []byte
+	npeers := 0
+	for i := range w.spans {
+		s := &w.spans[i]
+		buf = append(buf, s.Resource...)
+		buf = append(buf, s.HTTPMethod...)
+		for _, t := range s.PeerTags {
+			buf = append(buf, t...)
+		}
+		npeers += len(s.PeerTags)
+	}
+	all, off := string(buf), 0
+	fresh := func(v string) string {
+		if v == "" {
+			return v
+		}
+		c := all[off : off+len(v)]
+		off += len(v)
+		return c
+	}
+	peers, k := make([]string, npeers), 0
+	for i := range w.spans {
+		s := &w.spans[i]
+		s.Resource = fresh(s.Resource)
+		s.HTTPMethod = fresh(s.HTTPMethod)
+		if n := len(s.PeerTags); n > 0 {
+			p := peers[k : k+n : k+n]
+			for j, t := range s.PeerTags {
+				p[j] = fresh(t)
+			}
+			s.PeerTags, k = p, k+n
+		}
+	}
+	return w
+}
 
 // SteadyState is a realistic mix over SteadyStateKeys keys: 5 services ×
 // (20 HTTP server endpoints, 12 client calls to databases, caches and other

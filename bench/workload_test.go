@@ -2,9 +2,11 @@ package bench
 
 import (
 	"hash/maphash"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/stats"
 )
@@ -160,3 +162,45 @@ func countBelow(durs []int64, d float64) int {
 }
 
 func near(got, want int) bool { return got > want*95/100 && got < want*105/100 }
+
+// TestFreshStrings checks that the fresh-string workloads hold the same
+// spans as the ones they copy, value for value, and that no two positions
+// share the data of a string a tracer builds per span: otherwise the SDK's
+// recent-span cache would hit on them as it does on the interned ones.
+func TestFreshStrings(t *testing.T) {
+	for _, tc := range []struct{ fresh, src *Workload }{
+		{SteadyStateFreshStrings(), SteadyState()},
+		{ClientPeerTagsFreshStrings(), ClientPeerTags()},
+	} {
+		t.Run(tc.fresh.Name, func(t *testing.T) {
+			if tc.fresh.Len() != tc.src.Len() {
+				t.Fatalf("%d spans, want %d", tc.fresh.Len(), tc.src.Len())
+			}
+			seen := map[*byte]int{}
+			mine := func(i int, v string) {
+				if v == "" {
+					return
+				}
+				p := unsafe.StringData(v)
+				if j, ok := seen[p]; ok {
+					t.Fatalf("positions %d and %d share the data of %q", j, i, v)
+				}
+				seen[p] = i
+			}
+			for i := range tc.src.Len() {
+				f, s := &tc.fresh.spans[i], &tc.src.spans[i]
+				if !reflect.DeepEqual(*f, *s) {
+					t.Fatalf("position %d: %+v, want %+v", i, *f, *s)
+				}
+				mine(i, f.Resource)
+				mine(i, f.HTTPMethod)
+				for _, p := range f.PeerTags {
+					mine(i, p)
+				}
+				if len(f.PeerTags) > 0 && &f.PeerTags[0] == &s.PeerTags[0] {
+					t.Fatalf("position %d shares its peer-tag slice with %s", i, tc.src.Name)
+				}
+			}
+		})
+	}
+}

@@ -25,7 +25,8 @@ func sideBySide(b *testing.B, w func() *bench.Workload) {
 }
 
 // BenchmarkPaced is the comparison at the loads applications run at: each
-// workload offered at fixed rates far below what the SDK absorbs, in 1 ms
+// workload (the interned ones, the SDK's best case, and their fresh-string
+// copies, see BenchmarkSteadyStateFreshStrings) offered at fixed rates far below what the SDK absorbs, in 1 ms
 // bursts and spread evenly, through the peer and the SDK in alternating
 // rounds (bench.RunPaced). cpu-ns/span-<impl> is the process CPU per
 // published span less the pacing driver's; ratio is the peer's ÷ the SDK's;
@@ -36,7 +37,8 @@ func sideBySide(b *testing.B, w func() *bench.Workload) {
 // The saturated benchmarks below are a throughput race under overload,
 // not this.
 func BenchmarkPaced(b *testing.B) {
-	for _, w := range []func() *bench.Workload{bench.SteadyState, bench.ClientPeerTags} {
+	for _, w := range []func() *bench.Workload{bench.SteadyState, bench.ClientPeerTags,
+		bench.SteadyStateFreshStrings, bench.ClientPeerTagsFreshStrings} {
 		for _, rate := range []int{20_000, 200_000, 1_000_000} {
 			for _, burst := range []time.Duration{time.Millisecond, 0} {
 				p := bench.Pacing{Rate: rate, Burst: burst}
@@ -56,6 +58,16 @@ func BenchmarkHighCardinalityResource(b *testing.B) { sideBySide(b, bench.HighCa
 func BenchmarkHighCardinalityPeer(b *testing.B)     { sideBySide(b, bench.HighCardinalityPeer) }
 func BenchmarkAdversarial(b *testing.B)             { sideBySide(b, bench.Adversarial) }
 func BenchmarkClientPeerTags(b *testing.B)          { sideBySide(b, bench.ClientPeerTags) }
+
+// The fresh-string workloads: the same keys as SteadyState and
+// ClientPeerTags, with the strings a tracer builds per span (resource,
+// HTTP method, peer-tag pairs) fresh at every position, so that the SDK's
+// recent-span cache, which matches strings by address, cannot find them:
+// the interned workloads above are the SDK's best case.
+func BenchmarkSteadyStateFreshStrings(b *testing.B) { sideBySide(b, bench.SteadyStateFreshStrings) }
+func BenchmarkClientPeerTagsFreshStrings(b *testing.B) {
+	sideBySide(b, bench.ClientPeerTagsFreshStrings)
+}
 
 // BenchmarkHeapPerEntry is the live heap each implementation holds for
 // bench.HeapKeys entries filled with bench.HeapSpansPerKey log-uniform

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/DataDog/datadog-agent/pkg/trace/config"
 	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
@@ -62,7 +61,13 @@ func newSpanConcentrator(now time.Time) *agentstats.SpanConcentrator {
 
 // spanTags is what a dd-trace-go span carries besides its fields: its meta
 // and metrics maps, built once per distinct tag set of a workload (a tracer
-// builds them while the span runs; that is not stats work).
+// builds them while the span runs; that is not stats work). Tag sets are
+// told apart by value, so the fresh-string workloads share the few hundred
+// maps of the interned ones (hot in the cache, as a tracer's span's own
+// meta is when it finishes), and the peer reads their values rather than
+// the span's fresh copies: it builds its "key:value" peer tags anew for
+// every span either way, and the span's fresh resource reaches it through
+// the span's fields.
 type spanTags struct {
 	metas   []map[string]string
 	metrics [4]map[string]float64 // by topLevel | measured<<1
@@ -80,8 +85,7 @@ func tagsFor(w *bench.Workload) *spanTags {
 		kind, method, endpoint, grpc, srvSrc string
 		status                               uint32
 		synthetics                           bool
-		peers                                *string // the workloads share peer-tag slices
-		npeers                               int
+		peers                                string // joined: by value, not by slice (see bench.SteadyStateFreshStrings)
 	}
 	t := &spanTags{meta: make([]uint32, w.Len())}
 	for i := range t.metrics {
@@ -101,7 +105,7 @@ func tagsFor(w *bench.Workload) *spanTags {
 		k := metaKey{
 			kind: s.SpanKind, method: s.HTTPMethod, endpoint: s.HTTPEndpoint, grpc: s.GRPCStatusCode,
 			srvSrc: s.ServiceSource, status: s.HTTPStatusCode, synthetics: s.Synthetics,
-			peers: unsafe.SliceData(s.PeerTags), npeers: len(s.PeerTags),
+			peers: strings.Join(s.PeerTags, "\x00"),
 		}
 		idx, ok := seen[k]
 		if !ok {

@@ -16,7 +16,8 @@ import (
 // (a status code or a peer tag) that the SDK keys on, or the comparison
 // would flatter whichever side aggregates fewer groups.
 func TestDriversAgree(t *testing.T) {
-	for _, w := range []*bench.Workload{bench.SteadyState(), bench.ClientPeerTags()} {
+	for _, w := range []*bench.Workload{bench.SteadyState(), bench.ClientPeerTags(),
+		bench.SteadyStateFreshStrings(), bench.ClientPeerTagsFreshStrings()} {
 		t.Run(w.Name, func(t *testing.T) {
 			n := uint64(w.Len())
 
