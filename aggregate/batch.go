@@ -78,7 +78,7 @@ func (t *Table) addHits(spans []*Record) int {
 			}
 			return i + t.AddBatch(spans[i:]) // with its look-ahead for attacks
 		}
-		e := t.recentEntry(s)
+		e := t.cachedEntry(s)
 		if e == nil {
 			if t.halted() {
 				for ; head != tail; head++ {
@@ -113,7 +113,7 @@ func (t *Table) addHits(spans []*Record) int {
 // cache misses.
 func (t *Table) addPlain(spans []*Record) int {
 	for i, s := range spans {
-		if t.halted() && t.recentEntry(s) == nil {
+		if t.halted() && t.cachedEntry(s) == nil {
 			return i
 		}
 		t.Add(s)

@@ -107,7 +107,7 @@ func (t *Table) addCollapsed(s *Record, rejected uint16, kept []string) {
 	e := m.e
 	if e == nil || e.epoch != t.epoch || e.gen != m.gen || !m.matches(s, rejected, kept) {
 		c := t.collapse(s, rejected, kept)
-		if e = t.recentEntry(c); e == nil {
+		if e = t.cachedEntry(c); e == nil {
 			b := t.encodeKey(c, t.sortedPeers(kept))
 			h := hash(b)
 			if e = t.lookup(h, b[seedLen:]); e == nil {

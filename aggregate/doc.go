@@ -13,6 +13,7 @@
 // xxhash) holds at most a capped number of entries; at the cap an entry idle
 // in the interval is recycled, or the span goes to one overflow entry. Per
 // interval cardinality budgets (SetLimits) replace values over budget by
-// BlockedValue. A cache of recent spans, keyed by the identity of their
-// strings, finds most entries without hashing.
+// BlockedValue. Caches of recent spans, keyed by the identity of their
+// strings or by a few bytes of their contents, find most entries without
+// encoding or hashing the key.
 package aggregate

@@ -1,15 +1,19 @@
-// This file owns the recent-span cache: it finds the entry of a span whose
-// label strings the tracer reuses (constants, route templates) by the
-// identity of those strings, without encoding or hashing the key.
+// This file owns the recent-span caches: they find the entry of a span
+// without encoding or hashing its key, by the identity of its label
+// strings when the tracer reuses them (constants, route templates), else by
+// their contents when it builds them anew for each span.
 
 package aggregate
 
-import "unsafe"
+import (
+	"encoding/binary"
+	"unsafe"
+)
 
-// recentSpans is the size of the recent-span cache, in sets of recentWays
+// recentSpans is the size of each recent-span cache, in sets of recentWays
 // slots, the least recently used of which a new key replaces. Each slot
-// holds one span's label strings, so the cache pins at most recentSpans
-// spans' strings of the tracer. Two ways, not one, so that keys sharing a
+// holds one span's label strings, so the two caches pin at most
+// 2*recentSpans spans' strings of the tracer. Two ways, not one, so that keys sharing a
 // set do not evict each other (see BenchmarkConsumer/SteadyState); the LRU
 // bit per set assumes two ways.
 const (
@@ -65,6 +69,25 @@ func (k *recentKey) sameKey(s *Record) bool {
 	return true
 }
 
+// equalKey is sameKey by the strings' contents. Unrolled as sameKey; ==
+// compares the lengths before any byte, and equal addresses end the
+// comparison of equal lengths at once.
+func (k *recentKey) equalKey(s *Record) bool {
+	a, b := (*[9]string)(&k.fields), (*[9]string)(s.labels())
+	if k.httpStatusCode != s.HTTPStatusCode || k.numPeers != s.NumPeerTags || k.flags != s.flags() ||
+		s.NumPeerTags > recentPeers || s.ExtraPeerTags != nil ||
+		a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4] ||
+		a[5] != b[5] || a[6] != b[6] || a[7] != b[7] || a[8] != b[8] {
+		return false
+	}
+	for i := range s.NumPeerTags {
+		if k.peers[i] != s.PeerTags[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // same reports whether a and b are the same string data: equal length and
 // address. The cache holds its strings, so their memory cannot be reused
 // while cached, and Go strings are immutable: the same data means equal
@@ -92,24 +115,76 @@ func recentIndex(s *Record) (uint, uint32) {
 	return uint(h>>40) % recentSets * recentWays, uint32(h>>8) | 1
 }
 
+// contentIndex is recentIndex by the contents of the span's most variable
+// strings: their lengths and first and last bytes, read in a few words, so
+// that it costs a fraction of hashing the key. Keys that share those bytes
+// share a set and may evict each other; a hit is still decided by the
+// fields themselves (equalKey), so a collision costs a miss, never a wrong
+// entry.
+func contentIndex(s *Record) (uint, uint32) {
+	h := ends(s.Resource)*0x9E3779B97F4A7C15 ^
+		ends(s.Name)*0xC2B2AE3D27D4EB4F ^
+		ends(s.Service)*0x165667B19E3779F9
+	for _, p := range s.PeerTags[:min(s.NumPeerTags, recentPeers)] {
+		h = (h ^ ends(p)) * 0x27D4EB2F165667C5
+	}
+	// Folded as murmur3's finalizer: the bytes that vary most, a
+	// resource's last ones, sit in the words' top bits, which the products
+	// above carry no lower.
+	h ^= h >> 33
+	h *= 0xFF51AFD7ED558CCD
+	h ^= h >> 33
+	h *= 0xC4CEB9FE1A85EC53
+	h ^= h >> 33
+	return uint(h>>40) % recentSets * recentWays, uint32(h>>8) | 1
+}
+
+// ends mixes v's length with its first and last eight bytes (all of
+// them, when shorter).
+func ends(v string) uint64 {
+	n := len(v)
+	if n < 8 {
+		var w uint64
+		for i := range n {
+			w = w<<8 | uint64(v[i])
+		}
+		return w ^ uint64(n)<<56
+	}
+	b := unsafe.Slice(unsafe.StringData(v), n)
+	return binary.LittleEndian.Uint64(b)*0xFF51AFD7ED558CCD ^ binary.LittleEndian.Uint64(b[n-8:]) ^ uint64(n)
+}
+
 // addr is the address of v's bytes (in 64 bits on every platform).
 func addr(v string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringData(v)))) }
 
-// recentEntry returns the entry the recent-span cache holds for s's key,
-// or nil. The tags, 4 KiB that stay in the L1 cache, turn away most misses
-// before a slot (a few cache lines) or its entry is read.
-func (t *Table) recentEntry(s *Record) *Entry {
-	i, tag := recentIndex(s)
+// spanCache maps recent spans' label fields to their entries, in sets of
+// recentWays slots found by a hash of the span (recentIndex or
+// contentIndex). The tags, 4 KiB that stay in the L1 cache, turn away most
+// misses before a slot (a few cache lines) or its entry is read.
+type spanCache struct {
+	slots [recentSpans]recentSlot
+	tags  [recentSpans]uint32 // 0: empty slot
+	lru   [recentSets]uint8   // per set: the way to replace next
+}
+
+// find returns the entry of s's key in the set at i with tag, or nil. A slot
+// matches s by the identity of its strings (sameKey) or, byContent, by
+// their contents (equalKey).
+func (c *spanCache) find(i uint, tag uint32, s *Record, epoch uint32, byContent bool) *Entry {
 	for w := range uint(recentWays) {
-		if t.recentTags[i+w] != tag {
+		if c.tags[i+w] != tag {
 			continue
 		}
-		slot := &t.recent[i+w]
-		if !slot.span.sameKey(s) {
+		slot := &c.slots[i+w]
+		if byContent {
+			if !slot.span.equalKey(s) {
+				continue
+			}
+		} else if !slot.span.sameKey(s) {
 			continue
 		}
-		if e := slot.e; e.epoch == t.epoch && e.gen == slot.gen {
-			if lru := &t.recentLRU[i/recentWays]; *lru == uint8(w) {
+		if e := slot.e; e.epoch == epoch && e.gen == slot.gen {
+			if lru := &c.lru[i/recentWays]; *lru == uint8(w) {
 				*lru = uint8(w ^ 1) // the other way is now the older
 			}
 			return e
@@ -118,23 +193,56 @@ func (t *Table) recentEntry(s *Record) *Entry {
 	return nil
 }
 
+// put puts s's key, counted in e, in the least recently used way of the set
+// at i.
+func (c *spanCache) put(i uint, tag uint32, s *Record, e *Entry) {
+	lru := &c.lru[i/recentWays]
+	w := uint(*lru)
+	*lru = uint8(w ^ 1)
+	slot := &c.slots[i+w]
+	slot.span.setKey(s)
+	slot.e, slot.gen = e, e.gen
+	c.tags[i+w] = tag
+}
+
+func (c *spanCache) clear() {
+	clear(c.slots[:])
+	clear(c.tags[:])
+}
+
+// cachedEntry returns the entry one of the recent-span caches holds for s's
+// key, or nil: the cache by identity first, at the cost of a few address
+// comparisons, then the one by contents, which reads the strings.
+func (t *Table) cachedEntry(s *Record) *Entry {
+	if e := t.recentEntry(s); e != nil {
+		return e
+	}
+	i, tag := contentIndex(s)
+	return t.seen.find(i, tag, s, t.epoch, true)
+}
+
+// recentEntry returns the entry the cache by identity holds for s's key, or
+// nil.
+func (t *Table) recentEntry(s *Record) *Entry {
+	i, tag := recentIndex(s)
+	return t.recent.find(i, tag, s, t.epoch, false)
+}
+
 // cacheable reports whether s's key, counted in e, fits a recentKey (and
 // is worth remembering: the overflow entry's key is not s's).
 func (t *Table) cacheable(s *Record, e *Entry) bool {
 	return e != t.overflow && s.NumPeerTags <= recentPeers && s.ExtraPeerTags == nil
 }
 
-// remember puts s's key, counted in e, in the recent-span cache.
+// remember puts s's key, counted in e, in both recent-span caches: which
+// of them its next span finds depends on whether the tracer reuses its
+// strings.
 func (t *Table) remember(s *Record, e *Entry) {
 	if t.cacheable(s, e) {
 		i, tag := recentIndex(s)
-		lru := &t.recentLRU[i/recentWays]
-		w := uint(*lru)
-		*lru = uint8(w ^ 1)
-		slot := &t.recent[i+w]
-		slot.span.setKey(s)
-		slot.e, slot.gen = e, e.gen
-		t.recentTags[i+w] = tag
+		t.recent.put(i, tag, s, e)
+		i, tag = contentIndex(s)
+		t.seen.put(i, tag, s, e)
 	}
 }
 
@@ -142,7 +250,7 @@ func (t *Table) remember(s *Record, e *Entry) {
 // both find entries by a span's strings, which Clear and SetPeerTagKeys
 // give another meaning.
 func (t *Table) forgetRecent() {
-	clear(t.recent[:])
-	clear(t.recentTags[:])
+	t.recent.clear()
+	t.seen.clear()
 	t.lastCollapsed = collapsedMemo{}
 }

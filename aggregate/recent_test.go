@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The recent-span cache matches by string identity: equal strings at other
-// addresses take the hashed path and land in the same entry.
+// The recent-span caches match by string identity, then by contents:
+// equal strings at other addresses land in the same entry.
 func TestRecentCacheIdentityAndEquality(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(DefaultLimits())
@@ -75,5 +75,84 @@ func TestRecentCacheWays(t *testing.T) {
 	tb.Rotate() // a new interval: nothing cached is valid
 	if got := cached(); !slices.Equal(got, []bool{false, false, false}) {
 		t.Fatalf("after Rotate, cached %v, want none", got)
+	}
+}
+
+// cloneRecord is s with every string a copy of its own, as a tracer that
+// builds a span's strings anew gives them.
+func cloneRecord(s Record) *Record {
+	l := s.labels()
+	for i := range l {
+		l[i] = strings.Clone(l[i])
+	}
+	for i := range s.NumPeerTags {
+		s.PeerTags[i] = strings.Clone(s.PeerTags[i])
+	}
+	return &s
+}
+
+// TestContentCacheFindsFreshStrings: a span whose strings are copies of a
+// cached span's misses the cache by identity and hits the one by contents,
+// in the same entry, until the interval ends.
+func TestContentCacheFindsFreshStrings(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(DefaultLimits())
+	s := baseSpan()
+	s.SpanKind = "client"
+	s.SetPeerTags([]string{"peer.service:users-db", "db.system:postgresql"})
+	tb.Add(&s)
+	e := tb.Touched(nil)[0]
+	c := cloneRecord(s)
+	if tb.recentEntry(c) != nil {
+		t.Fatal("the cache by identity found a span of copied strings")
+	}
+	if got := tb.cachedEntry(c); got != e {
+		t.Fatalf("the caches found %p for copied strings, want the entry %p", got, e)
+	}
+	tb.Add(c)
+	if tb.Len() != 1 || e.Hits != 2 {
+		t.Fatalf("%d entries, %d hits; want 1 and 2", tb.Len(), e.Hits)
+	}
+	c.PeerTags[1] = "db.system:mysql" // another key of the same layout
+	if got := tb.cachedEntry(c); got != nil {
+		t.Fatalf("the caches found %p for another peer tag", got)
+	}
+	tb.Rotate()
+	if got := tb.cachedEntry(cloneRecord(s)); got != nil {
+		t.Fatal("the cache by contents found an entry of the previous interval")
+	}
+}
+
+// TestContentCacheSameEnds: two keys whose strings share the lengths and
+// the first and last bytes that pick a set share it, and the cache by
+// contents tells them apart by every byte.
+func TestContentCacheSameEnds(t *testing.T) {
+	tb := NewTable(0)
+	a, b := baseSpan(), baseSpan()
+	a.Resource = "GET /api/v1/users/aaaa/all-orders"
+	b.Resource = "GET /api/v1/users/bbbb/all-orders"
+	if ia, ta := contentIndex(&a); true {
+		if ib, tb := contentIndex(&b); ia != ib || ta != tb {
+			t.Fatalf("set and tag %d/%x and %d/%x: want the same", ia, ta, ib, tb)
+		}
+	}
+	tb.Add(&a)
+	if got := tb.cachedEntry(cloneRecord(b)); got != nil {
+		t.Fatalf("found %+v for a key of the same ends", got.Key)
+	}
+	tb.Add(cloneRecord(b))
+	tb.Add(cloneRecord(a))
+	tb.Add(cloneRecord(b))
+	hits := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		hits[e.Key.Resource] = e.Hits
+	}
+	if len(hits) != 2 || hits[a.Resource] != 2 || hits[b.Resource] != 2 {
+		t.Fatalf("hits by resource %v, want 2 each for %q and %q", hits, a.Resource, b.Resource)
+	}
+	for _, r := range []*Record{&a, &b} {
+		if e := tb.cachedEntry(cloneRecord(*r)); e == nil || e.Key.Resource != r.Resource {
+			t.Fatalf("the cache by contents lost %q (both fit the set's ways)", r.Resource)
+		}
 	}
 }

@@ -70,10 +70,10 @@ type Table struct {
 	runLen         uint64
 	collapsedSpans uint64
 
-	// The recent-span cache, the bulk of a Table, after the small fields.
-	recent     [recentSpans]recentSlot
-	recentTags [recentSpans]uint32 // 0: empty slot
-	recentLRU  [recentSets]uint8   // per set: the way to replace next
+	// The recent-span caches, the bulk of a Table, after the small fields:
+	// by the identity of a span's strings, and by their contents.
+	recent spanCache
+	seen   spanCache
 }
 
 type slot struct {
@@ -130,17 +130,18 @@ func (t *Table) Add(s *Record) {
 			return
 		}
 		t.attacked = false
-		if e := t.recentEntry(s); e != nil {
+		if e := t.cachedEntry(s); e != nil {
 			e.record(s.Duration, s.Error, s.TopLevel)
 			return
 		}
 		t.addKey(s, kept, false)
 		return
 	}
-	// Spans whose strings are the tracer's constants or route templates
-	// arrive with the same string data again and again: the recent-span
-	// cache finds their entry without encoding or hashing the key.
-	if e := t.recentEntry(s); e != nil {
+	// Spans of a key repeat its strings, at the same addresses when the
+	// tracer reuses them (constants, route templates), else at new ones:
+	// the recent-span caches find their entry without encoding or hashing
+	// the key.
+	if e := t.cachedEntry(s); e != nil {
 		e.record(s.Duration, s.Error, s.TopLevel)
 		return
 	}
