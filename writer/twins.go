@@ -5,6 +5,7 @@ package writer
 
 import (
 	"encoding/binary"
+	"unicode"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -88,15 +89,23 @@ func (s *TypeSplitter) Release() {
 }
 
 // typeless hashes every label of e that the agent merges duplicates by: all
-// but Type. Fields are length-prefixed, so equal bytes are equal fields; a
-// collision of different keys only puts a group in a bucket of its own.
+// but Type, as the agent normalizes them. Fields are length-prefixed or
+// (folded) 0-terminated, so equal bytes are equal fields; a collision of
+// different keys only puts a group in a bucket of its own.
 func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	b := s.buf[:0]
-	resource := e.Resource
-	if resource == "" {
-		resource = e.Name // as the agent fills it in before merging (normalizeStatsGroup)
+	// The agent merges after normalizeStatsGroup: Service and Name are
+	// folded to what its normalizer cannot take out, and so is Resource,
+	// which it sets to the normalized Name when empty. (Its obfuscation of
+	// SQL resources, also before the merge, is not followed.)
+	b = foldService(b, e.Service)
+	b = foldName(b, e.Name)
+	if e.Resource == "" {
+		b = foldName(b, e.Name)
+	} else {
+		b = foldASCII(b, e.Resource, maxResourceLen, false)
 	}
-	for _, v := range [...]string{e.Service, e.Name, resource, e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
+	for _, v := range [...]string{e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
 	b = binary.AppendUvarint(b, uint64(e.HTTPStatusCode))
@@ -112,3 +121,60 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	s.buf = b
 	return xxhash.Sum64(b)
 }
+
+// The agent's normalizer limits (MaxServiceLen, MaxNameLen, MaxResourceLen)
+// and its name for a span name without a letter (DefaultSpanName).
+const (
+	maxServiceLen  = 100
+	maxNameLen     = 100
+	maxResourceLen = 5000
+	unnamedSpan    = "unnamed_operation"
+)
+
+// The folds below append, then a 0 byte, the ASCII letters and digits the
+// agent's normalizer keeps of a label: labels it makes equal fold equal.
+// They fold more (case, other characters), which costs a bucket at most.
+
+// foldService folds as NormalizeService: the first maxServiceLen bytes,
+// lowercased as unicode does (U+212A lowers to an ASCII k).
+func foldService(b []byte, v string) []byte {
+	for _, r := range v[:min(len(v), maxServiceLen)] { // a rune cut short is RuneError: left out
+		if r = unicode.ToLower(r); r < 0x80 && isAlnum(byte(r)) {
+			b = append(b, byte(r))
+		}
+	}
+	return append(b, 0)
+}
+
+// foldName folds as NormalizeName: the first maxNameLen bytes, from the
+// first ASCII letter; none is the agent's unnamedSpan.
+func foldName(b []byte, v string) []byte {
+	n := len(b)
+	b = foldASCII(b, v, maxNameLen, true)
+	if len(b) == n+1 {
+		return foldASCII(b[:n], unnamedSpan, maxNameLen, true)
+	}
+	return b
+}
+
+// foldASCII appends the ASCII letters (lowercased) and digits of the first
+// limit bytes of v, from the first letter if fromLetter, and a 0 byte.
+func foldASCII(b []byte, v string, limit int, fromLetter bool) []byte {
+	for i := range min(len(v), limit) {
+		c := v[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		switch {
+		case 'a' <= c && c <= 'z':
+			fromLetter = false
+		case '0' <= c && c <= '9' && !fromLetter:
+		default:
+			continue
+		}
+		b = append(b, c)
+	}
+	return append(b, 0)
+}
+
+func isAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }

@@ -93,3 +93,27 @@ func TestTypeSplitterEmptyResource(t *testing.T) {
 		t.Fatalf("laid out %d buckets: %+v", len(got), got)
 	}
 }
+
+// TestTypeSplitterNormalizedLabels: the agent normalizes Service and Name
+// (normalizeStatsGroup) before it merges duplicates, so groups whose raw
+// labels differ only in what the normalizer takes out are twins to it:
+// they must go to separate buckets when their types differ.
+func TestTypeSplitterNormalizedLabels(t *testing.T) {
+	for _, tc := range []struct{ service, name, resource, service2, name2, resource2 string }{
+		{"Web", "op", "r", "web", "op", "r"},               // service lowercased
+		{"my service", "op", "r", "my_service", "op", "r"}, // invalid char → '_'
+		{"web", "op!", "r", "web", "op", "r"},              // trailing '_' trimmed from the name
+		{"web", "1op", "r", "web", "op", "r"},              // leading non-letters skipped
+		{"web", "op.x", "", "web", "op.x", "op.x"},         // empty resource: the normalized name
+		{"web", "op!", "", "web", "op", "op"},
+	} {
+		a, b := &aggregate.Entry{Hits: 1}, &aggregate.Entry{Hits: 1}
+		a.Service, a.Name, a.Resource, a.Type = tc.service, tc.name, tc.resource, "web"
+		b.Service, b.Name, b.Resource, b.Type = tc.service2, tc.name2, tc.resource2, "sql"
+		var s TypeSplitter
+		if got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{a, b}}}); len(got) != 2 {
+			t.Errorf("%q/%q/%q and %q/%q/%q: %d buckets, want 2 (the agent merges them)",
+				tc.service, tc.name, tc.resource, tc.service2, tc.name2, tc.resource2, len(got))
+		}
+	}
+}
