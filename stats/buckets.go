@@ -66,7 +66,7 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 			checked = true
 			// One read decides: a second one, stepped back after the
 			// first, would realign with the spans added so far.
-			if t := c.clock(); c.steppedBack(t) {
+			if t := c.wall(); c.steppedBack(t) {
 				if done > 0 {
 					// realign would report the spans added so far before
 					// consume counts them: leave the rest to the next
@@ -122,9 +122,14 @@ func (c *consumer) steppedBack(t time.Time) bool {
 	return c.due().Sub(t) > c.interval
 }
 
+// wall reads the wall clock alone: buckets are stamped on it, and Sub or
+// After between two readings with monotonic parts would measure those
+// instead, a bucket's Duration then disagreeing with its Start's clock.
+func (c *consumer) wall() time.Time { return c.clock().Round(0) }
+
 // now reads the clock, realigning first if it stepped back.
 func (c *consumer) now() time.Time {
-	t := c.clock()
+	t := c.wall()
 	if c.steppedBack(t) {
 		c.realign(t)
 	}

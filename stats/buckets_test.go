@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -393,6 +394,58 @@ func TestFlushAfterSmallStepBack(t *testing.T) {
 	got := d.reports(epoch)
 	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["x"] != 1 {
 		t.Fatalf("flush: %v; want [10s +10s) map[x:1]", got)
+	}
+}
+
+// reading is a clock reading as time.Now gives it: wall time wall, and a
+// monotonic reading mono past base's (base from time.Now), which runs on
+// at its own rate while NTP slews or steps the wall clock. time.Time keeps
+// the monotonic reading in its second word; the test skips if it moved.
+func reading(t *testing.T, base, wall time.Time, mono time.Duration) time.Time {
+	t.Helper()
+	r := base.Add(wall.Sub(base)) // both readings moved by the wall's offset
+	*(*int64)(unsafe.Add(unsafe.Pointer(&r), 8)) += int64(mono - wall.Sub(base))
+	if r.UnixNano() != wall.UnixNano() || r.Sub(base) != mono {
+		t.Skip("time.Time no longer keeps its monotonic reading where reading expects it")
+	}
+	return r
+}
+
+// TestFlushBucketsOnTheWallClock: buckets between two Flushes are measured
+// on the wall clock, as their Start is, not by the monotonic readings
+// time.Now also carries: while NTP slews the wall clock, a Start on one
+// clock and a Duration on the other made consecutive buckets overlap or
+// leave gaps, and after a small step back the next bucket started before
+// the one just reported (TestFlushAfterSmallStepBack, on a real clock).
+func TestFlushBucketsOnTheWallClock(t *testing.T) {
+	const iv = 10 * time.Second
+	base := time.Now()
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.at(epoch.Add(iv + 200*time.Millisecond))
+	d.reports(epoch)
+	d.publish("x", epoch.Add(iv+300*time.Millisecond))
+	d.now = reading(t, base, epoch.Add(iv+400*time.Millisecond), time.Hour)
+	d.c.flush(make(chan error, 1))
+	d.reports(epoch)
+	// The wall clock slewed 1 ms slower than the monotonic one.
+	d.publish("y", epoch.Add(iv+500*time.Millisecond))
+	d.now = reading(t, base, epoch.Add(iv+1400*time.Millisecond), time.Hour+1001*time.Millisecond)
+	d.c.flush(make(chan error, 1))
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv+400*time.Millisecond || got[0].length != time.Second || got[0].hits["y"] != 1 {
+		t.Fatalf("slewed: %v; want [10.4s +1s) map[y:1], ending where the next begins", got)
+	}
+	// A step back of 0.3 s: the bucket runs to its nominal end, and the
+	// next one does not start before it.
+	d.publish("z", epoch.Add(iv+1300*time.Millisecond))
+	d.now = reading(t, base, epoch.Add(iv+1100*time.Millisecond), time.Hour+1100*time.Millisecond)
+	d.c.flush(make(chan error, 1))
+	got = d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv+1400*time.Millisecond || got[0].length != iv-1400*time.Millisecond || got[0].hits["z"] != 1 {
+		t.Fatalf("stepped back: %v; want [11.4s +8.6s) map[z:1]", got)
+	}
+	if s := d.c.start.Sub(epoch); s != iv+1400*time.Millisecond {
+		t.Fatalf("after the step back the next bucket starts at %v, want 11.4s", s)
 	}
 }
 

@@ -175,7 +175,7 @@ func headerOf(cfg *Config) writer.Header {
 
 func (c *consumer) run() {
 	defer close(c.done)
-	c.begin(c.clock())
+	c.begin(c.wall())
 	defer c.timer.Stop()
 	c.poll = time.NewTimer(drainPeriod)
 	defer c.poll.Stop()
