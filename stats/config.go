@@ -116,9 +116,17 @@ const (
 	// retry: the point of the budget is bounded memory.
 	MaxMaxRetryPayloads = 1 << 10
 	MaxMaxRetryBytes    = 1 << 30
-	// MaxHTTPTimeout bounds HTTPTimeout: the sender posts one request at a
+	// MinHTTPTimeout and MaxHTTPTimeout bound HTTPTimeout. Below the
+	// minimum every request times out before a loopback agent can answer
+	// (HTTPTimeout: 10 is ten nanoseconds), which would read as an agent
+	// that is down; above the maximum, the sender posts one request at a
 	// time, so a longer wait on a stalled agent only fills the send queue.
+	MinHTTPTimeout = 10 * time.Millisecond
 	MaxHTTPTimeout = time.Minute
+	// MinRetryBackoff bounds RetryBackoff from below: a shorter first
+	// delay (RetryBackoff: 200 is nanoseconds) spends every retry within
+	// microseconds, so an agent restarting for a moment loses every payload.
+	MinRetryBackoff = time.Millisecond
 	// MinInfoRefresh and MaxInfoRefresh bound InfoRefresh: faster polls
 	// hammer an agent that is off, slower ones leave stats off long after
 	// the agent takes them again.
@@ -225,8 +233,8 @@ type Config struct {
 	// (ErrDatagramTooLarge). Over a Unix socket the send buffer is raised to
 	// twice the limit, which the kernel caps at net.core.wmem_max.
 	MaxDatagramBytes int
-	// HTTPTimeout bounds each request to the agent (default 10 s, at most
-	// MaxHTTPTimeout).
+	// HTTPTimeout bounds each request to the agent (default 10 s, within
+	// [MinHTTPTimeout, MaxHTTPTimeout]).
 	HTTPTimeout time.Duration
 	// SendQueue is the number of reports that may wait for the sender
 	// (default 4, at most MaxSendQueue). A report that finds it full is
@@ -255,7 +263,8 @@ type Config struct {
 	// RetryBackoff is the first retry's delay (default 200 ms), doubled per
 	// attempt up to MaxRetryBackoff (default 5 s, or RetryBackoff when that
 	// is longer; set, it may not be shorter than RetryBackoff), with
-	// jitter; both at most MaxMaxRetryBackoff.
+	// jitter; RetryBackoff at least MinRetryBackoff, both at most
+	// MaxMaxRetryBackoff.
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// MaxRetryPayloads and MaxRetryBytes bound what waits for a retry
 	// (defaults 8 payloads and 64 MiB, at most MaxMaxRetryPayloads and
@@ -360,8 +369,8 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		def, min, max time.Duration
 	}{
 		{"BucketInterval", &c.BucketInterval, DefaultBucketInterval, minBucketInterval, MaxBucketInterval},
-		{"HTTPTimeout", &c.HTTPTimeout, DefaultHTTPTimeout, 0, MaxHTTPTimeout},
-		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff, 0, MaxMaxRetryBackoff},
+		{"HTTPTimeout", &c.HTTPTimeout, DefaultHTTPTimeout, MinHTTPTimeout, MaxHTTPTimeout},
+		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff, MinRetryBackoff, MaxMaxRetryBackoff},
 		{"MaxRetryBackoff", &c.MaxRetryBackoff, DefaultMaxRetryBackoff, 0, MaxMaxRetryBackoff},
 		{"InfoRefresh", &c.InfoRefresh, DefaultInfoRefresh, minInfoRefresh, MaxInfoRefresh},
 		{"StopRetryWindow", &c.StopRetryWindow, DefaultStopRetryWindow, 0, MaxMaxRetryBackoff},

@@ -206,9 +206,13 @@ func TestConfigBounds(t *testing.T) {
 		{"BucketInterval", int64(MaxBucketInterval), int64(MaxBucketInterval) + 1},
 		{"BucketInterval", int64(MinBucketInterval), 1},
 		{"SendJitter", int64(DefaultBucketInterval / 2), int64(DefaultBucketInterval/2) + 1},
+		{"HTTPTimeout", int64(MinHTTPTimeout), int64(MinHTTPTimeout) - 1},
+		{"HTTPTimeout", int64(MinHTTPTimeout), 10}, // seconds meant, nanoseconds given
 		{"HTTPTimeout", int64(MaxHTTPTimeout), int64(MaxHTTPTimeout) + 1},
 		{"InfoRefresh", int64(MinInfoRefresh), int64(MinInfoRefresh) - 1},
 		{"InfoRefresh", int64(MaxInfoRefresh), int64(MaxInfoRefresh) + 1},
+		{"RetryBackoff", int64(MinRetryBackoff), int64(MinRetryBackoff) - 1},
+		{"RetryBackoff", int64(MinRetryBackoff), 200}, // milliseconds meant
 		{"RetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
 		{"MaxRetryBackoff", int64(MaxMaxRetryBackoff), int64(MaxMaxRetryBackoff) + 1},
 		{"InboxSize", MaxInboxSize, MaxInboxSize + 1},
