@@ -1100,3 +1100,39 @@ func TestDatagramRelookupSurvivesCutShortLookup(t *testing.T) {
 		t.Fatalf("sent %d spans, dropped %d payloads; want 12, 0", h.SpansSent, h.PayloadsDropped)
 	}
 }
+
+// TestDatagramDropsBeyondEnvelopeField: the envelope carries what was
+// dropped in 32 bits; more than that is told on the next datagrams, not
+// forgotten once one is written.
+func TestDatagramDropsBeyondEnvelopeField(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	to, err := parseAgentURL(r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDatagramOut(context.Background(), to, DefaultMaxDatagramBytes, &counters{}, newBufPool())
+	defer d.stop()
+	const over = 5
+	d.droppedPayloads, d.droppedSpans = 3, 1<<32-1+over
+	var told []writer.Envelope
+	for range 2 {
+		patience := time.Second
+		if err := d.write(part{body: make([]byte, writer.EnvelopeSize+8)}, 0, &patience); err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.conn.ReadBatch(r.batch)
+		if err != nil || n != 1 {
+			t.Fatalf("read %d datagrams: %v", n, err)
+		}
+		env, _, _, err := writer.ParseDatagram(r.batch.Datagrams()[0].Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		told = append(told, env)
+	}
+	if told[0].DroppedPayloads != 3 || told[0].DroppedSpans != 1<<32-1 ||
+		told[1].DroppedPayloads != 0 || told[1].DroppedSpans != over {
+		t.Fatalf("envelopes told %d/%d then %d/%d dropped payloads/spans; want 3/%d then 0/%d",
+			told[0].DroppedPayloads, told[0].DroppedSpans, told[1].DroppedPayloads, told[1].DroppedSpans, uint32(1<<32-1), over)
+	}
+}
