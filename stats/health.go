@@ -307,10 +307,10 @@ func (a *Aggregator) Health() Health {
 	if e := c.lastErr.Load(); e != nil {
 		h.LastSendError, h.LastSendErrorAt = e.err, e.at
 	}
-	h.InfoFailures = c.infoFailures.Load()
 	if e := c.infoErr.Load(); e != nil {
 		h.InfoError, h.InfoErrorAt = e.err, e.at
 	}
+	h.InfoFailures = c.infoFailures.Load() // after the error (see InfoFailed)
 	// Pushed is read last: every span the consumer counted was pushed
 	// earlier, so Pending never goes negative.
 	pushed := a.inbox.Pushed()

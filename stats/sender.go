@@ -357,8 +357,10 @@ func (s *sender) Info(info *agentclient.Info) {
 // of a streak is logged (the client polls /info at up to InfoRefresh, and a
 // line per poll would bury the log).
 func (s *sender) InfoFailed(err error) {
-	s.ctr.infoErr.Store(&sendError{err: err, at: time.Now()})
+	// Counted before the error is kept, as Health reads them the other way
+	// round: a snapshot with this error has its failure counted.
 	s.ctr.infoFailures.Add(1)
+	s.ctr.infoErr.Store(&sendError{err: err, at: time.Now()})
 	if s.infoStreak++; s.infoStreak > 1 {
 		return
 	}
