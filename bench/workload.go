@@ -184,7 +184,8 @@ var (
 
 // SteadyStateFreshStrings is SteadyState with the strings a tracer builds
 // anew for each span fresh at every position (see withFreshStrings): the
-// same keys, none of them found by the SDK's recent-span cache by address.
+// same keys, none of them found by the SDK's recent-span cache by address
+// (they are by the one by contents).
 func SteadyStateFreshStrings() *Workload {
 	steadyFreshOnce.Do(func() { steadyFresh = withFreshStrings("SteadyStateFreshStrings", SteadyState()) })
 	return steadyFresh
@@ -204,10 +205,10 @@ func ClientPeerTagsFreshStrings() *Workload {
 // request) and the "key:value" peer tags (joined from the span's tags). The
 // service, operation, type, kind and route template stay shared, as the
 // constants they are in a tracer. In src every span of a key shares all of
-// its string data, so the SDK's recent-span cache, which recognises a key
-// by the addresses of its strings, finds every span's entry without
-// encoding or hashing its key: the SDK's best case, not a tracer's usual
-// one. The copies are slices of one string and one []string laid out in
+// its string data, so the SDK's recent-span cache by identity, which
+// recognises a key by the addresses of its strings, finds every span's
+// entry without reading its bytes: the SDK's best case, not a tracer's
+// usual one. The copies are slices of one string and one []string laid out in
 // position order, so a producer walking its stretch reads them in order
 // (no cache miss per span beyond the walk's) and the GC has two objects
 // more to mark, not hundreds of thousands.

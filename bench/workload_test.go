@@ -166,7 +166,8 @@ func near(got, want int) bool { return got > want*95/100 && got < want*105/100 }
 // TestFreshStrings checks that the fresh-string workloads hold the same
 // spans as the ones they copy, value for value, and that no two positions
 // share the data of a string a tracer builds per span: otherwise the SDK's
-// recent-span cache would hit on them as it does on the interned ones.
+// recent-span cache by identity would hit on them as it does on the
+// interned ones.
 func TestFreshStrings(t *testing.T) {
 	for _, tc := range []struct{ fresh, src *Workload }{
 		{SteadyStateFreshStrings(), SteadyState()},
