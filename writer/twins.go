@@ -93,18 +93,7 @@ func (s *TypeSplitter) Release() {
 // (folded) 0-terminated, so equal bytes are equal fields; a collision of
 // different keys only puts a group in a bucket of its own.
 func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
-	b := s.buf[:0]
-	// The agent merges after normalizeStatsGroup: Service and Name are
-	// folded to what its normalizer cannot take out, and so is Resource,
-	// which it sets to the normalized Name when empty. (Its obfuscation of
-	// SQL resources, also before the merge, is not followed.)
-	b = foldService(b, e.Service)
-	b = foldName(b, e.Name)
-	if e.Resource == "" {
-		b = foldName(b, e.Name)
-	} else {
-		b = foldASCII(b, e.Resource, maxResourceLen, false)
-	}
+	b := AppendFoldedLabels(s.buf[:0], e.Service, e.Name, e.Resource)
 	for _, v := range [...]string{e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
@@ -120,6 +109,24 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	}
 	s.buf = b
 	return xxhash.Sum64(b)
+}
+
+// AppendFoldedLabels appends service, name and resource folded as the agent
+// (v0.85.4) sees them when it merges a bucket's duplicate groups: after
+// normalizeStatsGroup, which normalizes Service and Name and sets an empty
+// Resource to the normalized Name. Labels the agent makes equal append
+// equal bytes; it folds more than the agent (case of names and resources,
+// non-ASCII letters), which costs a bucket of its own at most, and does not
+// follow the agent's obfuscation of SQL resources. Each label ends in a 0
+// byte after letters and digits only, so the bytes can prefix a hash key.
+// It allocates only to grow b.
+func AppendFoldedLabels(b []byte, service, name, resource string) []byte {
+	b = foldService(b, service)
+	b = foldName(b, name)
+	if resource == "" {
+		return foldName(b, name)
+	}
+	return foldASCII(b, resource, maxResourceLen, false)
 }
 
 // The agent's normalizer limits (MaxServiceLen, MaxNameLen, MaxResourceLen)

@@ -63,19 +63,13 @@ func (h *hasher) strs(v []string) {
 // group returns the hash of g's label key, and the hash of the part of it
 // the agent (v0.85.4) merges a bucket's duplicate groups by: every field
 // but Type, DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup,
-// see splitByType), an empty Resource read as the Name as the agent's
-// normalizeStatsGroup fills it in before that merge. g's tag lists must be
-// sets (asSet).
+// see splitByType), with Service, Name and Resource as its normalizeStatsGroup
+// leaves them before that merge (writer.AppendFoldedLabels). g's tag lists
+// must be sets (asSet).
 func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	k := &g.Key
 	h.reset()
-	h.str(k.Service)
-	h.str(k.Name)
-	resource := k.Resource
-	if resource == "" {
-		resource = k.Name
-	}
-	h.str(resource)
+	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name, k.Resource)
 	h.str(k.SpanKind)
 	h.str(k.HTTPMethod)
 	h.str(k.HTTPEndpoint)
@@ -86,10 +80,13 @@ func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	h.strs(k.PeerTags)
 	h.strs(g.AdditionalMetricTags)
 	typeless = h.sum()
+	// The full key continues the digest with the raw labels the fold took out.
+	h.str(k.Service)
+	h.str(k.Name)
+	h.str(k.Resource)
 	h.str(k.Type)
 	h.str(g.DBType)
 	h.strs(g.SpanDerivedPrimaryTags)
-	h.num(uint64(b2u(k.Resource == ""))) // the full key keeps the raw Resource
 	return h.sum(), typeless
 }
 

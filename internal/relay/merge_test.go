@@ -182,6 +182,45 @@ func TestEmptyResourceTwinSplitsBuckets(t *testing.T) {
 	}
 }
 
+// TestNormalizedLabelTwinsSplitBuckets: the agent normalizes Service and
+// Name (normalizeStatsGroup) before it merges duplicates, so groups from
+// two senders whose labels differ only in what the normalizer takes out are
+// twins to it: of types web and sql, they must reach it in separate
+// buckets, each with its own counts and raw labels.
+func TestNormalizedLabelTwinsSplitBuckets(t *testing.T) {
+	for _, tc := range []struct{ service, name, resource, service2, name2, resource2 string }{
+		{"Web", "op", "r", "web", "op", "r"},               // service lowercased
+		{"my service", "op", "r", "my_service", "op", "r"}, // invalid char → '_'
+		{"web", "op!", "r", "web", "op", "r"},              // trailing '_' trimmed from the name
+		{"web", "1op", "r", "web", "op", "r"},              // leading non-letters skipped
+		{"web", "op!", "", "web", "op", "op"},              // empty resource: the normalized name
+	} {
+		r := newTestRelay(Config{})
+		web, sql := key(tc.resource), key(tc.resource2)
+		web.Service, web.Name, web.Type = tc.service, tc.name, "web"
+		sql.Service, sql.Name, sql.Type = tc.service2, tc.name2, "sql"
+		mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(web, 1, 0))), 0, UDP)
+		mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(sql, 2, 0))), 0, UDP)
+		out := harvestAll(t, r)
+		var got []string
+		for i, bk := range out[0].Buckets {
+			if bk.Start != w0 || bk.Duration != 10*sec {
+				t.Fatalf("bucket %d+%d, want all at %d+10 s", bk.Start, bk.Duration, w0)
+			}
+			for _, g := range bk.Groups {
+				got = append(got, fmt.Sprintf("%d:%s/%s/%s/%s=%d", i, g.Service, g.Name, g.Resource, g.Type, g.Hits))
+			}
+		}
+		want := []string{
+			fmt.Sprintf("0:%s/%s/%s/web=1", tc.service, tc.name, tc.resource),
+			fmt.Sprintf("1:%s/%s/%s/sql=2", tc.service2, tc.name2, tc.resource2),
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("buckets %q, want %q (the agent merges them)", got, want)
+		}
+	}
+}
+
 // TestAgentDuplicateKeySplitsBuckets: groups that differ in Type and also
 // in DBType or SpanDerivedPrimaryTags (none of which the agent's duplicate
 // key holds) are split across buckets too.
