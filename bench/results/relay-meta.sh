@@ -1,4 +1,5 @@
-relay_started="2026-12-04 19:17:30 UTC"
-relay_elapsed="986"
-relay_commit="4451c3c"
+relay_started="2026-12-05 00:57:45 UTC"
+relay_elapsed="958"
+relay_commit="3c69a65"
 relay_count="6" relay_benchtime="4s"
+relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
