@@ -91,7 +91,8 @@ type datagramOut struct {
 	// relayLookupEvery and relayLookupGap; tests shorten them.
 	lookupEvery, lookupGap time.Duration
 
-	// What was dropped since the last datagram written, for its envelope.
+	// What was dropped and not yet told in a written datagram's envelope
+	// (more than its 32 bits hold waits for the next).
 	droppedPayloads, droppedSpans uint64
 }
 

@@ -92,7 +92,7 @@ func (c *consumer) send(m int, done chan error) {
 // sendFinal queues, when Stop found nothing left to report, a payload of
 // the header alone for a relay: its datagram carries the envelope's final
 // flag (the relay forgets this sender at once rather than after it idles)
-// and whatever was dropped since the previous datagram.
+// and the drops no earlier envelope told.
 func (c *consumer) sendFinal() {
 	c.queue(&report{parts: []part{{body: c.headerOnly()}}, final: true, headerOnly: true})
 }

@@ -26,8 +26,9 @@ type Envelope struct {
 	Flags uint8
 	// Sequence counts the sender's datagrams from 1.
 	Sequence uint64
-	// DroppedPayloads and DroppedSpans are what the sender dropped since its
-	// previous datagram (payloads, and the hits in them).
+	// DroppedPayloads and DroppedSpans are what the sender dropped and had
+	// not told yet (payloads, and the hits in them): since its previous
+	// datagram, saturated at 32 bits; the SDK tells the rest on later ones.
 	DroppedPayloads, DroppedSpans uint32
 }
 
