@@ -26,9 +26,10 @@ const (
 const recentPeers = 4
 
 // recentSlot maps one span's label fields (raw, or collapsed by the budgets)
-// to the entry they hit. It is validated by the identity of the fields'
-// string data (see same), the entry's key generation (recycling changes it)
-// and the entry's interval (budgets are decided per interval).
+// to the entry they hit. It is validated by the fields' string data (their
+// identity, see same, or their contents, as its cache decides), the entry's
+// key generation (recycling changes it) and the entry's interval (budgets
+// are decided per interval).
 type recentSlot struct {
 	span recentKey
 	e    *Entry
@@ -246,8 +247,8 @@ func (t *Table) remember(s *Record, e *Entry) {
 	}
 }
 
-// forgetRecent empties the recent-span cache and the last collapsed key:
-// both find entries by a span's strings, which Clear and SetPeerTagKeys
+// forgetRecent empties the recent-span caches and the last collapsed key:
+// they find entries by a span's strings, which Clear and SetPeerTagKeys
 // give another meaning.
 func (t *Table) forgetRecent() {
 	t.recent.clear()

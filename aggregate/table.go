@@ -1,6 +1,6 @@
 // This file owns the Table: its open-addressing index of entries, adding a
 // span by its key, recycling at the cap, and the interval (Touched, Rotate,
-// Clear). The key bytes, the recent-span cache, AddBatch and the collapsed
+// Clear). The key bytes, the recent-span caches, AddBatch and the collapsed
 // path have files of their own.
 
 package aggregate
