@@ -151,7 +151,8 @@ type Config struct {
 	// abstract name "@name", on which the relay does not listen) or
 	// "udp://host:port". Left empty, it comes from the environment
 	// (SPANSTATS_RELAY_URL, then the Datadog tracers' variables: see
-	// EnvRelayURL), else DefaultAgentURL. A user and password in an
+	// EnvRelayURL), else the agent's DefaultAgentSocket when it exists,
+	// else DefaultAgentURL. A user and password in an
 	// http(s) URL are sent as Basic authorization.
 	AgentURL string
 
