@@ -215,7 +215,7 @@ func (a *Aggregator) Clear() {
 // may come back) get their retries at their backoff for up to
 // Config.StopRetryWindow (default 5 s), no request starting after it,
 // then one last attempt each: against an agent that keeps failing Stop
-// may take that long, plus a request Timeout for the requests in flight
+// may take that long, plus Config.HTTPTimeout for the requests in flight
 // as the window ends and one per payload still waiting (a hung agent);
 // give ctx a deadline to bound it. If ctx ends first, it returns ctx's
 // error within moments: in-flight
