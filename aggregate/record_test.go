@@ -30,7 +30,7 @@ func TestSetPeerTags(t *testing.T) {
 	}
 }
 
-// TestSpanReset: whatever a span's fields and SetPeerTags set, Reset leaves
+// TestRecordReset: whatever a span's fields and SetPeerTags set, Reset leaves
 // the zero Record. Every field other than the peer tags is filled by
 // reflection, so a field added to Record and forgotten by Reset fails here.
 func TestRecordReset(t *testing.T) {
