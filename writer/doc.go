@@ -13,9 +13,12 @@
 // GroupSize, SketchSize) and the one splitter built on them: Packer packs
 // the SDK's report, or decoded and merged groups for the relay, into
 // complete payloads under a byte limit, and Split answers the agent's 413
-// by re-encoding a payload as smaller ones. It does not own the entries it
-// encodes — it reads them and never keeps a reference — nor the buffers it
-// appends to.
+// by re-encoding a payload as smaller ones. It owns the relay datagram
+// envelope (AppendEnvelope, ParseDatagram) and the layout of groups that
+// differ only in Type into separate buckets (TypeSplitter, keyed by
+// AppendFoldedLabels), which the agent's merge of duplicates needs. It
+// does not own the entries it encodes — it reads them and never keeps a
+// reference — nor the buffers it appends to.
 //
 // # Concurrency rule
 //
@@ -24,8 +27,9 @@
 // Packer gets from its Alloc and hands to emit). The package has no
 // mutable state after initialisation, so every function is safe for
 // concurrent use, as long as the caller does not mutate an entry, sketch or
-// buffer while another goroutine encodes or decodes it. In the SDK only the
-// consumer goroutine encodes, from entries it owns.
+// buffer while another goroutine encodes or decodes it. A TypeSplitter
+// keeps memory between calls and is for one goroutine at a time. In the SDK
+// only the consumer goroutine encodes, from entries it owns.
 //
 // # Design
 //
