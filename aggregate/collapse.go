@@ -4,6 +4,8 @@
 
 package aggregate
 
+import "slices"
+
 // SetLimits turns on per-interval cardinality budgets (zero fields take
 // DefaultLimits). A Table without SetLimits keeps every value.
 func (t *Table) SetLimits(l Limits) {
@@ -107,14 +109,23 @@ func (t *Table) addCollapsed(s *Record, rejected uint16, kept []string) {
 	e := m.e
 	if e == nil || e.epoch != t.epoch || e.gen != m.gen || !m.matches(s, rejected, kept) {
 		c := t.collapse(s, rejected, kept)
-		if e = t.cachedEntry(c); e == nil {
+		// A tag past the peer-key cap is a bare BlockedValue, which a
+		// span's own tag of those bytes shares, though its key drops it
+		// (no colon): the caches could swap the two keys' entries.
+		cache := rejected&(1<<FieldPeerTags) == 0 || !slices.Contains(kept, BlockedValue)
+		if e = nil; cache {
+			e = t.cachedEntry(c)
+		}
+		if e == nil {
 			b := t.encodeKey(c, t.sortedPeers(kept))
 			h := hash(b)
 			if e = t.lookup(h, b[seedLen:]); e == nil {
 				e = t.insert(h, b[seedLen:])
 			}
 			e.epoch = t.epoch
-			t.remember(c, e)
+			if cache {
+				t.remember(c, e)
+			}
 		}
 		m.e = nil
 		if t.cacheable(c, e) {

@@ -156,3 +156,38 @@ func TestContentCacheSameEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestContentCacheBareBlockedPeer: past the peer-key cap a tag becomes a
+// bare BlockedValue in the collapsed key, while a tracer's own bare
+// "tracer_blocked_value" tag has no colon and is dropped from its key. The
+// two spans have equal contents but different keys, so neither may find
+// the other's entry through the cache by contents, in either order.
+func TestContentCacheBareBlockedPeer(t *testing.T) {
+	for _, collapsedFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("collapsedFirst=%v", collapsedFirst), func(t *testing.T) {
+			tb := NewTable(0)
+			tb.SetLimits(Limits{})
+			for i := range maxPeerTagKeys {
+				addPeerTag(tb, fmt.Sprintf("junk%d:v", i))
+			}
+			bare := func() {
+				addPeerTag(tb, "keep-last") // off attack, and a label span in between
+				addPeerTag(tb, strings.Clone(BlockedValue))
+			}
+			if !collapsedFirst {
+				bare()
+			}
+			addPeerTag(tb, "peer.hostname:db1") // a 65th key: a bare BlockedValue
+			if collapsedFirst {
+				bare()
+			}
+			got := touchedByResource(tb)
+			if e := got["s|r|["+BlockedValue+"]"]; e == nil || e.Hits != 1 {
+				t.Fatalf("collapsed group %+v, want 1 hit; groups %v", e, keys(got))
+			}
+			if e := got["s|r|[]"]; e == nil || e.Hits != 2 {
+				t.Fatalf("group without peer tags %+v, want 2 hits (\"keep-last\" and the bare tag); groups %v", e, keys(got))
+			}
+		})
+	}
+}
