@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -223,4 +225,163 @@ func TestTableMatchesModel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestCachesMatchFullPath runs random workloads through two tables: one as
+// it runs, one that forgets its recent-span caches before every span, so
+// that each span takes the full path (encode, hash, look up, budgets). The
+// caches must change no outcome: after every interval both tables hold the
+// same groups in the same order with the same values, every span added is
+// counted once, and the counters agree. The spans' strings are fresh copies
+// or shared constants, resources share their lengths and first and last
+// eight bytes (one contentIndex set and tag), as do two peer tags; peer
+// tags come in any order, with IP addresses, empty values, bare tags, more
+// than fit inline and enough keys to pass the peer-key cap; caps and
+// budgets are small, and Clear, SetPeerTagKeys and SetLimits come between
+// spans.
+func TestCachesMatchFullPath(t *testing.T) {
+	resources := []string{
+		"GET /api/v1/users/aaaa/all-orders", "GET /api/v1/users/bbbb/all-orders",
+		"GET /api/v1/users/cccc/all-orders", "GET /api/v1/users/aaab/all-orders",
+		BlockedValue,
+	}
+	peerPool := []string{
+		"peer.service:users-db", "peer.service:orders-db", "db.instance:i1",
+		"peer.hostname:10.0.0.1", "peer.hostname:10.0.0.2", "peer.hostname:host-aaaa-00000001",
+		"peer.hostname:host-bbbb-00000001", "out.host:", "bare", BlockedValue,
+		"peer.service:" + BlockedValue, "_dd.base_service:web",
+	}
+	keyLists := [][]string{nil, {"peer.service", "peer.hostname"}, {"db.instance", "out.host"}, {}}
+	limits := []Limits{{Resource: 2, PeerTag: 2}, {Resource: 3, SpanKind: 1, PeerTag: 1}, {Service: 1}, {}}
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 75))
+			cap := []int{2, 4, 16, 64, 200, 200, 16, 200}[seed]
+			// narrow: one label set and one peer tag, of over a hundred
+			// keys or a bare BlockedValue, so that spans pass the peer-key
+			// cap and collapsed keys meet raw ones of the same bytes.
+			narrow := seed >= 6
+			got, ref := NewTable(cap), NewTable(cap)
+			var halt atomic.Bool
+			got.SetHalt(&halt)
+			str := func(v string) string {
+				if r.IntN(2) == 0 {
+					return strings.Clone(v)
+				}
+				return v
+			}
+			span := func() Record {
+				s := Record{
+					Resource: str(resources[r.IntN(len(resources))]),
+					Service:  str([]string{"web", "api"}[r.IntN(2)]),
+					Name:     str("http.request"),
+					SpanKind: str([]string{"client", "internal", "server"}[r.IntN(3)]),
+					Duration: 1 + r.Int64N(1e6), Error: r.IntN(4) == 0, TopLevel: r.IntN(2) == 0,
+					TraceRoot: r.IntN(3) == 0, HTTPStatusCode: uint32(200 + r.IntN(2)),
+				}
+				if narrow {
+					s.Resource, s.Service, s.SpanKind, s.HTTPStatusCode = str(resources[r.IntN(2)]), "web", "client", 200
+					s.TraceRoot = false
+					tag := BlockedValue
+					if r.IntN(2) == 0 {
+						tag = fmt.Sprintf("junk%d:v", r.IntN(150))
+					}
+					s.SetPeerTags([]string{str(tag)})
+					return s
+				}
+				n := r.IntN(6)
+				if r.IntN(10) == 0 {
+					n = MaxInlinePeerTags + 1 // ExtraPeerTags: never cached
+				}
+				var tags []string
+				for range n {
+					tag := peerPool[r.IntN(len(peerPool))]
+					if r.IntN(8) == 0 {
+						tag = fmt.Sprintf("junk%d:v", r.IntN(100)) // toward the peer-key cap
+					}
+					tags = append(tags, str(tag))
+				}
+				s.SetPeerTags(tags)
+				return s
+			}
+			var added uint64
+			for interval := range 60 {
+				for range 40 + r.IntN(40) {
+					switch x := r.IntN(100); {
+					case x < 2:
+						k := keyLists[r.IntN(len(keyLists))]
+						got.SetPeerTagKeys(k)
+						ref.SetPeerTagKeys(k)
+					case x < 3:
+						l := limits[r.IntN(len(limits))]
+						got.SetLimits(l)
+						ref.SetLimits(l)
+					case x < 30:
+						batch := make([]*Record, 1+r.IntN(20))
+						for i := range batch {
+							s := span()
+							batch[i] = &s
+						}
+						halt.Store(r.IntN(4) == 0)
+						n := got.AddBatch(batch)
+						halt.Store(false)
+						for _, s := range batch[:n] {
+							forgetAll(ref)
+							ref.Add(s)
+						}
+						added += uint64(n)
+					default:
+						s := span()
+						got.Add(&s)
+						forgetAll(ref)
+						ref.Add(&s)
+						added++
+					}
+				}
+				a, b := got.Touched(nil), ref.Touched(nil)
+				var sum uint64
+				for i := range max(len(a), len(b)) {
+					if i >= len(a) || i >= len(b) {
+						t.Fatalf("interval %d: %d groups, full path %d", interval, len(a), len(b))
+					}
+					x, y := a[i], b[i]
+					if !keyEqual(x.Key, y.Key) || x.Hits != y.Hits || x.Errors != y.Errors ||
+						x.TopLevelHits != y.TopLevelHits || x.Duration != y.Duration {
+						t.Fatalf("interval %d, group %d: %+v with %d hits, full path %+v with %d hits",
+							interval, i, x.Key, x.Hits, y.Key, y.Hits)
+					}
+					sum += x.Hits
+				}
+				if sum != added {
+					t.Fatalf("interval %d: %d hits in touched groups, %d spans added", interval, sum, added)
+				}
+				added = 0
+				if got.Recycled() != ref.Recycled() || got.Overflowed() != ref.Overflowed() ||
+					got.CollapsedSpans() != ref.CollapsedSpans() {
+					t.Fatalf("interval %d: recycled %d overflowed %d collapsed %d, full path %d %d %d", interval,
+						got.Recycled(), got.Overflowed(), got.CollapsedSpans(),
+						ref.Recycled(), ref.Overflowed(), ref.CollapsedSpans())
+				}
+				for f := range NumFields {
+					if got.Collapsed(f) != ref.Collapsed(f) {
+						t.Fatalf("interval %d: %d collapsed in field %d, full path %d", interval,
+							got.Collapsed(f), f, ref.Collapsed(f))
+					}
+				}
+				if interval%17 == 16 {
+					got.Clear()
+					ref.Clear()
+				} else {
+					got.Rotate()
+					ref.Rotate()
+				}
+			}
+		})
+	}
+}
+
+// forgetAll empties tb's caches of recent spans, field by field rather than
+// by forgetRecent, which is under test.
+func forgetAll(tb *Table) {
+	tb.recent, tb.seen, tb.lastCollapsed = spanCache{}, spanCache{}, collapsedMemo{}
 }
