@@ -13,9 +13,9 @@ import (
 // recentSpans is the size of each recent-span cache, in sets of recentWays
 // slots, the least recently used of which a new key replaces. Each slot
 // holds one span's label strings, so the two caches pin at most
-// 2*recentSpans spans' strings of the tracer. Two ways, not one, so that keys sharing a
-// set do not evict each other (see BenchmarkConsumer/SteadyState); the LRU
-// bit per set assumes two ways.
+// 2*recentSpans spans' strings of the tracer. Two ways, not one, so that
+// keys sharing a set do not evict each other (see
+// BenchmarkConsumer/SteadyState); the LRU bit per set assumes two ways.
 const (
 	recentSpans = 1024
 	recentWays  = 2
