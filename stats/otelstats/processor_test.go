@@ -563,3 +563,21 @@ func TestRepeatedRouteAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigFromResourceContainerID: the agent files the OTLP spans, and the
+// stats it computes of them, under the resource's container.id (normalized
+// as a tag value) and tags them from that container; the stats computed
+// here are filed the same way only when they carry the same ID.
+func TestConfigFromResourceContainerID(t *testing.T) {
+	const id = "3f6c1a2b9d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8"
+	res := resource.NewWithAttributes("", attribute.String("container.id", id))
+	if c := ConfigFromResource(stats.Config{}, res); c.ContainerID != id {
+		t.Errorf("container id %q, want the resource's %q", c.ContainerID, id)
+	}
+	if c := ConfigFromResource(stats.Config{}, resource.NewWithAttributes("", attribute.String("container.id", "ABC 1"))); c.ContainerID != "abc_1" {
+		t.Errorf("container id %q, want abc_1, normalized as the agent normalizes it", c.ContainerID)
+	}
+	if c := ConfigFromResource(stats.Config{ContainerID: "mine"}, res); c.ContainerID != "mine" {
+		t.Errorf("Config's container id replaced: %q", c.ContainerID)
+	}
+}

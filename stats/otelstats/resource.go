@@ -12,12 +12,13 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-// ConfigFromResource returns c with Env and Version, where c leaves them
-// empty, taken from r as the agent reads them from OTLP spans:
-// deployment.environment.name (else deployment.environment) and
-// service.version, normalized as tag values. Without them the agent files
-// the stats under its default env while the spans go under the resource's.
-// A value set here is not replaced by DD_ENV or DD_VERSION.
+// ConfigFromResource returns c with Env, Version and ContainerID, where c
+// leaves them empty, taken from r as the agent reads them from OTLP spans:
+// deployment.environment.name (else deployment.environment),
+// service.version and container.id, normalized as tag values. Without them
+// the agent files the stats under its default env, and, over TCP, under no
+// container (so without the container's tags), while the spans go under the
+// resource's. A value set here is not replaced by DD_ENV or DD_VERSION.
 func ConfigFromResource(c stats.Config, r *resource.Resource) stats.Config {
 	if r == nil {
 		return c
@@ -35,6 +36,9 @@ func ConfigFromResource(c stats.Config, r *resource.Resource) stats.Config {
 	}
 	if c.Version == "" {
 		c.Version = get("service.version")
+	}
+	if c.ContainerID == "" {
+		c.ContainerID = get("container.id")
 	}
 	return c
 }
