@@ -218,6 +218,9 @@ func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 // pay the runtime's deferred calls (BenchmarkAccept).
 func (r *Relay) accept(d []byte, pid int32, t Transport, now time.Time) (Reason, error) {
 	if len(d) > r.maxDatagram {
+		if env, _, sequenced, err := writer.ParseDatagram(d); err == nil && sequenced {
+			r.rejectedEnvelope(env, "", now.UnixNano()) // the header is whole: the cut is at the end
+		}
 		return Truncated, errTooLong
 	}
 	dec := r.decoders.Get().(*writer.Decoder)
@@ -234,6 +237,9 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	}
 	if len(body) == 0 || !mapHeader(body[0]) {
 		// Decoding would allocate the payload before reading this byte.
+		if sequenced {
+			r.rejectedEnvelope(env, "", now.UnixNano())
+		}
 		return Malformed, errNotMap
 	}
 	// Groups of fewer wire bytes than a tracer writes would cost far more
@@ -241,9 +247,15 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	// small multiple of its size.
 	p, err := dec.Decode(body, len(body)/writer.MinWireGroupBytes+1)
 	if err != nil {
+		if sequenced {
+			r.rejectedEnvelope(env, "", now.UnixNano())
+		}
 		return decodeReason(err), err
 	}
 	if err := check(p, uint64(max(now.UnixNano(), 0))); err != nil {
+		if sequenced {
+			r.rejectedEnvelope(env, p.RuntimeID, now.UnixNano())
+		}
 		return Invalid, err
 	}
 	claimed := p.ContainerID
@@ -263,6 +275,9 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 		}
 	}
 	if err := checkClaim(p); err != nil {
+		if sequenced {
+			r.rejectedEnvelope(env, p.RuntimeID, now.UnixNano())
+		}
 		return Invalid, err // a claim that stands: UDP, or no credentials
 	}
 	h := r.hashers.Get().(*hasher)
@@ -298,6 +313,27 @@ func (r *Relay) merge(pp *prepared, env writer.Envelope, sequenced bool, sender 
 	if bytes > 0 {
 		r.dropped[DropMaxBytes] += bytes
 	}
+}
+
+// rejectedEnvelope keeps what the envelope of a rejected datagram says:
+// the drops its sender reports there, which it reports once, and, when the
+// body named the sender (runtimeID), its sequence, so that the datagram
+// the reject counts does not count again as a gap.
+func (r *Relay) rejectedEnvelope(env writer.Envelope, runtimeID string, now int64) {
+	var sender uint64
+	if runtimeID != "" {
+		h := r.hashers.Get().(*hasher)
+		sender = h.runtimeID(runtimeID)
+		r.hashers.Put(h)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.senders
+	if runtimeID != "" {
+		s.observe(sender, env.Sequence, env.Final(), now)
+	}
+	s.droppedPayloads += uint64(env.DroppedPayloads)
+	s.droppedSpans += uint64(env.DroppedSpans)
 }
 
 // mapHeader reports whether c starts a msgpack map (fixmap, map16, map32).
