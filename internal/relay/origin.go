@@ -128,6 +128,13 @@ type origin struct {
 	expires int64 // unix ns
 }
 
+// fresh says whether e still holds at now: within OriginTTL of its read
+// on either side, as a wall clock stepped back would otherwise extend the
+// trust in a pid, which may be reused meanwhile, by the step.
+func (e *origin) fresh(now int64) bool {
+	return now < e.expires && e.expires-now <= int64(OriginTTL)
+}
+
 // NewOrigins returns a cache reading under procRoot ("/proc" on a host);
 // now is its clock (nil: time.Now). It reads the relay's own cgroup file
 // there (else in /proc/self), to tell the senders that share it.
@@ -175,7 +182,7 @@ func (o *Origins) originAt(pid int32, now int64) origin {
 	o.mu.Lock()
 	e, ok := o.m[pid]
 	o.mu.Unlock()
-	if ok && now < e.expires {
+	if ok && e.fresh(now) {
 		return e
 	}
 	// Read outside the lock: two workers may both read a new pid, which is
@@ -217,7 +224,7 @@ func (o *Origins) evict(now int64) {
 	if now-o.lastSweep >= int64(time.Second) {
 		o.lastSweep = now
 		for pid, e := range o.m {
-			if now >= e.expires {
+			if !e.fresh(now) {
 				delete(o.m, pid)
 			}
 		}

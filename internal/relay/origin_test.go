@@ -177,6 +177,29 @@ func TestOriginsCache(t *testing.T) {
 	}
 }
 
+// TestOriginsClockStepsBack: a wall clock stepped back (an NTP correction,
+// a restored VM) must not stretch the trust in a cached pid by the step:
+// the pid is reused meanwhile by a process of another container.
+func TestOriginsClockStepsBack(t *testing.T) {
+	root := fakeProc(t, map[int32]string{101: cgroups["docker"]})
+	now := t0
+	o := NewOrigins(root, func() time.Time { return now })
+	if id, _ := o.ContainerID(101); id != dockerID {
+		t.Fatalf("pid 101: %q", id)
+	}
+	writeCgroup(t, root, 101, cgroups["garden"]) // pid 101 reused
+	now = t0.Add(-time.Hour + OriginTTL/2)
+	if id, _ := o.ContainerID(101); id != gardenID {
+		t.Errorf("pid 101 after the clock stepped back an hour: %q, want %q re-read", id, gardenID)
+	}
+	// The new answer holds its OriginTTL on the new time.
+	writeCgroup(t, root, 101, cgroups["docker"])
+	now = now.Add(OriginTTL - 1)
+	if id, _ := o.ContainerID(101); id != gardenID {
+		t.Errorf("pid 101 re-read before its TTL: %q", id)
+	}
+}
+
 func TestOriginsBounded(t *testing.T) {
 	o := NewOrigins(t.TempDir(), func() time.Time { return t0 })
 	for pid := range int32(MaxOrigins + 10) {
