@@ -14,8 +14,10 @@
 // take what the kernel queued, for at most -stop-drain, 1s), forward
 // everything held (within -stop-timeout, 10s) and exit 0. A second signal
 // exits at once with 128 + its number (143 for SIGTERM), dropping what the
-// relay holds. /metrics (Prometheus text), /healthz (503 "stopping" once a
-// stop begins) and /debug/pprof/ are served on -http.
+// relay holds. SIGINT or SIGHUP ignored when statsrelay starts (nohup, a
+// shell's background job) stays ignored. /metrics (Prometheus text),
+// /healthz (503 "stopping" once a stop begins) and /debug/pprof/ are
+// served on -http.
 //
 // Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix

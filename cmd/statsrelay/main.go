@@ -62,9 +62,17 @@ func main() {
 // signal exits at once with 128 + its number, as a shell reports a process
 // killed by it; what the relay holds is lost. The channel keeps both, so a
 // second signal sent before the first is handled is not missed.
+// SIGINT or SIGHUP ignored at start (nohup, a shell's background job) stays
+// ignored: Notify would install a handler for it.
 func signalContext() (context.Context, func()) {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	stopOn := []os.Signal{syscall.SIGTERM}
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			stopOn = append(stopOn, s)
+		}
+	}
+	signal.Notify(sigs, stopOn...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		if _, ok := <-sigs; !ok {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -41,12 +42,26 @@ type binary struct {
 // (or has already exited: then started stays empty and done is closed).
 func startBinary(t *testing.T, args ...string) *binary {
 	t.Helper()
+	return startBinaryCmd(t, exec.Command(os.Args[0], "-test.run=^$"), args...)
+}
+
+// startBinaryIgnoring is startBinary with sig ignored, as nohup (SIGHUP)
+// or a shell starting a background job (SIGINT) leaves it: a shell sets
+// it, then execs the binary, which inherits it.
+func startBinaryIgnoring(t *testing.T, sig syscall.Signal, args ...string) *binary {
+	t.Helper()
+	trap := fmt.Sprint(int(sig)) // sh's trap takes the number
+	return startBinaryCmd(t, exec.Command("/bin/sh", "-c", `trap "" `+trap+`; exec "$0" "$@"`, os.Args[0], "-test.run=^$"), args...)
+}
+
+func startBinaryCmd(t *testing.T, cmd *exec.Cmd, args ...string) *binary {
+	t.Helper()
 	a, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &binary{started: make(chan string, 1), done: make(chan struct{})}
-	b.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	b.cmd = cmd
 	b.cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
 	stderr, err := b.cmd.StderrPipe()
 	if err != nil {
@@ -298,6 +313,38 @@ func TestBinarySecondSignalExits(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second || code != 128+int(syscall.SIGTERM) ||
 		!strings.Contains(b.output(), "second signal (terminated): exiting without the final forward") {
 		t.Fatalf("after a second SIGTERM: exit status %d in %s; want 143 at once, said:\n%s", code, took, b.output())
+	}
+}
+
+// TestBinaryKeepsIgnoredSignalsIgnored: run under nohup (SIGHUP ignored)
+// or as a shell script's background job (SIGINT ignored), statsrelay must
+// not stop on that signal: the operator asked it to outlive the terminal,
+// or the script's Ctrl-C. SIGTERM still stops it gracefully.
+func TestBinaryKeepsIgnoredSignalsIgnored(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ag := statstest.New()
+			defer ag.Close()
+			b := startBinaryIgnoring(t, sig, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "127.0.0.1:0")
+			addr := b.startedAddr(t, "http")
+			if err := b.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-b.done:
+				t.Fatalf("statsrelay exited on the ignored %v:\n%s", sig, b.output())
+			case <-time.After(300 * time.Millisecond):
+			}
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/healthz %d after the ignored %v: it began a stop", resp.StatusCode, sig)
+			}
+			b.stop(t, syscall.SIGTERM)
+		})
 	}
 }
 
