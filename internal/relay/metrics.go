@@ -85,6 +85,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 	counter("statsrelay_sender_seq_gaps_total", st.SeqGaps)
 	counter("statsrelay_sender_restarts_total", st.SeqRestarts)
 	counter("statsrelay_sender_late_total", st.SeqLate)
+	counter("statsrelay_senders_forgotten_total", st.SendersForgotten)
 	counter("statsrelay_sender_dropped_payloads_total", st.SenderDroppedPayloads)
 	counter("statsrelay_sender_dropped_spans_total", st.SenderDroppedSpans)
 	counter("statsrelay_spans_received_total", st.SpansReceived)

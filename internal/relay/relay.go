@@ -100,6 +100,10 @@ type Stats struct {
 	SeqGaps     uint64
 	SeqRestarts uint64
 	SeqLate     uint64
+	// SendersForgotten counts senders evicted from a full sender table
+	// (MaxSenders) although not idle: their next datagram starts them
+	// afresh, so the datagrams they lost in between count in no gap.
+	SendersForgotten uint64
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.
 	SenderDroppedPayloads, SenderDroppedSpans uint64
@@ -477,6 +481,7 @@ func (r *Relay) Stats() Stats {
 		s.PeerTagKeys = len(*k)
 	}
 	s.SeqGaps, s.SeqRestarts, s.SeqLate = r.senders.gaps, r.senders.restarts, r.senders.late
+	s.SendersForgotten = r.senders.forgottenSenders
 	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
 	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed
 	s.ContainerMismatches = r.mismatches

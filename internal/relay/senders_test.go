@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -225,5 +226,19 @@ func TestFinalMergedBeforeEarlierAcrossHarvest(t *testing.T) {
 	s.harvest(0)
 	if s.gaps != 1 || len(s.m) != 0 {
 		t.Fatalf("gaps %d, senders %d; want 1 0", s.gaps, len(s.m))
+	}
+}
+
+// TestForgottenSendersInStats: a sender the full table evicts while live
+// loses its gap count until it is seen afresh; Stats (and /metrics, as
+// statsrelay_senders_forgotten_total) say how many were.
+func TestForgottenSendersInStats(t *testing.T) {
+	r := newTestRelay(Config{})
+	b := bucket(uint64(t0.UnixNano()), uint64(10*time.Second), entry(key("/a"), 1, 0))
+	for i := range MaxSenders + 3 {
+		mustAccept(t, r, datagram(1, header(fmt.Sprintf("rid-%d", i)), b), 0, Unix)
+	}
+	if st := r.Stats(); st.Senders != MaxSenders || st.SendersForgotten != 3 {
+		t.Fatalf("senders %d, forgotten %d; want %d and 3", st.Senders, st.SendersForgotten, MaxSenders)
 	}
 }

@@ -458,6 +458,7 @@ func TestMetricsExposition(t *testing.T) {
 		`statsrelay_kernel_drops_total{transport="udp"} 0`,
 		`statsrelay_sender_seq_gaps_total 0`,
 		`statsrelay_sender_late_total 0`,
+		`statsrelay_senders_forgotten_total 0`,
 		`statsrelay_sender_dropped_payloads_total 0`,
 		`statsrelay_spans_received_total 4`,
 		`statsrelay_spans_forwarded_total 0`,

@@ -31,7 +31,7 @@ type troubleKind struct {
 var troubleKinds = []troubleKind{
 	{"rejected", slog.LevelWarn, "statsrelay: datagrams rejected (statsrelay_datagrams_rejected_total)"},
 	{"kernel", slog.LevelWarn, "statsrelay: the kernel dropped datagrams: the relay did not read fast enough (raise -udp-rcvbuf)"},
-	{"senders", slog.LevelWarn, "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps)"},
+	{"senders", slog.LevelWarn, "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps), or were forgotten at a full sender table"},
 	{"folded", slog.LevelWarn, "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
 	{"failed", slog.LevelWarn, "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
 	{"dropped", slog.LevelError, "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
@@ -69,6 +69,7 @@ func (s *Server) troubleCounters() map[string]uint64 {
 		"senders.dropped_payloads": st.SenderDroppedPayloads,
 		"senders.dropped_spans":    st.SenderDroppedSpans,
 		"senders.seq_gaps":         st.SeqGaps,
+		"senders.forgotten":        st.SendersForgotten,
 		"folded.spans":             st.FoldedSpans,
 		"slow.rounds":              s.slowRounds.Load(),
 	}
