@@ -78,7 +78,16 @@ func (t *Table) addHits(spans []*Record) int {
 			}
 			return i + t.AddBatch(spans[i:]) // with its look-ahead for attacks
 		}
-		e := t.cachedEntry(s)
+		e := t.recentEntry(s)
+		if e == nil {
+			// Strings the tracer built for this span: the next ones likely
+			// are too, and the cache by contents reads their bytes, cold
+			// (BenchmarkConsumer/ClientPeerTagsFreshStrings).
+			if j := i + prefetchAhead; j < len(spans) {
+				prefetchStrings(spans[j])
+			}
+			e = t.contentEntry(s)
+		}
 		if e == nil {
 			if t.halted() {
 				for ; head != tail; head++ {

@@ -218,6 +218,12 @@ func (t *Table) cachedEntry(s *Record) *Entry {
 	if e := t.recentEntry(s); e != nil {
 		return e
 	}
+	return t.contentEntry(s)
+}
+
+// contentEntry returns the entry the cache by contents holds for s's key,
+// or nil.
+func (t *Table) contentEntry(s *Record) *Entry {
 	i, tag := contentIndex(s)
 	return t.seen.find(i, tag, s, t.epoch, true)
 }

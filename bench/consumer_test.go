@@ -27,7 +27,7 @@ const consumerSkip = 2
 // free of the producers and of the scheduler that the end-to-end benchmarks
 // include.
 func BenchmarkConsumer(b *testing.B) {
-	for _, w := range []func() *Workload{SteadyState, ClientPeerTags, HighCardinalityResource, HighCardinalityPeer, Adversarial} {
+	for _, w := range []func() *Workload{SteadyState, ClientPeerTags, HighCardinalityResource, HighCardinalityPeer, Adversarial, SteadyStateFreshStrings, ClientPeerTagsFreshStrings} {
 		b.Run(w().Name, func(b *testing.B) { benchConsumer(b, w()) })
 	}
 }
