@@ -258,13 +258,23 @@ func (c *Client) post(p *Payload) error {
 		}
 		return err
 	}
-	defer resp.Body.Close()
+	defer drainClose(resp.Body)
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	if resp.StatusCode/100 != 2 {
 		return &AgentError{StatusCode: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
 	}
 	return nil
+}
+
+// maxDrain bounds what is read and discarded of an answer to let its
+// connection be reused; a longer answer's connection is closed instead.
+const maxDrain = 64 << 10
+
+// drainClose reads what is left of an answer's body, up to maxDrain, and
+// closes it: net/http reuses the connection only of a body read to EOF.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_ = body.Close()
 }
 
 // Info is what the agent's /info says about stats.
@@ -289,7 +299,10 @@ func (c *Client) fetchInfo() (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	// Read to its end whatever is not decoded (a 404's or 5xx's text, the
+	// whitespace after the JSON): /info is polled for as long as the agent
+	// is off or /info fails, and each poll would open a connection anew.
+	defer drainClose(resp.Body)
 	if resp.StatusCode == http.StatusNotFound {
 		return &Info{}, nil
 	}
