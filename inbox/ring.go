@@ -97,8 +97,9 @@ func (c Claimed[T]) Commit() {
 	c.s.seq.Store(c.pos + 1) // publish: the consumer may read val now
 	r := c.r
 	// Loads only on the common path, of lines the consumer rarely writes;
-	// the CAS picks one waker. A stale head only makes the count larger.
-	if w := r.parked.Load(); w != 0 && c.pos+1-r.head.Load() >= w && r.parked.CompareAndSwap(w, 0) {
+	// the CAS picks one waker. Signed: if the consumer has already taken
+	// this item (and parked again), the count is <= 0, not huge.
+	if w := r.parked.Load(); w != 0 && int64(c.pos+1-r.head.Load()) >= int64(w) && r.parked.CompareAndSwap(w, 0) {
 		select {
 		case r.wake <- struct{}{}:
 		default: // a token is already pending; one is enough

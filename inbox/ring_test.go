@@ -970,3 +970,34 @@ func TestReadyAtReleaseConcurrent(t *testing.T) {
 		t.Fatal("extra item after all were received")
 	}
 }
+
+// TestLateCommitDoesNotWakeTheNextPark: a producer preempted between
+// Commit's publishing store and its look at the parked word finds the
+// consumer already past its item (and the next) and parked again until two
+// more; its item is not among those, so it must not send the token.
+func TestLateCommitDoesNotWakeTheNextPark(t *testing.T) {
+	r := New[int](8)
+	c, ok := r.Claim()
+	if !ok {
+		t.Fatal("Claim on an empty ring failed")
+	}
+	*c.Value() = 1
+	c.s.seq.Store(c.pos + 1) // Commit's first step; the rest runs below
+	x := 2
+	r.Push(&x)
+	if n := r.Drain(make([]int, 8)); n != 2 {
+		t.Fatalf("Drain = %d, want 2", n)
+	}
+	if !r.ParkUntil(2) {
+		t.Fatal("ParkUntil(2) = false on an empty ring")
+	}
+	c.Commit() // the preempted producer resumes: same store, then the wake check
+	select {
+	case <-r.Wake():
+		t.Fatal("token for an item drained before the consumer parked")
+	default:
+	}
+	if r.parked.Load() != 2 {
+		t.Fatal("the late Commit took the parked flag")
+	}
+}
