@@ -26,8 +26,10 @@ type slot[T any] struct {
 }
 
 // Ring is a bounded lock-free multi-producer single-consumer queue of T.
-// Any goroutine may Push; only one consumer goroutine may call Drain,
-// DrainClosed, Park and Unpark. The zero value is not usable; call New.
+// Any goroutine may Push or Claim; the consumer side (Ready, At, Release,
+// Drain, DrainClosed, DiscardClosed, Park, ParkUntil, Unpark) belongs to one
+// goroutine at a time (see the package doc). The zero value is not usable;
+// call New.
 type Ring[T any] struct {
 	// Read-only after New, so they share a line that is never written.
 	buf   []slot[T]
@@ -150,7 +152,8 @@ func (r *Ring[T]) Cap() int { return len(r.buf) }
 func (r *Ring[T]) Len() int {
 	h := r.head.Load() // head first: then tail >= head always holds
 	t := r.tail.Load() &^ closedBit
-	// head is published once per Drain, so t-h can briefly exceed Cap.
+	// The consumer may release and producers refill between the two loads,
+	// so t-h can exceed Cap.
 	return int(min(t-h, uint64(len(r.buf))))
 }
 
@@ -217,8 +220,9 @@ func (r *Ring[T]) Drain(dst []T) int {
 // DrainClosed is Drain for after Close: it moves up to len(dst) items, and
 // when the next item's slot was claimed before Close but is not yet written
 // it waits (yielding with runtime.Gosched) for the producer to finish. Once
-// it returns 0 the ring is empty and no item will ever appear again. If the
-// ring is not closed it behaves exactly like Drain. Consumer goroutine only.
+// it returns 0 for a non-empty dst the ring is empty and no item will ever
+// appear again. If the ring is not closed it behaves exactly like Drain.
+// Consumer goroutine only.
 func (r *Ring[T]) DrainClosed(dst []T) int {
 	t := r.tail.Load()
 	if t&closedBit == 0 {
@@ -242,13 +246,12 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 
 // DiscardClosed empties a closed ring without handing its items out and
 // returns how many it dropped; like DrainClosed it waits for a push claimed
-// before Close to finish writing. It copies nothing out, zeroes each item
-// whole rather than with the SetClear function (a producer holding a
-// position from before Close fails its CAS on the closed tail): Stop, past
-// its deadline, drops a full ring at
-// the cost of one write per item (TestStopDeadlineWithCostlyInbox). On a
-// ring that is not closed it does nothing and returns 0. Consumer
-// goroutine only.
+// before Close to finish writing. It copies nothing out and zeroes each item
+// whole (not with the SetClear function), then moves the head once: Stop,
+// past its deadline, drops a full ring at the cost of one write per item
+// (TestStopDeadlineWithCostlyInbox). No producer can claim the slots it
+// frees, since the tail is frozen. On a ring that is not closed it does
+// nothing and returns 0. Consumer goroutine only.
 func (r *Ring[T]) DiscardClosed() int {
 	t := r.tail.Load()
 	if t&closedBit == 0 {
@@ -273,12 +276,13 @@ func (r *Ring[T]) DiscardClosed() int {
 func (r *Ring[T]) Park() bool { return r.ParkUntil(1) }
 
 // ParkUntil announces that the consumer is about to wait on Wake until n
-// items are queued (n < 1 counts as 1): a producer sends the token only
-// when its push makes n or more. It returns false, and withdraws the
-// announcement, when n items are already queued or the ring is closed, so
-// the caller must not wait; it returns true when the caller should now wait
-// on Wake (together with its own timers, which must fire for the items
-// below n) and call Unpark afterwards. Consumer goroutine only.
+// items are queued (n < 1 counts as 1; n above Cap as Cap, since no more
+// can ever be queued): a producer sends the token only when its push makes
+// n or more. It returns false, and withdraws the announcement, when n items
+// are already queued or the ring is closed, so the caller must not wait; it
+// returns true when the caller should now wait on Wake (together with its
+// own timers, which must fire for the items below n) and call Unpark
+// afterwards. Consumer goroutine only.
 func (r *Ring[T]) ParkUntil(n int) bool {
 	w := uint64(min(max(n, 1), len(r.buf)))
 	// Drop a stale token left by an earlier cycle; the re-check below covers
@@ -303,10 +307,11 @@ func (r *Ring[T]) ParkUntil(n int) bool {
 // published reports whether the item at position pos is ready.
 func (r *Ring[T]) published(pos uint64) bool { return r.buf[pos&r.mask].seq.Load() == pos+1 }
 
-// Wake returns the channel that receives a token when a producer pushes while
-// the consumer is parked, or when the ring is closed. A token can be spurious
-// (at most one per Park/Unpark race), so after receiving the consumer should
-// Unpark, Drain, and Park again if nothing was there.
+// Wake returns the channel that receives a token when, while the consumer is
+// parked, a push reaches ParkUntil's mark (any push, after Park) or the ring
+// is closed. A token can be spurious (at most one per Park/Unpark race), so
+// after receiving the consumer should Unpark, Drain, and Park again if
+// nothing was there.
 func (r *Ring[T]) Wake() <-chan struct{} { return r.wake }
 
 // Unpark clears the parked flag; the consumer calls it after waking for any
