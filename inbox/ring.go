@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"math"
 	"math/bits"
 	"runtime"
 	"sync/atomic"
@@ -57,7 +58,9 @@ func New[T any](capacity int) *Ring[T] {
 	if capacity <= 0 {
 		panic("inbox: capacity must be > 0")
 	}
-	if uint64(capacity) > maxCapacity {
+	// The second bound is for 32-bit ints: above 1<<30 the rounded-up
+	// power of two does not fit and the shift below would wrap negative.
+	if uint64(capacity) > maxCapacity || capacity > math.MaxInt/2+1 {
 		panic("inbox: capacity too large")
 	}
 	n := 1 << bits.Len(uint(capacity-1))

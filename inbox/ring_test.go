@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -76,6 +77,22 @@ func TestNewPanicsOnNonPositive(t *testing.T) {
 			defer func() {
 				if got := recover(); got != "inbox: capacity must be > 0" {
 					t.Errorf("New(%d) panic = %v, want %q", c, got, "inbox: capacity must be > 0")
+				}
+			}()
+			New[int](c)
+		}()
+	}
+}
+
+// TestNewPanicsOnTooLarge: a capacity whose power of two does not fit in
+// an int (above 1<<30 on 32-bit platforms) panics with New's message, not
+// from make with a length that wrapped negative.
+func TestNewPanicsOnTooLarge(t *testing.T) {
+	for _, c := range []int{math.MaxInt, math.MaxInt/2 + 2} {
+		func() {
+			defer func() {
+				if got := recover(); got != "inbox: capacity too large" {
+					t.Errorf("New(%d) panic = %v, want %q", c, got, "inbox: capacity too large")
 				}
 			}()
 			New[int](c)
