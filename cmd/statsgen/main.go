@@ -190,6 +190,11 @@ loop:
 		}
 	}
 	wg.Wait()
+	// Publishing is over, by -run or by a signal: the graceful stop is
+	// under way, so from here a signal ends the process at once. Without
+	// this, a Ctrl-C while Stop waits (up to 10 s) on an agent that does
+	// not answer was taken as the first signal and silently swallowed.
+	cancel()
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelStop()
 	stopErr := agg.Stop(stopCtx)

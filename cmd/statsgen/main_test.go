@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -278,5 +279,61 @@ func TestBadAgentNamesTheFlagNotThePassword(t *testing.T) {
 	err := run(o, io.Discard)
 	if err == nil || !errors.Is(err, stats.ErrBadConfig) || !strings.HasPrefix(err.Error(), "-agent: ") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("run: %v; want an ErrBadConfig starting \"-agent: \" without the password", err)
+	}
+}
+
+// TestSignalDuringStopEndsAtOnce: once -run is over, Stop may wait up to
+// 10 s for an agent that does not answer; a Ctrl-C then must end the
+// process at once, not be taken as a first "stop gracefully" signal that
+// is already under way and silently swallowed.
+func TestSignalDuringStopEndsAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() { // an agent that takes requests and never answers
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	defer func() { ln.Close(); <-accepted }()
+	a, _ := json.Marshal([]string{"-agent", "http://" + ln.Addr().String(), "-run", "300ms", "-rate", "100", "-interval", "1s"})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // -run is over: Stop waits on the silent agent
+	sent := time.Now()
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("exit status 0 after an interrupted Stop:\n%s", out.String())
+		}
+		if took := time.Since(sent); took > 2*time.Second {
+			t.Fatalf("ended %s after the interrupt, want at once", took)
+		}
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("still running 5s after an interrupt during Stop:\n%s", out.String())
 	}
 }
