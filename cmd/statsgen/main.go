@@ -97,6 +97,9 @@ func (o options) validate() error {
 	return nil
 }
 
+// stopTimeout bounds Stop: the wait for the last interval's send.
+const stopTimeout = 10 * time.Second
+
 // maxRate bounds -rate: far beyond what any machine publishes, and low
 // enough that the pacing counts its spans one by one.
 const maxRate = 1e9
@@ -195,7 +198,8 @@ loop:
 	// this, a Ctrl-C while Stop waits (up to 10 s) on an agent that does
 	// not answer was taken as the first signal and silently swallowed.
 	cancel()
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
+	fmt.Fprintf(out, "\nstopping: sending the last interval (at most %s; a signal ends the wait)\n", stopTimeout)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancelStop()
 	stopErr := agg.Stop(stopCtx)
 	report()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -311,18 +312,43 @@ func TestSignalDuringStopEndsAtOnce(t *testing.T) {
 	a, _ := json.Marshal([]string{"-agent", "http://" + ln.Addr().String(), "-run", "300ms", "-rate", "100", "-interval", "1s"})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // -run is over: Stop waits on the silent agent
+	stopping := make(chan struct{})
+	var out strings.Builder // written by the reader until stdout closes, read after Wait
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stdout)
+		said := false
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if !said && strings.HasPrefix(sc.Text(), "stopping: ") {
+				said = true
+				close(stopping)
+			}
+		}
+	}()
+	select {
+	case <-stopping: // -run is over: Stop waits on the silent agent
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("no \"stopping: \" line within 30s")
+	}
+	time.Sleep(200 * time.Millisecond) // well inside Stop's 10 s
 	sent := time.Now()
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { <-read; done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err == nil {
