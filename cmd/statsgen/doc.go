@@ -11,7 +11,10 @@
 // source and span value; the main goroutine prints what the fake agent
 // received (or the aggregator's Health when sending to a real agent) and,
 // when the run time is over or on an interrupt, stops the producers, then
-// the aggregator (which sends the last interval), then the fake agent.
+// the aggregator (which sends the last interval, waiting at most 10 s for
+// the agent), then the fake agent. The first SIGINT or SIGTERM while
+// publishing starts that stop; any signal once it has started ends the
+// process at once.
 //
 // Design: each producer draws a key out of -keys (service × resource, with
 // a span kind and, for non-server spans, a peer tag), an error with
