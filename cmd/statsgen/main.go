@@ -100,6 +100,10 @@ func (o options) validate() error {
 // stopTimeout bounds Stop: the wait for the last interval's send.
 const stopTimeout = 10 * time.Second
 
+// settleWait bounds how long a report waits for the SDK to count the
+// answers to the requests the embedded agent has received.
+const settleWait = 500 * time.Millisecond
+
 // maxRate bounds -rate: far beyond what any machine publishes, and low
 // enough that the pacing counts its spans one by one.
 const maxRate = 1e9
@@ -164,11 +168,19 @@ func run(o options, out io.Writer) error {
 	}
 	printed := 0
 	report := func() {
-		st.line(agg.Health())
 		if fake == nil {
+			st.line(agg.Health())
 			return
 		}
+		// The fake agent holds a request before its answer reaches the
+		// SDK: give the SDK a moment to count what is about to be shown,
+		// or the line above "payload #1" says "payloads sent 0".
 		reqs := fake.Requests()
+		h := agg.Health()
+		for deadline := time.Now().Add(settleWait); h.PayloadsSent+h.PayloadsFailed < uint64(len(reqs)) && time.Now().Before(deadline); h = agg.Health() {
+			time.Sleep(time.Millisecond)
+		}
+		st.line(h)
 		for ; printed < len(reqs); printed++ {
 			statstest.WriteTop(out, reqs[printed], o.top)
 		}

@@ -363,3 +363,33 @@ func TestSignalDuringStopEndsAtOnce(t *testing.T) {
 		t.Fatalf("still running 5s after an interrupt during Stop:\n%s", out.String())
 	}
 }
+
+// TestStatusLineCountsThePayloadsShown: each status line is followed by
+// the tables of the payloads the agent received; the line's "payloads
+// sent" must count them, not lag behind the SDK's bookkeeping of the
+// agent's answer ("payloads sent 0" above "payload #1").
+func TestStatusLineCountsThePayloadsShown(t *testing.T) {
+	var out bytes.Buffer
+	o := options{rate: 2000, keys: 5, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
+		producers: 2, run: 2300 * time.Millisecond, interval: time.Second, top: 1}
+	if err := run(o, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	status := regexp.MustCompile(`payloads sent (\d+) failed`)
+	table := regexp.MustCompile(`^bucket .* payload #(\d+) `)
+	sent, tables := -1, 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if m := status.FindStringSubmatch(l); m != nil && !strings.HasPrefix(l, "      counted") {
+			sent, _ = strconv.Atoi(m[1])
+		}
+		if m := table.FindStringSubmatch(l); m != nil {
+			tables++
+			if n, _ := strconv.Atoi(m[1]); n > sent {
+				t.Errorf("payload #%d shown under a status line of %d payloads sent:\n%s", n, sent, out.String())
+			}
+		}
+	}
+	if tables < 2 {
+		t.Fatalf("%d tables, want at least 2:\n%s", tables, out.String())
+	}
+}
