@@ -1,4 +1,5 @@
-started="2026-12-04 05:35:14 UTC"
-elapsed="1691"
-commit="af86122"
+started="2026-12-05 03:09:20 UTC"
+elapsed="2272"
+commit="eb863eb"
 COUNT="6" BENCHTIME="4s" BENCH="."
+machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" gover="go version go1.26.8 linux/amd64"

@@ -1,5 +1,5 @@
-relay_started="2026-12-05 00:57:45 UTC"
-relay_elapsed="958"
-relay_commit="3c69a65"
+relay_started="2026-12-05 03:47:12 UTC"
+relay_elapsed="950"
+relay_commit="eb863eb"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
