@@ -3,8 +3,6 @@
 package relay
 
 import (
-	"context"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"testing"
@@ -20,18 +18,7 @@ import (
 // sequence gap.
 func TestRejectedDatagramKeepsItsEnvelope(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.sock")
-	s, err := NewServer(ServerConfig{UnixPath: path, UDPAddr: "-", AgentURL: "http://127.0.0.1:1",
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx, time.Second)
-	}()
-	defer func() { cancel(); <-done }()
+	s := runServer(t, ServerConfig{UnixPath: path, UDPAddr: "-"})
 	conn, err := net.Dial("unixgram", path)
 	if err != nil {
 		t.Fatal(err)

@@ -15,12 +15,12 @@ import (
 	"github.com/spanstats/spanstats/internal/dgram"
 )
 
-// TestReaderSurvivesFailedReads: reads that fail with an unexpected error
-// (here a read deadline in the past, which no stop asked for) are retried;
-// once reads work again the reader takes the next datagram.
-func TestReaderSurvivesFailedReads(t *testing.T) {
-	s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1",
-		Logger: slog.New(slog.DiscardHandler)})
+// runServer runs a Server of cfg, forwarding to an agent that is not
+// there and logging nowhere, until the test ends.
+func runServer(t *testing.T, cfg ServerConfig) *Server {
+	t.Helper()
+	cfg.AgentURL, cfg.Logger = "http://127.0.0.1:1", slog.New(slog.DiscardHandler)
+	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,10 +30,15 @@ func TestReaderSurvivesFailedReads(t *testing.T) {
 		defer close(done)
 		_ = s.Run(ctx, time.Second)
 	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// TestReaderSurvivesFailedReads: reads that fail with an unexpected error
+// (here a read deadline in the past, which no stop asked for) are retried;
+// once reads work again the reader takes the next datagram.
+func TestReaderSurvivesFailedReads(t *testing.T) {
+	s := runServer(t, ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0"})
 	c := s.conns[UDP]
 	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil { // every read fails at once
 		t.Fatal(err)
