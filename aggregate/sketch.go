@@ -207,6 +207,31 @@ func (s *Sketch) AddIndex(index int, count uint64) {
 	s.count = satAdd64(s.count, count)
 }
 
+// Reserve grows the store to cover the bins lo to hi (lowest and highest
+// index) as adding a value to hi then to lo would, without adding any: a
+// caller about to add many bins in that range (a decoded sketch, in wire
+// order) then grows the store once, not bin by bin. It leaves s as those
+// two adds would, less their counts; lo > hi does nothing.
+func (s *Sketch) Reserve(lo, hi int) {
+	if lo > hi {
+		return
+	}
+	if len(s.bins) == 0 {
+		if cap(s.bins) == 0 {
+			s.bins = make([]uint32, 1, binSlack)
+		} else {
+			s.bins = s.bins[:1]
+		}
+		s.offset = hi
+	}
+	if hi-s.offset >= len(s.bins) {
+		s.growHigh(hi)
+	}
+	if lo < s.offset && !s.collapsed {
+		s.growLow(lo)
+	}
+}
+
 // AddZeros adds count values that fall in the zero bucket.
 func (s *Sketch) AddZeros(count uint64) {
 	s.zeros = satAdd64(s.zeros, count)

@@ -515,3 +515,73 @@ func TestSketchMergeSizesOnce(t *testing.T) {
 		t.Fatalf("Merge of %d bins into an empty sketch: %v allocations, want at most 2", MaxBins, allocs)
 	}
 }
+
+// TestSketchReserve: Reserve then adds at both ends (and between) leave
+// the sketch as the adds alone, highest first, do: the same bins, offset,
+// count and collapse, for empty, reset, narrow and collapsed sketches and
+// ranges inside, above, below and wider than MaxBins; and its store grows
+// at most once, where RangeGrows says it does.
+func TestSketchReserve(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	build := func(seed uint64, kind int) *Sketch {
+		rs := rand.New(rand.NewPCG(seed, 1))
+		s := new(Sketch)
+		switch kind {
+		case 0: // empty
+		case 1: // reset: a store kept, no values
+			for _, v := range logUniform(rs, 1+rs.IntN(50), 1, 1e12) {
+				s.Add(v)
+			}
+			s.Reset()
+		case 2: // collapsed
+			for _, v := range logUniform(rs, 400, 1e-3, 1e18) {
+				s.Add(v)
+			}
+		default:
+			for _, v := range logUniform(rs, 1+rs.IntN(100), 1e3, 1e6) {
+				s.Add(v)
+			}
+		}
+		return s
+	}
+	grown := 0
+	for i := range 20000 {
+		seed, kind := r.Uint64(), r.IntN(4)
+		want, got := build(seed, kind), build(seed, kind)
+		lo := index(math.Exp(r.Float64()*45)) - 500 + r.IntN(1000)
+		hi := lo + r.IntN(3*MaxBins)
+		mid := lo + r.IntN(hi-lo+1)
+		want.AddIndex(hi, 3)
+		want.AddIndex(lo, 2)
+		want.AddIndex(mid, 1)
+		capBefore, predicted := cap(got.bins), got.RangeGrows(lo, hi)
+		got.Reserve(lo, hi)
+		if grew := cap(got.bins) != capBefore; grew != predicted {
+			t.Fatalf("case %d: Reserve(%d, %d) grew %v, RangeGrows said %v", i, lo, hi, grew, predicted)
+		}
+		if predicted {
+			grown++
+		}
+		capReserved := cap(got.bins)
+		got.AddIndex(mid, 1)
+		got.AddIndex(lo, 2)
+		got.AddIndex(hi, 3)
+		if cap(got.bins) != capReserved {
+			t.Fatalf("case %d: the adds after Reserve(%d, %d) grew the store again", i, lo, hi)
+		}
+		wlo, wc := want.Bins()
+		glo, gc := got.Bins()
+		if wlo != glo || !slices.Equal(wc, gc) || want.Count() != got.Count() || want.collapsed != got.collapsed {
+			t.Fatalf("case %d (kind %d, %d..%d): after Reserve offset %d, %d bins, count %d, collapsed %v; want %d, %d, %d, %v",
+				i, kind, lo, hi, glo, len(gc), got.Count(), got.collapsed, wlo, len(wc), want.Count(), want.collapsed)
+		}
+	}
+	if grown < 2000 || grown > 18000 {
+		t.Fatalf("%d of 20000 reserves grew the store: the cases do not cover both outcomes", grown)
+	}
+	var s Sketch
+	s.Reserve(10, 9)
+	if lo, c := s.Bins(); len(c) != 0 || s.Count() != 0 {
+		t.Fatalf("Reserve(10, 9) on an empty sketch: bins from %d, %d of them; want none", lo, len(c))
+	}
+}

@@ -167,11 +167,89 @@ func TestWireSummaryMatchesDecode(t *testing.T) {
 		if len(counts) == 0 {
 			want.lo, want.hi = 0, -1
 		}
+		isMap := false
+		if len(b) > len(emptySketch) && b[len(emptySketch)] == tagPositive {
+			store, _, _ := cutLen(b[len(emptySketch)+1:])
+			isMap = len(store) > 0 && store[0] == tagBinCounts
+		}
+		if sm.mapped != isMap {
+			t.Fatalf("case %d: summary says map layout %v, bytes say %v", i, sm.mapped, isMap)
+		}
+		sm.mapped = false
 		if sm != want {
 			t.Fatalf("case %d: summary %+v, want %+v", i, sm, want)
 		}
 	}
 	if maps < 300 || maps > 2700 {
 		t.Fatalf("%d of 3000 summaries in map form: the cases do not cover both layouts", maps)
+	}
+}
+
+// TestAddSketchMatchesDecodeSketch: AddSketch of a checked summary, in
+// either layout (the map one added unchecked, in wire order), leaves a
+// sketch that already holds values (none, narrow, reset, collapsed) as
+// DecodeSketch of the same bytes does: bins, offset, count, zeros.
+func TestAddSketchMatchesDecodeSketch(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	fill := func(seed uint64, kind int) *aggregate.Sketch {
+		rs := rand.New(rand.NewPCG(seed, 2))
+		s := new(aggregate.Sketch)
+		switch kind {
+		case 1:
+			for range 1 + rs.IntN(40) {
+				s.Add(math.Exp(rs.Float64() * 20))
+			}
+		case 2:
+			for range 30 {
+				s.Add(math.Exp(rs.Float64() * 40))
+			}
+			s.Reset()
+		case 3:
+			s.Add(1e-3)
+			s.Add(1e18)
+		}
+		return s
+	}
+	var dec Decoder
+	mapped := 0
+	for i := range 3000 {
+		s, n := new(aggregate.Sketch), r.IntN(60)
+		if r.IntN(4) == 0 {
+			n = r.IntN(300) // past mapBuffer map entries
+		}
+		scale := float64(1 + r.IntN(45))
+		if r.IntN(2) == 0 {
+			scale = 0.02 + r.Float64()/2 // clustered: contiguous counts
+		}
+		for range n {
+			s.Add(math.Exp(r.Float64() * scale))
+		}
+		if r.IntN(4) == 0 {
+			s.AddZeros(uint64(r.IntN(5)))
+		}
+		b := AppendSketch(nil, s)
+		var sm summary
+		if !canonical(b, nil, new([mapBuffer]binCount), &sm) {
+			t.Fatalf("case %d: AppendSketch's layout not read as canonical", i)
+		}
+		if sm.mapped {
+			mapped++
+		}
+		w := WireSketch{b: b, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi), mapped: sm.mapped}
+		seed, kind := r.Uint64(), r.IntN(4)
+		got, want := fill(seed, kind), fill(seed, kind)
+		dec.AddSketch(got, &w)
+		if err := DecodeSketch(b, want); err != nil {
+			t.Fatal(err)
+		}
+		glo, gc := got.Bins()
+		wlo, wc := want.Bins()
+		if glo != wlo || !slices.Equal(gc, wc) || got.Count() != want.Count() || got.ZeroCount() != want.ZeroCount() {
+			t.Fatalf("case %d (map %v, into kind %d): AddSketch gave bins from %d (%d), count %d, zeros %d; DecodeSketch %d (%d), %d, %d",
+				i, sm.mapped, kind, glo, len(gc), got.Count(), got.ZeroCount(), wlo, len(wc), want.Count(), want.ZeroCount())
+		}
+	}
+	if mapped < 300 || mapped > 2700 {
+		t.Fatalf("%d of 3000 summaries in map form: the cases do not cover both layouts", mapped)
 	}
 }
