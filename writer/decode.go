@@ -148,7 +148,7 @@ const (
 // strings alias b, valid only while b is not modified. The Payload it returns
 // is the Decoder's own, valid until the next Decode, which empties and
 // reuses the sketches still in it and writes over its slices. It takes at
-// most maxGroups groups: a decoder of untrusted input passes
+// most maxGroups groups (none if it is not positive): a decoder of untrusted input passes
 // len(b)/MinWireGroupBytes, so that what it allocates stays a small multiple
 // of what it received.
 func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
@@ -177,7 +177,9 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 		dec.wires = nil
 	}
 	dec.buckets, dec.groups, dec.strs, dec.wires = dec.buckets[:0], dec.groups[:0], dec.strs[:0], dec.wires[:0]
-	dec.d = decoder{groups: min(maxGroups, MaxGroups), strs: stringBudget(b), alias: true, spares: &dec.spares, kept: &dec.kept,
+	// Clamped at 0: decodeArray compares budgets as unsigned, so a
+	// negative one would admit any number of groups.
+	dec.d = decoder{groups: min(max(maxGroups, 0), MaxGroups), strs: stringBudget(b), alias: true, spares: &dec.spares, kept: &dec.kept,
 		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
 	if dec.WireSketches {
 		dec.d.wireArena, dec.d.scratch = &dec.wires, &dec.scratch

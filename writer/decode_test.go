@@ -476,6 +476,24 @@ func TestDecoderAliases(t *testing.T) {
 	}
 }
 
+// TestDecoderGroupLimit: Decode takes at most maxGroups groups, none for
+// zero or a negative maxGroups, which does not lift the limit.
+func TestDecoderGroupLimit(t *testing.T) {
+	b := sketchPayload(3, 1e3)
+	for _, tc := range []struct {
+		maxGroups int
+		ok        bool
+	}{{3, true}, {2, false}, {0, false}, {-1, false}, {math.MinInt, false}} {
+		p, err := new(Decoder).Decode(b, tc.maxGroups)
+		if tc.ok && (err != nil || len(p.Buckets[0].Groups) != 3) {
+			t.Errorf("maxGroups %d: Decode = %v; want 3 groups", tc.maxGroups, err)
+		}
+		if !tc.ok && !errors.Is(err, msgp.ErrLimitExceeded) {
+			t.Errorf("maxGroups %d: err = %v, want %v", tc.maxGroups, err, msgp.ErrLimitExceeded)
+		}
+	}
+}
+
 // sketchPayload is a payload of n groups, each with both sketches, whose
 // values depend on seed.
 func sketchPayload(n int, seed float64) []byte {
