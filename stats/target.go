@@ -40,6 +40,12 @@ func parseAgentURL(raw string) (target, error) {
 			if err := agentclient.CheckSocketHost(u); err != nil {
 				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
 			}
+			// url.Parse cuts the path at "?" or "#": a socket file named
+			// with one would be addressed by the part before it.
+			if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23",
+					ErrBadConfig, raw)
+			}
 			p := cmp.Or(u.Path, u.Opaque)
 			if p == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
@@ -59,6 +65,11 @@ func parseAgentURL(raw string) (target, error) {
 			if err := agentclient.CheckPort(u); err != nil {
 				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
 			}
+			// The address is all a datagram goes to: a part beyond it is a
+			// mistake (a path copied from a socket URL) that would be lost.
+			if extra := udpExtra(u); extra != "" {
+				return target{}, fmt.Errorf("%w: AgentURL %q: udp://host:port takes no %s", ErrBadConfig, raw, extra)
+			}
 			return target{network: "udp", address: u.Host}, nil
 		}
 	}
@@ -71,6 +82,22 @@ func parseAgentURL(raw string) (target, error) {
 		return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 	}
 	return target{http: ep}, nil
+}
+
+// udpExtra names the part of a udp:// URL beyond host and port, if any; a
+// lone "/" is taken as none.
+func udpExtra(u *url.URL) string {
+	switch {
+	case u.User != nil:
+		return "user"
+	case u.Path != "" && u.Path != "/":
+		return "path"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "query"
+	case u.Fragment != "":
+		return "fragment"
+	}
+	return ""
 }
 
 // abstractRelayName refuses a Linux abstract socket name, in the relay's

@@ -1,0 +1,39 @@
+package stats
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestRelayURLPartsNotIgnored: a relay URL part that names no socket (a
+// query, a fragment, a UDP path or user) is refused, not dropped: "#" or
+// "?" in a socket path would otherwise cut it short and send elsewhere.
+func TestRelayURLPartsNotIgnored(t *testing.T) {
+	for raw, want := range map[string]string{
+		"unixgram:///run/relay#1.sock":   "%23",
+		"unixgram:///run/relay?.sock":    "%3F",
+		"unixgram:///run/relay.sock?x=1": "%3F",
+		"udp://127.0.0.1:8127/relay":     "path",
+		"udp://127.0.0.1:8127?x=1":       "query",
+		"udp://127.0.0.1:8127#f":         "fragment",
+		"udp://u:secret@127.0.0.1:8127":  "user",
+	} {
+		_, err := parseAgentURL(raw)
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseAgentURL(%q) = %v, want ErrBadConfig saying %q", raw, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseAgentURL(%q): %v shows the password", raw, err)
+		}
+	}
+	for raw, want := range map[string]string{
+		"unixgram:///run/relay%231.sock": "/run/relay#1.sock",
+		"udp://127.0.0.1:8127/":          "127.0.0.1:8127",
+	} {
+		tg, err := parseAgentURL(raw)
+		if err != nil || tg.address != want {
+			t.Errorf("parseAgentURL(%q) = %+v, %v; want %s", raw, tg, err, want)
+		}
+	}
+}
