@@ -56,7 +56,18 @@ func WithPeerTagKeys(keys ...string) Option {
 // NewProcessor returns a Processor publishing to agg. The caller starts agg
 // before spans end and stops it after the TracerProvider's Shutdown (which
 // does not stop agg), so the spans ended during shutdown are counted.
+// It panics if agg is nil.
 func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
+	if agg == nil {
+		// Here, not at the first span's End, in whichever goroutine ends it.
+		panic("otelstats: NewProcessor with a nil *stats.Aggregator (is New's error ignored?)")
+	}
+	return newProcessor(agg, opts...)
+}
+
+// newProcessor is NewProcessor without the check: the mapping tests call
+// fill alone, with no Aggregator.
+func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 	c := config{peerTagKeys: DefaultPeerTagKeys}
 	for _, o := range opts {
 		o(&c)

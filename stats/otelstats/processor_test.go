@@ -91,7 +91,7 @@ var svcRes = []attribute.KeyValue{attribute.String("service.name", "checkout")}
 // TestMapping: each row's span maps to the group fields the agent's OTLP
 // rules give it (bench/peer checks the same rows against the agent's code).
 func TestMapping(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	for _, tc := range []struct {
 		row  string
 		res  []attribute.KeyValue
@@ -158,7 +158,7 @@ func TestMapping(t *testing.T) {
 // TestTopLevelBySpanKind: with the option, server and consumer spans are
 // top-level under a local parent, and client spans measured.
 func TestTopLevelBySpanKind(t *testing.T) {
-	p := NewProcessor(nil, WithTopLevelBySpanKind())
+	p := newProcessor(nil, WithTopLevelBySpanKind())
 	srv := mapOne(t, p, svcRes, spanSpec{name: "s", kind: trace.SpanKindServer, local: true})
 	cli := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindClient, local: true})
 	in := mapOne(t, p, svcRes, spanSpec{name: "i", kind: trace.SpanKindInternal, remote: true})
@@ -180,7 +180,7 @@ func (s *startOnly) OnStart(ctx context.Context, rw sdktrace.ReadWriteSpan) { s.
 // agent finds the parent outside the child's chunk) is top-level, as
 // ComputeTopLevel makes it; a child of the parent's own provider is not.
 func TestLocalParentOfAnotherProvider(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	provider := func(svc string) (*sdktrace.TracerProvider, *startOnly) {
 		so := &startOnly{p: p}
 		return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(so),
@@ -224,7 +224,7 @@ func TestAttributesPast255(t *testing.T) {
 	s.End()
 	var sp stats.Span
 	var b [scratchSize]byte
-	NewProcessor(nil).fill(&sp, rec.spans[0], b[:])
+	newProcessor(nil).fill(&sp, rec.spans[0], b[:])
 	if sp.Name != "http.server.request" || sp.Resource != "GET" || sp.HTTPStatusCode != 503 {
 		t.Fatalf("name %q resource %q status %d; want http.server.request, GET, 503", sp.Name, sp.Resource, sp.HTTPStatusCode)
 	}
@@ -234,7 +234,7 @@ func TestAttributesPast255(t *testing.T) {
 // Processor map to their own resource's service, and once each resource
 // has been seen, ending their spans in turn allocates nothing.
 func TestResourcesAlternate(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	spec := spanSpec{name: "work", kind: trace.SpanKindInternal, local: true}
 	services := []string{"cart", "billing", "search"}
 	var spans []sdktrace.ReadOnlySpan
@@ -264,7 +264,7 @@ func TestResourcesAlternate(t *testing.T) {
 // values (the aggregator's fast path), and an obfuscated query is computed
 // once.
 func TestMemoReturnsSameStrings(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	spec := spanSpec{name: "q", kind: trace.SpanKindClient, attrs: []attribute.KeyValue{
 		attribute.String("db.system", "mysql"), attribute.String("db.statement", "SELECT a FROM t WHERE b = 'x'"), attribute.String("db.name", "d")}}
 	a, b := mapOne(t, p, svcRes, spec), mapOne(t, p, svcRes, spec)
@@ -280,7 +280,7 @@ func TestMemoReturnsSameStrings(t *testing.T) {
 // maps as any other, but is not kept in a memo: 4096 of them would
 // otherwise hold gigabytes.
 func TestMemoLongKeys(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	long := strings.Repeat("h", 1<<20)
 	sp := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
 		attribute.String("service.name", "S"+long), attribute.String("out.host", long)}})
@@ -369,7 +369,7 @@ func TestProcessorEndToEnd(t *testing.T) {
 // goroutine that ends the span nor splits it into forged tags, and two
 // spans whose values differ only after the NUL keep their own tags.
 func TestPeerTagValuesOfAnyByte(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	client := func(addr, db string) spanSpec {
 		return spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
 			attribute.String("db.system", "postgresql"), attribute.String("server.address", addr), attribute.String("db.name", db)}}
@@ -453,7 +453,7 @@ func TestPeerTagKeysDeduplicated(t *testing.T) {
 		keys[i] = "db.instance"
 	}
 	keys[0xffff] = "peer.service"
-	p := NewProcessor(nil, WithPeerTagKeys(keys...))
+	p := newProcessor(nil, WithPeerTagKeys(keys...))
 	if len(p.keys.peerKeys) != 2 {
 		t.Fatalf("%d peer keys kept, want 2", len(p.keys.peerKeys))
 	}
@@ -509,7 +509,7 @@ func TestConfigFromResource(t *testing.T) {
 // exports its own spans, so the agent still finds the parent outside the
 // child's chunk and makes the child top-level.
 func TestLocalParentOfAnotherProviderSameResource(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	frontRec, backRec := &startOnly{p: p}, &startOnly{p: p}
 	front := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(frontRec))
 	back := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(backRec))
@@ -534,7 +534,7 @@ func TestLocalParentOfAnotherProviderSameResource(t *testing.T) {
 // lower-casing (NormalizeTagValue) of the parts of an operation name and
 // of db.system is remembered, not redone per span.
 func TestRepeatedRouteAllocatesNothing(t *testing.T) {
-	p := NewProcessor(nil)
+	p := newProcessor(nil)
 	str := attribute.String
 	for _, tc := range []struct {
 		row  string
@@ -580,4 +580,18 @@ func TestConfigFromResourceContainerID(t *testing.T) {
 	if c := ConfigFromResource(stats.Config{ContainerID: "mine"}, res); c.ContainerID != "mine" {
 		t.Errorf("Config's container id replaced: %q", c.ContainerID)
 	}
+}
+
+// TestNewProcessorNilAggregator: a nil Aggregator is refused at once,
+// saying so, rather than by a nil dereference inside every span's End
+// in the application's goroutines.
+func TestNewProcessorNilAggregator(t *testing.T) {
+	defer func() {
+		r := recover()
+		if s, _ := r.(string); !strings.Contains(s, "nil *stats.Aggregator") {
+			t.Fatalf("NewProcessor(nil) panicked with %v, want a message naming the nil *stats.Aggregator", r)
+		}
+	}()
+	NewProcessor(nil)
+	t.Fatal("NewProcessor(nil) returned")
 }
