@@ -185,8 +185,9 @@ func (d *datagramOut) send(r *report, last bool) {
 	if r.headerOnly {
 		// The final flag without spans (consumer.sendFinal): neither a
 		// payload sent nor one dropped if it fails, but it waits for a full
-		// socket as a report does: it is the last chance to tell the drops.
-		_ = d.write(r.parts[0], writer.FlagFinal, &patience)
+		// socket and a missing relay as a report does: it is the last
+		// chance to tell the drops.
+		_ = d.retry(r.parts[0], writer.FlagFinal, &patience, &pause, false)
 		d.bufs.put(r.parts[0].body)
 		return
 	}
@@ -202,17 +203,7 @@ func (d *datagramOut) send(r *report, last bool) {
 			// this sender counted it sent.
 			err = fmt.Errorf("%w: a payload of one group is %d bytes, over MaxDatagramBytes %d", ErrDatagramTooLarge, len(p.body), d.limit)
 		} else {
-			err = d.write(p, flags, &patience)
-		}
-		for errors.Is(err, dgram.ErrNoRelay) && patience >= pause && d.ctx.Err() == nil {
-			d.ctr.noteError(err)
-			d.ctr.payloadsFailed.Add(1)
-			d.ctr.payloadsRetried.Add(1)
-			// Jittered: a host's senders that lost the relay together must
-			// not retry together.
-			d.sleep(take(&patience, pause/2+rand.N(pause/2+1)))
-			pause = min(2*pause, datagramMaxPause)
-			err = d.write(p, flags, &patience)
+			err = d.retry(p, flags, &patience, &pause, true)
 		}
 		if err == nil {
 			d.ctr.payloadsSent.Add(1)
@@ -236,13 +227,34 @@ func (d *datagramOut) send(r *report, last bool) {
 		if last && lastErr != nil {
 			// The final flag, and what was just dropped, on the header
 			// alone, within what is left of the report's patience.
-			_ = d.write(part{body: r.fallback}, writer.FlagFinal, &patience)
+			_ = d.retry(part{body: r.fallback}, writer.FlagFinal, &patience, &pause, false)
 		}
 		d.bufs.put(r.fallback)
 	}
 	if r.done != nil {
 		r.done <- first
 	}
+}
+
+// retry writes p, and again after growing pauses while no relay listens
+// and the patience lasts, counting each attempt retried when p is a
+// payload. The header alone (the final flag) is retried too: it is the
+// last datagram that can tell the relay what was dropped.
+func (d *datagramOut) retry(p part, flags uint8, patience, pause *time.Duration, payload bool) error {
+	err := d.write(p, flags, patience)
+	for errors.Is(err, dgram.ErrNoRelay) && *patience >= *pause && d.ctx.Err() == nil {
+		if payload {
+			d.ctr.noteError(err)
+			d.ctr.payloadsFailed.Add(1)
+			d.ctr.payloadsRetried.Add(1)
+		}
+		// Jittered: a host's senders that lost the relay together must
+		// not retry together.
+		d.sleep(take(patience, *pause/2+rand.N(*pause/2+1)))
+		*pause = min(2**pause, datagramMaxPause)
+		err = d.write(p, flags, patience)
+	}
+	return err
 }
 
 // write sends one part, dialing first if needed. The envelope goes into the

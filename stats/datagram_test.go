@@ -1136,3 +1136,60 @@ func TestDatagramDropsBeyondEnvelopeField(t *testing.T) {
 			told[0].DroppedPayloads, told[0].DroppedSpans, told[1].DroppedPayloads, told[1].DroppedSpans, uint32(1<<32-1), over)
 	}
 }
+
+// TestFinalFlagRetriesMissingRelay: the final flag on the header alone
+// (Stop with nothing left, or after the last part was dropped) is retried
+// while a relay restarts, as a report's parts are: it is the only datagram
+// left to tell the relay what was dropped.
+func TestFinalFlagRetriesMissingRelay(t *testing.T) {
+	header := func() []byte { return append(make([]byte, writer.EnvelopeSize), 0x80) } // an empty msgpack map
+	for name, r := range map[string]*report{
+		"header only": {parts: []part{{body: header()}}, final: true, headerOnly: true},
+		"fallback": {parts: []part{{body: make([]byte, DefaultMaxDatagramBytes+1), hits: 4}},
+			final: true, fallback: header()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "relay.sock")
+			to, err := parseAgentURL("unixgram://" + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := newDatagramOut(context.Background(), to, DefaultMaxDatagramBytes, &counters{}, newBufPool())
+			defer d.stop()
+			d.droppedPayloads, d.droppedSpans = 2, 7
+			var relay *relaySocket
+			var slept time.Duration
+			d.sleep = func(p time.Duration) {
+				slept += p
+				if relay == nil { // the relay is back after the first pause
+					c, err := dgram.ListenUnixgram(path, 0o600)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { c.Close() })
+					relay = &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+				}
+			}
+			d.send(r, true)
+			if relay == nil {
+				t.Fatal("the final flag was given up without a pause for the relay")
+			}
+			if slept > datagramPatience {
+				t.Fatalf("slept %v, over the patience %v", slept, datagramPatience)
+			}
+			n, err := relay.conn.ReadBatch(relay.batch)
+			if err != nil || n != 1 {
+				t.Fatalf("relay read %d datagrams: %v; want 1", n, err)
+			}
+			env, _, _, err := writer.ParseDatagram(relay.batch.Datagrams()[0].Data)
+			wantPayloads, wantSpans := uint32(2), uint32(7)
+			if r.fallback != nil {
+				wantPayloads, wantSpans = 3, 11 // and the part too large
+			}
+			if err != nil || env.Flags&writer.FlagFinal == 0 || env.Sequence != 1 ||
+				env.DroppedPayloads != wantPayloads || env.DroppedSpans != wantSpans {
+				t.Fatalf("envelope %+v, %v; want the final flag, sequence 1, %d/%d dropped", env, err, wantPayloads, wantSpans)
+			}
+		})
+	}
+}
