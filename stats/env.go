@@ -34,7 +34,7 @@ const (
 	// empty and the agent files the stats under its own host, as it files
 	// the traces of dd-trace-go.
 	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
-	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha
+	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha (else DD_TAGS' git.commit.sha)
 	envLimitShape     = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
 
 	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
@@ -82,7 +82,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	}
 	// Set by the config or their own variable (a usable value: not blank,
 	// no control character): DD_TAGS does not replace them.
-	envSet, serviceSet, versionSet := c.Env != "", c.Service != "", c.Version != ""
+	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != ""
 	if c.Tags == nil {
 		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
 			ignore(EnvTags, raw, "has a control character")
@@ -91,7 +91,8 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		}
 	}
 	// As dd-trace-go: the env, service and version tags stand in for
-	// DD_ENV, DD_SERVICE and DD_VERSION, the last of each winning.
+	// DD_ENV, DD_SERVICE and DD_VERSION, and git.commit.sha (its git
+	// metadata) for DD_GIT_COMMIT_SHA, the last of each winning.
 	for _, t := range c.Tags {
 		switch k, v, _ := strings.Cut(t, ":"); { // DD_TAGS' trimmed by parseTags
 		case v == "":
@@ -101,6 +102,8 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			c.Service = v
 		case k == "version" && !versionSet:
 			c.Version = v
+		case k == "git.commit.sha" && !gitSet:
+			c.GitCommitSha = v
 		}
 	}
 	if raw := getenv(EnvReportHostname); c.Hostname == "" && raw != "" {

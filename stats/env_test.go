@@ -237,3 +237,20 @@ func TestEnvBadHostKeepsPort(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvGitCommitFromTags: as dd-trace-go's git metadata, DD_TAGS'
+// git.commit.sha stands in for DD_GIT_COMMIT_SHA, which wins over it.
+func TestEnvGitCommitFromTags(t *testing.T) {
+	c, logs := envCase(Config{}, map[string]string{EnvTags: "git.commit.sha:abc123,team:core"}, false)
+	if c.GitCommitSha != "abc123" || len(logs) != 0 {
+		t.Fatalf("from DD_TAGS: GitCommitSha %q (logs %q), want abc123", c.GitCommitSha, logs)
+	}
+	c, _ = envCase(Config{}, map[string]string{EnvTags: "git.commit.sha:abc123", EnvGitCommit: "def456"}, false)
+	if c.GitCommitSha != "def456" {
+		t.Fatalf("DD_TAGS replaced DD_GIT_COMMIT_SHA: %q, want def456", c.GitCommitSha)
+	}
+	c, _ = envCase(Config{GitCommitSha: "cfg"}, map[string]string{EnvTags: "git.commit.sha:abc123"}, false)
+	if c.GitCommitSha != "cfg" {
+		t.Fatalf("DD_TAGS replaced the config's GitCommitSha: %q", c.GitCommitSha)
+	}
+}
