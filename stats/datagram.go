@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -82,6 +83,7 @@ type datagramOut struct {
 	host     string
 	port     uint16
 	addr     netip.AddrPort
+	addrs    []netip.Addr // the name's addresses at the last lookup, in its order
 	lookedUp time.Time
 	// relookup: the relay refused a datagram, and no look-up has been
 	// answered since: look up before dialing, or before the next write.
@@ -169,8 +171,24 @@ func (d *datagramOut) lookup(patience *time.Duration) {
 		d.lookErr = fmt.Errorf("%w: looking up %s: %w", dgram.ErrNoRelay, d.host, err)
 		return
 	}
-	// The first, as net.Dial would take: the resolver orders them (RFC 6724).
-	d.addr, d.lookErr = netip.AddrPortFrom(ips[0].Unmap(), d.port), nil
+	// The first, as net.Dial would take: the resolver orders them (RFC 6724);
+	// but the one in use while the name still has it (see nextAddr).
+	d.addrs, d.lookErr = d.addrs[:0], nil
+	for _, ip := range ips {
+		d.addrs = append(d.addrs, ip.Unmap())
+	}
+	if !slices.Contains(d.addrs, d.addr.Addr()) {
+		d.addr = netip.AddrPortFrom(d.addrs[0], d.port)
+	}
+}
+
+// nextAddr moves to the name's next address after one refused: "localhost"
+// is often ::1 first, then 127.0.0.1, where the relay listens by default,
+// and UDP has no dial that fails over as net.Dial does for TCP.
+func (d *datagramOut) nextAddr() {
+	if i := slices.Index(d.addrs, d.addr.Addr()); i >= 0 && len(d.addrs) > 1 {
+		d.addr = netip.AddrPortFrom(d.addrs[(i+1)%len(d.addrs)], d.port)
+	}
 }
 
 // send writes each part as one datagram. A full socket is waited for, a
@@ -308,6 +326,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		d.conn.Close()
 		d.conn = nil
 		d.relookup = true
+		d.nextAddr()
 	}
 	if errors.Is(err, syscall.EMSGSIZE) && d.to.network == "unixgram" {
 		// Within MaxDatagramBytes, so over the send buffer dial asked for

@@ -757,7 +757,11 @@ func fakeDNS(t *testing.T, answer func() netip.Addr) (*net.Resolver, *atomic.Int
 
 // dnsReply answers query's first question: ip for type A, no record
 // otherwise; nil if the query is malformed.
-func dnsReply(query []byte, ip netip.Addr) []byte {
+func dnsReply(query []byte, ip netip.Addr) []byte { return dnsReplyAll(query, ip) }
+
+// dnsReplyAll answers query's first question with the addresses of its
+// type, A or AAAA, among ips; nil if the query is malformed.
+func dnsReplyAll(query []byte, ips ...netip.Addr) []byte {
 	if len(query) < 12 {
 		return nil
 	}
@@ -769,14 +773,18 @@ func dnsReply(query []byte, ip netip.Addr) []byte {
 	if end > len(query) {
 		return nil
 	}
-	isA := query[end-4] == 0 && query[end-3] == 1
+	qtype := query[end-3]                                     // 1: A, 28: AAAA
 	reply := append([]byte(nil), query[:2]...)                // id
 	reply = append(reply, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0) // a response, recursion available; one question
 	reply = append(reply, query[12:end]...)
-	if isA {
-		reply[7] = 1 // one answer
-		reply = append(reply, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4)
-		reply = append(reply, ip.AsSlice()...)
+	for _, ip := range ips {
+		if query[end-4] != 0 || !(qtype == 1 && ip.Is4() || qtype == 28 && ip.Is6()) {
+			continue
+		}
+		reply[7]++ // one more answer
+		b := ip.AsSlice()
+		reply = append(reply, 0xc0, 12, 0, qtype, 0, 1, 0, 0, 0, 60, 0, byte(len(b)))
+		reply = append(reply, b...)
 	}
 	return reply
 }
@@ -1191,5 +1199,55 @@ func TestFinalFlagRetriesMissingRelay(t *testing.T) {
 				t.Fatalf("envelope %+v, %v; want the final flag, sequence 1, %d/%d dropped", env, err, wantPayloads, wantSpans)
 			}
 		})
+	}
+}
+
+// TestDatagramRelayNameWithTwoFamilies: "localhost" is often both ::1 and
+// 127.0.0.1, ::1 first, while the relay listens on 127.0.0.1 (its
+// default): an address that refuses is left for the next one the name
+// has, as net.Dial does for TCP, rather than every report being dropped.
+func TestDatagramRelayNameWithTwoFamilies(t *testing.T) {
+	if c, err := net.ListenPacket("udp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	relay := listenRelay(t, "udp")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(relay.url, "udp://"))
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			// ::1 first, as RFC 6724 sorts them on a host with IPv6.
+			if reply := dnsReplyAll(buf[:n], netip.IPv6Loopback(), netip.MustParseAddr("127.0.0.1")); reply != nil {
+				pc.WriteTo(reply, from)
+			}
+		}
+	}()
+	t.Cleanup(func() { pc.Close(); <-done })
+	server := pc.LocalAddr().String()
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dialDNS(ctx, "udp", server)
+	}}
+	a := startWithResolver(t, Config{AgentURL: "udp://relay.invalid-test:" + port, SendJitter: -1}, r)
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if got := relay.read(t); len(got) != 1 || got[0].hits != 3 || got[0].env.Sequence != 1 {
+		t.Fatalf("relay on 127.0.0.1 got %+v; want one datagram of 3 spans, sequence 1", got)
+	}
+	stop(t, a)
+	if h := a.Health(); h.SpansSent != 3 || h.PayloadsDropped != 0 {
+		t.Fatalf("sent %d spans, dropped %d payloads; want 3, 0", h.SpansSent, h.PayloadsDropped)
 	}
 }
