@@ -155,6 +155,12 @@ func TestParseURL(t *testing.T) {
 		{"http://localhost:99999", "", "", false},
 		{"http://localhost:0", "", "", false},
 		{"http://localhost:80a", "", "", false},
+		// url.Parse cuts a path at "?" and "#": refused, not addressed by
+		// the part before; escaped, they belong to the path.
+		{"unix:///var/run/apm#1.socket", "", "", false},
+		{"unix:///var/run/apm?.socket", "", "", false},
+		{"unix:///var/run/apm?", "", "", false},
+		{"unix:///var/run/apm%231.socket", "http://localhost", "/var/run/apm#1.socket", true},
 	} {
 		ep, err := ParseURL(tc.raw)
 		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {

@@ -98,6 +98,11 @@ func ParseURL(raw string) (Endpoint, error) {
 		if err := CheckSocketHost(u); err != nil {
 			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
 		}
+		// url.Parse cuts the path at "?" or "#": a socket named with one
+		// would be addressed by the part before it.
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			return Endpoint{}, fmt.Errorf("agent URL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23", raw)
+		}
 		p := u.Path
 		if p == "" {
 			p = u.Opaque
