@@ -255,6 +255,14 @@ func check(o *options) error {
 	if _, err := agentclient.ParseURL(c.AgentURL); err != nil {
 		return fmt.Errorf("-agent: %w", err)
 	}
+	// "-" is how ServerConfig says "disabled": taken from a flag as is, it
+	// would turn the socket off while the operator thinks it is on.
+	if c.UnixPath == "-" {
+		return errors.New(`-unix "-": want a socket path, or "" to disable it`)
+	}
+	if c.UDPAddr == "-" {
+		return errors.New(`-udp "-": want a host:port, or "" to disable it`)
+	}
 	if c.UnixPath == "" && c.UDPAddr == "" {
 		return errors.New("-unix and -udp are both empty: nothing to listen on (give a Unix socket path, a UDP address, or both)")
 	}

@@ -340,3 +340,22 @@ func TestReadmeFlagTable(t *testing.T) {
 		}
 	})
 }
+
+// TestDashIsNotADisabledSocket: "-" is the relay's internal "disabled", not
+// the flags': given as -unix or -udp it must not turn a socket off unsaid
+// (the empty value does that, as -h says).
+func TestDashIsNotADisabledSocket(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-unix", "-"}, nil, `-unix "-": want a socket path, or "" to disable it`},
+		{[]string{"-udp", "-"}, nil, `-udp "-": want a host:port, or "" to disable it`},
+		{nil, map[string]string{"STATSRELAY_UDP": "-"}, `-udp "-": want a host:port, or "" to disable it (set by STATSRELAY_UDP)`},
+	} {
+		if o, err := parse(tc.args, tc.env); err == nil || err.Error() != tc.want {
+			t.Errorf("%v %v: unix %q udp %q, error %v; want %s", tc.args, tc.env, o.cfg.UnixPath, o.cfg.UDPAddr, err, tc.want)
+		}
+	}
+}
