@@ -251,6 +251,10 @@ func check(o *options) error {
 	if err != nil || mode > 0o777 || mode == 0 {
 		return fmt.Errorf("-socket-mode %q: want an octal file mode such as 0660", o.mode)
 	}
+	if mode&0o222 == 0 {
+		// Sending to a Unix socket takes write permission on its file.
+		return fmt.Errorf("-socket-mode %q: grants no write permission, which senders need to send (e.g. 0660)", o.mode)
+	}
 	c.SocketMode = os.FileMode(mode)
 	if _, err := agentclient.ParseURL(c.AgentURL); err != nil {
 		return fmt.Errorf("-agent: %w", err)

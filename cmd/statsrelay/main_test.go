@@ -359,3 +359,20 @@ func TestDashIsNotADisabledSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestSocketModeWithoutWriteRefused: a sender needs write permission on the
+// socket file; a mode granting it to nobody (0444, read for "receive"?)
+// would leave every non-root sender refused with EACCES.
+func TestSocketModeWithoutWriteRefused(t *testing.T) {
+	for _, mode := range []string{"0444", "0550", "0100"} {
+		want := `-socket-mode "` + mode + `": grants no write permission, which senders need to send (e.g. 0660)`
+		if _, err := parse([]string{"-socket-mode", mode}, nil); err == nil || err.Error() != want {
+			t.Errorf("-socket-mode %s: error %v, want %s", mode, err, want)
+		}
+	}
+	for _, mode := range []string{"0600", "0620", "0222"} {
+		if _, err := parse([]string{"-socket-mode", mode}, nil); err != nil {
+			t.Errorf("-socket-mode %s: %v", mode, err)
+		}
+	}
+}
