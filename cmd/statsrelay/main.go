@@ -261,6 +261,11 @@ func check(o *options) error {
 	}
 	// "-" is how ServerConfig says "disabled": taken from a flag as is, it
 	// would turn the socket off while the operator thinks it is on.
+	if c.Origin && c.UnixPath != "" && c.ProcRoot == "" {
+		// ServerConfig would read /proc instead: maybe another pid
+		// namespace than the one meant, without a word.
+		return errors.New("-proc-root is empty: want the directory holding <pid>/cgroup, or -origin=false")
+	}
 	if c.UnixPath == "-" {
 		return errors.New(`-unix "-": want a socket path, or "" to disable it`)
 	}

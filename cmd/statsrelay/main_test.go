@@ -376,3 +376,26 @@ func TestSocketModeWithoutWriteRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyProcRootRefused: an empty -proc-root (a templated variable left
+// unset) must not read /proc in its place, maybe another pid namespace's.
+func TestEmptyProcRootRefused(t *testing.T) {
+	want := `-proc-root is empty: want the directory holding <pid>/cgroup, or -origin=false`
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"-proc-root", ""}, nil},
+		{nil, map[string]string{"STATSRELAY_PROC_ROOT": ""}},
+	} {
+		if o, err := parse(tc.args, tc.env); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%v %v: proc root %q, error %v; want %s", tc.args, tc.env, o.cfg.ProcRoot, err, want)
+		}
+	}
+	// Origins are read for Unix senders only.
+	for _, args := range [][]string{{"-proc-root", "", "-origin=false"}, {"-proc-root", "", "-unix", ""}} {
+		if _, err := parse(args, nil); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
