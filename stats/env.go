@@ -35,12 +35,31 @@ const (
 	// the traces of dd-trace-go.
 	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
 	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha (else DD_TAGS' git.commit.sha)
-	envLimitShape     = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
+	// EnvOtelService stands in for an unset DD_SERVICE, as in dd-trace-go.
+	EnvOtelService = "OTEL_SERVICE_NAME"
+	// EnvOtelResourceAttributes stands in for an unset DD_TAGS, as in
+	// dd-trace-go: "key=value" pairs, deployment.environment,
+	// service.name and service.version read as env, service and version;
+	// the first MaxOtelResourceTags kept.
+	EnvOtelResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
+	envLimitShape             = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
 
 	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
 	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
 	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
 )
+
+// MaxOtelResourceTags is how many OTEL_RESOURCE_ATTRIBUTES pairs become
+// tags (dd-trace-go's limit); the rest are dropped with a warning.
+const MaxOtelResourceTags = 10
+
+// otelTagNames are the resource attributes dd-trace-go reads as the
+// unified service tags.
+var otelTagNames = map[string]string{
+	"deployment.environment": "env",
+	"service.name":           "service",
+	"service.version":        "version",
+}
 
 // DefaultAgentSocket is the agent's Unix socket: when it exists and neither
 // AgentURL nor the environment names the agent, reports go there, as the
@@ -64,6 +83,9 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	if c.AgentURL == "" {
 		c.AgentURL = agentURLFromEnv(getenv, exists, ignore)
 	}
+	// The OpenTelemetry variables stand in only for fields the config
+	// leaves to the environment.
+	serviceFromConfig, tagsFromConfig := c.Service != "", c.Tags != nil
 	for _, f := range []struct {
 		v    *string
 		name string
@@ -80,6 +102,13 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			*f.v = v
 		}
 	}
+	if raw, ok := otelFallback(EnvService, EnvOtelService, getenv, log); ok && !serviceFromConfig {
+		if v := strings.TrimSpace(raw); controlAt(v) >= 0 {
+			ignore(EnvOtelService, raw, "has a control character")
+		} else {
+			c.Service = v
+		}
+	}
 	// Set by the config or their own variable (a usable value: not blank,
 	// no control character): DD_TAGS does not replace them.
 	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != ""
@@ -89,6 +118,9 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		} else {
 			c.Tags = parseTags(raw)
 		}
+	}
+	if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, getenv, log); ok && !tagsFromConfig {
+		c.Tags = otelTags(raw, log, ignore)
 	}
 	// As dd-trace-go: the env, service and version tags stand in for
 	// DD_ENV, DD_SERVICE and DD_VERSION, and git.commit.sha (its git
@@ -170,6 +202,63 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 		return "unix://" + DefaultAgentSocket
 	}
 	return ""
+}
+
+// otelFallback returns the OpenTelemetry variable ot, which stands in
+// for the Datadog variable dd as in dd-trace-go: ok only when ot is set
+// and dd is not; when both are, dd wins, with a warning naming both.
+func otelFallback(dd, ot string, getenv func(string) string, log *slog.Logger) (raw string, ok bool) {
+	if raw = getenv(ot); strings.TrimSpace(raw) == "" {
+		return "", false
+	}
+	if getenv(dd) != "" {
+		log.Warn("spanstats: both "+dd+" and "+ot+" are set; using "+dd, "name", ot)
+		return "", false
+	}
+	return raw, true
+}
+
+// otelTags reads OTEL_RESOURCE_ATTRIBUTES as Tags: pairs split as DD_TAGS
+// is, at "=" rather than ":", the unified service tags among them put in
+// front as dd-trace-go puts them, at most MaxOtelResourceTags (the rest
+// dropped with a warning); nil, with a warning, for a control character.
+func otelTags(raw string, log *slog.Logger, ignore func(name, value, why string)) []string {
+	var named, other []string
+	forEachTag(raw, "=", func(k, v string) {
+		if dd, ok := otelTagNames[k]; ok {
+			named = append([]string{dd + ":" + v}, named...)
+		} else {
+			other = append(other, k+":"+v)
+		}
+	})
+	tags := append(named, other...)
+	if slices.ContainsFunc(tags, func(t string) bool { return controlAt(t) >= 0 }) {
+		ignore(EnvOtelResourceAttributes, raw, "has a control character")
+		return nil
+	}
+	if len(tags) > MaxOtelResourceTags {
+		log.Warn(fmt.Sprintf("spanstats: %s has more than %d attributes; the rest are dropped", EnvOtelResourceAttributes, MaxOtelResourceTags),
+			"kept", tags[:MaxOtelResourceTags], "dropped", tags[MaxOtelResourceTags:])
+		tags = tags[:MaxOtelResourceTags]
+	}
+	return tags
+}
+
+// forEachTag calls fn with each key and value of raw, split as dd-trace-go's
+// ForEachStringTag splits: pairs on commas when there are any, else on
+// spaces; key and value at the first delim, each trimmed (no delim: an
+// empty value); an empty pair or key skipped.
+func forEachTag(raw, delim string, fn func(k, v string)) {
+	sep := " "
+	if strings.Contains(raw, ",") {
+		sep = ","
+	}
+	for t := range strings.SplitSeq(raw, sep) {
+		k, v, _ := strings.Cut(t, delim)
+		if k = strings.TrimSpace(k); k != "" {
+			fn(k, strings.TrimSpace(v))
+		}
+	}
 }
 
 // parseTags splits DD_TAGS as the tracers do: on commas when there are any,

@@ -254,3 +254,62 @@ func TestEnvGitCommitFromTags(t *testing.T) {
 		t.Fatalf("DD_TAGS replaced the config's GitCommitSha: %q", c.GitCommitSha)
 	}
 }
+
+// TestEnvOpenTelemetryFallbacks: as dd-trace-go, OTEL_SERVICE_NAME stands in
+// for an unset DD_SERVICE and OTEL_RESOURCE_ATTRIBUTES for an unset DD_TAGS
+// (key=value pairs; deployment.environment, service.name and
+// service.version become env, service and version, first; ten kept);
+// where both are set the DD_ variable wins, with a warning.
+func TestEnvOpenTelemetryFallbacks(t *testing.T) {
+	c, logs := envCase(Config{}, map[string]string{
+		EnvOtelService:            "otel-web",
+		EnvOtelResourceAttributes: "team=core, deployment.environment=staging,service.version = 2.0,host.arch=amd64,service.name=from-attrs",
+	}, false)
+	wantTags := []string{"service:from-attrs", "version:2.0", "env:staging", "team:core", "host.arch:amd64"}
+	if c.Service != "otel-web" || c.Env != "staging" || c.Version != "2.0" || !slices.Equal(c.Tags, wantTags) || len(logs) != 0 {
+		t.Fatalf("from OTEL_*: service %q env %q version %q tags %q (logs %q); want otel-web staging 2.0 %q",
+			c.Service, c.Env, c.Version, c.Tags, logs, wantTags)
+	}
+	// service.name stands in for both service variables.
+	c, _ = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "service.name=attrs"}, false)
+	if c.Service != "attrs" {
+		t.Fatalf("service.name alone: service %q, want attrs", c.Service)
+	}
+	// Space separated, as DD_TAGS when it has no comma; a pair without a key
+	// is skipped, one without a value kept empty.
+	c, _ = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "a=1 =x b"}, false)
+	if !slices.Equal(c.Tags, []string{"a:1", "b:"}) {
+		t.Fatalf("space separated: tags %q, want [a:1 b:]", c.Tags)
+	}
+	// The DD_ variables win, each with a warning naming both.
+	c, logs = envCase(Config{}, map[string]string{
+		EnvService: "dd-web", EnvOtelService: "otel-web",
+		EnvTags: "team:dd", EnvOtelResourceAttributes: "team=otel",
+	}, false)
+	if c.Service != "dd-web" || !slices.Equal(c.Tags, []string{"team:dd"}) || len(logs) != 2 ||
+		!strings.Contains(logs[0]+logs[1], EnvOtelService) || !strings.Contains(logs[0]+logs[1], EnvOtelResourceAttributes) {
+		t.Fatalf("both set: service %q tags %q logs %q; want dd-web [team:dd] and a warning for each OTEL_ variable", c.Service, c.Tags, logs)
+	}
+	// The config wins silently.
+	c, logs = envCase(Config{Service: "cfg", Tags: []string{}}, map[string]string{
+		EnvOtelService: "otel-web", EnvOtelResourceAttributes: "team=otel"}, false)
+	if c.Service != "cfg" || len(c.Tags) != 0 || len(logs) != 0 {
+		t.Fatalf("config set: service %q tags %q logs %q", c.Service, c.Tags, logs)
+	}
+	// Ten attributes at most, the mapped ones first; the rest dropped with
+	// a warning.
+	var attrs []string
+	for i := range 12 {
+		attrs = append(attrs, "k"+string(rune('a'+i))+"=v")
+	}
+	attrs = append(attrs, "deployment.environment=prod")
+	c, logs = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: strings.Join(attrs, ",")}, false)
+	if len(c.Tags) != 10 || c.Tags[0] != "env:prod" || c.Tags[9] != "ki:v" || c.Env != "prod" || len(logs) != 1 || !strings.Contains(logs[0], "kl:v") {
+		t.Fatalf("13 attributes: tags %q env %q logs %q; want env:prod then ka..ki, and a warning naming the dropped", c.Tags, c.Env, logs)
+	}
+	// A control character refuses the variable, as in DD_TAGS.
+	c, logs = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "a=b\nc", EnvOtelService: "x\ty"}, false)
+	if c.Tags != nil || c.Service != "" || len(logs) != 2 {
+		t.Fatalf("control characters: tags %q service %q logs %q; want both ignored with a warning", c.Tags, c.Service, logs)
+	}
+}
