@@ -143,15 +143,26 @@ const (
 // They fold more (case, other characters), which costs a bucket at most.
 
 // foldService folds as NormalizeService: the first maxServiceLen bytes,
-// lowercased as unicode does (U+212A lowers to an ASCII k).
+// lowercased as unicode does (U+212A lowers to an ASCII k). The agent
+// names a service that keeps nothing unnamed-<lang>-service, so every
+// such name folds as the empty one: the payload's lang is not needed, and
+// two langs' unnamed services only share a fold.
 func foldService(b []byte, v string) []byte {
+	n := len(b)
 	for _, r := range v[:min(len(v), maxServiceLen)] { // a rune cut short is RuneError: left out
 		if r = unicode.ToLower(r); r < 0x80 && isAlnum(byte(r)) {
 			b = append(b, byte(r))
 		}
 	}
+	if f := b[n:]; len(f) >= len(unnamedPrefix)+len(unnamedSuffix) &&
+		string(f[:len(unnamedPrefix)]) == unnamedPrefix && string(f[len(f)-len(unnamedSuffix):]) == unnamedSuffix {
+		b = b[:n]
+	}
 	return append(b, 0)
 }
+
+// The fold of the agent's fallback service name, unnamed-<lang>-service.
+const unnamedPrefix, unnamedSuffix = "unnamed", "service"
 
 // foldName folds as NormalizeName: the first maxNameLen bytes, from the
 // first ASCII letter; none is the agent's unnamedSpan.

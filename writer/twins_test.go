@@ -106,6 +106,11 @@ func TestTypeSplitterNormalizedLabels(t *testing.T) {
 		{"web", "1op", "r", "web", "op", "r"},              // leading non-letters skipped
 		{"web", "op.x", "", "web", "op.x", "op.x"},         // empty resource: the normalized name
 		{"web", "op!", "", "web", "op", "op"},
+		// An empty service, or one without a letter or digit, is the
+		// agent's unnamed-<lang>-service, whatever the lang.
+		{"", "op", "r", "unnamed-go-service", "op", "r"},
+		{"!!", "op", "r", "Unnamed-Java-Service", "op", "r"},
+		{"", "op", "r", "unnamed-python-service", "op", "r"},
 	} {
 		a, b := &aggregate.Entry{Hits: 1}, &aggregate.Entry{Hits: 1}
 		a.Service, a.Name, a.Resource, a.Type = tc.service, tc.name, tc.resource, "web"
