@@ -337,7 +337,8 @@ func (d *SDK) Counts() Counts {
 		Published: h.Published, Counted: h.Counted, Shed: h.InboxFull, Ineligible: h.Ineligible,
 		Collapsed: h.CollapsedSpans, Overflowed: h.Overflowed,
 	}
-	c.Lost = h.AfterStop + h.AggregateDropped + h.AgentOffSpans // Pending: not yet accounted
+	// Every drop of Health's identity but Pending, which is not yet a fate.
+	c.Lost = h.AfterStop + h.AggregateDropped + h.AgentOffSpans + h.StopUndrained
 	return c
 }
 
