@@ -7,6 +7,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -57,8 +58,13 @@ func newTroubleLog(log *slog.Logger) *troubleLog {
 		pending: map[string]uint64{}, last: map[string]time.Time{}, lastErr: map[string]string{}}
 }
 
-// noteError keeps err as the last error of kind, for its next line.
+// noteError keeps err as the last error of kind, for its next line; an
+// attempt the stop cut short (context canceled) does not replace the
+// error that made the others fail, which is the one worth reading.
 func (l *troubleLog) noteError(kind string, err error) {
+	if _, ok := l.lastErr[kind]; ok && errors.Is(err, context.Canceled) {
+		return
+	}
 	l.lastErr[kind] = agentclient.Redact(err.Error())
 }
 

@@ -2,7 +2,10 @@ package relay
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +54,24 @@ func TestTroubleLogRateLimit(t *testing.T) {
 		" max_groups=4 retry_budget=20 since=1m1s")
 	expect(step(70*time.Second, true, map[string]uint64{"dropped.retry_budget": 30, "dropped.max_groups": 4, "rejected.malformed": 3}),
 		" malformed=1 since=1m0s") // final: the wait does not hold it
+}
+
+// TestTroubleLogKeepsTheCause: an attempt cut short by the stop's deadline
+// (context canceled, wrapped as net/http wraps it) does not replace the
+// error that made the earlier attempts fail: last_error says why requests
+// failed, not that the relay stopped waiting. Alone, it is kept.
+func TestTroubleLogKeepsTheCause(t *testing.T) {
+	l := newTroubleLog(slog.New(slog.DiscardHandler))
+	cause := errors.New(`Post "https://127.0.0.1:1/v0.6/stats": http: server gave HTTP response to HTTPS client`)
+	canceled := &url.Error{Op: "Post", URL: "https://127.0.0.1:1/v0.6/stats", Err: context.Canceled}
+	l.noteError("failed", cause)
+	l.noteError("failed", canceled)
+	if got := l.lastErr["failed"]; got != cause.Error() {
+		t.Fatalf("last error %q after a canceled attempt; want the cause %q", got, cause)
+	}
+	delete(l.lastErr, "failed")
+	l.noteError("failed", canceled)
+	if got := l.lastErr["failed"]; got != canceled.Error() {
+		t.Fatalf("last error %q; want the canceled attempt's %q when nothing else failed", got, canceled)
+	}
 }
