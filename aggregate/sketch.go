@@ -185,12 +185,7 @@ func (s *Sketch) AddIndex(index int, count uint64) {
 		return
 	}
 	if len(s.bins) == 0 {
-		if cap(s.bins) == 0 {
-			s.bins = make([]uint32, 1, binSlack)
-		} else {
-			s.bins = s.bins[:1]
-		}
-		s.offset = index
+		s.startAt(index)
 	}
 	j := index - s.offset
 	switch {
@@ -217,12 +212,7 @@ func (s *Sketch) Reserve(lo, hi int) {
 		return
 	}
 	if len(s.bins) == 0 {
-		if cap(s.bins) == 0 {
-			s.bins = make([]uint32, 1, binSlack)
-		} else {
-			s.bins = s.bins[:1]
-		}
-		s.offset = hi
+		s.startAt(hi)
 	}
 	if hi-s.offset >= len(s.bins) {
 		s.growHigh(hi)
@@ -230,6 +220,17 @@ func (s *Sketch) Reserve(lo, hi int) {
 	if lo < s.offset && !s.collapsed {
 		s.growLow(lo)
 	}
+}
+
+// startAt gives an empty store its one bin, at index, keeping the memory
+// a Reset left.
+func (s *Sketch) startAt(index int) {
+	if cap(s.bins) == 0 {
+		s.bins = make([]uint32, 1, binSlack)
+	} else {
+		s.bins = s.bins[:1]
+	}
+	s.offset = index
 }
 
 // AddZeros adds count values that fall in the zero bucket.
