@@ -575,6 +575,14 @@ func (c *Client) ReadInfo() {
 	if slices.Contains(info.Endpoints, StatsPath) {
 		c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 		if c.off.Swap(false) {
+			// What waits was held for this poll, or failed before the
+			// agent went off: due now, not after the owner's stop.
+			now := time.Now()
+			for _, p := range c.retries {
+				if p.due.After(now) {
+					p.due = now
+				}
+			}
 			c.obs.On()
 		}
 	} else {

@@ -1816,3 +1816,47 @@ func TestUnsafeClaimCorrectedByCredentials(t *testing.T) {
 		t.Fatalf("%d requests; want 1 under %s", len(reqs), testContainer)
 	}
 }
+
+// TestStopPollsAnAgentBackFromOff: the agent has been off long enough that
+// the next /info poll is past the stop timeout, and is back when the relay
+// stops. The stop reads /info at once, so what the relay holds reaches the
+// agent instead of waiting for a poll after the deadline and being dropped
+// as stopped.
+func TestStopPollsAnAgentBackFromOff(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/info"}})
+	srv, err := relay.NewServer(relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", UDPAddr: "127.0.0.1:0",
+		Interval: time.Second, Grace: 50 * time.Millisecond, InfoRefresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Run(ctx, time.Second)
+	}()
+	// Polls at 0.2, 0.6, 1.4, 3.0 s; the next one 3.2 s later.
+	time.Sleep(3100 * time.Millisecond)
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	time.Sleep(1200 * time.Millisecond) // a round holds it: the agent is off
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"}})
+	cancel()
+	<-done
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	_, hits := statstest.Sum(statstest.Accepted(ag.Requests()))
+	if st.SpansForwarded != 7 || hits != 7 {
+		t.Fatalf("forwarded %d, dropped %v; the agent took %d; want the 7 held forwarded once the stop sees the agent back",
+			st.SpansForwarded, st.SpansDropped, hits)
+	}
+}
