@@ -91,9 +91,9 @@ func decodeCanonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount
 // count (saturating, as Sketch.Count) and the indexes of its lowest and
 // highest bins with a count (hi < lo: none).
 type summary struct {
-	count  uint64
-	lo, hi int
-	mapped bool // AppendSketch's map layout: addMapped can add it unchecked
+	count   uint64
+	lo, hi  int
+	checked bool // laid out as AppendSketch writes it: addChecked may add it
 }
 
 // add counts c more values; bins lo to hi hold them when c > 0.
@@ -171,6 +171,7 @@ func canonical(b []byte, into *aggregate.Sketch, kept *[mapBuffer]binCount, sm *
 			if st.first < 0 {
 				total.lo, total.hi = 0, -1
 			}
+			total.checked = true
 			*sm = total
 		}
 		return true
@@ -238,7 +239,7 @@ func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch, kept *[mapBu
 				total.hi = prev
 			}
 			total.add(zeros)
-			total.mapped = true
+			total.checked = true
 			*sm = total
 		}
 		return true
@@ -271,25 +272,45 @@ func decodeCanonicalMap(store, rest []byte, into *aggregate.Sketch, kept *[mapBu
 	return true
 }
 
-// addMapped adds to into the values of b, a sketch that canonical
-// summarized as sm in the binCounts map layout, validated then: one pass
-// over its entries in wire order, after growing the store once to their
-// range, instead of validating them again (BenchmarkAcceptSketches in
-// internal/relay).
-func addMapped(b []byte, sm summary, into *aggregate.Sketch) {
-	store, rest, _ := cutLen(b[len(emptySketch)+1:])
-	zeros, _ := canonicalZeros(rest)
+// addChecked adds to into the values of b, a sketch in AppendSketch's
+// layout (either store form) that canonical summarized as sm and checked
+// then: after growing the store once to the summary's bin range, one pass
+// over the counts in wire order, none of them checked again
+// (BenchmarkAcceptSketches in internal/relay).
+func addChecked(b []byte, sm summary, into *aggregate.Sketch) {
 	into.Reserve(sm.lo, sm.hi)
-	for e := store; len(e) > 0; {
-		i, bits, next, _ := canonicalMapEntry(e)
-		// A whole number of at most 2^53, as canonical checked.
-		into.AddIndex(i, uint64(int64(math.Float64frombits(bits))))
-		e = next
+	rest := b[len(emptySketch):]
+	if len(rest) > 0 && rest[0] == tagPositive {
+		var store []byte
+		store, rest, _ = cutLen(rest[1:])
+		if store[0] == tagBinCounts {
+			for e := store; len(e) > 0; {
+				i, bits, next, _ := canonicalMapEntry(e)
+				into.AddIndex(i, wholeCount(bits))
+				e = next
+			}
+		} else {
+			counts, tail, _ := cutLen(store[1:])
+			offset := 0
+			if len(tail) > 0 {
+				v, _ := protowire.ConsumeVarint(tail[1:])
+				offset = sint32(v)
+			}
+			for q := 0; 8*q < len(counts); q++ {
+				if bits := binary.LittleEndian.Uint64(counts[8*q:]); bits != 0 {
+					into.AddIndex(offset+q, wholeCount(bits))
+				}
+			}
+		}
 	}
-	if zeros > 0 {
+	if zeros, _ := canonicalZeros(rest); zeros > 0 {
 		into.AddZeros(zeros)
 	}
 }
+
+// wholeCount is the count of a checked bin: a whole float64 of at most
+// 2^53, which converts exactly.
+func wholeCount(bits uint64) uint64 { return uint64(int64(math.Float64frombits(bits))) }
 
 // mapBuffer is how many map entries decodeCanonicalMap keeps from its
 // validating pass, to add them without parsing them again.

@@ -20,10 +20,10 @@ import (
 // (TestWideSketchesCannotAmplify in internal/relay). Its bytes alias the
 // decoded input. The zero value is an empty summary.
 type WireSketch struct {
-	b      []byte
-	count  uint64
-	lo, hi int32 // lowest and highest index with a count (none: hi < lo, or count 0)
-	mapped bool  // b is AppendSketch's map layout, checked: AddSketch trusts it
+	b       []byte
+	count   uint64
+	lo, hi  int32 // lowest and highest index with a count (none: hi < lo, or count 0)
+	checked bool  // b is in AppendSketch's layout and was checked: AddSketch trusts it
 }
 
 // GroupSketches are the two summaries of a group on the wire.
@@ -55,8 +55,8 @@ func (dec *Decoder) AddSketch(into *aggregate.Sketch, w *WireSketch) {
 	if w.count == 0 {
 		return
 	}
-	if w.mapped {
-		addMapped(w.b, summary{lo: int(w.lo), hi: int(w.hi)}, into)
+	if w.checked {
+		addChecked(w.b, summary{lo: int(w.lo), hi: int(w.hi)}, into)
 		return
 	}
 	if err := decodeSketch(w.b, into, &dec.kept); err != nil {
@@ -92,7 +92,7 @@ func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 				s.Reset()
 			}
 			if err == nil && sm.count > 0 {
-				w = WireSketch{b: v, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi), mapped: sm.mapped}
+				w = WireSketch{b: v, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi), checked: sm.checked}
 			}
 		}
 	}

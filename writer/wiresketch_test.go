@@ -167,15 +167,10 @@ func TestWireSummaryMatchesDecode(t *testing.T) {
 		if len(counts) == 0 {
 			want.lo, want.hi = 0, -1
 		}
-		isMap := false
-		if len(b) > len(emptySketch) && b[len(emptySketch)] == tagPositive {
-			store, _, _ := cutLen(b[len(emptySketch)+1:])
-			isMap = len(store) > 0 && store[0] == tagBinCounts
+		if !sm.checked {
+			t.Fatalf("case %d: summary of AppendSketch's bytes not marked checked", i)
 		}
-		if sm.mapped != isMap {
-			t.Fatalf("case %d: summary says map layout %v, bytes say %v", i, sm.mapped, isMap)
-		}
-		sm.mapped = false
+		sm.checked = false
 		if sm != want {
 			t.Fatalf("case %d: summary %+v, want %+v", i, sm, want)
 		}
@@ -232,10 +227,13 @@ func TestAddSketchMatchesDecodeSketch(t *testing.T) {
 		if !canonical(b, nil, new([mapBuffer]binCount), &sm) {
 			t.Fatalf("case %d: AppendSketch's layout not read as canonical", i)
 		}
-		if sm.mapped {
+		if !sm.checked {
+			t.Fatalf("case %d: summary of AppendSketch's bytes not marked checked", i)
+		}
+		if isMapLayout(b) {
 			mapped++
 		}
-		w := WireSketch{b: b, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi), mapped: sm.mapped}
+		w := WireSketch{b: b, count: sm.count, lo: int32(sm.lo), hi: int32(sm.hi), checked: true}
 		seed, kind := r.Uint64(), r.IntN(4)
 		got, want := fill(seed, kind), fill(seed, kind)
 		dec.AddSketch(got, &w)
@@ -246,10 +244,20 @@ func TestAddSketchMatchesDecodeSketch(t *testing.T) {
 		wlo, wc := want.Bins()
 		if glo != wlo || !slices.Equal(gc, wc) || got.Count() != want.Count() || got.ZeroCount() != want.ZeroCount() {
 			t.Fatalf("case %d (map %v, into kind %d): AddSketch gave bins from %d (%d), count %d, zeros %d; DecodeSketch %d (%d), %d, %d",
-				i, sm.mapped, kind, glo, len(gc), got.Count(), got.ZeroCount(), wlo, len(wc), want.Count(), want.ZeroCount())
+				i, isMapLayout(b), kind, glo, len(gc), got.Count(), got.ZeroCount(), wlo, len(wc), want.Count(), want.ZeroCount())
 		}
 	}
 	if mapped < 300 || mapped > 2700 {
 		t.Fatalf("%d of 3000 summaries in map form: the cases do not cover both layouts", mapped)
 	}
+}
+
+// isMapLayout reports whether b, a sketch as AppendSketch writes it, holds
+// its positive store as the binCounts map.
+func isMapLayout(b []byte) bool {
+	if len(b) <= len(emptySketch) || b[len(emptySketch)] != tagPositive {
+		return false
+	}
+	store, _, _ := cutLen(b[len(emptySketch)+1:])
+	return len(store) > 0 && store[0] == tagBinCounts
 }
