@@ -1,5 +1,5 @@
-relay_started="2026-12-05 05:17:14 UTC"
-relay_elapsed="955"
-relay_commit="259f1f1"
+relay_started="2026-12-05 05:59:06 UTC"
+relay_elapsed="948"
+relay_commit="920dd96"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
