@@ -329,9 +329,11 @@ func (c *Client) RunDue(now time.Time) {
 // Final runs the payloads waiting for a retry at their due times (and the
 // /info polls, while the agent is off or /info stale) until none waits,
 // within passes or the client's context ends (the owner's deadline for its
-// stop). No request starts after the window; then what still waits gets
+// stop). While the agent is off it first reads /info once, so that an agent
+// back before the next poll takes what is held. No request starts after the window; then what still waits gets
 // one last immediate attempt (none if the context ended); what fails is
 // dropped and reported. So Final takes at most within, plus a Timeout for
+// that /info read, plus a Timeout for
 // the requests in flight as the window ends, plus one Timeout per
 // Parallel payloads waiting (a payload the agent refuses as too large
 // counting as the parts it is split into). An agent that refuses for a
@@ -339,6 +341,11 @@ func (c *Client) RunDue(now time.Time) {
 // not one attempt; a retry is not brought forward, which would spend it on an
 // agent that failed a moment ago.
 func (c *Client) Final(within time.Duration) {
+	if c.Off() && len(c.retries) > 0 && c.ctx.Err() == nil {
+		// What is held waits for the next poll, which may be due after
+		// the window: an agent back meanwhile would get none of it.
+		c.ReadInfo()
+	}
 	deadline := time.Now().Add(within)
 	c.cutoff = deadline
 	timer := time.NewTimer(time.Hour)

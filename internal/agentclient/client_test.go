@@ -1313,3 +1313,29 @@ func TestReadInfoFailureIsReported(t *testing.T) {
 		t.Fatalf("closed client: %d failures reported, want still 3 (the owner gave up; not the agent's failure)", obs.infoFailed)
 	}
 }
+
+// TestFinalPollsAnAgentBackFromOff: a payload held while the agent is off,
+// whose next /info poll is due after Final's window, reaches an agent back
+// by then: Final reads /info first instead of waiting for that poll, for
+// the SDK's Stop and the relay's alike.
+func TestFinalPollsAnAgentBackFromOff(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	// The polls back off from RetryBackoff: the next is an hour away.
+	cfg.RetryBackoff, cfg.MaxRetryBackoff, cfg.InfoRefresh = time.Hour, time.Hour, time.Hour
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	ag.listed.Store(false)
+	c.ReadInfo()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	if d, ok := c.NextDue(); !ok || time.Until(d) < time.Second {
+		t.Fatalf("the held payload is due in %v (%v); want it held past Final's window", time.Until(d), ok)
+	}
+	ag.listed.Store(true)
+	c.Final(500 * time.Millisecond)
+	if _, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || c.Off() {
+		t.Fatalf("sent %d dropped %d (%v), taken %d, off %v; want the held payload delivered by Final",
+			obs.sent, obs.dropped, obs.lastErr, taken, c.Off())
+	}
+}

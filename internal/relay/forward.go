@@ -141,11 +141,6 @@ func (f *forwarder) run(stop context.Context) {
 			f.client.RunDue(time.Now())
 		case <-stop.Done():
 			<-f.final
-			if f.client.Off() {
-				// The next poll may be due after the stop timeout: an agent
-				// back meanwhile would get nothing of what is held.
-				f.client.ReadInfo()
-			}
 			f.forward(allWindows)
 			f.client.Final(stopRetries)
 			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)
