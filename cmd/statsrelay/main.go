@@ -42,6 +42,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "statsrelay:", err)
 		os.Exit(2)
 	}
+	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {
+		slog.Warn("statsrelay: ignoring environment variables that name no flag (see statsrelay -h)", "variables", strings.Join(unknown, ","))
+	}
 	ctx, stop := signalContext()
 	defer stop()
 	if o.demo {
@@ -163,7 +166,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fromEnv := map[string]string{}
 	o.fromEnv = fromEnv
 	fs.VisitAll(func(f *flag.Flag) {
-		env := "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v, ok := lookupEnv(env); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: want %s (as -%s): %w", env, v, valueKind(f), f.Name, err))
@@ -206,6 +209,29 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		return o, o.setBy(err)
 	}
 	return o, nil
+}
+
+// unknownVars lists, sorted, the STATSRELAY_* names in environ ("NAME=value"
+// entries) that stand for no flag of fs: a typo (STATSRELAY_INTERVL) would
+// otherwise leave the default in force without a word.
+func unknownVars(fs *flag.FlagSet, environ []string) []string {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "STATSRELAY_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	return slices.Compact(unknown)
+}
+
+// envName is the variable that sets flag name: STATSRELAY_ and the name
+// in upper case, "-" → "_".
+func envName(name string) string {
+	return "STATSRELAY_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // valueKind says what f takes, for a variable the flag package cannot

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) {
 			os.Exit(3)
 		}
 		os.Args = append([]string{"statsrelay"}, a...)
+		os.Unsetenv(mainArgsEnv) // not the operator's: main would warn of it
 		main()
 		os.Exit(0) // main returned: the binary's exit status
 	}
@@ -397,5 +399,25 @@ func TestEmptyProcRootRefused(t *testing.T) {
 		if _, err := parse(args, nil); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// A STATSRELAY_ variable that sets no flag is named, so that the start
+// can warn of it: a typo would otherwise leave the default in force.
+func TestUnknownVariablesNamed(t *testing.T) {
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	got := unknownVars(fs, []string{
+		"STATSRELAY_MAX_GROUPS=9", "STATSRELAY_INTERVL=5s", "PATH=/bin", "STATSRELAY_max_groups=3",
+		"STATSRELAY_MAX-GROUPS=4", "STATSRELAY_INTERVL=6s", "STATSRELAY_=x", "DD_AGENT_HOST=h", "STATSRELAY_SPIN_WAIT=0",
+	})
+	want := []string{"STATSRELAY_", "STATSRELAY_INTERVL", "STATSRELAY_MAX-GROUPS", "STATSRELAY_max_groups"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("unknown variables %q, want %q", got, want)
+	}
+	if got := unknownVars(fs, []string{"STATSRELAY_UNIX=", "STATSRELAY_DEMO=false"}); got != nil {
+		t.Fatalf("known variables reported: %q", got)
 	}
 }

@@ -373,6 +373,24 @@ func TestBinaryLogsItsHTTPAddress(t *testing.T) {
 	b.stop(t, syscall.SIGTERM)
 }
 
+// TestBinaryWarnsOfUnknownVariables: a mistyped STATSRELAY_ variable is
+// named in a warning at start, and the relay runs on its defaults.
+func TestBinaryWarnsOfUnknownVariables(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	t.Setenv("STATSRELAY_INTERVL", "5s")
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "")
+	b.startedLine(t)
+	b.stop(t, syscall.SIGTERM)
+	out := b.output()
+	if !strings.Contains(out, "name no flag") || !strings.Contains(out, "variables=STATSRELAY_INTERVL") {
+		t.Fatalf("no warning naming STATSRELAY_INTERVL:\n%s", out)
+	}
+	if strings.Contains(out, mainArgsEnv) {
+		t.Fatalf("the test's own variable reached main:\n%s", out)
+	}
+}
+
 // TestBinaryPprofCmdlineHidesPassword: /debug/pprof/cmdline shows the
 // command line, but an -agent password in it hidden, as the start line
 // hides it: the endpoint answers whoever reaches -http.
