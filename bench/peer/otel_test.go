@@ -33,13 +33,14 @@ import (
 // otelRow is one span of the equality table, ended under a provider whose
 // resource has service.name "shop" unless res says otherwise.
 type otelRow struct {
-	name  string
-	kind  trace.SpanKind
-	attrs []attribute.KeyValue
-	res   []attribute.KeyValue
-	under string // "": a root; "local": a child of a local span; "remote": of a remote parent
-	err   bool
-	pad   int // filler attributes set before attrs, as a span with many attributes has
+	name   string
+	kind   trace.SpanKind
+	attrs  []attribute.KeyValue
+	res    []attribute.KeyValue
+	under  string               // "": a root; "local": a child of a local span; "remote": of a remote parent
+	parent []attribute.KeyValue // the local parent's attributes
+	err    bool
+	pad    int // filler attributes set before attrs, as a span with many attributes has
 }
 
 var (
@@ -104,6 +105,10 @@ var otelRows = []otelRow{
 	// once normalized is not.
 	{name: "work", kind: trace.SpanKindInternal, under: "local", attrs: []attribute.KeyValue{str("service.name", "worker")}},
 	{name: "work", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("service.name", "Shop")}},
+	// A local parent under its own service.name: the child's service is
+	// compared with the parent's, not the resource's.
+	{name: "call", kind: trace.SpanKindClient, under: "local", parent: []attribute.KeyValue{str("service.name", "Worker")}},
+	{name: "step", kind: trace.SpanKindClient, under: "local", parent: []attribute.KeyValue{str("service.name", "Worker")}, attrs: []attribute.KeyValue{str("service.name", "worker")}},
 	// A db.system that normalizes to nothing is no db.system.
 	{name: "a", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "!!!")}},
 	// Float peer tags, formatted as pdata formats them.
@@ -120,18 +125,26 @@ func dbTypeRows() []otelRow {
 	return rows
 }
 
-// otelRecorder keeps every span that ends, parents included.
-type otelRecorder struct{ spans []sdktrace.ReadOnlySpan }
+// otelRecorder keeps every span that ends, parents included, and passes
+// the starts on to start (the processor marks spans at start).
+type otelRecorder struct {
+	spans []sdktrace.ReadOnlySpan
+	start sdktrace.SpanProcessor
+}
 
-func (r *otelRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (r *otelRecorder) OnEnd(s sdktrace.ReadOnlySpan)                   { r.spans = append(r.spans, s) }
-func (r *otelRecorder) Shutdown(context.Context) error                  { return nil }
-func (r *otelRecorder) ForceFlush(context.Context) error                { return nil }
+func (r *otelRecorder) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
+	if r.start != nil {
+		r.start.OnStart(ctx, s)
+	}
+}
+func (r *otelRecorder) OnEnd(s sdktrace.ReadOnlySpan)    { r.spans = append(r.spans, s) }
+func (r *otelRecorder) Shutdown(context.Context) error   { return nil }
+func (r *otelRecorder) ForceFlush(context.Context) error { return nil }
 
 // endRows ends each row's span (and its local parent) under a provider of
-// its own resource.
-func endRows(rows []otelRow) []sdktrace.ReadOnlySpan {
-	rec := &otelRecorder{}
+// its own resource; start, if not nil, sees every span start.
+func endRows(rows []otelRow, start sdktrace.SpanProcessor) []sdktrace.ReadOnlySpan {
+	rec := &otelRecorder{start: start}
 	providers := map[string]*sdktrace.TracerProvider{}
 	for i, r := range rows {
 		res := r.res
@@ -156,7 +169,7 @@ func endRows(rows []otelRow) []sdktrace.ReadOnlySpan {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
 				TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled, Remote: true}))
 		case "local":
-			ctx, parent = tr.Start(ctx, "parent "+r.name)
+			ctx, parent = tr.Start(ctx, "parent "+r.name, trace.WithAttributes(r.parent...))
 		}
 		start := time.Now()
 		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithTimestamp(start))
@@ -340,9 +353,10 @@ func addGroup(m map[string]groupRow, g groupRow) {
 	m[key] = g
 }
 
-// processorGroups runs the spans through otelstats.Processor, a stats
-// Aggregator and the fake agent, and returns the decoded groups.
-func processorGroups(t *testing.T, spans []sdktrace.ReadOnlySpan) map[string]groupRow {
+// processorGroups ends the rows' spans with otelstats.Processor seeing
+// their starts, runs them through it, a stats Aggregator and the fake
+// agent, and returns the spans and the decoded groups.
+func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map[string]groupRow) {
 	agent := statstest.New()
 	defer agent.Close()
 	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), PeerTagKeys: agentPeerTagKeys()})
@@ -351,6 +365,7 @@ func processorGroups(t *testing.T, spans []sdktrace.ReadOnlySpan) map[string]gro
 	}
 	agg.Start()
 	p := otelstats.NewProcessor(agg)
+	spans := endRows(rows, p)
 	for _, s := range spans {
 		p.OnEnd(s)
 	}
@@ -368,7 +383,7 @@ func processorGroups(t *testing.T, spans []sdktrace.ReadOnlySpan) map[string]gro
 			}
 		}
 	}
-	return out
+	return spans, out
 }
 
 // TestOTelGroupsMatchAgent: for every row, the groups the processor
@@ -380,9 +395,8 @@ func TestOTelGroupsMatchAgent(t *testing.T) {
 		rows []otelRow
 	}{{"table", otelRows}, {"db-types", dbTypeRows()}} {
 		t.Run(tc.name, func(t *testing.T) {
-			spans := endRows(tc.rows)
+			spans, got := processorGroups(t, tc.rows)
 			want := agentGroups(t, toPtrace(spans))
-			got := processorGroups(t, spans)
 			for k, w := range want {
 				if g, ok := got[k]; !ok {
 					t.Errorf("agent group missing from the processor's:\n  %v", w)
@@ -476,9 +490,8 @@ func TestOTelRandomGroupsMatchAgent(t *testing.T) {
 			rows = append(rows, otelRow{name: name, kind: kinds[r.IntN(len(kinds))], attrs: randomAttrs(r, r.IntN(8)), res: res,
 				under: []string{"", "local", "remote"}[r.IntN(3)], err: r.IntN(3) == 0})
 		}
-		spans := endRows(rows)
+		spans, got := processorGroups(t, rows)
 		want := agentGroups(t, toPtrace(spans))
-		got := processorGroups(t, spans)
 		for k, w := range want {
 			if g := got[k]; g != w {
 				t.Errorf("round %d:\n  agent     %.400v\n  processor %.400v", round, w, g)

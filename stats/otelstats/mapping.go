@@ -66,11 +66,18 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 		// ComputeTopLevel, as the agent runs it on the OTLP spans it
 		// receives: a root, a parent elsewhere (remote, or of another
 		// TracerProvider: OnStart marked it), or a parent under another
-		// service. A local parent of the same resource is taken to be
-		// under the resource's service, which a span's own service.name
-		// overrides.
-		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(s.SpanContext().SpanID()) ||
-			p.overridesService(&v, sp.Service)
+		// service. A local parent of the same provider is under its own
+		// service.name (OnStart marked it), else the resource's; so is the
+		// span, unless its own service.name overrides.
+		id := s.SpanContext().SpanID()
+		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(id)
+		if !sp.TopLevel {
+			if svc, ok := p.parents.take(id); ok {
+				sp.TopLevel = sp.Service != svc
+			} else {
+				sp.TopLevel = p.overridesService(&v, sp.Service)
+			}
+		}
 	}
 	if m, ok := v.int(aDDMeasured); ok && m == 1 {
 		sp.Measured = true
@@ -88,7 +95,12 @@ func (p *Processor) service(v *view) string {
 	if svc == "" {
 		svc = defaultService
 	}
-	return p.services.strS(svc, func(s string) string {
+	return p.normalizeService(svc)
+}
+
+// normalizeService is normalize.NormalizeService(s, ""), remembered.
+func (p *Processor) normalizeService(s string) string {
+	return p.services.strS(s, func(s string) string {
 		n, _ := normalize.NormalizeService(s, "")
 		return n
 	})
@@ -104,10 +116,7 @@ func (p *Processor) overridesService(v *view, svc string) bool {
 	if x := v.res.vals[aServiceName]; x.Type() == attribute.STRING && x.AsString() != "" {
 		res = x.AsString()
 	}
-	return svc != p.services.strS(res, func(s string) string {
-		n, _ := normalize.NormalizeService(s, "")
-		return n
-	})
+	return svc != p.normalizeService(res)
 }
 
 // tagValue is the agent's lookupString with normalization.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,6 +22,7 @@ type Processor struct {
 	keys           *keyIndex
 	res            resCache
 	crossed        crossings
+	parents        parentServices
 	obf            *obfuscate.Obfuscator
 	// Each memo remembers one computation: normalized services, tag
 	// values and operation names, resources (built, then obfuscated),
@@ -101,6 +103,16 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	// share resource.Default()'s pointer, yet each exports its own spans.
 	if parent.TracerProvider() != s.TracerProvider() {
 		p.crossed.mark(s.SpanContext().SpanID())
+		return
+	}
+	// ComputeTopLevel compares with the parent's service, which the
+	// parent's own service.name overrides; read now, as the parent may
+	// end after the child.
+	for _, kv := range parent.(sdktrace.ReadOnlySpan).Attributes() {
+		if kv.Key == "service.name" && kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+			p.parents.mark(s.SpanContext().SpanID(), p.normalizeService(kv.Value.AsString()))
+			break
+		}
 	}
 }
 
@@ -155,4 +167,31 @@ func (c *crossings) mark(id trace.SpanID) {
 func (c *crossings) take(id trace.SpanID) bool {
 	n := binary.BigEndian.Uint64(id[:])
 	return n != 0 && c.slots[n%crossingSlots].CompareAndSwap(n, 0)
+}
+
+// parentServices holds, for a span started under a local parent with its
+// own service.name, that parent's service; a mark a collision overwrites
+// leaves its span to the rule for a local parent.
+type parentServices struct {
+	slots [crossingSlots]atomic.Pointer[parentService]
+}
+
+type parentService struct {
+	id  uint64
+	svc string
+}
+
+func (c *parentServices) mark(id trace.SpanID, svc string) {
+	n := binary.BigEndian.Uint64(id[:])
+	c.slots[n%crossingSlots].Store(&parentService{id: n, svc: svc})
+}
+
+// take returns the service marked for id, and unmarks it.
+func (c *parentServices) take(id trace.SpanID) (string, bool) {
+	n := binary.BigEndian.Uint64(id[:])
+	slot := &c.slots[n%crossingSlots]
+	if e := slot.Load(); e != nil && e.id == n && slot.CompareAndSwap(e, nil) {
+		return e.svc, true
+	}
+	return "", false
 }

@@ -595,3 +595,30 @@ func TestNewProcessorNilAggregator(t *testing.T) {
 	NewProcessor(nil)
 	t.Fatal("NewProcessor(nil) returned")
 }
+
+// TestParentServiceOverride: ComputeTopLevel compares a span's service with
+// its parent's, and a parent's own service.name overrides the resource's.
+func TestParentServiceOverride(t *testing.T) {
+	p := newProcessor(nil)
+	rec := &startOnly{p: p}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	ctx, parent := tr.Start(context.Background(), "job", trace.WithAttributes(attribute.String("service.name", "Worker")))
+	_, plain := tr.Start(ctx, "call", trace.WithSpanKind(trace.SpanKindClient))
+	_, same := tr.Start(ctx, "step", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("service.name", "worker")))
+	plain.End()
+	same.End()
+	parent.End()
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, rec.spans[0], b[:])
+	if sp.Service != "shop" || !sp.TopLevel {
+		t.Errorf("child of the resource's service under a worker parent: service %q top-level %v; want shop, true", sp.Service, sp.TopLevel)
+	}
+	p.fill(&sp, rec.spans[1], b[:])
+	if sp.Service != "worker" || sp.TopLevel {
+		t.Errorf("child of the parent's own service: service %q top-level %v; want worker, false", sp.Service, sp.TopLevel)
+	}
+}
