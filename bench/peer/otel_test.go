@@ -33,11 +33,13 @@ import (
 // otelRow is one span of the equality table, ended under a provider whose
 // resource has service.name "shop" unless res says otherwise.
 type otelRow struct {
-	name   string
-	kind   trace.SpanKind
-	attrs  []attribute.KeyValue
-	res    []attribute.KeyValue
-	under  string               // "": a root; "local": a child of a local span; "remote": of a remote parent
+	name  string
+	kind  trace.SpanKind
+	attrs []attribute.KeyValue
+	res   []attribute.KeyValue
+	// "": a root; "local": a child of a local span; "remote": of a remote
+	// parent; "dropped": of a local span the sampler dropped.
+	under  string
 	parent []attribute.KeyValue // the local parent's attributes
 	err    bool
 	pad    int // filler attributes set before attrs, as a span with many attributes has
@@ -109,6 +111,10 @@ var otelRows = []otelRow{
 	// compared with the parent's, not the resource's.
 	{name: "call", kind: trace.SpanKindClient, under: "local", parent: []attribute.KeyValue{str("service.name", "Worker")}},
 	{name: "step", kind: trace.SpanKindClient, under: "local", parent: []attribute.KeyValue{str("service.name", "Worker")}, attrs: []attribute.KeyValue{str("service.name", "worker")}},
+	// A local parent the sampler dropped is not exported: the agent finds
+	// the child's parent outside the chunk.
+	{name: "handler", kind: trace.SpanKindClient, under: "dropped"},
+	{name: "step", kind: trace.SpanKindInternal, under: "dropped", attrs: []attribute.KeyValue{num("_dd.measured", 1)}},
 	// A db.system that normalizes to nothing is no db.system.
 	{name: "a", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "!!!")}},
 	// Float peer tags, formatted as pdata formats them.
@@ -158,7 +164,7 @@ func endRows(rows []otelRow, start sdktrace.SpanProcessor) []sdktrace.ReadOnlySp
 			limits := sdktrace.NewSpanLimits()
 			limits.AttributeCountLimit = -1 // unlimited, for the rows with pad
 			tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(resource.NewWithAttributes("", res...)),
-				sdktrace.WithRawSpanLimits(limits))
+				sdktrace.WithRawSpanLimits(limits), sdktrace.WithSampler(dropParents{}))
 			providers[key] = tp
 		}
 		tr := tp.Tracer("equality")
@@ -170,6 +176,8 @@ func endRows(rows []otelRow, start sdktrace.SpanProcessor) []sdktrace.ReadOnlySp
 				TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled, Remote: true}))
 		case "local":
 			ctx, parent = tr.Start(ctx, "parent "+r.name, trace.WithAttributes(r.parent...))
+		case "dropped":
+			ctx, parent = tr.Start(ctx, droppedPrefix+r.name)
 		}
 		start := time.Now()
 		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithTimestamp(start))
@@ -190,6 +198,22 @@ func endRows(rows []otelRow, start sdktrace.SpanProcessor) []sdktrace.ReadOnlySp
 	}
 	return rec.spans
 }
+
+// droppedPrefix starts the names of the spans dropParents drops.
+const droppedPrefix = "dropped parent "
+
+// dropParents drops the spans named with droppedPrefix and samples every
+// other, as a sampler filtering spans by name (not parent-based) does.
+type dropParents struct{}
+
+func (dropParents) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if strings.HasPrefix(p.Name, droppedPrefix) {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return sdktrace.AlwaysSample().ShouldSample(p)
+}
+
+func (dropParents) Description() string { return "dropParents" }
 
 // toPtrace converts the spans as an OTLP exporter would: one ResourceSpans
 // per resource, one ScopeSpans per scope.

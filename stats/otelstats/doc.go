@@ -11,12 +11,13 @@
 // attribute names, names normalized as the agent normalizes them, SQL and
 // Redis resources obfuscated as the agent obfuscates them, and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
-// ComputeTopLevel (a root span, one with a remote parent or a local parent
-// of another TracerProvider, or one whose own service.name gives it another
-// service than its local parent's: the parent's own service.name when it
-// had one at the child's start, else the resource's; WithTopLevelBySpanKind
-// for the by-kind rule); a span is measured when its integer attribute _dd.measured
-// is 1, and an error when its status is Error. As in the agent's OTLP path,
+// ComputeTopLevel (a root span, one with a remote parent, a local parent
+// of another TracerProvider or one the sampler dropped, or one whose own
+// service.name gives it another service than its local parent's: the
+// parent's own service.name when it had one at the child's start, else the
+// resource's; WithTopLevelBySpanKind for the by-kind rule); a span is
+// measured when its integer attribute _dd.measured is 1, and an error when
+// its status is Error. As in the agent's OTLP path,
 // HTTP method and endpoint are not part of the group. bench/peer checks the
 // mapping against the agent's own functions.
 //

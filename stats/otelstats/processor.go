@@ -96,8 +96,14 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 		return
 	}
 	parent := trace.SpanFromContext(ctx)
-	if _, ok := parent.(sdktrace.ReadOnlySpan); !ok || parent.SpanContext().SpanID() != s.Parent().SpanID() {
-		return // no local SDK parent (none, remote, or WithNewRoot)
+	if psc := parent.SpanContext(); !psc.IsValid() || psc.IsRemote() || psc.SpanID() != s.Parent().SpanID() {
+		return // no local parent (none, remote, or WithNewRoot)
+	}
+	if _, ok := parent.(sdktrace.ReadOnlySpan); !ok {
+		// A local parent not recorded (a sampler dropped it) is exported
+		// by no one: the agent finds the parent outside the chunk.
+		p.crossed.mark(s.SpanContext().SpanID())
+		return
 	}
 	// The provider, not the resource: providers built without WithResource
 	// share resource.Default()'s pointer, yet each exports its own spans.

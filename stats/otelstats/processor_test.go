@@ -622,3 +622,41 @@ func TestParentServiceOverride(t *testing.T) {
 		t.Errorf("child of the parent's own service: service %q top-level %v; want worker, false", sp.Service, sp.TopLevel)
 	}
 }
+
+// dropNamed drops the spans named name and samples every other span, as a
+// sampler filtering spans by name (not parent-based) does.
+type dropNamed struct{ name string }
+
+func (d dropNamed) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.Name == d.name {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return sdktrace.AlwaysSample().ShouldSample(p)
+}
+
+func (d dropNamed) Description() string { return "dropNamed" }
+
+// TestParentNotRecorded: a span whose local parent the sampler dropped is
+// exported without it, so the agent's ComputeTopLevel finds the parent
+// outside the chunk and makes the span top-level.
+func TestParentNotRecorded(t *testing.T) {
+	p := newProcessor(nil)
+	rec := &startOnly{p: p}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(dropNamed{"middleware"}),
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	ctx, mw := tr.Start(context.Background(), "middleware")
+	_, h := tr.Start(ctx, "handler", trace.WithSpanKind(trace.SpanKindClient))
+	h.End()
+	mw.End()
+	if len(rec.spans) != 1 {
+		t.Fatalf("%d spans recorded; want the handler's alone", len(rec.spans))
+	}
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, rec.spans[0], b[:])
+	if !sp.TopLevel || sp.TraceRoot {
+		t.Fatalf("child of a dropped local parent: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
+	}
+}
