@@ -512,7 +512,7 @@ func TestOTelRandomGroupsMatchAgent(t *testing.T) {
 				name = randomLongValues[r.IntN(len(randomLongValues))]
 			}
 			rows = append(rows, otelRow{name: name, kind: kinds[r.IntN(len(kinds))], attrs: randomAttrs(r, r.IntN(8)), res: res,
-				under: []string{"", "local", "remote"}[r.IntN(3)], err: r.IntN(3) == 0})
+				under: []string{"", "local", "remote", "dropped"}[r.IntN(4)], err: r.IntN(3) == 0, parent: randomAttrs(r, r.IntN(3))})
 		}
 		spans, got := processorGroups(t, rows)
 		want := agentGroups(t, toPtrace(spans))
