@@ -14,7 +14,7 @@
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
 // of another TracerProvider or one the sampler dropped, or one whose own
 // service.name gives it another service than its local parent's: the
-// parent's own service.name when it had one at the child's start, else the
+// parent's own service.name when it had one at its start, else the
 // resource's; WithTopLevelBySpanKind for the by-kind rule); a span is
 // measured when its integer attribute _dd.measured is 1, and an error when
 // its status is Error. As in the agent's OTLP path,

@@ -70,6 +70,7 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 		// service.name (OnStart marked it), else the resource's; so is the
 		// span, unless its own service.name overrides.
 		id := s.SpanContext().SpanID()
+		p.owners.take(id) // its children have started
 		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(id)
 		if !sp.TopLevel {
 			if svc, ok := p.parents.take(id); ok {

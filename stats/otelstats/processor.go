@@ -22,8 +22,10 @@ type Processor struct {
 	keys           *keyIndex
 	res            resCache
 	crossed        crossings
-	parents        parentServices
-	obf            *obfuscate.Obfuscator
+	// owners: a span's own service.name at start, until it ends;
+	// parents: the parent's, for a span whose parent had one.
+	owners, parents serviceMarks
+	obf             *obfuscate.Obfuscator
 	// Each memo remembers one computation: normalized services, tag
 	// values and operation names, resources (built, then obfuscated),
 	// peer-tag sets.
@@ -90,10 +92,22 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 }
 
 // OnStart marks a span whose local parent belongs to another
-// TracerProvider (see crossings); the rest waits for the finished span.
+// TracerProvider or was not recorded (see crossings), and notes the
+// services set by service.name at start (see serviceMarks); the rest waits
+// for the finished span.
 func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	if p.topLevelByKind {
 		return
+	}
+	id := s.SpanContext().SpanID()
+	// Read here, before the span is handed out: the SDK's Attributes
+	// dedupes in place and returns its own slice, so reading a live
+	// parent's would race with the parent's other readers.
+	for _, kv := range s.Attributes() {
+		if kv.Key == "service.name" && kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+			p.owners.mark(id, p.normalizeService(kv.Value.AsString()))
+			break
+		}
 	}
 	parent := trace.SpanFromContext(ctx)
 	if psc := parent.SpanContext(); !psc.IsValid() || psc.IsRemote() || psc.SpanID() != s.Parent().SpanID() {
@@ -102,23 +116,19 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	if _, ok := parent.(sdktrace.ReadOnlySpan); !ok {
 		// A local parent not recorded (a sampler dropped it) is exported
 		// by no one: the agent finds the parent outside the chunk.
-		p.crossed.mark(s.SpanContext().SpanID())
+		p.crossed.mark(id)
 		return
 	}
 	// The provider, not the resource: providers built without WithResource
 	// share resource.Default()'s pointer, yet each exports its own spans.
 	if parent.TracerProvider() != s.TracerProvider() {
-		p.crossed.mark(s.SpanContext().SpanID())
+		p.crossed.mark(id)
 		return
 	}
 	// ComputeTopLevel compares with the parent's service, which the
-	// parent's own service.name overrides; read now, as the parent may
-	// end after the child.
-	for _, kv := range parent.(sdktrace.ReadOnlySpan).Attributes() {
-		if kv.Key == "service.name" && kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-			p.parents.mark(s.SpanContext().SpanID(), p.normalizeService(kv.Value.AsString()))
-			break
-		}
+	// parent's own service.name overrides.
+	if svc, ok := p.owners.get(s.Parent().SpanID()); ok {
+		p.parents.mark(id, svc)
 	}
 }
 
@@ -175,25 +185,33 @@ func (c *crossings) take(id trace.SpanID) bool {
 	return n != 0 && c.slots[n%crossingSlots].CompareAndSwap(n, 0)
 }
 
-// parentServices holds, for a span started under a local parent with its
-// own service.name, that parent's service; a mark a collision overwrites
-// leaves its span to the rule for a local parent.
-type parentServices struct {
-	slots [crossingSlots]atomic.Pointer[parentService]
+// serviceMarks holds a service per span ID; a mark a collision
+// overwrites leaves its span to the rule without one.
+type serviceMarks struct {
+	slots [crossingSlots]atomic.Pointer[serviceMark]
 }
 
-type parentService struct {
+type serviceMark struct {
 	id  uint64
 	svc string
 }
 
-func (c *parentServices) mark(id trace.SpanID, svc string) {
+func (c *serviceMarks) mark(id trace.SpanID, svc string) {
 	n := binary.BigEndian.Uint64(id[:])
-	c.slots[n%crossingSlots].Store(&parentService{id: n, svc: svc})
+	c.slots[n%crossingSlots].Store(&serviceMark{id: n, svc: svc})
+}
+
+// get returns the service marked for id.
+func (c *serviceMarks) get(id trace.SpanID) (string, bool) {
+	n := binary.BigEndian.Uint64(id[:])
+	if e := c.slots[n%crossingSlots].Load(); e != nil && e.id == n {
+		return e.svc, true
+	}
+	return "", false
 }
 
 // take returns the service marked for id, and unmarks it.
-func (c *parentServices) take(id trace.SpanID) (string, bool) {
+func (c *serviceMarks) take(id trace.SpanID) (string, bool) {
 	n := binary.BigEndian.Uint64(id[:])
 	slot := &c.slots[n%crossingSlots]
 	if e := slot.Load(); e != nil && e.id == n && slot.CompareAndSwap(e, nil) {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -659,4 +660,33 @@ func TestParentNotRecorded(t *testing.T) {
 	if !sp.TopLevel || sp.TraceRoot {
 		t.Fatalf("child of a dropped local parent: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
 	}
+}
+
+// startsOnly passes a Processor the starts of spans only, and keeps none.
+type startsOnly struct{ startOnly }
+
+func (*startsOnly) OnEnd(sdktrace.ReadOnlySpan) {}
+
+// TestConcurrentChildStarts: children started at once under one parent
+// that is being changed read no attribute of it (under -race).
+func TestConcurrentChildStarts(t *testing.T) {
+	p := newProcessor(nil)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&startsOnly{startOnly{p: p}}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	ctx, parent := tr.Start(context.Background(), "p", trace.WithAttributes(attribute.String("service.name", "w"), attribute.String("a", "b")))
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				_, c := tr.Start(ctx, "c")
+				parent.SetAttributes(attribute.Int("x", i))
+				c.End()
+			}
+		}()
+	}
+	wg.Wait()
+	parent.End()
 }
