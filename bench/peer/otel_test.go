@@ -132,25 +132,35 @@ func dbTypeRows() []otelRow {
 }
 
 // otelRecorder keeps every span that ends, parents included, and passes
-// the starts on to start (the processor marks spans at start).
+// the starts and ends on to proc as they happen: the processor's marks
+// live from a span's start to its end, and a slot collision between two
+// spans in flight at once costs a mark (so, were all the spans ended
+// before the processor saw them, one round in a few would lose one).
 type otelRecorder struct {
 	spans []sdktrace.ReadOnlySpan
-	start sdktrace.SpanProcessor
+	proc  sdktrace.SpanProcessor
 }
 
 func (r *otelRecorder) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
-	if r.start != nil {
-		r.start.OnStart(ctx, s)
+	if r.proc != nil {
+		r.proc.OnStart(ctx, s)
 	}
 }
-func (r *otelRecorder) OnEnd(s sdktrace.ReadOnlySpan)    { r.spans = append(r.spans, s) }
+
+func (r *otelRecorder) OnEnd(s sdktrace.ReadOnlySpan) {
+	r.spans = append(r.spans, s)
+	if r.proc != nil {
+		r.proc.OnEnd(s)
+	}
+}
+
 func (r *otelRecorder) Shutdown(context.Context) error   { return nil }
 func (r *otelRecorder) ForceFlush(context.Context) error { return nil }
 
 // endRows ends each row's span (and its local parent) under a provider of
-// its own resource; start, if not nil, sees every span start.
-func endRows(rows []otelRow, start sdktrace.SpanProcessor) []sdktrace.ReadOnlySpan {
-	rec := &otelRecorder{start: start}
+// its own resource; proc, if not nil, sees every span start and end.
+func endRows(rows []otelRow, proc sdktrace.SpanProcessor) []sdktrace.ReadOnlySpan {
+	rec := &otelRecorder{proc: proc}
 	providers := map[string]*sdktrace.TracerProvider{}
 	for i, r := range rows {
 		res := r.res
@@ -377,9 +387,9 @@ func addGroup(m map[string]groupRow, g groupRow) {
 	m[key] = g
 }
 
-// processorGroups ends the rows' spans with otelstats.Processor seeing
-// their starts, runs them through it, a stats Aggregator and the fake
-// agent, and returns the spans and the decoded groups.
+// processorGroups ends the rows' spans through otelstats.Processor, a
+// stats Aggregator and the fake agent, and returns the spans and the
+// decoded groups.
 func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map[string]groupRow) {
 	agent := statstest.New()
 	defer agent.Close()
@@ -390,9 +400,6 @@ func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map
 	agg.Start()
 	p := otelstats.NewProcessor(agg)
 	spans := endRows(rows, p)
-	for _, s := range spans {
-		p.OnEnd(s)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := agg.Stop(ctx); err != nil {
@@ -462,7 +469,7 @@ var randomKeys = []string{"service.name", "operation.name", "resource.name", "sp
 
 var randomValues = []string{"", "GET", "_OTHER", "grpc", "redis", "postgresql", "aws-api", "kafka", "200", "404.0", "5", "NOT_FOUND",
 	"StatusCode.UNAVAILABLE", "1", "SELECT * FROM t WHERE a = 1", "Hello World", "10.1.2.3", "x y", "query", "My.Svc", "-3", "1e3",
-	" 12", "HTTP", "!!!", "Ünï", "sql", "cassandra", "valkey", "SET k v", "2001:db8::1", "10.0.0.1:5432,10.0.0.2", "UPDATE x SET y = $1"}
+	" 12", "HTTP", "!!!", "Ünï", "sql", "cassandra", "valkey", "SET k v", "2001:db8::1", "10.0.0.1:5432,10.0.0.2", "UPDATE x SET y = $1", "\xff\xfeab", "a\x00b", "  "}
 
 // Long values go only to span names and to keys that are no peer tags:
 // Publish bounds a peer tag at stats.MaxTagLen and a type at MaxTypeLen,
