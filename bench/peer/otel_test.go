@@ -398,7 +398,7 @@ func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map
 		t.Fatal(err)
 	}
 	agg.Start()
-	p := otelstats.NewProcessor(agg)
+	p := otelstats.NewProcessor(agg, otelstats.WithSpanServiceNames()) // parents with service.name from the first row
 	spans := endRows(rows, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -14,8 +14,10 @@
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
 // of another TracerProvider or one the sampler dropped, or one whose own
 // service.name gives it another service than its local parent's: the
-// parent's own service.name when it had one at its start, else the
-// resource's; WithTopLevelBySpanKind for the by-kind rule); a span is
+// parent's own service.name when it had one at its start — read once a
+// span has ended with its own service.name, or from the first with
+// WithSpanServiceNames — else the resource's; WithTopLevelBySpanKind for
+// the by-kind rule); a span is
 // measured when its integer attribute _dd.measured is 1, and an error when
 // its status is Error. As in the agent's OTLP path,
 // HTTP method and endpoint are not part of the group. bench/peer checks the

@@ -34,6 +34,11 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 	var v view
 	v.index(p.keys, s.Attributes(), p.res.get(p.keys, s.Resource()))
 	kind := s.SpanKind()
+	if v.pos[aServiceName] != 0 && !p.topLevelByKind && !p.spanServices.Load() {
+		if x, _ := v.spanValue(aServiceName); x.Type() == attribute.STRING && x.AsString() != "" {
+			p.spanServices.Store(true)
+		}
+	}
 
 	sp.Service = p.service(&v)
 	sp.Name = p.operationName(&v, kind, b[:0])

@@ -25,7 +25,13 @@ type Processor struct {
 	// owners: a span's own service.name at start, until it ends;
 	// parents: the parent's, for a span whose parent had one.
 	owners, parents serviceMarks
-	obf             *obfuscate.Obfuscator
+	// spanServices: a span has ended with its own service.name, so OnStart
+	// reads the service.name of starting spans from then on. Until then it
+	// reads no attribute: the SDK's Attributes builds a map per call (a
+	// heap one past 8 attributes), a cost on every span of the many
+	// applications that never set service.name on a span.
+	spanServices atomic.Bool
+	obf          *obfuscate.Obfuscator
 	// Each memo remembers one computation: normalized services, tag
 	// values and operation names, resources (built, then obfuscated),
 	// peer-tag sets.
@@ -39,6 +45,7 @@ type Option func(*config)
 
 type config struct {
 	topLevelByKind bool
+	spanServices   bool
 	peerTagKeys    []string
 }
 
@@ -49,6 +56,14 @@ type config struct {
 // remote or started by another TracerProvider, or one whose own
 // service.name differs from its resource's.
 func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
+
+// WithSpanServiceNames makes the Processor read each starting span's own
+// service.name from the first span on. By default it reads them once a span
+// has ended with its own service.name: until then, a child is compared with
+// its resource's service, not its local parent's own (the first traces of an
+// application setting service.name on spans), and an application that never
+// does pays nothing for it (the SDK's Attributes builds a map per call).
+func WithSpanServiceNames() Option { return func(c *config) { c.spanServices = true } }
 
 // WithPeerTagKeys replaces DefaultPeerTagKeys: the attribute keys read as
 // peer tags of client, producer and consumer spans. At most about 90 keys
@@ -76,7 +91,7 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 	for _, o := range opts {
 		o(&c)
 	}
-	return &Processor{
+	p := &Processor{
 		agg:            agg,
 		topLevelByKind: c.topLevelByKind,
 		keys:           newKeyIndex(c.peerTagKeys),
@@ -89,6 +104,8 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 		resources: newMemo(resourceKeyLen),
 		peers:     newMemo(memoMaxKey),
 	}
+	p.spanServices.Store(c.spanServices)
+	return p
 }
 
 // OnStart marks a span whose local parent belongs to another
@@ -103,10 +120,12 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	// Read here, before the span is handed out: the SDK's Attributes
 	// dedupes in place and returns its own slice, so reading a live
 	// parent's would race with the parent's other readers.
-	for _, kv := range s.Attributes() {
-		if kv.Key == "service.name" && kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
-			p.owners.mark(id, p.normalizeService(kv.Value.AsString()))
-			break
+	if p.spanServices.Load() {
+		for _, kv := range s.Attributes() {
+			if kv.Key == "service.name" && kv.Value.Type() == attribute.STRING && kv.Value.AsString() != "" {
+				p.owners.mark(id, p.normalizeService(kv.Value.AsString()))
+				break
+			}
 		}
 	}
 	parent := trace.SpanFromContext(ctx)

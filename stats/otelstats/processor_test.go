@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -598,30 +599,64 @@ func TestNewProcessorNilAggregator(t *testing.T) {
 }
 
 // TestParentServiceOverride: ComputeTopLevel compares a span's service with
-// its parent's, and a parent's own service.name overrides the resource's.
+// its parent's, and a parent's own service.name overrides the resource's,
+// once a span with its own service.name has ended (OnStart reads no
+// attribute before: see Processor.spanServices). Before that, a local
+// parent is taken to be under the resource's service.
 func TestParentServiceOverride(t *testing.T) {
-	p := newProcessor(nil)
+	for _, opted := range []bool{false, true} {
+		t.Run(fmt.Sprint("WithSpanServiceNames=", opted), func(t *testing.T) { parentServiceOverride(t, opted) })
+	}
+}
+
+func parentServiceOverride(t *testing.T, opted bool) {
+	var opts []Option
+	if opted {
+		opts = append(opts, WithSpanServiceNames())
+	}
+	p := newProcessor(nil, opts...)
 	rec := &startOnly{p: p}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
 		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	tr := tp.Tracer("t")
-	ctx, parent := tr.Start(context.Background(), "job", trace.WithAttributes(attribute.String("service.name", "Worker")))
-	_, plain := tr.Start(ctx, "call", trace.WithSpanKind(trace.SpanKindClient))
-	_, same := tr.Start(ctx, "step", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("service.name", "worker")))
-	plain.End()
-	same.End()
-	parent.End()
+	trace3 := func() (plainSpan, sameSpan sdktrace.ReadOnlySpan) {
+		n := len(rec.spans)
+		ctx, parent := tr.Start(context.Background(), "job", trace.WithAttributes(attribute.String("service.name", "Worker")))
+		_, plain := tr.Start(ctx, "call", trace.WithSpanKind(trace.SpanKindClient))
+		_, same := tr.Start(ctx, "step", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("service.name", "worker")))
+		plain.End()
+		same.End()
+		parent.End()
+		return rec.spans[n], rec.spans[n+1]
+	}
 	var sp stats.Span
 	var b [scratchSize]byte
-	p.fill(&sp, rec.spans[0], b[:])
-	if sp.Service != "shop" || !sp.TopLevel {
-		t.Errorf("child of the resource's service under a worker parent: service %q top-level %v; want shop, true", sp.Service, sp.TopLevel)
+	check := func(when string, plain, same sdktrace.ReadOnlySpan, plainTop, sameTop bool) {
+		t.Helper()
+		p.fill(&sp, plain, b[:])
+		if sp.Service != "shop" || sp.TopLevel != plainTop {
+			t.Errorf("%s: child of the resource's service under a worker parent: service %q top-level %v; want shop, %v", when, sp.Service, sp.TopLevel, plainTop)
+		}
+		p.fill(&sp, same, b[:])
+		if sp.Service != "worker" || sp.TopLevel != sameTop {
+			t.Errorf("%s: child of the parent's own service: service %q top-level %v; want worker, %v", when, sp.Service, sp.TopLevel, sameTop)
+		}
 	}
-	p.fill(&sp, rec.spans[1], b[:])
-	if sp.Service != "worker" || sp.TopLevel {
-		t.Errorf("child of the parent's own service: service %q top-level %v; want worker, false", sp.Service, sp.TopLevel)
+	plain, same := trace3()
+	if opted {
+		check("first, opted in", plain, same, true, false)
+	} else {
+		if p.spanServices.Load() {
+			t.Fatal("starts read before any span ended with its own service.name")
+		}
+		check("before", plain, same, false, true) // as under the resource's service
 	}
+	plain, same = trace3()
+	if !p.spanServices.Load() {
+		t.Fatal("a span with its own service.name was filled, yet starts are not read")
+	}
+	check("after", plain, same, true, false)
 }
 
 // dropNamed drops the spans named name and samples every other span, as a
@@ -671,6 +706,7 @@ func (*startsOnly) OnEnd(sdktrace.ReadOnlySpan) {}
 // that is being changed read no attribute of it (under -race).
 func TestConcurrentChildStarts(t *testing.T) {
 	p := newProcessor(nil)
+	p.spanServices.Store(true) // as after a span with its own service.name
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&startsOnly{startOnly{p: p}}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	tr := tp.Tracer("t")
@@ -689,4 +725,40 @@ func TestConcurrentChildStarts(t *testing.T) {
 	}
 	wg.Wait()
 	parent.End()
+}
+
+// countingSpan counts the calls of Attributes (each builds a map in the SDK).
+type countingSpan struct {
+	sdktrace.ReadWriteSpan
+	calls int
+}
+
+func (c *countingSpan) Attributes() []attribute.KeyValue {
+	c.calls++
+	return c.ReadWriteSpan.Attributes()
+}
+
+// TestOnStartReadsNoAttributesUntilNeeded: OnStart leaves a starting span's
+// attributes unread until a span has ended with its own service.name, and
+// reads them from then on.
+func TestOnStartReadsNoAttributesUntilNeeded(t *testing.T) {
+	p := newProcessor(nil)
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	_, s := tp.Tracer("t").Start(context.Background(), "x", trace.WithAttributes(attribute.String("a", "b")))
+	c := &countingSpan{ReadWriteSpan: s.(sdktrace.ReadWriteSpan)}
+	p.OnStart(context.Background(), c)
+	if c.calls != 0 {
+		t.Fatalf("OnStart read the attributes %d times before any span had its own service.name", c.calls)
+	}
+	_, own := tp.Tracer("t").Start(context.Background(), "y", trace.WithAttributes(attribute.String("service.name", "w")))
+	own.End()
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, own.(sdktrace.ReadOnlySpan), b[:])
+	p.OnStart(context.Background(), c)
+	if c.calls != 1 {
+		t.Fatalf("OnStart read the attributes %d times after a span with its own service.name, want 1", c.calls)
+	}
+	s.End()
 }
