@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBudgetResetsEachInterval(t *testing.T) {
@@ -468,5 +470,33 @@ func TestBudgetAbsentLabel(t *testing.T) {
 	want := map[string]uint64{"": 2, "M0": 1, "M1": 1, BlockedValue: 1}
 	if !maps.Equal(methods, want) || tb.Collapsed(FieldHTTPMethod) != 1 {
 		t.Fatalf("hits by HTTP method %v, %d collapsed; want %v and 1 (M2, over the budget of 2)", methods, tb.Collapsed(FieldHTTPMethod), want)
+	}
+}
+
+// A budget beyond MaxLimit is MaxLimit: its set is sized by the limit, and a
+// limit near math.MaxInt overflowed that size into a set too small to
+// hold the limit, in which admit probed forever.
+func TestBudgetHugeLimitIsMaxLimit(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: math.MaxInt, PeerTag: math.MaxInt - 63})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range MaxLimit + 10 {
+			s := Record{Resource: fmt.Sprint("r", i), SpanKind: "client", Duration: 1}
+			s.SetPeerTags([]string{fmt.Sprint("peer.hostname:h", i)})
+			tb.Add(&s)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Add did not return")
+	}
+	if got := tb.Collapsed(FieldResource); got != 10 {
+		t.Errorf("resources collapsed: %d, want 10", got)
+	}
+	if got := tb.Collapsed(FieldPeerTags); got != 10 {
+		t.Errorf("peer tags collapsed: %d, want 10", got)
 	}
 }

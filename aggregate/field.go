@@ -57,8 +57,9 @@ func (k *Key) labels() *[numLabels]string { return (*[numLabels]string)(unsafe.P
 
 // Limits are the per-interval cardinality budgets: how many distinct values
 // of each field an interval keeps before further values become
-// BlockedValue. Zero selects the default; a negative value means unlimited.
-// The fields are in Field order; Get and Set reach them by Field.
+// BlockedValue. Zero selects the default; a negative value means unlimited;
+// a value above MaxLimit is MaxLimit. The fields are in Field order; Get and
+// Set reach them by Field.
 type Limits struct {
 	Resource, Service, Operation, Type, SpanKind int
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode     int
@@ -91,12 +92,19 @@ func (l *Limits) Set(f Field, n int) { l.byField()[f] = n }
 
 func (l *Limits) byField() *[NumFields]int { return (*[NumFields]int)(unsafe.Pointer(l)) }
 
-// withDefaults resolves zeros to DefaultLimits.
+// MaxLimit is the largest budget a field can have: a budget's value set is
+// allocated up front in proportion to it.
+const MaxLimit = 1 << 16
+
+// withDefaults resolves zeros to DefaultLimits and caps the rest at MaxLimit.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
 	for f, v := range l.byField() {
-		if v == 0 {
+		switch {
+		case v == 0:
 			l.Set(Field(f), d.Get(Field(f)))
+		case v > MaxLimit:
+			l.Set(Field(f), MaxLimit)
 		}
 	}
 	return l
