@@ -81,12 +81,18 @@ type slot struct {
 	idx  int32 // position in entries + 1; 0 is an empty slot
 }
 
+// MaxEntriesLimit is the largest table cap: the slot index is allocated up
+// front in proportion to the cap.
+const MaxEntriesLimit = 1 << 20
+
 // NewTable returns a table of at most maxEntries entries (DefaultMaxEntries
-// when maxEntries <= 0), seeded with a random per-process hash seed.
+// when maxEntries <= 0, MaxEntriesLimit when above it), seeded with a random
+// per-process hash seed.
 func NewTable(maxEntries int) *Table {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
+	maxEntries = min(maxEntries, MaxEntriesLimit)
 	n := 16
 	for n < 2*maxEntries { // load factor <= 1/2 keeps probe chains short
 		n <<= 1

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -118,6 +119,26 @@ func TestNewTableDefaults(t *testing.T) {
 	}
 	if got := tb.Touched(nil); len(got) != 0 {
 		t.Fatalf("empty table touched %d entries", len(got))
+	}
+}
+
+// A cap beyond MaxEntriesLimit is MaxEntriesLimit: the slots are sized by the
+// cap, and 2*math.MaxInt wrapped to a 16-slot index that 16 keys filled, after
+// which a lookup probed forever.
+func TestNewTableHugeCap(t *testing.T) {
+	tb := NewTable(math.MaxInt)
+	if got := tb.MaxEntries(); got != MaxEntriesLimit {
+		t.Fatalf("NewTable(math.MaxInt).MaxEntries() = %d, want %d", got, MaxEntriesLimit)
+	}
+	if got := len(tb.slots); got != 2*MaxEntriesLimit {
+		t.Fatalf("%d slots, want %d", got, 2*MaxEntriesLimit)
+	}
+	for i := range 100 {
+		s := Record{Resource: fmt.Sprint("r", i), Duration: 1}
+		tb.Add(&s)
+	}
+	if tb.Len() != 100 {
+		t.Fatalf("%d entries, want 100", tb.Len())
 	}
 }
 
