@@ -322,7 +322,8 @@ func QuantizeIPsTo(v string, max int) string {
 	if max <= 0 {
 		return v
 	}
-	if n := 4 * max; len(v) > n {
+	// min: 4*max wraps negative for a max past math.MaxInt/4.
+	if n := 4 * min(max, len(v)); len(v) > n {
 		if i := strings.LastIndexByte(v[:n], ','); i > max {
 			v = v[:i]
 		}

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"unsafe"
@@ -120,5 +121,16 @@ func TestQuantizeIPsToReadsABoundedPrefix(t *testing.T) {
 	}
 	if got := QuantizeIPsTo("10.0.0.1,10.0.0.2", max); got != "blocked-ip-address" {
 		t.Fatalf("short value: %q", got)
+	}
+}
+
+// A max past math.MaxInt/4 wrapped 4*max negative, and QuantizeIPsTo
+// sliced v with it and panicked; it is QuantizeIPs for such a max.
+func TestQuantizeIPsToHugeMax(t *testing.T) {
+	for _, max := range []int{math.MaxInt, math.MaxInt/4 + 1, math.MaxInt / 2} {
+		v := "10.0.0.1,10.0.0.2,h"
+		if got, want := QuantizeIPsTo(v, max), QuantizeIPs(v); got != want {
+			t.Fatalf("QuantizeIPsTo(%q, %d) = %q, want %q", v, max, got, want)
+		}
 	}
 }
