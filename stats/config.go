@@ -135,7 +135,7 @@ const (
 	// MaxCardinalityLimit bounds each positive field of CardinalityLimits:
 	// a budget's value set is allocated up front in proportion to it
 	// (negative limits, unlimited, grow with the values seen instead).
-	MaxCardinalityLimit = 1 << 16
+	MaxCardinalityLimit = aggregate.MaxLimit
 )
 
 // minBucketInterval and minInfoRefresh are MinBucketInterval and
