@@ -74,3 +74,36 @@ func distinctSQL(n int) []spanSpec {
 }
 
 var _ sdktrace.SpanProcessor = (*recorder)(nil)
+
+// BenchmarkOnStart measures OnStart on a starting HTTP server span of ten
+// attributes with a local parent: before any span had its own service.name
+// (unread: the default until one has) and once its attributes are read for
+// one (read, or WithSpanServiceNames).
+func BenchmarkOnStart(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("bench")
+	ctx, parent := tr.Start(context.Background(), "parent")
+	defer parent.End()
+	attrs := make([]attribute.KeyValue, 10)
+	for i := range attrs {
+		attrs[i] = attribute.String(fmt.Sprintf("http.attr%d", i), "value")
+	}
+	_, s := tr.Start(ctx, "GET /x", trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	defer s.End()
+	rw := s.(sdktrace.ReadWriteSpan)
+	for _, read := range []bool{false, true} {
+		name := "unread"
+		if read {
+			name = "read"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newProcessor(nil)
+			p.spanServices.Store(read)
+			b.ReportAllocs()
+			for b.Loop() {
+				p.OnStart(ctx, rw)
+			}
+		})
+	}
+}
