@@ -201,8 +201,11 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	}
 }
 
-// Clear asks the consumer to discard every aggregate (the ClearSignal). The
-// discarded spans are counted in Health.Cleared. It does not wait.
+// Clear asks the consumer to discard every aggregate (the ClearSignal):
+// every span published before the call, aggregated or still in the inbox,
+// and any published after it that the consumer takes before it handles
+// the request. The discarded spans are counted in Health.Cleared. It does
+// not wait.
 func (a *Aggregator) Clear() {
 	select {
 	case a.clearCh <- struct{}{}:

@@ -377,6 +377,9 @@ func (c *consumer) flush(done chan error) {
 }
 
 func (c *consumer) clear() {
+	// What waits in the inbox was published before the signal too: a
+	// parked consumer holds up to drainPeriod of spans there.
+	c.drainQueued()
 	// Kept as report keeps them, so a Clear reuses what it grew.
 	c.touched = c.table.Touched(c.touched[:0])
 	c.touched1 = c.prev.Touched(c.touched1[:0])

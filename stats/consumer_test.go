@@ -131,6 +131,30 @@ func TestClearDiscardsAndCounts(t *testing.T) {
 	}
 }
 
+// TestClearTakesTheQueuedSpans: spans published before Clear and still in
+// the inbox when the consumer handles it (a parked consumer drains every
+// 200 ms) are cleared with the aggregates, not reported after it.
+func TestClearTakesTheQueuedSpans(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	// The first span wakes the idle consumer; once it is counted, the
+	// consumer parks until the inbox is half full or the period ends.
+	a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
+	waitFor(t, "1 span counted", func() bool { return a.Health().Counted == 1 })
+	for range 4 {
+		a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1})
+	}
+	a.Clear()
+	waitFor(t, "5 spans cleared", func() bool { return a.Health().Cleared == 5 })
+	a.Publish(&Span{Name: "after", TopLevel: true, Duration: 1})
+	stop(t, a)
+	_, hits := statstest.Sum(ag.Requests())
+	if h := a.Health(); hits != 1 || h.Cleared != 5 || h.SpansSent != 1 {
+		t.Fatalf("agent hits %d, Cleared %d, SpansSent %d; want 1, 5, 1", hits, h.Cleared, h.SpansSent)
+	}
+}
+
 // TestReportSplitsToPayloadLimit: a report larger than MaxPayloadBytes goes
 // out as several complete payloads, each within the limit, carrying every
 // group exactly once.
