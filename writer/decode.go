@@ -68,7 +68,7 @@ type Payload struct {
 // as msgp does.
 //
 // Each summary becomes a Sketch whose store spans its lowest to its highest
-// bin, up to 2048 bins (16 KiB), however few bins it encodes: two bins far
+// bin, up to 2048 bins (8 KiB: uint32 counts), however few bins it encodes: two bins far
 // apart take 40 bytes on the wire and several KiB decoded. It is meant for
 // payloads this process wrote (Split) and for tests; a receiver of
 // untrusted input decodes with a Decoder with WireSketches set, whose
