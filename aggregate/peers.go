@@ -57,7 +57,7 @@ func (t *Table) keptPeers(s *Record) []string {
 }
 
 // BaseServiceKey is the peer-tag key of a span's base service, the one peer
-// tag a span that is not a client, producer or consumer span keeps.
+// tag an internal span, or one without kind, keeps (a server span keeps none).
 const BaseServiceKey = "_dd.base_service"
 
 // PeerKind reports whether the agent keeps a span's peer tags for its kind:
