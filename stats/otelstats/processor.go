@@ -52,9 +52,9 @@ type config struct {
 // WithTopLevelBySpanKind computes top-level spans by span kind, as the agent
 // does with enable_otlp_compute_top_level_by_span_kind: a root, server or
 // consumer span is top-level, and client and producer spans are measured.
-// The default is the agent's default: a root span, one whose parent is
-// remote or started by another TracerProvider, or one whose own
-// service.name differs from its resource's.
+// The default is the agent's default, ComputeTopLevel (see the package
+// doc): a root span, one whose parent is remote, of another TracerProvider
+// or not recorded, or one under another service than its local parent's.
 func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
 
 // WithSpanServiceNames makes the Processor read each starting span's own
