@@ -410,8 +410,8 @@ func TestSecondStopHonoursItsContext(t *testing.T) {
 // decodingOut is a transport that decodes every payload it is handed, for
 // the fuzz target: what the SDK would send must decode and carry its hits.
 type decodingOut struct {
-	hits uint64
-	err  error
+	hits, errors, topLevel uint64
+	err                    error
 }
 
 func (d *decodingOut) start() {}
@@ -425,6 +425,21 @@ func (d *decodingOut) send(r *report, _ bool) {
 			for _, b := range pl.Buckets {
 				for _, g := range b.Groups {
 					d.hits += g.Hits
+					d.errors += g.Errors
+					d.topLevel += g.TopLevelHits
+					// Each counted span's latency is in the sketch of its
+					// kind: the ok one holds hits - errors, the error one errors.
+					var ok, bad uint64
+					if g.Ok != nil {
+						ok = g.Ok.Count()
+					}
+					if g.Err != nil {
+						bad = g.Err.Count()
+					}
+					if (g.Errors > g.Hits || g.TopLevelHits > g.Hits || ok != g.Hits-g.Errors || bad != g.Errors) && d.err == nil {
+						d.err = fmt.Errorf("group of %d hits, %d errors, %d top-level; sketches of %d ok and %d error values",
+							g.Hits, g.Errors, g.TopLevelHits, ok, bad)
+					}
 				}
 			}
 		}
@@ -469,6 +484,18 @@ func FuzzPublish(f *testing.F) {
 		}
 		if out.hits != h.Counted || h.Counted+h.Ineligible != 3 {
 			t.Fatalf("decoded %d hits; counted %d, ineligible %d of 3", out.hits, h.Counted, h.Ineligible)
+		}
+		// The three spans are alike: each counted one is an error, or a
+		// top-level span, as it was published.
+		var errs, top uint64
+		if sp.Error {
+			errs = h.Counted
+		}
+		if sp.TopLevel {
+			top = h.Counted
+		}
+		if out.errors != errs || out.topLevel != top {
+			t.Fatalf("decoded %d errors, %d top-level of %d counted; want %d, %d", out.errors, out.topLevel, h.Counted, errs, top)
 		}
 	})
 }

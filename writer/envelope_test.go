@@ -71,6 +71,17 @@ func FuzzParseDatagram(f *testing.F) {
 	f.Add([]byte("SSR1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, body, seq, err := ParseDatagram(b)
+		// What the datagram layout (DESIGN §8) says of b: an envelope
+		// after the magic, or a bare body starting with a map header;
+		// anything else rejected.
+		enveloped := len(b) >= EnvelopeSize && string(b[:4]) == "SSR1"
+		bare := len(b) > 0 && (b[0]&0xf0 == 0x80 || b[0] == 0xde || b[0] == 0xdf)
+		if (err == nil) != (enveloped || bare) || err == nil && seq != enveloped {
+			t.Fatalf("ParseDatagram(% x) = sequenced %v, %v; enveloped %v, bare %v", b, seq, err, enveloped, bare)
+		}
+		if err != nil && !errors.Is(err, ErrNotDatagram) {
+			t.Fatalf("error %v is not ErrNotDatagram", err)
+		}
 		switch {
 		case err != nil:
 			if body != nil || seq || e != (Envelope{}) {
