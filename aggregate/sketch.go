@@ -382,6 +382,9 @@ func (s *Sketch) Merge(o *Sketch) {
 	if o == nil || o.count == 0 {
 		return
 	}
+	// o counts every value, its bins only up to 2^32-1 each: the adds
+	// below would count the saturated bins' values short. Count o's.
+	count := satAdd64(s.count, o.count)
 	s.AddZeros(o.zeros)
 	lo, counts := o.Bins()
 	// The highest bin, then the lowest, then the rest: the store is sized
@@ -389,6 +392,7 @@ func (s *Sketch) Merge(o *Sketch) {
 	// Where the bins land does not depend on the order of the adds.
 	n := len(counts)
 	if n == 0 { // zeros only
+		s.count = count
 		return
 	}
 	s.AddIndex(lo+n-1, uint64(counts[n-1]))
@@ -398,6 +402,7 @@ func (s *Sketch) Merge(o *Sketch) {
 	for i := n - 2; i > 0; i-- {
 		s.AddIndex(lo+i, uint64(counts[i]))
 	}
+	s.count = count
 }
 
 // Quantile returns the value at quantile q in [0, 1], within the relative

@@ -585,3 +585,19 @@ func TestSketchReserve(t *testing.T) {
 		t.Fatalf("Reserve(10, 9) on an empty sketch: bins from %d, %d of them; want none", lo, len(c))
 	}
 }
+
+// TestSketchMergeCountsSaturatedBins: a bin saturates at 2^32-1 but the
+// sketch counts every value; merged, they all count too.
+func TestSketchMergeCountsSaturatedBins(t *testing.T) {
+	var full, into Sketch
+	full.AddIndex(100, 1<<33)
+	into.Add(42)
+	into.Merge(&full)
+	if got, want := into.Count(), uint64(1<<33+1); got != want {
+		t.Fatalf("Count after Merge = %d, want %d", got, want)
+	}
+	lo, bins := into.Bins()
+	if i := 100 - lo; i < 0 || i >= len(bins) || bins[i] != math.MaxUint32 {
+		t.Fatalf("saturated bin not merged saturated: bins from %d: %v", lo, bins)
+	}
+}

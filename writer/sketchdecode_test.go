@@ -309,7 +309,26 @@ func FuzzDecodeSketch(f *testing.F) {
 			t.Fatal("the fast path declined the input but modified the sketch")
 		}
 		s := new(aggregate.Sketch)
-		if err := DecodeSketch(b, s); err != nil {
+		err := DecodeSketch(b, s)
+		// A nil sketch only validates, with the same verdict; a sketch
+		// holding values already is left as it was by a reject, and has
+		// the input's values added by an accept.
+		if errNil := DecodeSketch(b, nil); (err == nil) != (errNil == nil) || err != nil && err.Error() != errNil.Error() {
+			t.Fatalf("DecodeSketch into nil = %v, into a sketch = %v", errNil, err)
+		}
+		held := sketchOf(42, 43e6, 0)
+		errHeld := DecodeSketch(b, held)
+		if (err == nil) != (errHeld == nil) || err != nil && err.Error() != errHeld.Error() {
+			t.Fatalf("DecodeSketch into a sketch with values = %v, into an empty one = %v", errHeld, err)
+		}
+		want := sketchOf(42, 43e6, 0)
+		if err == nil {
+			want.Merge(s)
+		}
+		if !sameSketch(held, want) {
+			t.Fatalf("into a sketch with values (err %v): %d values, want %d, or other bins", err, held.Count(), want.Count())
+		}
+		if err != nil {
 			if s.Count() != 0 {
 				t.Fatal("rejected input modified the sketch")
 			}
