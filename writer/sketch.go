@@ -187,10 +187,18 @@ type sketchLayout struct {
 	store  int // bytes of the positive store, 0 for none
 	sparse bool
 	m      binMask
+	// lost is what the sketch counts beyond its bins and zeros: the
+	// values bins saturated at the uint32 range did not keep (a relay's
+	// merge of many senders' bins). It is written on the bin lostAt, the
+	// lowest saturated one, as far as a count converts exactly, so that
+	// the message counts every value the sketch does.
+	lost   uint64
+	lostAt int
 }
 
 // plan lays out s; a nil or empty sketch has no store and no zeros.
 func (l *sketchLayout) plan(s *aggregate.Sketch) {
+	l.lost, l.lostAt = 0, -1
 	if s == nil || s.Count() == 0 {
 		l.lo, l.counts, l.zeros, l.store, l.sparse = 0, nil, 0, 0, false
 		return
@@ -198,6 +206,31 @@ func (l *sketchLayout) plan(s *aggregate.Sketch) {
 	l.lo, l.counts = s.Bins()
 	l.zeros = s.ZeroCount()
 	l.store, l.sparse = positiveLen(l.lo, l.counts, &l.m)
+	if s.Count()-l.zeros >= math.MaxUint32 { // else no bin can have saturated
+		l.saturated(s.Count() - l.zeros)
+	}
+}
+
+// saturated finds lost and lostAt for binned values in the bins.
+func (l *sketchLayout) saturated(binned uint64) {
+	var sum uint64
+	for i, c := range l.counts {
+		sum += uint64(c)
+		if c == math.MaxUint32 && l.lostAt < 0 {
+			l.lostAt = i
+		}
+	}
+	if binned > sum && l.lostAt >= 0 {
+		l.lost = binned - sum
+	}
+}
+
+// countBits is the wire count of bin i, c: c and what l lost on it.
+func (l *sketchLayout) countBits(i int, c uint32) uint64 {
+	if i == l.lostAt {
+		return math.Float64bits(float64(min(uint64(c)+l.lost, maxCount)))
+	}
+	return math.Float64bits(float64(c))
 }
 
 // size is the length of the DDSketch message append writes.
@@ -242,7 +275,7 @@ func (l *sketchLayout) append(b []byte) []byte {
 				n := binary.PutUvarint(b[at+3:], zigzag32(lo+i)) // protobuf's varint
 				b[at], b[at+1], b[at+2] = tagBinCounts, byte(1+n+9), tagMapKey
 				b[at+3+n] = tagMapValue
-				binary.LittleEndian.PutUint64(b[at+4+n:], math.Float64bits(float64(counts[i])))
+				binary.LittleEndian.PutUint64(b[at+4+n:], l.countBits(i, counts[i]))
 				at += 4 + n + 8
 			}
 		}
@@ -252,8 +285,8 @@ func (l *sketchLayout) append(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(store))
 		b = append(b, tagContiguous)
 		b = protowire.AppendVarint(b, uint64(8*n))
-		for _, c := range counts {
-			b = protowire.AppendFixed64(b, math.Float64bits(float64(c)))
+		for i, c := range counts {
+			b = protowire.AppendFixed64(b, l.countBits(i, c))
 		}
 		if lo != 0 {
 			b = append(b, tagContiguousOffset)

@@ -264,3 +264,41 @@ func TestAppendSketchAllocs(t *testing.T) {
 		t.Errorf("AppendSketch into a sized buffer: %v allocs, want 0", n)
 	}
 }
+
+// TestAppendSketchCountsSaturatedBins: a sketch whose bins saturated at the
+// uint32 range (merged bins of many senders, in the relay) still counts
+// every value; so must the message it is written as, in either store form,
+// the lost values on the lowest saturated bin.
+func TestAppendSketchCountsSaturatedBins(t *testing.T) {
+	for _, sparse := range []bool{false, true} {
+		part := new(aggregate.Sketch)
+		part.AddIndex(1000, math.MaxUint32)
+		if sparse {
+			part.AddIndex(1200, 3)
+		} else {
+			for i := 1001; i < 1005; i++ {
+				part.AddIndex(i, 5)
+			}
+		}
+		part.AddZeros(7)
+		s := new(aggregate.Sketch)
+		s.Merge(part)
+		s.Merge(part)
+		s.Merge(part)
+		var pb sketchpb.DDSketch
+		if err := proto.Unmarshal(AppendSketch(nil, s), &pb); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(pb.GetPositiveValues().GetBinCounts()) > 0; got != sparse {
+			t.Fatalf("sparse %v: wrote the other store form", sparse)
+		}
+		sk, err := ddsketch.FromProto(&pb) // as the agent reads it
+		if err != nil || sk.GetCount() != float64(s.Count()) {
+			t.Errorf("sparse %v: FromProto = %v, count %v, want %d", sparse, err, sk.GetCount(), s.Count())
+		}
+		var back aggregate.Sketch
+		if err := DecodeSketch(AppendSketch(nil, s), &back); err != nil || back.Count() != s.Count() {
+			t.Errorf("sparse %v: DecodeSketch = %v, count %d, want %d", sparse, err, back.Count(), s.Count())
+		}
+	}
+}
