@@ -25,6 +25,27 @@ import (
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
+// TestUnixFakeAgentURL: the URL of a fake agent on a Unix socket is the
+// AgentURL that reaches it, as New's is for TCP, relative path included.
+func TestUnixFakeAgentURL(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	ag, err := statstest.NewUnix("apm.socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	if want := "unix://" + filepath.Join(dir, "apm.socket"); ag.URL() != want {
+		t.Fatalf("URL() = %q, want %q", ag.URL(), want)
+	}
+	a := newStarted(t, Config{AgentURL: ag.URL()})
+	publishN(a, 3, "r")
+	stop(t, a)
+	if _, hits := statstest.Sum(ag.Requests()); hits != 3 || a.Health().SpansSent != 3 {
+		t.Fatalf("agent received %d hits, SpansSent %d; want 3, 3", hits, a.Health().SpansSent)
+	}
+}
+
 // TestHeadersAndPayloadIdentity checks the request headers and payload
 // fields the agent relies on, over a Unix socket.
 func TestHeadersAndPayloadIdentity(t *testing.T) {

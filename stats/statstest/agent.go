@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +34,7 @@ type Request struct {
 // Agent is a running fake agent.
 type Agent struct {
 	srv *httptest.Server
+	url string // URL's answer
 
 	mu       sync.Mutex
 	requests []Request
@@ -51,12 +54,19 @@ type Agent struct {
 func New() *Agent {
 	a := newAgent()
 	a.srv = httptest.NewServer(a.mux())
+	a.url = a.srv.URL
 	return a
 }
 
 // NewUnix starts a fake agent listening on the Unix socket at path.
 func NewUnix(path string) (*Agent, error) {
-	l, err := net.Listen("unix", path)
+	// Made absolute now: a relative path names the socket from the current
+	// directory, which may change before the URL is used.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", abs)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +74,9 @@ func NewUnix(path string) (*Agent, error) {
 	a.srv = httptest.NewUnstartedServer(a.mux())
 	a.srv.Listener = l
 	a.srv.Start()
+	// httptest's URL is "http://" and the socket path, which reaches
+	// nothing: the agent URL of a socket is unix:///path, escaped.
+	a.url = (&url.URL{Scheme: "unix", Path: abs}).String()
 	return a, nil
 }
 
@@ -171,8 +184,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// URL is the agent's base URL ("http://127.0.0.1:port").
-func (a *Agent) URL() string { return a.srv.URL }
+// URL is the agent's URL, for Config.AgentURL: "http://127.0.0.1:port",
+// or "unix:///path/to/socket" for an agent started with NewUnix.
+func (a *Agent) URL() string { return a.url }
 
 // SetHandler installs h; it sees each stats request (n counts them from 1),
 // its body readable, and returns true if it wrote the answer. The request is recorded once h
