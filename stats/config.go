@@ -533,10 +533,12 @@ func controlAt(v string) int {
 const maxSendSpread = time.Second
 
 // MinDatagramBytes is the smallest MaxDatagramBytes, so a relay's
-// -max-datagram may not be lower: it leaves room for the envelope, the
-// header and one group with both sketches at their 2048-bin cap (8 bytes a
-// bin) and its labels; a group with many peer tags at MaxTagLen can still
-// exceed it, and is then dropped and counted (ErrDatagramTooLarge).
+// -max-datagram may not be lower: it leaves room for the envelope, a
+// header of 1 KiB and one group with both sketches at their 2048-bin cap
+// (8 bytes a bin) and every label at its length limit
+// (TestMinDatagramRoom). A longer header (New accepts up to a quarter of
+// the limit) or many peer tags at MaxTagLen can make such a group exceed
+// it; it is then dropped and counted (ErrDatagramTooLarge).
 const MinDatagramBytes = 40 << 10
 
 // minPayloadBytes leaves room for the header and one large group.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -1249,5 +1250,57 @@ func TestDatagramRelayNameWithTwoFamilies(t *testing.T) {
 	stop(t, a)
 	if h := a.Health(); h.SpansSent != 3 || h.PayloadsDropped != 0 {
 		t.Fatalf("sent %d spans, dropped %d payloads; want 3, 0", h.SpansSent, h.PayloadsDropped)
+	}
+}
+
+// TestMinDatagramRoom pins what MinDatagramBytes leaves room for: a group
+// with both sketches at their bin cap and every label at its length limit
+// (no peer tags) fits beside a header of 1 KiB, and not beside one of
+// 4 KiB, which New still accepts (a quarter of the limit): that group is
+// then dropped and counted.
+func TestMinDatagramRoom(t *testing.T) {
+	for _, c := range []struct {
+		headerTags int // 100-byte tags
+		fits       bool
+	}{{10, true}, {40, false}} {
+		t.Run(strconv.Itoa(c.headerTags*100), func(t *testing.T) {
+			r := listenRelay(t, "unixgram")
+			var tags []string
+			for i := range c.headerTags {
+				tags = append(tags, fmt.Sprintf("k%03d:%s", i, strings.Repeat("v", 95)))
+			}
+			a := newStarted(t, Config{AgentURL: r.url, MaxDatagramBytes: MinDatagramBytes, SendJitter: -1, Tags: tags,
+				Logger: slog.New(slog.DiscardHandler)})
+			s := Span{Service: strings.Repeat("s", MaxServiceLen), Name: strings.Repeat("n", MaxNameLen),
+				Resource: strings.Repeat("r", MaxResourceLen), Type: strings.Repeat("t", MaxTypeLen), SpanKind: "server",
+				HTTPMethod: strings.Repeat("m", MaxTagLen), HTTPEndpoint: strings.Repeat("e", MaxTagLen),
+				ServiceSource: strings.Repeat("x", MaxTagLen), HTTPStatusCode: 500, GRPCStatusCode: "16"}
+			var hits uint64
+			// Durations a bin apart, past the cap, in both sketches.
+			for i := range 2 * aggregate.MaxBins {
+				s.Duration = int64(math.Ceil(math.Pow(1.0202, float64(i)/2)))
+				for _, e := range []bool{false, true} {
+					s.Error = e
+					a.Publish(&s)
+					hits++
+				}
+			}
+			err := a.Flush(context.Background())
+			if c.fits {
+				if got := r.read(t); err != nil || len(got) != 1 || got[0].hits != hits {
+					t.Fatalf("Flush = %v, relay got %+v; want nil, one datagram of %d hits", err, got, hits)
+				}
+			}
+			stop(t, a)
+			h := a.Health()
+			if c.fits {
+				if h.SpansSent != hits {
+					t.Fatalf("SpansSent %d, want %d", h.SpansSent, hits)
+				}
+			} else if !errors.Is(err, ErrDatagramTooLarge) || h.SpansUnsent != hits {
+				t.Fatalf("Flush = %v, SpansUnsent %d; want ErrDatagramTooLarge, %d", err, h.SpansUnsent, hits)
+			}
+			checkConservation(t, h)
+		})
 	}
 }
