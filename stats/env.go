@@ -171,19 +171,21 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 // tracer itself reads to send traces and which must stay an HTTP agent.
 func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignore func(name, value, why string)) string {
 	if raw := strings.TrimSpace(getenv(EnvRelayURL)); raw != "" {
-		if t, err := parseAgentURL(raw); err == nil && t.network != "" {
+		t, err := parseAgentURL(raw)
+		if err == nil && t.network != "" {
 			return raw
 		}
-		ignore(EnvRelayURL, raw, "want unixgram:///path/to/relay.sock or udp://host:port")
+		ignore(EnvRelayURL, raw, urlReason("want unixgram:///path/to/relay.sock or udp://host:port", err))
 	}
 	if raw := strings.TrimSpace(getenv(EnvAgentURL)); raw != "" {
 		// An HTTP agent only, as dd-trace-go: a udp:// copied from a
 		// DogStatsD setting must not send datagrams there (SPANSTATS_RELAY_URL
 		// names a relay).
-		if t, err := parseAgentURL(raw); err == nil && t.network == "" {
+		t, err := parseAgentURL(raw)
+		if err == nil && t.network == "" {
 			return raw
 		}
-		ignore(EnvAgentURL, raw, "want http://host:port or unix:///path (a relay goes in "+EnvRelayURL+")")
+		ignore(EnvAgentURL, raw, urlReason("want http://host:port or unix:///path (a relay goes in "+EnvRelayURL+")", err))
 	}
 	u, err := agentclient.HostPortURL(getenv(EnvAgentHost), getenv(EnvAgentPort))
 	if errors.Is(err, agentclient.ErrAgentPort) {
@@ -202,6 +204,16 @@ func agentURLFromEnv(getenv func(string) string, exists func(string) bool, ignor
 		return "unix://" + DefaultAgentSocket
 	}
 	return ""
+}
+
+// urlReason is want and, when New would refuse the URL, New's reason: a
+// URL of the shape wanted can still be bad (a port out of range, two
+// slashes before a socket path).
+func urlReason(want string, err error) string {
+	if err == nil {
+		return want
+	}
+	return want + "; " + strings.TrimPrefix(err.Error(), ErrBadConfig.Error()+": ")
 }
 
 // otelFallback returns the OpenTelemetry variable ot, which stands in

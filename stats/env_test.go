@@ -122,6 +122,22 @@ func TestEnvBadValues(t *testing.T) {
 	}
 }
 
+// TestEnvAgentURLWarningSaysWhy: an agent or relay URL from the
+// environment that New would refuse is ignored with New's reason, not
+// only the shape wanted: "http://agent:81260" looks like http://host:port.
+func TestEnvAgentURLWarningSaysWhy(t *testing.T) {
+	for _, tc := range []struct{ name, value, why string }{
+		{EnvAgentURL, "http://agent:81260", `81260\" is not in [1, 65535]`}, // quotes escaped by the text handler
+		{EnvAgentURL, "unix://var/run/datadog/apm.socket", "write unix:///var/run/datadog/apm.socket (three slashes)"},
+		{EnvRelayURL, "udp://relay:0", `0\" is not in [1, 65535]`},
+	} {
+		c, logs := envCase(Config{}, map[string]string{tc.name: tc.value}, false)
+		if c.AgentURL != "" || len(logs) != 1 || !strings.Contains(logs[0], tc.name) || !strings.Contains(logs[0], tc.why) {
+			t.Errorf("%s=%q: AgentURL %q, logged %q; want one warning saying %s", tc.name, tc.value, c.AgentURL, logs, tc.why)
+		}
+	}
+}
+
 // TestEnvCardinalityLimitNames: one variable per field, in the Datadog
 // tracers' shape, and the three they already read keep their names.
 func TestEnvCardinalityLimitNames(t *testing.T) {
