@@ -114,6 +114,18 @@ func TestSocketPathTooLong(t *testing.T) {
 	}
 }
 
+// TestSocketPathDirectory: a socket path ending in "/" names a directory,
+// which no socket can be: New refuses it, saying so, rather than every send
+// failing as "no relay listening" or "connection refused".
+func TestSocketPathDirectory(t *testing.T) {
+	for _, u := range []string{"unixgram:///", "unixgram:///run/spanstats/", "unix:///", "unix:///var/run/datadog/"} {
+		_, err := New(Config{AgentURL: u})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "names a directory") {
+			t.Errorf("%s: New = %v, want ErrBadConfig saying it names a directory", u, err)
+		}
+	}
+}
+
 // numberField is an integer field of Config (durations included), found by
 // reflection, with its path ("InboxSize", "CardinalityLimits.Resource").
 type numberField struct {

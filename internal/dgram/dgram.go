@@ -149,10 +149,14 @@ type Conn struct {
 var MaxUnixPath = len(syscall.RawSockaddrUnix{}.Path) - 1
 
 // CheckUnixPath says, before the kernel's bare "invalid argument", that path
-// is too long for a Unix socket.
+// is too long for a Unix socket, and, before every connect is refused, that
+// it ends in "/", so names a directory, never a socket.
 func CheckUnixPath(path string) error {
 	if len(path) > MaxUnixPath {
 		return fmt.Errorf("socket path %q is %d bytes; a Unix socket path holds at most %d", path, len(path), MaxUnixPath)
+	}
+	if strings.HasSuffix(path, "/") {
+		return fmt.Errorf("socket path %q ends in \"/\": it names a directory, not a socket file", path)
 	}
 	return nil
 }
