@@ -31,7 +31,8 @@ func Example() {
 		agg.Publish(&stats.Span{
 			Service: "web", Name: "http.request", Resource: "GET /users/:id",
 			SpanKind: "server", HTTPStatusCode: 200, HTTPMethod: "GET",
-			Start: time.Now().UnixNano(), Duration: int64(3 * time.Millisecond), TopLevel: true, Error: i == 0,
+			Start:    time.Now().Add(-3 * time.Millisecond).UnixNano(), // a span that has just ended
+			Duration: int64(3 * time.Millisecond), TopLevel: true, Error: i == 0,
 		})
 	}
 
