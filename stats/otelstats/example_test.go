@@ -54,8 +54,11 @@ func Example() {
 		panic(err)
 	}
 	p := agent.Requests()[0].Payload
-	g := p.Buckets[0].Groups[0]
-	fmt.Printf("env=%s version=%s: %s %s %s %s %d hits=%d\n", p.Env, p.Version, g.Service, g.Name, g.Resource, g.SpanKind, g.HTTPStatusCode, g.Hits)
+	// Summed over buckets: a bucket boundary may fall among the 20 spans.
+	groups, _ := statstest.Sum(agent.Requests())
+	for k, t := range groups {
+		fmt.Printf("env=%s version=%s: %s %s %s %s %d hits=%d\n", p.Env, p.Version, k.Service, k.Name, k.Resource, k.SpanKind, k.HTTPStatusCode, t.Hits)
+	}
 	// Output:
 	// env=prod version=1.2.3: web http.server.request GET /users/{id} server 200 hits=20
 }
