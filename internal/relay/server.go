@@ -268,6 +268,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger}
+	// Served from the start, as the other counters: an alert on its
+	// absence must not fire until the first forward.
+	s.requests.Store("2xx", new(atomic.Uint64))
 	if cfg.UnixPath == "" || cfg.UnixPath == "-" {
 		cfg.Origin = false // UDP carries no credentials
 	}

@@ -1860,3 +1860,45 @@ func TestStopPollsAnAgentBackFromOff(t *testing.T) {
 			st.SpansForwarded, st.SpansDropped, hits)
 	}
 }
+
+// TestMetricsServedBeforeTraffic: every metric issue 12 lists exists by
+// its exact name on a relay that has seen nothing yet, with its labels'
+// values: an absent() alert or a dashboard must not wait for the first
+// forward to find statsrelay_forward_requests_total.
+func TestMetricsServedBeforeTraffic(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
+	defer stop()
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body.String()
+	var want []string
+	for _, tr := range []string{"unix", "udp"} {
+		for _, m := range []string{"datagrams_received_total", "bytes_received_total", "kernel_drops_total", "reader_wait_seconds_total"} {
+			want = append(want, fmt.Sprintf(`statsrelay_%s{transport=%q} 0`, m, tr))
+		}
+	}
+	for _, r := range []string{"truncated", "malformed", "invalid"} {
+		want = append(want, fmt.Sprintf(`statsrelay_datagrams_rejected_total{reason=%q} 0`, r))
+	}
+	want = append(want,
+		"statsrelay_sender_seq_gaps_total 0",
+		"statsrelay_sender_dropped_payloads_total 0",
+		"statsrelay_spans_received_total 0",
+		"statsrelay_spans_forwarded_total 0",
+		`statsrelay_spans_dropped_total{reason="retry_budget"} 0`,
+		"statsrelay_spans_pending 0",
+		`statsrelay_forward_requests_total{code="2xx"} 0`,
+		"statsrelay_groups 0",
+		"statsrelay_senders 0",
+	)
+	for _, line := range want {
+		if !strings.Contains(text, "\n"+line+"\n") {
+			t.Errorf("/metrics lacks %q before any traffic", line)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
