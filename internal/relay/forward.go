@@ -43,6 +43,7 @@ type forwarder struct {
 
 func newForwarder(ctx context.Context, s *Server) *forwarder {
 	f := &forwarder{s: s, final: make(chan struct{}), runtimeID: newRuntimeID(), trouble: newTroubleLog(s.log)}
+	f.trouble.hints = s.troubleHints()
 	f.packer = writer.Packer{Limit: s.cfg.MaxPayloadBytes, Sequence: f.nextSeq}
 	f.client = agentclient.New(ctx, agentclient.Config{
 		Endpoint:         s.ep,

@@ -1902,3 +1902,35 @@ func TestMetricsServedBeforeTraffic(t *testing.T) {
 		t.Log(text)
 	}
 }
+
+// TestTruncatedLineSaysWhatToChange: a sender whose datagrams exceed
+// -max-datagram loses them all, and the log line counting them names the
+// limit and the sender's setting that must fit under it, not a bare count.
+func TestTruncatedLineSaysWhatToChange(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var buf bytes.Buffer
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour,
+		MaxDatagram: 4096, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(make([]byte, 4097)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "1 datagram read", func() bool { return srv.Relay().Stats().Datagrams[relay.UDP] == 1 })
+	stop()
+	var line string
+	for l := range strings.Lines(buf.String()) {
+		if strings.Contains(l, "datagrams rejected") {
+			line = l
+		}
+	}
+	for _, w := range []string{" truncated=1", "-max-datagram (4096 bytes", "MaxDatagramBytes"} {
+		if !strings.Contains(line, w) {
+			t.Errorf("rejected line %q lacks %q\nlog:\n%s", line, w, buf.String())
+		}
+	}
+}

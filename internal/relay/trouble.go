@@ -8,6 +8,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -51,6 +52,9 @@ type troubleLog struct {
 	// lastErr is the last error noted for a kind since its previous line,
 	// logged with it as last_error: a count alone does not say why.
 	lastErr map[string]string
+	// hints says, by counter name, what an operator can change about it;
+	// a line carrying that counter carries the hint.
+	hints map[string]string
 }
 
 func newTroubleLog(log *slog.Logger) *troubleLog {
@@ -99,6 +103,17 @@ func (s *Server) troubleCounters() map[string]uint64 {
 	return c
 }
 
+// troubleHints are the trouble log's hints for this server's settings.
+func (s *Server) troubleHints() map[string]string {
+	return map[string]string{
+		// A datagram over the limit is not read past it, so its sender is
+		// unknown: the sender's next datagram read shows it as a gap too.
+		"rejected.truncated": fmt.Sprintf("truncated datagrams are longer than -max-datagram (%d bytes, envelope included): "+
+			"give the senders a MaxDatagramBytes at or below it, or raise -max-datagram; "+
+			"a sender's next datagram read counts them as its sequence gaps too", s.cfg.MaxDatagram),
+	}
+}
+
 // check adds what grew since the previous look and logs every kind whose
 // wait is over; final logs whatever is pending, waiting or not.
 func (l *troubleLog) check(counters map[string]uint64, now time.Time, final bool) {
@@ -121,6 +136,11 @@ func (l *troubleLog) check(counters map[string]uint64, now time.Time, final bool
 		}
 		if len(attrs) == 0 {
 			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(l.hints)) {
+			if rest, ok := strings.CutPrefix(name, k.prefix+"."); ok && slices.ContainsFunc(attrs, func(a any) bool { return a.(slog.Attr).Key == rest }) {
+				attrs = append(attrs, slog.String("hint", l.hints[name]))
+			}
 		}
 		if e, ok := l.lastErr[k.prefix]; ok {
 			attrs = append(attrs, slog.String("last_error", e))
