@@ -67,7 +67,9 @@ func scanCgroup(r io.Reader) (string, error) {
 		// with this mark after its path.
 		path := strings.TrimSuffix(line[i+1+j+1:], " (deleted)")
 		if id := idInPath(path); id != "" {
-			return id, nil
+			// A copy: a slice would keep the whole line (up to
+			// maxCgroupFile) alive in the cache (TestOriginsKeepOnlyTheID).
+			return strings.Clone(id), nil
 		}
 	}
 	return "", sc.Err()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -371,4 +372,33 @@ func TestLocalClaimIsOneIdentity(t *testing.T) {
 	if len(out) != 1 || out[0].Hits != 5 || out[0].ContainerID != h.ContainerID || out[0].Local {
 		t.Fatalf("%d batches (%+v); want one of 5 hits under the claimed container", len(out), out)
 	}
+}
+
+// TestOriginsKeepOnlyTheID: a cached container id is a copy, not a slice
+// of the cgroup line it was found in, so the cache of up to MaxOrigins
+// pids holds 64-byte ids, not lines of up to maxCgroupFile bytes each.
+func TestOriginsKeepOnlyTheID(t *testing.T) {
+	const pids = 200
+	line := "0::/" + strings.Repeat("slice/", 9000) + "docker-" + dockerID + ".scope\n" // ~54 KiB
+	files := make(map[int32]string, pids)
+	for pid := range int32(pids) {
+		files[1000+pid] = line
+	}
+	o := NewOrigins(fakeProc(t, files), func() time.Time { return t0 })
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for pid := range int32(pids) {
+		if id, known := o.ContainerID(1000 + pid); id != dockerID || !known {
+			t.Fatalf("pid %d: %q %v", 1000+pid, id, known)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// Pinned lines would hold pids × 54 KiB ≈ 10.5 MiB; the ids and the
+	// map, a few tens of KiB.
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 1<<20 {
+		t.Fatalf("caching %d pids grew the heap by %d KiB: the cgroup lines are kept", pids, grew>>10)
+	}
+	runtime.KeepAlive(o)
 }
