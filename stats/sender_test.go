@@ -207,6 +207,10 @@ func TestFault500Then200DeliversOnce(t *testing.T) {
 	if h.PayloadsFailed != 1 || h.PayloadsRetried != 1 || h.PayloadsSent != 1 || h.PayloadsDropped != 0 || h.SpansSent != 7 {
 		t.Fatalf("failed %d retried %d sent %d dropped %d spansSent %d", h.PayloadsFailed, h.PayloadsRetried, h.PayloadsSent, h.PayloadsDropped, h.SpansSent)
 	}
+	// BytesSent counts the accepted body only, not the refused attempt.
+	if h.BytesSent != uint64(len(reqs[1].Body)) || len(reqs[1].Body) == 0 {
+		t.Fatalf("BytesSent %d, want the accepted body's %d", h.BytesSent, len(reqs[1].Body))
+	}
 	checkConservation(t, h)
 }
 
