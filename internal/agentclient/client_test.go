@@ -1339,3 +1339,46 @@ func TestFinalPollsAnAgentBackFromOff(t *testing.T) {
 			obs.sent, obs.dropped, obs.lastErr, taken, c.Off())
 	}
 }
+
+// TestStatsHeaders: the DESIGN §7 headers carry the payload's identity,
+// and an unknown value is left out rather than sent empty, so the agent
+// never tags a payload with an empty container or entity.
+func TestStatsHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		h    Headers
+		want map[string]string // header → value; "" means absent
+	}{
+		{Headers{Lang: "go", LangVersion: "go1.26", TracerVersion: "v9", ContainerID: "cid", EntityID: "ci-cid"},
+			map[string]string{"Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "go1.26",
+				"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-ID": "cid", "Datadog-Entity-ID": "ci-cid"}},
+		{Headers{Lang: "go", TracerVersion: "v9"},
+			map[string]string{"Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "",
+				"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-ID": "", "Datadog-Entity-ID": ""}},
+	} {
+		got := make(chan http.Header, 1)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == StatsPath {
+				got <- r.Header.Clone()
+			}
+		}))
+		c := New(context.Background(), testConfig(srv.URL), &counting{})
+		done := make(chan error, 1)
+		h := tc.h
+		c.Send(&Payload{Body: []byte{0x80}, Hits: 1, Headers: &h, Waiter: NewWaiter(done, 1, nil)})
+		if err := <-done; err != nil {
+			t.Fatalf("%+v: send: %v", tc.h, err)
+		}
+		c.Close()
+		srv.Close()
+		hd := <-got
+		if ct := hd.Values("Content-Type"); len(ct) != 1 || ct[0] != "application/msgpack" {
+			t.Errorf("%+v: Content-Type %q, want application/msgpack", tc.h, ct)
+		}
+		for k, v := range tc.want {
+			vs := hd.Values(k)
+			if v == "" && len(vs) != 0 || v != "" && (len(vs) != 1 || vs[0] != v) {
+				t.Errorf("%+v: header %s = %q, want %q", tc.h, k, vs, v)
+			}
+		}
+	}
+}
