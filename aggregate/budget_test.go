@@ -500,3 +500,61 @@ func TestBudgetHugeLimitIsMaxLimit(t *testing.T) {
 		t.Errorf("peer tags collapsed: %d, want 10", got)
 	}
 }
+
+// TestDefaultBudgets: the default budgets are DESIGN §5's, each its own
+// field's: a field's limit-th distinct value in an interval keeps its
+// value, the next becomes tracer_blocked_value (key:tracer_blocked_value
+// for a peer tag) and is counted for that field only.
+func TestDefaultBudgets(t *testing.T) {
+	design := map[Field]int{
+		FieldResource: 1024, FieldService: 32, FieldOperation: 64, FieldType: 16, FieldSpanKind: 8,
+		FieldHTTPMethod: 16, FieldHTTPEndpoint: 512, FieldGRPCStatusCode: 24, FieldServiceSource: 16,
+		FieldPeerTags: 512,
+	}
+	if len(design) != int(NumFields) {
+		t.Fatalf("%d fields have a budget in DESIGN, the table has %d", len(design), NumFields)
+	}
+	for f, limit := range design {
+		t.Run(f.String(), func(t *testing.T) {
+			tb := NewTable(0)
+			tb.SetLimits(DefaultLimits())
+			rec := func(i int) Record {
+				s := baseSpan()
+				v := fmt.Sprint("v", i)
+				if f == FieldPeerTags {
+					s.SpanKind = "client"
+					s.SetPeerTags([]string{"peer.hostname:" + v})
+				} else {
+					s.labels()[f] = v
+				}
+				return s
+			}
+			for i := range limit + 1 {
+				s := rec(i)
+				tb.Add(&s)
+			}
+			for g := range NumFields {
+				if n, want := tb.Collapsed(g), map[bool]uint64{true: 1}[g == f]; n != want {
+					t.Fatalf("after %d values: Collapsed(%v) = %d, want %d", limit+1, g, n, want)
+				}
+			}
+			es := tb.Touched(nil)
+			if len(es) != limit+1 {
+				t.Fatalf("%d groups, want %d", len(es), limit+1)
+			}
+			last, want := es[limit], BlockedValue
+			got := ""
+			if f == FieldPeerTags {
+				got, want = strings.Join(last.PeerTags, ","), "peer.hostname:"+BlockedValue
+			} else {
+				got = last.labels()[f]
+			}
+			if got != want {
+				t.Fatalf("value %d of the interval is %q, want %q", limit+1, got, want)
+			}
+			if f != FieldPeerTags && es[limit-1].labels()[f] != fmt.Sprint("v", limit-1) {
+				t.Fatalf("value %d of the interval is %q, want it kept", limit, es[limit-1].labels()[f])
+			}
+		})
+	}
+}
