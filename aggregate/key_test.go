@@ -1,7 +1,11 @@
 package aggregate
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -119,5 +123,35 @@ func TestTableKeyOwnsStrings(t *testing.T) {
 	tb.Add(&s2)
 	if tb.Len() != 1 || e.Hits != 2 {
 		t.Fatalf("len %d hits %d, want 1 entry with 2 hits", tb.Len(), e.Hits)
+	}
+}
+
+// TestKeyHashIsSeededPerProcess: DESIGN §5 seeds the key hash per process,
+// so a key's hash cannot be computed ahead to collide: another run of this
+// test binary hashes the same key bytes to another value.
+func TestKeyHashIsSeededPerProcess(t *testing.T) {
+	keyHash := func() uint64 {
+		s := baseSpan()
+		tb := NewTable(0)
+		return hash(tb.encodeKey(&s, nil))
+	}
+	if os.Getenv("SPANSTATS_KEY_HASH_CHILD") == "1" {
+		fmt.Printf("keyhash=%d\n", keyHash())
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyHashIsSeededPerProcess$")
+	cmd.Env = append(os.Environ(), "SPANSTATS_KEY_HASH_CHILD=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	_, after, ok := strings.Cut(string(out), "keyhash=")
+	line, _, _ := strings.Cut(after, "\n")
+	child, perr := strconv.ParseUint(line, 10, 64)
+	if !ok || perr != nil {
+		t.Fatalf("child printed %q", out)
+	}
+	if here := keyHash(); child == here {
+		t.Fatalf("the same key hashes to %#x in two processes: the seed is not random", here)
 	}
 }
