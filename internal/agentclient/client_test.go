@@ -1382,3 +1382,42 @@ func TestStatsHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryableAnswers: DESIGN §7 makes 408 and 5xx retryable (429 too, as
+// the tracers do): one such answer, then 200, delivers the payload once
+// after one retry, nothing dropped.
+func TestRetryableAnswers(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		var posts atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == StatsPath && posts.Add(1) == 1 {
+				w.WriteHeader(code)
+			}
+		}))
+		obs := &counting{}
+		c := New(context.Background(), testConfig(srv.URL), obs)
+		done := make(chan error, 1)
+		c.Send(&Payload{Body: []byte{0x80}, Hits: 5, Waiter: NewWaiter(done, 1, nil)})
+		for obs.sent == 0 && obs.dropped == 0 { // the owner's loop: run the retry when due
+			d, ok := c.NextDue()
+			if !ok {
+				break
+			}
+			time.Sleep(time.Until(d))
+			c.RunDue(time.Now())
+		}
+		var err error
+		select {
+		case err = <-done:
+		default:
+			err = errors.New("no outcome")
+		}
+		c.Close()
+		srv.Close()
+		if err != nil || posts.Load() != 2 || obs.failed != 1 || obs.retried != 1 || obs.sent != 1 || obs.dropped != 0 {
+			t.Errorf("%d then 200: outcome %v, %d posts, failed %d retried %d sent %d dropped %d; want nil, 2, 1 1 1 0",
+				code, err, posts.Load(), obs.failed, obs.retried, obs.sent, obs.dropped)
+		}
+	}
+}
