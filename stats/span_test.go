@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 func TestEligibility(t *testing.T) {
@@ -286,4 +287,41 @@ func BenchmarkEligible(b *testing.B) {
 		}
 	}
 	sinkBool = n > 0
+}
+
+// TestPublishDoesNotRetainTheSpan: DESIGN §4, Publish does not retain the
+// pointer. A tracer reuses its span (and its PeerTags array) the moment
+// Publish returns; the group reported is the span as it was published.
+func TestPublishDoesNotRetainTheSpan(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	a, err := New(Config{AgentURL: ag.URL(), PeerTagKeys: []string{"peer.service", "db.instance"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := []string{"peer.service:db", "db.instance:users"}
+	sp := &Span{Service: "web", Name: "pg.query", Resource: "SELECT ?", Type: "sql", SpanKind: "client",
+		HTTPStatusCode: 200, HTTPMethod: "GET", HTTPEndpoint: "/u", GRPCStatusCode: "0", ServiceSource: "m",
+		PeerTags: tags, Duration: 100, Error: true, TopLevel: true, TraceRoot: true}
+	if !a.Publish(sp) { // not started: the inbox holds it until Start
+		t.Fatal("Publish = false")
+	}
+	*sp = Span{Service: "other", Name: "other", Resource: "other", Type: "other", SpanKind: "producer",
+		HTTPStatusCode: 500, HTTPMethod: "PUT", HTTPEndpoint: "/o", GRPCStatusCode: "2", ServiceSource: "o",
+		PeerTags: tags, Duration: 7}
+	tags[0], tags[1] = "peer.service:other", "db.instance:other"
+	a.Start()
+	stop(t, a)
+	got, hits := statstest.SumExact(ag.Requests())
+	want := statstest.ExactKey{
+		GroupKey:   statstest.GroupKey{Service: "web", Name: "pg.query", Resource: "SELECT ?", Type: "sql", SpanKind: "client", HTTPStatusCode: 200},
+		HTTPMethod: "GET", HTTPEndpoint: "/u", GRPCStatusCode: "0", ServiceSource: "m", IsTraceRoot: aggregate.True,
+		PeerTags: statstest.PeerTagsKey("peer.service:db", "db.instance:users"),
+	}
+	g := got[want]
+	if hits != 1 || len(got) != 1 || g == nil || g.Hits != 1 || g.Errors != 1 || g.TopLevelHits != 1 || g.Duration != 100 {
+		t.Fatalf("groups %v (%d hits), want only %+v with 1 hit, 1 error, 1 top-level, 100 ns", got, hits, want)
+	}
 }
