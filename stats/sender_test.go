@@ -266,6 +266,57 @@ func TestFault404ThenInfoRecovery(t *testing.T) {
 	checkConservation(t, h)
 }
 
+// TestFault404ClearsTheTable: DESIGN §5 and §7, a 404 clears the table.
+// Spans the consumer counted while the refused request was in flight are
+// discarded (Cleared), never sent once the agent takes stats again.
+func TestFault404ClearsTheTable(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
+			close(entered)
+			<-release
+			http.NotFound(w, nil)
+			return true
+		}
+		return false
+	})
+	// An hour's bucket: no interval report (which discards too while the
+	// agent is off) comes between the 404 and the recovery.
+	a := newStarted(t, Config{AgentURL: ag.URL(), InfoRefresh: 20 * time.Millisecond,
+		RetryBackoff: time.Millisecond, BucketInterval: time.Hour})
+	waitFor(t, "first /info", func() bool { return a.Health().InfoReads >= 1 })
+	publishN(a, 4, "before")
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(context.Background()) }()
+	<-entered
+	publishN(a, 3, "during") // into the table while the agent holds the request
+	waitFor(t, "the 3 spans counted", func() bool { return a.Health().Counted == 7 })
+	close(release)
+	if err := <-flushed; !errors.Is(err, ErrAgentOff) {
+		t.Fatalf("Flush = %v, want ErrAgentOff", err)
+	}
+	waitFor(t, "the table cleared", func() bool { return a.Health().Cleared == 3 })
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats"}})
+	waitFor(t, "re-enable through /info", func() bool { return !a.Health().AgentOff })
+	publishN(a, 6, "after")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, a)
+	got, hits := statstest.Sum(ag.Requests())
+	if hits != 6 || len(got) != 1 || got[statstest.GroupKey{Service: "s", Name: "op", Resource: "after", SpanKind: "server"}].Hits != 6 {
+		t.Fatalf("accepted %d hits in %v, want only the 6 published after the recovery", hits, got)
+	}
+	h := a.Health()
+	if h.Cleared != 3 || h.SpansUnsent != 4 || h.SpansSent != 6 || h.Counted != 13 {
+		t.Fatalf("cleared %d unsent %d sent %d counted %d, want 3 4 6 13", h.Cleared, h.SpansUnsent, h.SpansSent, h.Counted)
+	}
+	checkConservation(t, h)
+}
+
 // TestInfoWithoutStatsAtStart: an agent whose /info lacks /v0.6/stats gets
 // no payload at all; the spans are counted in AgentOffSpans.
 func TestInfoWithoutStatsAtStart(t *testing.T) {
