@@ -553,3 +553,16 @@ func TestRetryBackoffOverMax(t *testing.T) {
 		t.Fatalf("RetryBackoff 2s over MaxRetryBackoff 1s: New = %v, want ErrBadConfig naming both", err)
 	}
 }
+
+// TestDefaultPayloadUnderAgentLimit: DESIGN §7, the agent answers 413 to a
+// body over 25 MiB; the default payload limit keeps every body under it,
+// so a default configuration never needs the agent's refusal to split.
+func TestDefaultPayloadUnderAgentLimit(t *testing.T) {
+	c, err := Config{AgentURL: "http://127.0.0.1:8126"}.withDefaultsFrom(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxPayloadBytes <= 0 || c.MaxPayloadBytes > 25<<20 {
+		t.Fatalf("default MaxPayloadBytes %d, want in (0, 25 MiB]", c.MaxPayloadBytes)
+	}
+}
