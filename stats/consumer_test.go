@@ -326,6 +326,7 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	}
 }
 
+// liveHeap is the live heap after a full collection.
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()

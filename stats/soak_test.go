@@ -2,19 +2,9 @@ package stats
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 )
-
-// heapAlloc is the live heap after a full collection.
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
 
 // TestSoakChurningLabels drives the consumer through hundreds of intervals
 // whose resources, services, endpoints and peer tags are all new and never
@@ -49,10 +39,10 @@ func TestSoakChurningLabels(t *testing.T) {
 		d.at(d.now.Add(iv))
 		d.reports(epoch)
 		if i == 20 {
-			settled = heapAlloc()
+			settled = liveHeap()
 		}
 	}
-	end := heapAlloc()
+	end := liveHeap()
 	t.Logf("heap after interval 20: %d KiB, after %d: %d KiB", settled>>10, intervals, end>>10)
 	if h := d.a.Health(); h.Counted != uint64(intervals*spans) || h.Entries > 2*uint64(d.c.table.MaxEntries()) {
 		t.Fatalf("counted %d of %d, %d entries", h.Counted, intervals*spans, h.Entries)
