@@ -87,10 +87,14 @@ var allWindows = time.Unix(0, 1<<62)
 // last attempt.
 func (f *forwarder) run(stop context.Context) {
 	defer f.client.Close()
+	cfg := &f.s.cfg
+	// The start's time, not the end of the first /info read (up to a
+	// Timeout): started within the grace, the relay forwards the window
+	// the boundary ended as soon as the read returns, not an interval
+	// later.
+	boundary := nextBoundary(cfg.Now(), cfg.Interval, cfg.Grace)
 	f.client.ReadInfo()
 	infoRead := time.Now()
-	cfg := &f.s.cfg
-	boundary := nextBoundary(cfg.Now(), cfg.Interval, cfg.Grace)
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
 	defer tick.Stop()
 	retry := time.NewTimer(time.Hour)
