@@ -334,9 +334,10 @@ func FuzzDecodeSketch(f *testing.F) {
 			}
 			return
 		}
-		// What decodes re-encodes to bytes that decode to the same bins. (Not
-		// always the same Count: aggregate.Sketch saturates a bin at 2^32-1
-		// but counts every value, and the wire carries only the bins.)
+		// What decodes re-encodes to bytes that decode to the same bins.
+		// (Bins, not Count: aggregate.Sketch saturates a bin at 2^32-1 but
+		// counts every value, and AppendSketch writes the values past its
+		// bins on the lowest saturated one, exact only up to 2^53.)
 		again := new(aggregate.Sketch)
 		if err := DecodeSketch(AppendSketch(nil, s), again); err != nil {
 			t.Fatal(err)
