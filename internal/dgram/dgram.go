@@ -186,6 +186,16 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c, err := bindUnixgram(path, mode)
+	if err == nil {
+		c.tookOver = live
+	}
+	return c, err
+}
+
+// bindUnixgram binds at path, where the kernel refuses any existing file
+// (EADDRINUSE), and gives the socket file mode.
+func bindUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error { return controlUnixgram(raw, mode) }}
 	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
 	if err != nil {
@@ -213,11 +223,7 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 		pc.Close()
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
-	c, err := newConn(pc, path, bound, 0)
-	if err == nil {
-		c.tookOver = live
-	}
-	return c, err
+	return newConn(pc, path, bound, 0)
 }
 
 // removeSocket removes the socket file at path, if any, and says whether a

@@ -18,7 +18,10 @@
 // (SO_RXQ_OVFL), which Conn folds into an exact running total, KernelDrops.
 // Sender writes with MSG_DONTWAIT and answers ErrWouldBlock instead of
 // waiting; a Unix Sender addresses every datagram to the socket path, so it
-// reaches a relay that restarted after the Sender was dialled. Elsewhere
+// reaches a relay that restarted after the Sender was dialled. A relay whose
+// socket file is removed while it runs (rebind.go) sees it with
+// Conn.CheckFile and binds again with RebindUnixgram, which never replaces a
+// file another process put at the path. Elsewhere
 // (dgram_other.go) ReadBatch reads one datagram per call, and there are no
 // credentials and no kernel drop counts.
 package dgram

@@ -1,0 +1,107 @@
+package dgram
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestCheckFile: the path names the bound socket, then nothing once
+// removed, then another process's socket or another file: each is told
+// apart, and the check itself removes nothing.
+func TestCheckFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	check := func(want FileState) {
+		t.Helper()
+		if got, err := c.CheckFile(); err != nil || got != want {
+			t.Fatalf("CheckFile = %v, %v; want %v", got, err, want)
+		}
+	}
+	check(FileBound)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	check(FileGone)
+	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(FileReplaced)
+	other.Close()
+	os.Remove(path)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check(FileReplaced)
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the file put in place is gone: %v", err)
+	}
+
+	u, err := ListenUDP("127.0.0.1:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if got, err := u.CheckFile(); err != nil || got != FileBound {
+		t.Fatalf("UDP CheckFile = %v, %v; want FileBound (no file to lose)", got, err)
+	}
+}
+
+// TestRebindUnixgram: at a free path it binds a socket with the mode and a
+// sender reaches it; where any file is, it refuses with ErrPathTaken and
+// leaves that file as it was, a live socket included.
+func TestRebindUnixgram(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.sock")
+	c, err := RebindUnixgram(path, 0o620)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o620 {
+		t.Fatalf("socket file %v, %v; want a socket of mode 0620", fi, err)
+	}
+	s, err := DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch(1, 16)
+	if n, err := c.ReadBatch(b); err != nil || n != 1 || string(b.Datagrams()[0].Data) != "x" {
+		t.Fatalf("ReadBatch = %d, %v", n, err)
+	}
+
+	// A live socket: ListenUnixgram would take it over, RebindUnixgram not.
+	if _, err := RebindUnixgram(path, 0o620); !errors.Is(err, ErrPathTaken) {
+		t.Fatalf("RebindUnixgram over a live socket: %v, want ErrPathTaken", err)
+	}
+	if now, err := os.Lstat(path); err != nil || !os.SameFile(fi, now) {
+		t.Fatalf("the live socket's file changed: %v, %v", now, err)
+	}
+	if got, err := c.CheckFile(); err != nil || got != FileBound {
+		t.Fatalf("CheckFile = %v, %v; want FileBound", got, err)
+	}
+
+	other := filepath.Join(dir, "plain")
+	if err := os.WriteFile(other, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RebindUnixgram(other, 0o620); !errors.Is(err, ErrPathTaken) {
+		t.Fatalf("RebindUnixgram over a file: %v, want ErrPathTaken", err)
+	}
+	if b, err := os.ReadFile(other); err != nil || string(b) != "keep" {
+		t.Fatalf("the file is %q, %v", b, err)
+	}
+}
