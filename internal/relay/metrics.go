@@ -66,16 +66,26 @@ func (s *Server) snapshot(set *metrics.Set) {
 	counter := func(name string, v uint64) { set.GetOrCreateCounter(name).Set(v) }
 	gauge := func(name string, v float64) { set.GetOrCreateGauge(name, nil).Set(v) }
 	for t := range NumTransports {
-		if s.conns[t] == nil {
+		c := s.conn(t)
+		if c == nil {
 			continue
 		}
 		l := fmt.Sprintf(`{transport=%q}`, t.String())
 		counter("statsrelay_datagrams_received_total"+l, st.Datagrams[t])
 		counter("statsrelay_bytes_received_total"+l, st.Bytes[t])
-		counter("statsrelay_kernel_drops_total"+l, s.conns[t].KernelDrops())
+		counter("statsrelay_kernel_drops_total"+l, c.KernelDrops())
 		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(time.Duration(s.wait[t].Load()).Seconds())
 		if t == UDP {
-			gauge("statsrelay_udp_receive_buffer_bytes", float64(s.conns[t].GrantedBuffer()))
+			gauge("statsrelay_udp_receive_buffer_bytes", float64(c.GrantedBuffer()))
+		}
+		if t == Unix {
+			bound := 1.0
+			if s.sock.lost.Load() {
+				bound = 0
+			}
+			gauge("statsrelay_unix_socket_bound", bound)
+			counter("statsrelay_unix_socket_rebinds_total", s.sock.rebinds.Load())
+			counter("statsrelay_unix_socket_taken_total", s.sock.taken.Load())
 		}
 	}
 	for r := range NumReasons {

@@ -112,7 +112,11 @@ type ServerConfig struct {
 	// otherwise keep the relay from stopping; what they still queue past
 	// it is not read.
 	StopDrain time.Duration
-	Logger    *slog.Logger `json:"-"`
+	// SocketCheck is how often the Unix socket's path is checked for a
+	// file removed or replaced while the relay runs (zero:
+	// DefaultSocketCheck; negative: never); see socketwatch.go.
+	SocketCheck time.Duration
+	Logger      *slog.Logger `json:"-"`
 	// Now is the clock (nil: time.Now); tests move it.
 	Now func() time.Time `json:"-"`
 }
@@ -146,6 +150,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.StopDrain <= 0 {
 		c.StopDrain = DefaultStopDrain
 	}
+	if c.SocketCheck == 0 {
+		c.SocketCheck = DefaultSocketCheck
+	}
 	if c.SpinWait == 0 {
 		c.SpinWait = DefaultSpinWait
 	}
@@ -178,6 +185,7 @@ type Server struct {
 	ep      agentclient.Endpoint
 	conns   [NumTransports]*dgram.Conn
 	closing sync.Once // of conns
+	sock    socketWatch
 	log     *slog.Logger
 
 	queue   chan job    // read batches for the decode workers
@@ -352,7 +360,7 @@ func (s *Server) SpansDroppedAfterTimeout() uint64 { return s.droppedAfterTimeou
 
 // Addr returns the address of the socket of transport t, or nil.
 func (s *Server) Addr(t Transport) string {
-	if c := s.conns[t]; c != nil {
+	if c := s.conn(t); c != nil {
 		return c.LocalAddr().String()
 	}
 	return ""
@@ -378,6 +386,9 @@ func (s *Server) closeEach() error {
 			errs = append(errs, c.Close())
 		}
 	}
+	for _, c := range s.retiredConns() {
+		c.Close() // most closed by their readers already
+	}
 	return errors.Join(errs...)
 }
 
@@ -393,6 +404,8 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 			readers.Go(func() { s.read(c, Transport(t)) })
 		}
 	}
+	// After the loop: from here on the check may replace conns[Unix].
+	stopWatch := s.watchSocket(func(c *dgram.Conn) { readers.Go(func() { s.read(c, Unix) }) })
 	for range s.cfg.Workers {
 		workers.Go(s.decode)
 	}
@@ -403,6 +416,7 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 	}()
 	<-ctx.Done()
 	s.stopping.Store(true)
+	stopWatch() // conns[Unix] stays as it is from here on
 	for _, c := range s.conns {
 		if c != nil {
 			// New datagrams are refused where the sender can see it (a

@@ -87,8 +87,8 @@ func (s *Server) troubleCounters() map[string]uint64 {
 		c["rejected."+r.String()] = st.Rejected[r]
 	}
 	for t := range NumTransports {
-		if s.conns[t] != nil {
-			c["kernel."+t.String()] = s.conns[t].KernelDrops()
+		if conn := s.conn(t); conn != nil {
+			c["kernel."+t.String()] = conn.KernelDrops()
 		}
 	}
 	for reason, n := range st.SpansDropped {
