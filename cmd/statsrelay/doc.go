@@ -20,6 +20,15 @@
 // /healthz (503 "stopping" once a stop begins) and /debug/pprof/ are
 // served on -http.
 //
+// The Unix socket file is checked every -socket-check (1s). Removed while
+// the relay runs (a /tmp cleaner such as systemd-tmpfiles, an rm), it is
+// bound again at the path, so senders reach the relay again; one warning is
+// logged and statsrelay_unix_socket_rebinds_total counts it. Another file at
+// the path (a second relay started on it) is left to its owner, by the
+// check and by the stop: one error line per incident, and
+// statsrelay_unix_socket_taken_total. statsrelay_unix_socket_bound is 1
+// while the path names this relay's socket, 0 otherwise.
+//
 // Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
 // path that is not a datagram socket's included), -proc-root is not a

@@ -142,6 +142,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.MaxHeldBytes, "max-held-bytes", relay.DefaultMaxHeldBytes, "bytes the held groups may take, labels and sketches included; beyond, spans fold into an overflow group")
 	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
 	fs.DurationVar(&c.SpinWait, "spin-wait", relay.DefaultSpinWait, "how long a decode worker polls for the next read batch before it parks, while batches come that often; 0 never polls")
+	fs.DurationVar(&c.SocketCheck, "socket-check", relay.DefaultSocketCheck, "how often the Unix socket file is checked: removed (a /tmp cleaner), it is bound again; another process's, it is left alone and logged; 0 never checks")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM/SIGHUP, how long the readers go on taking what the kernel queued")
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM/SIGHUP, how long the final forward to the agent may take; what it does not send is dropped and counted")
@@ -335,6 +336,11 @@ func check(o *options) error {
 		return fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
 	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:
 		return fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
+	case c.SocketCheck != 0 && (c.SocketCheck < 10*time.Millisecond || c.SocketCheck > time.Hour):
+		return fmt.Errorf("-socket-check %s: want 0 (never) or 10ms..1h", c.SocketCheck)
+	}
+	if c.SocketCheck == 0 {
+		c.SocketCheck = -1 // ServerConfig's "never"; its zero is the default
 	}
 	if c.SpinWait == 0 {
 		c.SpinWait = -1 // ServerConfig's "never"; its zero is the default

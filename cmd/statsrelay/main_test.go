@@ -65,7 +65,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
 		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" ||
 		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 ||
-		c.ForwardParallel != 8 || c.SpinWait != 30*time.Microsecond || c.UDPRcvBuf != 4<<20 {
+		c.ForwardParallel != 8 || c.SpinWait != 30*time.Microsecond || c.UDPRcvBuf != 4<<20 || c.SocketCheck != time.Second {
 		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
 	}
 	o, err = parse([]string{"-max-groups", "7"}, map[string]string{
@@ -73,7 +73,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		"STATSRELAY_PROC_ROOT": "/host/proc", "DD_TRACE_AGENT_URL": "unix:///var/run/datadog/apm.socket",
 		"STATSRELAY_ORIGIN": "false", "STATSRELAY_STOP_DRAIN": "250ms", "STATSRELAY_STOP_TIMEOUT": "30s",
 		"STATSRELAY_MAX_HELD_BYTES": "67108864", "STATSRELAY_FORWARD_PARALLEL": "3",
-		"STATSRELAY_SPIN_WAIT": "0", "STATSRELAY_UDP_RCVBUF": "0",
+		"STATSRELAY_SPIN_WAIT": "0", "STATSRELAY_UDP_RCVBUF": "0", "STATSRELAY_SOCKET_CHECK": "0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.MaxGroups != 7 || c.SocketMode != 0o600 || c.ProcRoot != "/host/proc" || c.Origin ||
 		c.AgentURL != "unix:///var/run/datadog/apm.socket" || c.UDPAddr != "-" ||
 		c.StopDrain != 250*time.Millisecond || o.stopTimeout != 30*time.Second || c.MaxHeldBytes != 64<<20 ||
-		c.ForwardParallel != 3 || c.SpinWait >= 0 || c.UDPRcvBuf >= 0 {
+		c.ForwardParallel != 3 || c.SpinWait >= 0 || c.UDPRcvBuf >= 0 || c.SocketCheck >= 0 {
 		t.Fatalf("flag over env, env over default: %+v", c)
 	}
 	// DD_AGENT_HOST and DD_TRACE_AGENT_PORT when DD_TRACE_AGENT_URL is
@@ -144,6 +144,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
 		{[]string{"-spin-wait", "2ms"}, nil, "-spin-wait"},
 		{[]string{"-spin-wait", "-1us"}, nil, "-spin-wait"},
+		{[]string{"-socket-check", "1ms"}, nil, "-socket-check 1ms: want 0 (never) or 10ms..1h"},
+		{[]string{"-socket-check", "-1s"}, nil, "-socket-check"},
 		// Past what SO_RCVBUF takes: it would wrap to a buffer of a few KiB.
 		{[]string{"-udp-rcvbuf", "1073741824"}, nil, "-udp-rcvbuf 1073741824: want 0..1073741823"},
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},

@@ -465,3 +465,59 @@ func TestBinaryFailedRequestsSayWhy(t *testing.T) {
 		t.Errorf("the failed-requests line does not say why they failed:\n%s", b.output())
 	}
 }
+
+// TestBinaryRebindsRemovedSocket: the socket file removed while statsrelay
+// runs (a /tmp cleaner), the next -socket-check binds it again: a sender
+// reaches the relay, the metrics and one log line say so, and the stop
+// removes the new file.
+func TestBinaryRebindsRemovedSocket(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	b := startBinary(t, "-unix", path, "-udp", "", "-agent", ag.URL(), "-http", "127.0.0.1:0", "-socket-check", "20ms")
+	addr := b.startedAddr(t, "http")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	send := func() bool {
+		c, err := net.Dial("unixgram", path)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = c.Write([]byte{0xc1})
+		return err == nil
+	}
+	metrics := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !send() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sender reached the relay after its socket file was removed:\n%s", b.output())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, want := range []string{"\nstatsrelay_unix_socket_rebinds_total 1\n", "\nstatsrelay_unix_socket_bound 1\n",
+		"\nstatsrelay_datagrams_received_total{transport=\"unix\"} 1\n"} {
+		for m := metrics(); !strings.Contains(m, want); m = metrics() {
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics lack %q:\n%s", want, m)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	b.stop(t, syscall.SIGTERM)
+	if n := strings.Count(b.output(), "was removed while the relay ran"); n != 1 {
+		t.Fatalf("%d rebind lines, want 1:\n%s", n, b.output())
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the stop the socket file is still there: %v", err)
+	}
+}
