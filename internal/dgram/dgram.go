@@ -182,15 +182,27 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 		return nil, fmt.Errorf("dgram: %s is a Linux abstract socket name, which is not supported: "+
 			"it has no file, so its mode cannot limit who sends (give a file path; ./%s for a file of that name)", path, path)
 	}
-	live, err := removeSocket(path)
-	if err != nil {
-		return nil, err
+	tookOver := false
+	for attempt := 0; ; attempt++ {
+		live, err := removeSocket(path)
+		if err != nil {
+			return nil, err
+		}
+		tookOver = tookOver || live
+		if testHook != nil {
+			testHook("bind")
+		}
+		c, err := bindUnixgram(path, mode)
+		// Once more if the relay whose socket was just removed bound it
+		// again in between (its check, RebindUnixgram): take that over too.
+		if attempt == 0 && errors.Is(err, syscall.EADDRINUSE) {
+			continue
+		}
+		if err == nil {
+			c.tookOver = tookOver
+		}
+		return c, err
 	}
-	c, err := bindUnixgram(path, mode)
-	if err == nil {
-		c.tookOver = live
-	}
-	return c, err
 }
 
 // bindUnixgram binds at path, where the kernel refuses any existing file
@@ -283,7 +295,8 @@ func removeSocket(path string) (live bool, err error) {
 // testHook, set by tests only, runs where another process could put
 // something else at the socket path: before the old socket's removal
 // ("remove"), before the new socket's chmod ("chmod") and once Close has
-// closed the socket ("close").
+// closed the socket ("close"); and between the removal and the bind
+// ("bind").
 var testHook func(stage string)
 
 // TookOver reports that ListenUnixgram replaced the socket of a process

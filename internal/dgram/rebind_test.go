@@ -105,3 +105,49 @@ func TestRebindUnixgram(t *testing.T) {
 		t.Fatalf("the file is %q, %v", b, err)
 	}
 }
+
+// TestListenUnixgramWinsOverRebindInItsWindow: a relay taking over the path
+// removes the running relay's socket, then binds; should the running
+// relay's check find the path free in between and bind it again, the
+// starting relay must not fail on EADDRINUSE: it takes over that socket too.
+func TestListenUnixgramWinsOverRebindInItsWindow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	running, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	var rebound *Conn
+	testHook = func(stage string) {
+		if stage != "bind" || rebound != nil {
+			return
+		}
+		if st, err := running.CheckFile(); err != nil || st != FileGone {
+			t.Errorf("the running relay's check: %v, %v; want FileGone", st, err)
+			return
+		}
+		if rebound, err = RebindUnixgram(path, 0o600); err != nil {
+			t.Errorf("the running relay's rebind: %v", err)
+		}
+	}
+	defer func() { testHook = nil }()
+	starting, err := ListenUnixgram(path, 0o600)
+	testHook = nil
+	if rebound == nil {
+		t.Fatal("the hook did not rebind")
+	}
+	defer rebound.Close()
+	if err != nil {
+		t.Fatalf("ListenUnixgram lost to the rebind: %v", err)
+	}
+	defer starting.Close()
+	if !starting.TookOver() {
+		t.Error("TookOver false: the rebound socket was live")
+	}
+	if st, err := rebound.CheckFile(); err != nil || st != FileReplaced {
+		t.Errorf("the rebound socket's CheckFile: %v, %v; want FileReplaced", st, err)
+	}
+	if st, err := starting.CheckFile(); err != nil || st != FileBound {
+		t.Errorf("the starting relay's CheckFile: %v, %v; want FileBound", st, err)
+	}
+}
