@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -29,6 +30,12 @@ func (w *syncBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // count is how many lines hold s.
@@ -87,13 +94,19 @@ const (
 
 // TestSocketRemovedIsRebound: the socket file removed while the relay
 // runs, senders are refused until the check binds it again; then a sender
-// that dials anew reaches the relay, the counts go on from where they
-// were, one line says what happened, and the stop removes the new file.
+// that dials anew and the SDK's Sender dialled before reach the relay, the
+// counts go on from where they were, one line says what happened, and the
+// stop removes the new file.
 func TestSocketRemovedIsRebound(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.sock")
 	srv, logs, stop := startWatched(t, path, -1)
 	defer stop()
-	if err := sendUnix(path, []byte{0xc1}); err != nil {
+	sdk, err := dgram.DialUnixgram(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close()
+	if err := sdk.Write([]byte{0xc1}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
@@ -106,20 +119,26 @@ func TestSocketRemovedIsRebound(t *testing.T) {
 	if err := sendUnix(path, []byte{0xc1}); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("send with the file gone: %v, want ENOENT", err)
 	}
+	if err := sdk.Write([]byte{0xc1}); !errors.Is(err, dgram.ErrNoRelay) {
+		t.Fatalf("SDK send with the file gone: %v, want ErrNoRelay", err)
+	}
 	srv.CheckSocket()
 	if err := sendUnix(path, []byte{0xc1}); err != nil {
 		t.Fatalf("send after the rebind: %v", err)
 	}
-	waitFor(t, "the datagram sent after the rebind", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 2 })
+	if err := sdk.Write([]byte{0xc1}); err != nil {
+		t.Fatalf("SDK send after the rebind: %v", err)
+	}
+	waitFor(t, "the datagrams sent after the rebind", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 3 })
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != relay.DefaultSocketMode {
 		t.Fatalf("rebound file %v, %v; want a socket of mode %o", fi, err, relay.DefaultSocketMode)
 	}
 	srv.CheckSocket() // the new file is the relay's own: nothing to do
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 1",
-		"statsrelay_unix_socket_taken_total 0", `statsrelay_datagrams_received_total{transport="unix"} 2`)
+		"statsrelay_unix_socket_taken_total 0", `statsrelay_datagrams_received_total{transport="unix"} 3`)
 	if n := logs.count(logRebound); n != 1 {
-		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logRebound, logs.b.String())
+		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logRebound, logs.String())
 	}
 	stop()
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
@@ -145,7 +164,7 @@ func TestSocketRebindRetries(t *testing.T) {
 	srv.CheckSocket()
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0")
 	if n := logs.count(logNoBind); n != 1 {
-		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logNoBind, logs.b.String())
+		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logNoBind, logs.String())
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -182,7 +201,7 @@ func TestSocketTakenIsLeftAlone(t *testing.T) {
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0",
 		"statsrelay_unix_socket_taken_total 1")
 	if n := logs.count(logTaken); n != 1 {
-		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logTaken, logs.b.String())
+		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logTaken, logs.String())
 	}
 	if err := sendUnix(path, []byte("to the other")); err != nil {
 		t.Fatal(err)
