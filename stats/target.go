@@ -6,6 +6,7 @@ package stats
 import (
 	"cmp"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -64,6 +65,11 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			if err := agentclient.CheckPort(u); err != nil {
 				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+			}
+			// url.Parse takes "::1:8127" as a host; the sender splits it
+			// as host:port and would be left with no address at all.
+			if _, _, err := net.SplitHostPort(u.Host); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: want udp://host:port, an IPv6 address in brackets (udp://[::1]:8127)", ErrBadConfig, raw)
 			}
 			// The address is all a datagram goes to: a part beyond it is a
 			// mistake (a path copied from a socket URL) that would be lost.

@@ -37,3 +37,20 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPURLUnbracketedIPv6: "udp://::1:8127" parses (url.Parse takes the
+// host as "::1:8127") but is no host:port; it used to pass New and then
+// crash the sender goroutine with a nil socket at the first report. New
+// refuses it, saying an IPv6 address goes in brackets; the bracketed form
+// is accepted.
+func TestUDPURLUnbracketedIPv6(t *testing.T) {
+	for _, raw := range []string{"udp://::1:8127", "udp://fe80::1:8127"} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "[") {
+			t.Errorf("New(AgentURL %q) = %v, want ErrBadConfig saying to bracket the address", raw, err)
+		}
+	}
+	if tg, err := parseAgentURL("udp://[::1]:8127"); err != nil || tg.address != "[::1]:8127" {
+		t.Errorf("parseAgentURL(udp://[::1]:8127) = %+v, %v; want [::1]:8127", tg, err)
+	}
+}
