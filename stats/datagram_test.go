@@ -1304,3 +1304,51 @@ func TestMinDatagramRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestDatagramDefaultLimit: left at zero, MaxDatagramBytes is the
+// transport's largest, envelope included: 65 536 bytes to a Unix relay and
+// UDP's 65 507 (a UDP datagram over it fails with EMSGSIZE). A report of
+// several datagrams arrives whole, none over the limit, and the split
+// fills them to within two groups of it.
+func TestDatagramDefaultLimit(t *testing.T) {
+	for _, tc := range []struct {
+		network string
+		limit   int
+	}{{"unixgram", 65536}, {"udp", 65507}} {
+		t.Run(tc.network, func(t *testing.T) {
+			r := listenRelay(t, tc.network)
+			a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1})
+			// Long labels: the split bounds each group's size from above,
+			// and the bound is tight when the strings dominate.
+			const groups, resource = 120, 4000
+			for k := range groups {
+				publishN(a, 1, fmt.Sprintf("%04d", k)+strings.Repeat("R", resource))
+			}
+			flushed := make(chan error, 1)
+			go func() { flushed <- a.Flush(context.Background()) }()
+			var got []received
+			var hits uint64
+			for hits < groups {
+				for _, rc := range r.read(t) {
+					got = append(got, rc)
+					hits += rc.hits
+				}
+			}
+			if err := <-flushed; err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			stop(t, a)
+			largest := 0
+			for _, rc := range got {
+				largest = max(largest, rc.size)
+			}
+			if len(got) < 3 || largest > tc.limit || largest < tc.limit-2*resource {
+				t.Fatalf("%d datagrams, the largest %d bytes; want several, the largest within two groups under %d", len(got), largest, tc.limit)
+			}
+			if h := a.Health(); h.SpansSent != groups || h.PayloadsDropped != 0 {
+				t.Fatalf("Health: %d spans sent, %d payloads dropped; want %d, 0", h.SpansSent, h.PayloadsDropped, groups)
+			}
+			checkConservation(t, a.Health())
+		})
+	}
+}
