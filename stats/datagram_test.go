@@ -966,10 +966,11 @@ func TestDatagramOverSendBuffer(t *testing.T) {
 	r := listenRelay(t, "unixgram")
 	path := strings.TrimPrefix(r.url, "unixgram://")
 	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)}, func(a *Aggregator) {
-		conn, err := dgram.DialUnixgram(path, 4096)
+		conn, err := dgram.DialUnixgram(path, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		shrinkSendBuffer(t, conn, 4096)
 		a.snd.out.(*datagramOut).conn = conn
 	})
 	const groups = 100

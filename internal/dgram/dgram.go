@@ -429,8 +429,8 @@ type Sender struct {
 }
 
 // DialUnixgram returns a Sender to the relay's Unix datagram socket at path,
-// with a send buffer of sndbuf bytes (the default if sndbuf <= 0; a datagram
-// larger than the send buffer cannot be sent). The error matches ErrNoRelay
+// with a send buffer of at least sndbuf bytes (a datagram larger than the
+// send buffer cannot be sent; a larger default is kept). The error matches ErrNoRelay
 // when nothing listens at path.
 func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 	if err := CheckUnixPath(path); err != nil {
@@ -441,7 +441,7 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 		return nil, dialError(err)
 	}
 	if sndbuf > 0 {
-		if err := conn.SetWriteBuffer(sndbuf); err != nil {
+		if err := raiseSendBuffer(conn, sndbuf); err != nil {
 			conn.Close()
 			return nil, err
 		}
@@ -489,3 +489,7 @@ func newSender(conn net.Conn, path string) (*Sender, error) {
 
 // Close closes the socket.
 func (s *Sender) Close() error { return s.conn.Close() }
+
+// SyscallConn returns the socket, for options the Sender leaves alone
+// (tests shrink its send buffer, as a low net.core.wmem_max would).
+func (s *Sender) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }

@@ -3,6 +3,7 @@ package dgram
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -324,4 +325,23 @@ func (s *Sender) Write(b []byte) error {
 		return err
 	}
 	return writeError(errno)
+}
+
+// raiseSendBuffer sets conn's send buffer to n bytes unless it is that
+// large already: lowering net.core.wmem_default (which an operator may
+// have raised for bursts) would queue fewer datagrams before EAGAIN.
+func raiseSendBuffer(conn *net.UnixConn, n int) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	cur, gerr := 0, error(nil)
+	if err := rc.Control(func(fd uintptr) { cur, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil {
+		return err
+	}
+	// Linux reports twice the value set (the other half is its bookkeeping).
+	if gerr == nil && cur/2 >= n {
+		return nil
+	}
+	return conn.SetWriteBuffer(n)
 }

@@ -612,3 +612,34 @@ func TestFailedChmodKeepsSuccessorsSocket(t *testing.T) {
 		t.Errorf("the successor read %q, %v; want \"still here\"", buf[:n], err)
 	}
 }
+
+// TestDialUnixgramOnlyRaisesSendBuffer: the buffer asked of DialUnixgram is
+// a floor for the datagrams it must hold. One under the socket's default
+// (net.core.wmem_default, which an operator may have raised for bursts)
+// used to lower it, so fewer datagrams waited in the relay's queue before
+// the sender got EAGAIN; one over it is granted.
+func TestDialUnixgramOnlyRaisesSendBuffer(t *testing.T) {
+	r := listenUnixgram(t)
+	sndbuf := func(n int) int {
+		t.Helper()
+		s, err := DialUnixgram(r.path, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var v int
+		var gerr error
+		if err := s.rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || gerr != nil {
+			t.Fatal(err, gerr)
+		}
+		return v
+	}
+	def := sndbuf(0)
+	if got := sndbuf(def / 4); got < def {
+		t.Errorf("DialUnixgram(%d): SO_SNDBUF %d, under the default %d", def/4, got, def)
+	}
+	// Linux doubles the value set (for its bookkeeping) and reports that.
+	if got := sndbuf(def); got < 2*def {
+		t.Errorf("DialUnixgram(%d): SO_SNDBUF %d, want at least %d", def, got, 2*def)
+	}
+}

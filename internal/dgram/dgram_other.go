@@ -125,3 +125,7 @@ func (s *Sender) Write(b []byte) error {
 	}
 	return err
 }
+
+// raiseSendBuffer sets conn's send buffer to n bytes (see the Linux one;
+// elsewhere the default is not read).
+func raiseSendBuffer(conn *net.UnixConn, n int) error { return conn.SetWriteBuffer(n) }
