@@ -1353,3 +1353,88 @@ func TestDatagramDefaultLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestDatagramRelayBackTellsEveryDrop: reports sent while no relay
+// listens (no socket file: ENOENT; a stale one: ECONNREFUSED; a closed UDP
+// port: ECONNREFUSED) are dropped and counted. When a relay comes up, the
+// next report reaches it, and its datagram, the first written, has
+// sequence 1 and tells every drop, including those the failed datagrams
+// were to tell; the one after it tells none.
+func TestDatagramRelayBackTellsEveryDrop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// gone returns the URL of a relay not listening yet and the
+		// function that starts it.
+		gone func(t *testing.T) (url string, up func() *relaySocket)
+	}{
+		{"unixgram no file", func(t *testing.T) (string, func() *relaySocket) {
+			path := filepath.Join(t.TempDir(), "relay.sock")
+			return "unixgram://" + path, func() *relaySocket { return listenRelayAt(t, "unixgram", path) }
+		}},
+		{"unixgram stale file", func(t *testing.T) (string, func() *relaySocket) {
+			path := filepath.Join(t.TempDir(), "relay.sock")
+			c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close() // a datagram socket leaves its file: connecting is refused
+			return "unixgram://" + path, func() *relaySocket { return listenRelayAt(t, "unixgram", path) }
+		}},
+		{"udp closed port", func(t *testing.T) (string, func() *relaySocket) {
+			r := listenRelay(t, "udp")
+			addr := strings.TrimPrefix(r.url, "udp://")
+			r.conn.Close()
+			return r.url, func() *relaySocket { return listenRelayAt(t, "udp", addr) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, up := tc.gone(t)
+			a := newStarted(t, Config{AgentURL: url, SendJitter: -1, Logger: slog.New(slog.DiscardHandler)})
+			for i := 1; i <= 3; i++ {
+				publishN(a, i, "r")
+				if err := a.Flush(context.Background()); !errors.Is(err, dgram.ErrNoRelay) {
+					t.Fatalf("Flush %d with no relay = %v, want ErrNoRelay", i, err)
+				}
+			}
+			r := up()
+			for i, want := range []writer.Envelope{
+				{Sequence: 1, DroppedPayloads: 3, DroppedSpans: 6},
+				{Sequence: 2},
+			} {
+				publishN(a, 4, "r")
+				if err := a.Flush(context.Background()); err != nil {
+					t.Fatalf("Flush %d once the relay is up: %v", i, err)
+				}
+				got := r.read(t)
+				if len(got) != 1 || got[0].hits != 4 || got[0].env != want {
+					t.Fatalf("datagram %d: %+v; want one of 4 spans with envelope %+v", i, got, want)
+				}
+			}
+			stop(t, a)
+			h := a.Health()
+			if h.PayloadsDropped != 3 || h.SpansUnsent != 6 || h.SpansSent != 8 {
+				t.Fatalf("Health: dropped %d payloads, %d spans unsent, %d sent; want 3, 6, 8", h.PayloadsDropped, h.SpansUnsent, h.SpansSent)
+			}
+			checkConservation(t, h)
+		})
+	}
+}
+
+// listenRelayAt is listenRelay at a given path or UDP address.
+func listenRelayAt(t *testing.T, network, addr string) *relaySocket {
+	t.Helper()
+	var (
+		c   *dgram.Conn
+		err error
+	)
+	if network == "unixgram" {
+		c, err = dgram.ListenUnixgram(addr, 0o600)
+	} else {
+		c, err = dgram.ListenUDP(addr, 4<<20)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+}
