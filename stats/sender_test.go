@@ -1111,3 +1111,51 @@ func TestInfoFailureInHealthAndLog(t *testing.T) {
 	}
 	checkConservation(t, h)
 }
+
+// TestHTTPSendJitteredAfterBoundary: over HTTP too, with the default
+// SendJitter, each interval's report reaches the agent after its bucket's
+// close (a tenth of the interval past the boundary) and by min(interval/5,
+// 2 s) past it, at offsets that differ from report to report, while every
+// bucket stays aligned to the interval.
+func TestHTTPSendJitteredAfterBoundary(t *testing.T) {
+	const iv, reports = time.Second, 6
+	ag := statstest.New()
+	defer ag.Close()
+	var mu sync.Mutex
+	var arrived []time.Time
+	ag.SetHandler(func(_ http.ResponseWriter, _ *http.Request, _ int) bool {
+		mu.Lock()
+		arrived = append(arrived, time.Now())
+		mu.Unlock()
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), BucketInterval: iv})
+	deadline := time.Now().Add(reports*iv + 5*time.Second)
+	for len(ag.Requests()) < reports {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reports by the deadline, want %d", len(ag.Requests()), reports)
+		}
+		a.Publish(&Span{Service: "s", Name: "op", Resource: "r", TopLevel: true, Duration: 5})
+		time.Sleep(20 * time.Millisecond) // a span now and then, not an assertion
+	}
+	stop(t, a)
+	mu.Lock()
+	defer mu.Unlock()
+	lo, hi := time.Hour, time.Duration(0)
+	for i, r := range ag.Requests()[:reports] {
+		b := r.Payload.Buckets[0]
+		if b.Start%uint64(iv) != 0 || b.Duration != uint64(iv) {
+			t.Fatalf("report %d: bucket [%d, +%d), want aligned to %s and as long", i, b.Start, b.Duration, iv)
+		}
+		off := arrived[i].Sub(time.Unix(0, int64(b.Start+b.Duration)))
+		lo, hi = min(lo, off), max(hi, off)
+	}
+	// The slack above covers a loaded machine's timer and HTTP latency.
+	if lo < iv/graceDivisor || hi > min(iv/5, 2*time.Second)+150*time.Millisecond {
+		t.Fatalf("reports arrived %s to %s past their boundary; want within [%s, %s]", lo, hi, iv/graceDivisor, min(iv/5, 2*time.Second))
+	}
+	// Six draws over 100 ms all within 10 ms of each other: 1 in 20 000.
+	if hi-lo < 10*time.Millisecond {
+		t.Fatalf("reports arrived %s to %s past their boundary: no jitter", lo, hi)
+	}
+}
