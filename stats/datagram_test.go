@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -1437,4 +1438,93 @@ func listenRelayAt(t *testing.T, network, addr string) *relaySocket {
 	}
 	t.Cleanup(func() { c.Close() })
 	return &relaySocket{conn: c, batch: dgram.NewBatch(0, DefaultMaxDatagramBytes)}
+}
+
+// TestDatagramConservationSeenByRelay: with producers publishing while
+// the relay stops reading (its queue full, reports dropped past the
+// patience), what the relay reads once it reads again accounts for every
+// span Health counted: the hits in its datagrams are Health.SpansSent,
+// the drops the envelopes tell are PayloadsDropped and SpansUnsent, and
+// the sequence has no gap (a Unix socket loses nothing silently).
+func TestDatagramConservationSeenByRelay(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, SendQueue: 1, Logger: slog.New(slog.DiscardHandler)})
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for i := range 3000 {
+				publishN(a, 1, fmt.Sprintf("p%d/k%d", p, i%50))
+			}
+		})
+	}
+	// Flushes from several goroutines, over the relay's queue: the sender
+	// drops reports past its patience, and the consumer those it finds the
+	// send queue full for.
+	for f := range 3 {
+		wg.Go(func() {
+			for i := range 8 {
+				publishN(a, 5, fmt.Sprintf("f%d/%d", f, i)) // no Flush finds nothing to send
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = a.Flush(ctx)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if h := a.Health(); h.PayloadsDropped == 0 {
+		t.Fatalf("no payload dropped: the test did not fill the relay's queue")
+	}
+
+	// The relay reads again: Stop's final datagram tells what is left.
+	var (
+		mu                            sync.Mutex
+		hits, toldPayloads, toldSpans uint64
+		seqs                          []uint64
+		final                         bool
+	)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			n, err := r.conn.ReadBatch(r.batch)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			for _, d := range r.batch.Datagrams()[:n] {
+				env, body, _, err := writer.ParseDatagram(d.Data)
+				if err != nil {
+					continue
+				}
+				seqs = append(seqs, env.Sequence)
+				toldPayloads += uint64(env.DroppedPayloads)
+				toldSpans += uint64(env.DroppedSpans)
+				final = final || env.Final()
+				if p, err := writer.DecodePayload(body); err == nil {
+					for _, b := range p.Buckets {
+						for _, g := range b.Groups {
+							hits += g.Hits
+						}
+					}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	stop(t, a)
+	waitFor(t, "the final datagram", func() bool { mu.Lock(); defer mu.Unlock(); return final })
+	r.conn.Close()
+	<-readDone
+
+	h := a.Health()
+	checkConservation(t, h)
+	if hits != h.SpansSent || toldPayloads != h.PayloadsDropped || toldSpans != h.SpansUnsent {
+		t.Fatalf("the relay read %d hits and was told %d payloads / %d spans dropped; Health: %d sent, %d payloads / %d spans dropped",
+			hits, toldPayloads, toldSpans, h.SpansSent, h.PayloadsDropped, h.SpansUnsent)
+	}
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("datagram %d has sequence %d: a gap", i+1, s)
+		}
+	}
 }
