@@ -575,3 +575,35 @@ func TestCloseKeepsSuccessorReusingInode(t *testing.T) {
 		t.Fatalf("the successor's socket file after the closed Conn's Unlink: %v", err)
 	}
 }
+
+// TestWriteErrorKinds: the errnos a send can meet map to what the SDK acts
+// on: a full queue (EAGAIN, and ENOBUFS, which no test socket can be made
+// to return) is waited for, a missing relay redialed; the errno stays
+// visible for the message; anything else is neither.
+func TestWriteErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		errno syscall.Errno
+		kind  error
+	}{
+		{syscall.EAGAIN, ErrWouldBlock},
+		{syscall.ENOBUFS, ErrWouldBlock},
+		{syscall.ECONNREFUSED, ErrNoRelay},
+		{syscall.ENOENT, ErrNoRelay},
+		{syscall.ECONNRESET, ErrNoRelay},
+		{syscall.ENOTCONN, ErrNoRelay},
+		{syscall.EMSGSIZE, nil},
+	} {
+		err := writeError(tc.errno)
+		if !errors.Is(err, tc.errno) {
+			t.Errorf("writeError(%v) = %v, does not match the errno", tc.errno, err)
+		}
+		for _, kind := range []error{ErrWouldBlock, ErrNoRelay} {
+			if errors.Is(err, kind) != (kind == tc.kind) {
+				t.Errorf("writeError(%v) = %v: errors.Is %v is %v", tc.errno, err, kind, errors.Is(err, kind))
+			}
+		}
+	}
+	if err := writeError(0); err != nil {
+		t.Errorf("writeError(0) = %v, want nil", err)
+	}
+}
