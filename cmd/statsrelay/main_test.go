@@ -423,3 +423,83 @@ func TestUnknownVariablesNamed(t *testing.T) {
 		t.Fatalf("known variables reported: %q", got)
 	}
 }
+
+// TestIssueFlagTable: the flags of the issue's table under their exact
+// names and defaults (TestReadmeFlagTable checks the README against the
+// code, so a renamed flag would pass it with the README edited too).
+func TestIssueFlagTable(t *testing.T) {
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	for name, def := range map[string]string{
+		"unix": "/tmp/spanstats-relay.sock", "socket-mode": "0660", "udp": "127.0.0.1:8127",
+		"udp-rcvbuf": "4194304", "max-datagram": "65536", "agent": "http://127.0.0.1:8126",
+		"interval": "10s", "grace": "3s", "http": "127.0.0.1:8128", "origin": "true",
+		"proc-root": "/proc", "max-groups": "200000", "demo": "false",
+	} {
+		if f := fs.Lookup(name); f == nil || f.DefValue != def {
+			t.Errorf("-%s: %+v, want default %q", name, f, def)
+		}
+	}
+}
+
+// TestEveryFlagFromItsVariable: each flag, not only those other tests
+// happen to set, is read from STATSRELAY_<NAME>, and the flag wins over it.
+func TestEveryFlagFromItsVariable(t *testing.T) {
+	rows := map[string]struct {
+		env, flag string
+		get       func(options) any
+	}{
+		"unix":             {"/run/e.sock", "/run/f.sock", func(o options) any { return o.cfg.UnixPath }},
+		"socket-mode":      {"0600", "0620", func(o options) any { return o.cfg.SocketMode }},
+		"udp":              {"127.0.0.1:1", "127.0.0.1:2", func(o options) any { return o.cfg.UDPAddr }},
+		"udp-rcvbuf":       {"1048576", "2097152", func(o options) any { return o.cfg.UDPRcvBuf }},
+		"max-datagram":     {"50000", "60000", func(o options) any { return o.cfg.MaxDatagram }},
+		"agent":            {"http://e:1", "unix:///run/f.socket", func(o options) any { return o.cfg.AgentURL }},
+		"interval":         {"20s", "30s", func(o options) any { return o.cfg.Interval }},
+		"grace":            {"1s", "2s", func(o options) any { return o.cfg.Grace }},
+		"http":             {"127.0.0.1:1", "", func(o options) any { return o.httpAddr }},
+		"origin":           {"false", "true", func(o options) any { return o.cfg.Origin }},
+		"proc-root":        {"/e/proc", "/f/proc", func(o options) any { return o.cfg.ProcRoot }},
+		"max-groups":       {"5", "6", func(o options) any { return o.cfg.MaxGroups }},
+		"max-held-bytes":   {"2097152", "3145728", func(o options) any { return o.cfg.MaxHeldBytes }},
+		"forward-parallel": {"2", "3", func(o options) any { return o.cfg.ForwardParallel }},
+		"spin-wait":        {"10us", "20us", func(o options) any { return o.cfg.SpinWait }},
+		"socket-check":     {"2s", "3s", func(o options) any { return o.cfg.SocketCheck }},
+		"stop-drain":       {"2s", "3s", func(o options) any { return o.cfg.StopDrain }},
+		"agent-timeout":    {"2s", "3s", func(o options) any { return o.cfg.AgentTimeout }},
+		"stop-timeout":     {"20s", "30s", func(o options) any { return o.stopTimeout }},
+		"demo":             {"true", "false", func(o options) any { return o.demo }},
+	}
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := rows[f.Name]; !ok {
+			t.Errorf("-%s has no row here", f.Name)
+		}
+	})
+	for name, row := range rows {
+		env := map[string]string{envName(name): row.env}
+		// The value each gives, read as a flag: the variable must give the same.
+		want := func(v string) any {
+			o, err := parse([]string{"-" + name + "=" + v}, nil)
+			if err != nil {
+				t.Fatalf("-%s=%s: %v", name, v, err)
+			}
+			return row.get(o)
+		}
+		def, _ := parse(nil, nil)
+		if want(row.env) == row.get(def) || want(row.env) == want(row.flag) {
+			t.Fatalf("-%s: the row's values do not tell default, variable and flag apart", name)
+		}
+		if o, err := parse(nil, env); err != nil || row.get(o) != want(row.env) {
+			t.Errorf("%s=%s alone: %v, %v; want %v", envName(name), row.env, row.get(o), err, want(row.env))
+		}
+		if o, err := parse([]string{"-" + name + "=" + row.flag}, env); err != nil || row.get(o) != want(row.flag) {
+			t.Errorf("-%s=%s with %s=%s: %v, %v; want the flag's %v", name, row.flag, envName(name), row.env, row.get(o), err, want(row.flag))
+		}
+	}
+}
