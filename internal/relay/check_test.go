@@ -31,6 +31,15 @@ func TestRejectReasons(t *testing.T) {
 		binary.LittleEndian.PutUint64(d[i:], math.Float64bits(1.05))
 		return d
 	}
+	badSketch := func() []byte { // the ok sketch's first byte an invalid protobuf wire type
+		d := withSketch(1, 5)
+		i := bytes.Index(d, []byte("OkSummary"))
+		if i < 0 || d[i+len("OkSummary")] != 0xc4 {
+			t.Fatal("no bin8 OkSummary in the datagram")
+		}
+		d[i+len("OkSummary")+2] = 0xff
+		return d
+	}
 	grp := func(mod func(e *aggregate.Entry)) []byte {
 		e := entry(key("r"), 2, 0)
 		mod(e)
@@ -53,6 +62,10 @@ func TestRejectReasons(t *testing.T) {
 		{"short envelope", ok[:20], Malformed, writer.ErrNotDatagram},
 		{"envelope, no body", ok[:writer.EnvelopeSize], Malformed, nil},
 		{"cut payload", ok[:len(ok)-5], Malformed, nil},
+		// Another tracer's body must start as a map; an array is neither.
+		{"body not a map", append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), 0x91, 0x80), Malformed, errNotMap},
+		{"bare array", []byte{0x91, 0x80}, Malformed, writer.ErrNotDatagram},
+		{"sketch that does not decode", badSketch(), Malformed, writer.ErrMalformedSketch},
 		{"trailing bytes", append(bytes.Clone(ok), 0xc0), Malformed, writer.ErrTrailingBytes},
 		{"huge declared map", append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), 0xdf, 0xff, 0xff, 0xff, 0xff), Malformed, nil},
 		{"errors > hits", grp(func(e *aggregate.Entry) { e.Errors = 3 }), Invalid, errErrorsGtHits},
@@ -89,6 +102,19 @@ func TestRejectReasons(t *testing.T) {
 			}
 		})
 	}
+	// The limit counts the whole datagram, envelope included: one byte
+	// over it is truncated before anything else is looked at.
+	t.Run("at the limit", func(t *testing.T) {
+		r := newTestRelay(Config{MaxDatagram: len(ok)})
+		mustAccept(t, r, ok, 0, UDP)
+		err := r.Accept(append(bytes.Clone(ok), 0xc0), 0, UDP)
+		if !errors.Is(err, errTooLong) {
+			t.Fatalf("one byte over: %v, want truncated", err)
+		}
+		if s := checkAccounting(t, r); s.Rejected != [NumReasons]uint64{Truncated: 1} || s.SpansReceived != 2 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
 	t.Run("valid and bare", func(t *testing.T) {
 		r := newTestRelay(Config{})
 		mustAccept(t, r, ok, 0, UDP)
@@ -101,6 +127,33 @@ func TestRejectReasons(t *testing.T) {
 			t.Fatalf("stats %+v", s)
 		}
 	})
+}
+
+// TestUnknownFlagsAndReservedIgnored: envelope bits other than final, and
+// the reserved bytes, change nothing: a later sender may set them.
+func TestUnknownFlagsAndReservedIgnored(t *testing.T) {
+	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
+	send := func(seq uint64, flags uint8) {
+		t.Helper()
+		d := datagram(seq, header("a"), bucket(w0, 10*sec, entry(key("r"), 3, 0)))
+		d[4] = flags
+		d[5], d[6], d[7] = 0xff, 0x01, 0x80
+		mustAccept(t, r, d, 0, Unix)
+	}
+	send(1, 0xfe) // every bit but final
+	send(2, 0x02)
+	r.Harvest(now.Add(10 * time.Second))
+	now = now.Add(10 * time.Second)
+	if s := checkAccounting(t, r); s.SpansReceived != 6 || s.Senders != 1 || s.SeqGaps != 0 || s.Rejected != [NumReasons]uint64{} {
+		t.Fatalf("not final: %d spans, %d senders, %d gaps, rejected %v; want 6 1 0 none", s.SpansReceived, s.Senders, s.SeqGaps, s.Rejected)
+	}
+	send(3, 0xff) // final, with the unknown bits
+	r.Harvest(now.Add(10 * time.Second))
+	if s := checkAccounting(t, r); s.SpansReceived != 9 || s.Senders != 0 || s.SeqGaps != 0 {
+		t.Fatalf("final: %d spans, %d senders, %d gaps; want 9 0 0", s.SpansReceived, s.Senders, s.SeqGaps)
+	}
 }
 
 // TestHeaderOnlyFinal: the SDK's last datagram when Stop has no group left
