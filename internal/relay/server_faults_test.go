@@ -600,6 +600,53 @@ func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
 	}
 }
 
+// TestTypeTwinsReachAgentInSeparateBuckets: the agent (v0.85.4) merges a
+// bucket's duplicate groups by a key without Type, so groups of two
+// senders differing only in Type reach it, through the forward's packing,
+// in separate buckets of the same start; equal ones still merge.
+func TestTypeTwinsReachAgentInSeparateBuckets(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i, types := range [][]string{{"web", "sql"}, {"sql", "http"}} {
+		var gs []writer.Group
+		for j, typ := range types {
+			g := writer.Group{}
+			g.Service, g.Name, g.Resource, g.Type = "web", "op", "GET /", typ
+			g.Hits = uint64(1 + i*2 + j) // web 1, sql 2+3, http 4
+			g.Duration = 10 * g.Hits
+			gs = append(gs, g)
+		}
+		pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: gs}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	got := map[string]uint64{}
+	for _, b := range reqs[0].Payload.Buckets {
+		if b.Start != start || len(b.Groups) != 1 {
+			t.Fatalf("bucket at %d of %d groups, want each at %d with one group: %+v", b.Start, len(b.Groups), start, reqs[0].Payload.Buckets)
+		}
+		got[b.Groups[0].Type] += b.Groups[0].Hits
+	}
+	if len(reqs[0].Payload.Buckets) != 3 || got["web"] != 1 || got["sql"] != 5 || got["http"] != 4 {
+		t.Fatalf("%d buckets, hits by Type %v; want 3 buckets: web 1, sql 5, http 4", len(reqs[0].Payload.Buckets), got)
+	}
+}
+
 // TestAgentPeerTagList: the agent's /info peer_tags list applies to what
 // the relay merges, as an SDK posting itself applies it: tags of other keys
 // are left out, and groups that differed only in them merge.
@@ -989,6 +1036,26 @@ func TestAgentFaultsSettleEverySpan(t *testing.T) {
 	}
 	t.Logf("%d spans in %d datagrams; answers %v; forwarded %d, refused %d", total, datagrams, statuses,
 		st.SpansForwarded, st.SpansDropped[relay.DropRefused])
+	// statsrelay_forward_requests_total{code} counts every attempt by the
+	// agent's answer, as the agent saw them ("2xx" for its 200s).
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for status, n := range statuses {
+		code := strconv.Itoa(status)
+		if status == http.StatusOK {
+			code = "2xx"
+		}
+		line := fmt.Sprintf("\nstatsrelay_forward_requests_total{code=%q} %d\n", code, n)
+		if !strings.Contains(rec.Body.String(), line) {
+			t.Errorf("/metrics lacks %q:\n%s", line[1:len(line)-1], rec.Body.String())
+		}
+	}
+	// Never compressed: the agent answers 400 to a gzip body.
+	for _, r := range ag.Requests() {
+		if ce := r.Header.Get("Content-Encoding"); ce != "" {
+			t.Fatalf("a request with Content-Encoding %q", ce)
+		}
+	}
 }
 
 // TestAgentOffThenBack: the agent answers 404 and its /info stops listing
