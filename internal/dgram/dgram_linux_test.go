@@ -643,3 +643,42 @@ func TestDialUnixgramOnlyRaisesSendBuffer(t *testing.T) {
 		t.Errorf("DialUnixgram(%d): SO_SNDBUF %d, want at least %d", def, got, 2*def)
 	}
 }
+
+// TestListenUnixgramRefusesLinksAndFIFOs: "any other kind of file" at the
+// path includes a FIFO and a symbolic link, even one to a stale socket:
+// replacing the link would delete what an operator put there, and
+// following it would take over a socket elsewhere.
+func TestListenUnixgramRefusesLinksAndFIFOs(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "stale.sock")
+	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: stale, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // a UnixConn leaves its socket file behind: a relay that died
+	link, dangling := filepath.Join(dir, "link"), filepath.Join(dir, "dangling")
+	if err := os.Symlink(stale, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "none"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	for path, typ := range map[string]os.FileMode{fifo: os.ModeNamedPipe, link: os.ModeSymlink, dangling: os.ModeSymlink} {
+		if c, err := ListenUnixgram(path, 0o600); err == nil || !strings.Contains(err.Error(), "is not a socket") {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("ListenUnixgram(%s): %v, want an error saying it is not a socket", path, err)
+		}
+		if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != typ {
+			t.Errorf("%s after ListenUnixgram: %v, %v; want it left a %v", path, fi, err, typ)
+		}
+	}
+	if fi, err := os.Lstat(stale); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the link's target after ListenUnixgram: %v, %v; want the socket left", fi, err)
+	}
+}
