@@ -647,6 +647,60 @@ func TestTypeTwinsReachAgentInSeparateBuckets(t *testing.T) {
 	}
 }
 
+// TestForwardCarriesRelayRuntimeIDAndSequence: every request carries the
+// relay's own runtime id, not a sender's (it merges many), and a sequence
+// that counts the relay's payloads 1, 2, 3 … across identities and rounds;
+// the container headers only when a container id is known.
+func TestForwardCarriesRelayRuntimeIDAndSequence(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	seq := uint64(0)
+	for round := range 2 {
+		seq++
+		start := uint64(time.Now().Truncate(time.Second).UnixNano())
+		for _, env := range []string{"a", "b"} { // two identities: two requests a round
+			g := writer.Group{}
+			g.Service, g.Name, g.Hits, g.Duration = "web", "op", 2, 20
+			pl := writer.Payload{Header: writer.Header{Service: "web", Env: env, RuntimeID: "sender-" + env, Sequence: 9},
+				Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+			if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq}))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "a round's two requests", func() bool { return len(ag.Requests()) == 2*(round+1) })
+	}
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	id := reqs[0].Payload.RuntimeID
+	seqs := map[uint64]bool{}
+	for _, r := range reqs {
+		if r.Payload.RuntimeID != id || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+			t.Fatalf("runtime ids %q and %q: want the relay's one, 32 hex digits", id, r.Payload.RuntimeID)
+		}
+		seqs[r.Payload.Sequence] = true
+		// A UDP sender has no origin: no container headers, not empty ones.
+		for _, h := range []string{"Datadog-Container-ID", "Datadog-Entity-ID"} {
+			if _, ok := r.Header[h]; ok {
+				t.Fatalf("header %s %q on a request without a container id", h, r.Header.Get(h))
+			}
+		}
+	}
+	if !seqs[1] || !seqs[2] || !seqs[3] || !seqs[4] {
+		t.Fatalf("sequences %v, want 1, 2, 3, 4", seqs)
+	}
+}
+
 // TestAgentPeerTagList: the agent's /info peer_tags list applies to what
 // the relay merges, as an SDK posting itself applies it: tags of other keys
 // are left out, and groups that differed only in them merge.
