@@ -111,6 +111,22 @@ func TestWindowMergesSplitBuckets(t *testing.T) {
 	}
 }
 
+// TestMergedBucketRunsEarliestToLatest: the merged bucket runs from the
+// earliest start to the latest end of its window's buckets, not over the
+// whole window (TestWindowMergesSplitBuckets' buckets fill it exactly).
+func TestMergedBucketRunsEarliestToLatest(t *testing.T) {
+	r := newTestRelay(Config{})
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0+2*sec, 3*sec, entry(key("GET /"), 1, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0+3*sec, 4*sec, entry(key("GET /"), 2, 0))), 0, UDP)
+	out := harvestAll(t, r)
+	if len(out) != 1 || len(out[0].Buckets) != 1 {
+		t.Fatalf("harvest = %+v", out)
+	}
+	if bk := out[0].Buckets[0]; bk.Start != w0+2*sec || bk.Duration != 5*sec || bk.Groups[0].Hits != 3 {
+		t.Fatalf("bucket +%d s for %d s, %d hits; want +2 s for 5 s, 3 hits", (bk.Start-w0)/sec, bk.Duration/sec, bk.Groups[0].Hits)
+	}
+}
+
 func TestPeerTagsAreASet(t *testing.T) {
 	r := newTestRelay(Config{})
 	k1, k2 := key("GET /"), key("GET /")
