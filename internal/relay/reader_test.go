@@ -7,7 +7,10 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +104,57 @@ func TestProcRootMissing(t *testing.T) {
 			t.Fatalf("origin %v, no Unix socket: the proc root is not read, yet %v", origin, err)
 		}
 		s.closeConns()
+	}
+}
+
+// TestReaderWaitMeasured: with every read batch held by the decode side,
+// the reader waits (the kernel's queue takes the pressure) and the wait
+// shows in statsrelay_reader_wait_seconds_total; the datagram sent
+// meanwhile is read once a batch is free.
+func TestReaderWaitMeasured(t *testing.T) {
+	s, err := NewServer(ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*dgram.Batch
+	for range cap(s.free.avail) {
+		<-s.free.avail
+		held = append(held, s.free.pop())
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); s.read(s.conns[UDP], UDP) }()
+	conn, err := net.Dial("udp", s.Addr(UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte{0xc1}); err != nil {
+		t.Fatal(err)
+	}
+	const pause = 100 * time.Millisecond
+	time.Sleep(pause)
+	if len(s.queue) != 0 {
+		t.Fatal("the reader read without a free batch")
+	}
+	s.free.put(held[0])
+	j := <-s.queue
+	if n := len(j.b.Datagrams()); n != 1 {
+		t.Fatalf("%d datagrams read after the wait, want 1", n)
+	}
+	s.closeConns()
+	s.free.put(j.b) // the reader's next read then finds the socket closed
+	<-done
+	if w := time.Duration(s.wait[UDP].Load()); w < pause {
+		t.Fatalf("wait measured %v, want at least %v", w, pause)
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m := regexp.MustCompile(`\nstatsrelay_reader_wait_seconds_total\{transport="udp"\} ([0-9.e+-]+)\n`).FindStringSubmatch(rec.Body.String())
+	if m == nil {
+		t.Fatalf("/metrics lacks the UDP reader's wait:\n%s", rec.Body.String())
+	}
+	if v, err := strconv.ParseFloat(m[1], 64); err != nil || v < pause.Seconds() {
+		t.Fatalf("statsrelay_reader_wait_seconds_total{transport=\"udp\"} %s, want at least %v", m[1], pause.Seconds())
 	}
 }
