@@ -25,9 +25,16 @@ import (
 // instead of for one Go scheduler.
 const childEnv = "STATSRELAY_TEST_CHILD"
 
+// senderEnv, when set, makes the test binary a sender process: its pid is
+// not the relay's, so the relay reads another process's credentials.
+const senderEnv = "STATSRELAY_TEST_SENDER"
+
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(runChild(cfg))
+	}
+	if path := os.Getenv(senderEnv); path != "" {
+		os.Exit(runSender(path))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -57,6 +64,28 @@ func runChild(cfg string) int {
 	_ = srv.Run(ctx, 5*time.Second)
 	out, _ := json.Marshal(srv.Relay().Stats())
 	fmt.Println(string(out))
+	return 0
+}
+
+// runSender waits for a line on stdin (the parent has then written this
+// pid's files under its fake proc root), sends hostSenderDatagram to the
+// Unix socket at path, and says "sent".
+func runSender(path string) int {
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Println("stdin:", err)
+		return 1
+	}
+	c, err := net.Dial("unixgram", path)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	defer c.Close()
+	if _, err := c.Write(hostSenderDatagram()); err != nil {
+		fmt.Println("write:", err)
+		return 1
+	}
+	fmt.Println("sent")
 	return 0
 }
 

@@ -16,6 +16,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -1593,6 +1594,72 @@ func ownCgroupRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// hostSenderDatagram is what TestUnixAgentDropsHostSender's sender sends:
+// 4 spans under a container id its credentials contradict.
+func hostSenderDatagram() []byte {
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 4, Duration: 40}
+	h := writer.Header{Service: "web", RuntimeID: "host-sender", Lang: "go",
+		ContainerID: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	return writer.AppendPayload(b, &h, []writer.Bucket{{Start: uint64(time.Now().Truncate(time.Second).UnixNano()),
+		Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+}
+
+// TestUnixAgentDropsHostSender: a relay in a container forwarding to the
+// agent's Unix socket, and a Unix sender in another process whose cgroup
+// names no container (a host process), claiming one: the credentials
+// correct the claim (a mismatch, counted) to no container, and without
+// one the agent would file the stats under the relay's container, so they
+// are dropped as unattributable, never sent.
+func TestUnixAgentDropsHostSender(t *testing.T) {
+	root := procRoot(t) // the relay runs in testContainer
+	sock := filepath.Join(t.TempDir(), "apm.socket")
+	ag, err := statstest.NewUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: root, UDPAddr: "-"})
+	defer stop()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "STATSRELAY_TEST_SENDER="+srv.Addr(relay.Unix))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	dir := filepath.Join(root, strconv.Itoa(cmd.Process.Pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/user.slice/user-1000.slice/session-2.scope\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat := strconv.Itoa(cmd.Process.Pid) + " (sender) S 1 1 1 0 -1 4194560" // alive, read as the relay decodes
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil || out.String() != "sent\n" {
+		t.Fatalf("sender: %v, said %q", err, out.String())
+	}
+	waitFor(t, "the sender's datagram", func() bool { return srv.Relay().Stats().SpansReceived == 4 })
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if n := len(ag.Requests()); n != 0 || st.SpansDropped[relay.DropUnattributable] != 4 || st.ContainerMismatches != 1 {
+		t.Fatalf("%d requests, unattributable %d, mismatches %d; want 0, 4, 1", n, st.SpansDropped[relay.DropUnattributable], st.ContainerMismatches)
+	}
 }
 
 // TestUnixAgentSameContainerSender: a relay in a container whose cgroup
