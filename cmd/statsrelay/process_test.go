@@ -521,3 +521,24 @@ func TestBinaryRebindsRemovedSocket(t *testing.T) {
 		t.Fatalf("after the stop the socket file is still there: %v", err)
 	}
 }
+
+// TestBinarySocketMode: the socket file has -socket-mode's permissions,
+// 0660 by default, whatever the umask: dgram tests the call, this its
+// wiring from the flag (and its default) to the file.
+func TestBinarySocketMode(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	for _, tc := range []struct {
+		args []string
+		want fs.FileMode
+	}{{nil, 0o660}, {[]string{"-socket-mode", "0602"}, 0o602}} {
+		sock := filepath.Join(t.TempDir(), "relay.sock")
+		b := startBinary(t, append([]string{"-unix", sock, "-udp", "", "-agent", ag.URL(), "-http", ""}, tc.args...)...)
+		b.startedLine(t)
+		fi, err := os.Lstat(sock)
+		b.stop(t, syscall.SIGTERM)
+		if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != tc.want {
+			t.Errorf("%q: socket file %v, %v; want a socket of mode %v", tc.args, fi, err, tc.want)
+		}
+	}
+}
