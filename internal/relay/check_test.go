@@ -71,6 +71,13 @@ func TestRejectReasons(t *testing.T) {
 		{"errors > hits", grp(func(e *aggregate.Entry) { e.Errors = 3 }), Invalid, errErrorsGtHits},
 		{"top-level > hits", grp(func(e *aggregate.Entry) { e.TopLevelHits = 3 }), Invalid, errTopGtHits},
 		{"sketch > hits", withSketch(2, 5, 5, 5), Invalid, errSketchGtHits},
+		// Each summary within the hits, their sum above: "adding up".
+		{"ok + error sketches > hits", grp(func(e *aggregate.Entry) {
+			e.Errors, e.Ok, e.Err = 1, new(aggregate.Sketch), new(aggregate.Sketch)
+			e.Ok.Add(5e6)
+			e.Ok.Add(5e6)
+			e.Err.Add(5e6)
+		}), Invalid, errSketchGtHits},
 		{"hits over the payload bound", grp(func(e *aggregate.Entry) { e.Hits = maxPayloadHits + 1 }), Invalid, errTooManyHits},
 		{"other mapping", otherGamma(), Invalid, writer.ErrMapping},
 		{"zero duration", datagram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
