@@ -95,7 +95,8 @@ type consumer struct {
 	boundary  time.Time // the current bucket's aligned end
 	timer     *time.Timer
 	armed     time.Time           // when the timer fires, on the wall clock (tests read it)
-	poll      *time.Timer         // drainPeriod, while parked with spans below the mark
+	poll      *time.Timer         // period, while parked with spans below the mark
+	period    time.Duration       // drainPeriod; tests shorten it to reach quiet parks often
 	quiet     bool                // the last drainPeriod brought no span
 	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
 	peerKeys  *[]string           // the list last given to the table
@@ -144,6 +145,7 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 		batch:     make([]aggregate.Record, drainBatch),
 		batchPtrs: make([]*aggregate.Record, drainBatch),
 		interval:  cfg.BucketInterval,
+		period:    drainPeriod,
 	}
 	c.grace, c.clock = c.interval/graceDivisor, now
 	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq}
@@ -177,7 +179,7 @@ func (c *consumer) run() {
 	defer close(c.done)
 	c.begin(c.wall())
 	defer c.timer.Stop()
-	c.poll = time.NewTimer(drainPeriod)
+	c.poll = time.NewTimer(c.period)
 	defer c.poll.Stop()
 	mark := max(1, c.in.Cap()/wakeFraction)
 	idle := 0
@@ -216,7 +218,7 @@ func (c *consumer) run() {
 			continue // the mark was reached (or the ring closed) while parking
 		}
 		if poll != nil {
-			c.poll.Reset(drainPeriod)
+			c.poll.Reset(c.period)
 		}
 		stopped := c.await(c.in.Wake(), poll)
 		c.in.Unpark()

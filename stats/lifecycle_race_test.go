@@ -1,0 +1,327 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/stats/statstest"
+)
+
+// raceSpan is an eligible span; i spreads it over a few keys so the table
+// both hits and creates entries.
+func raceSpan(i int) Span {
+	res := [...]string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	return Span{Service: "s", Name: "op", Resource: res[i%len(res)], SpanKind: "server", Duration: 1000, Error: i%7 == 0}
+}
+
+// TestLifecycleRaceConservation: producers publish into a small inbox (so
+// it sheds) while Flush, Clear and finally Stop with a short deadline race
+// them, and the agent answers 200, 404, 500 or slowly at random. Every
+// span must still be in exactly one of Health's places (both identities,
+// with nothing pending), and the agent must have taken exactly the spans
+// Health says were sent, give or take those whose request Stop cut while
+// the agent was answering (UnsentAfterTimeout).
+func TestLifecycleRaceConservation(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run("", func(t *testing.T) { lifecycleRound(t, seed) })
+	}
+}
+
+func lifecycleRound(t *testing.T, seed uint64) {
+	ag := statstest.New()
+	defer ag.Close()
+	var answers sync.Mutex
+	arng := rand.New(rand.NewPCG(seed, 99))
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		answers.Lock()
+		k := arng.IntN(8)
+		answers.Unlock()
+		switch k {
+		case 0:
+			http.Error(w, "no stats here", http.StatusNotFound)
+			return true
+		case 1:
+			http.Error(w, "busy", http.StatusInternalServerError)
+			return true
+		case 2:
+			time.Sleep(15 * time.Millisecond) // slow, well within HTTPTimeout
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: 15 * time.Millisecond,
+		InboxSize: 256, SendQueue: 4, RetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond,
+		InfoRefresh: 5 * time.Millisecond, HTTPTimeout: 2 * time.Second, StopRetryWindow: 50 * time.Millisecond},
+		func(a *Aggregator) { a.cons.period = 100 * time.Microsecond })
+
+	stopProducers := make(chan struct{})
+	var accepted, refused atomic.Uint64
+	var producers sync.WaitGroup
+	for p := range 8 {
+		producers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stopProducers:
+					return
+				default:
+				}
+				s := raceSpan(i + p)
+				if a.Publish(&s) {
+					accepted.Add(1)
+				} else {
+					refused.Add(1)
+				}
+				if i%128 == 0 {
+					time.Sleep(50 * time.Microsecond) // let the inbox both fill and empty
+				}
+			}
+		})
+	}
+	chaosDone := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Go(func() {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		for {
+			select {
+			case <-chaosDone:
+				return
+			case <-time.After(time.Duration(rng.IntN(3000)) * time.Microsecond):
+			}
+			if rng.IntN(3) == 0 {
+				a.Clear()
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			err := a.Flush(ctx)
+			cancel()
+			if errors.Is(err, ErrNotStarted) {
+				t.Error("Flush after Start answered ErrNotStarted")
+			}
+		}
+	})
+
+	// Wait for work under load rather than a fixed time: sends both ways,
+	// a Clear's discard, spans shed.
+	waitFor(t, "sends, failures, clears and sheds", func() bool {
+		h := a.Health()
+		return h.PayloadsSent > 3 && h.PayloadsFailed > 3 && h.Cleared > 0 && h.InboxFull > 0
+	})
+	// Stop while producers, Flush and Clear still run.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	err := a.Stop(ctx)
+	cancel()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v", err)
+	}
+	close(stopProducers)
+	producers.Wait()
+	close(chaosDone)
+	chaos.Wait()
+
+	h := a.Health()
+	checkConservation(t, h)
+	if h.Pending != 0 {
+		t.Fatalf("%d spans pending after Stop", h.Pending)
+	}
+	// What Publish answered agrees with where Health put each span.
+	if got := h.Counted + h.StopUndrained + h.Ineligible; got != accepted.Load() {
+		t.Fatalf("Publish accepted %d, Health counted %d + undrained %d + ineligible %d", accepted.Load(), h.Counted, h.StopUndrained, h.Ineligible)
+	}
+	if got := h.InboxFull + h.AfterStop + h.AgentOffSpans; got != refused.Load() {
+		t.Fatalf("Publish refused %d, Health full %d + afterStop %d + agentOff %d", refused.Load(), h.InboxFull, h.AfterStop, h.AgentOffSpans)
+	}
+	_, hits := statstest.Sum(ag.Requests())
+	if hits < h.SpansSent || hits > h.SpansSent+h.UnsentAfterTimeout {
+		t.Fatalf("agent accepted %d hits; Health sent %d (+ up to %d cut by Stop)", hits, h.SpansSent, h.UnsentAfterTimeout)
+	}
+	t.Logf("published %d counted %d full %d afterStop %d agentOff %d undrained %d cleared %d sent %d unsent %d",
+		h.Published, h.Counted, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.StopUndrained, h.Cleared, h.SpansSent, h.SpansUnsent)
+}
+
+// TestQuietParkWakeRace: a consumer that found nothing in its last drain
+// period parks until the first push, with no poll timer; a span pushed
+// while it is going to park must still wake it. The bucket interval is an
+// hour, so a lost wake-up leaves the span uncounted until the deadline.
+// The drain period is cut to microseconds so that each round parks quiet
+// again, and the producer's delay sweeps across the moment of parking.
+func TestQuietParkWakeRace(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	defer stop(t, a)
+	rounds := 3000
+	if raceEnabled {
+		rounds = 1500
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := 1; i <= rounds; i++ {
+		// Spin (not sleep: timer slack is far coarser) for up to a few
+		// drain periods, so the push lands before, during and after parking.
+		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
+		}
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatalf("round %d: span refused", i)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for a.Health().Counted != uint64(i) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: span never counted: the consumer missed its wake-up (counted %d)", i, a.Health().Counted)
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	// Some spans are taken while the consumer yields before parking; most
+	// must have found it parked, or the rounds tested no wake-up at all.
+	if w := a.cons.wakeups.Load(); w < uint64(rounds)/2 {
+		t.Fatalf("%d wake-ups for %d spans: the consumer was not parking between them", w, rounds)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hits, err := ag.WaitHits(ctx, uint64(rounds)); err != nil || hits != uint64(rounds) {
+		t.Fatalf("agent has %d hits, want %d (%v)", hits, rounds, err)
+	}
+}
+
+// TestQuietSpanReportedByNextFlush: a span published to an idle consumer
+// as it parks is in the report of the very next Flush; repeated so the
+// publish lands at every point of the consumer's way to its quiet park.
+func TestQuietSpanReportedByNextFlush(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	defer stop(t, a)
+	rounds := 1000
+	if raceEnabled {
+		rounds = 400
+	}
+	rng := rand.New(rand.NewPCG(2, 2))
+	for i := 1; i <= rounds; i++ {
+		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
+		}
+		s := raceSpan(i)
+		a.Publish(&s)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := a.Flush(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: Flush: %v", i, err)
+		}
+		// Flush returns after the agent answered, so its hits are there.
+		if h := a.Health(); h.SpansSent != uint64(i) {
+			t.Fatalf("round %d: %d spans sent after Flush, want %d (counted %d pending %d)", i, h.SpansSent, i, h.Counted, h.Pending)
+		}
+	}
+	if _, hits := statstest.Sum(ag.Requests()); hits != uint64(rounds) {
+		t.Fatalf("agent has %d hits, want %d", hits, rounds)
+	}
+}
+
+// TestQuietSpanReportedByNextBucket: with no Flush at all, a span
+// published to an idle, quiet-parked consumer reaches the agent in the
+// next bucket's report (its boundary plus the grace).
+func TestQuietSpanReportedByNextBucket(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	const interval = 10 * time.Millisecond
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: interval},
+		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	defer stop(t, a)
+	rounds := 200
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := 1; i <= rounds; i++ {
+		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
+		}
+		s := raceSpan(i)
+		a.Publish(&s)
+		// Generous: a report is due within 1.1 intervals; the deadline
+		// only has to tell late from never on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		hits, err := ag.WaitHits(ctx, uint64(i))
+		cancel()
+		if err != nil || hits != uint64(i) {
+			t.Fatalf("round %d: agent has %d hits, want %d (%v); health %+v", i, hits, i, err, a.Health())
+		}
+	}
+}
+
+// TestPublishNeverWaitsForStalledConsumer: with the consumer held inside a
+// batch (its clock read blocks), producers still return from every Publish:
+// the inbox fills, and the rest is shed and counted. A Flush meanwhile
+// returns by its context instead of hanging.
+func TestPublishNeverWaitsForStalledConsumer(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var stall atomic.Bool
+	held := make(chan struct{})
+	release := make(chan struct{})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 512},
+		func(a *Aggregator) {
+			a.cons.clock = func() time.Time {
+				if stall.CompareAndSwap(true, false) {
+					close(held)
+					<-release
+				}
+				return time.Now()
+			}
+		})
+	stall.Store(true)
+	s := raceSpan(0)
+	a.Publish(&s) // the batch the consumer stalls in
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the consumer never read its clock")
+	}
+	const producers, each = 8, 1000
+	var wg sync.WaitGroup
+	var ok atomic.Uint64
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				s := raceSpan(i + p)
+				if a.Publish(&s) {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	returned := make(chan struct{})
+	go func() { wg.Wait(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Publish blocked on a stalled consumer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	err := a.Flush(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		close(release)
+		t.Fatalf("Flush on a stalled consumer = %v, want the deadline's error", err)
+	}
+	h := a.Health()
+	// The stalled batch's span has its slot still; the inbox holds the rest.
+	if ok.Load() != uint64(a.inbox.Cap()-1) || h.InboxFull != producers*each-ok.Load() {
+		close(release)
+		t.Fatalf("accepted %d (inbox %d) shed %d of %d", ok.Load(), a.inbox.Cap(), h.InboxFull, producers*each)
+	}
+	close(release)
+	stop(t, a)
+	h = a.Health()
+	checkConservation(t, h)
+	if h.Counted != ok.Load()+1 {
+		t.Fatalf("counted %d, want %d", h.Counted, ok.Load()+1)
+	}
+}
