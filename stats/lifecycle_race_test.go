@@ -105,6 +105,21 @@ func lifecycleRound(t *testing.T, seed uint64) {
 		}
 	})
 
+	// Mid-run snapshots: what left the table never exceeds what entered it.
+	chaos.Go(func() {
+		for {
+			select {
+			case <-chaosDone:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			h := a.Health()
+			if h.SpansSent+h.SpansUnsent+h.Cleared > h.Counted {
+				t.Errorf("snapshot: sent %d + unsent %d + cleared %d > counted %d", h.SpansSent, h.SpansUnsent, h.Cleared, h.Counted)
+				return
+			}
+		}
+	})
 	// Wait for work under load rather than a fixed time: sends both ways,
 	// a Clear's discard, spans shed.
 	waitFor(t, "sends, failures, clears and sheds", func() bool {
@@ -324,4 +339,67 @@ func TestPublishNeverWaitsForStalledConsumer(t *testing.T) {
 	if h.Counted != ok.Load()+1 {
 		t.Fatalf("counted %d, want %d", h.Counted, ok.Load()+1)
 	}
+}
+
+// TestStopDeadlineWithHungAgent: the agent holds every request until the
+// client gives up while producers keep publishing; Stop with a deadline
+// returns its error promptly, every span is accounted for, and what the
+// agent recorded from the requests Stop cut is within UnsentAfterTimeout.
+func TestStopDeadlineWithHungAgent(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		select {
+		case <-r.Context().Done(): // recorded as accepted: the agent may take a cut request
+		case <-time.After(10 * time.Second):
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: 5 * time.Millisecond,
+		InboxSize: 1024, HTTPTimeout: time.Minute},
+		func(a *Aggregator) { a.cons.period = 100 * time.Microsecond })
+	done := make(chan struct{})
+	var producers sync.WaitGroup
+	for p := range 4 {
+		producers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				s := raceSpan(i + p)
+				a.Publish(&s)
+				if i%64 == 0 {
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+		})
+	}
+	// Reports pile up behind the hung request: the sender's queue fills.
+	waitFor(t, "a report dropped at the full send queue", func() bool { return a.Health().PayloadsDropped > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	start := time.Now()
+	err := a.Stop(ctx)
+	took := time.Since(start)
+	cancel()
+	close(done)
+	producers.Wait()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline's error", err)
+	}
+	if took > 5*time.Second { // only a hang; the deadline is 30 ms
+		t.Fatalf("Stop took %s", took)
+	}
+	h := a.Health()
+	checkConservation(t, h)
+	if h.SpansSent != 0 || h.Pending != 0 {
+		t.Fatalf("sent %d pending %d to an agent that never answered", h.SpansSent, h.Pending)
+	}
+	ag.Close() // waits for the handlers of the cut requests to record them
+	_, hits := statstest.Sum(ag.Requests())
+	if hits > h.UnsentAfterTimeout {
+		t.Fatalf("agent recorded %d hits, more than the %d UnsentAfterTimeout allows", hits, h.UnsentAfterTimeout)
+	}
+	t.Logf("agent recorded %d hits of cut requests; unsent %d, after timeout %d", hits, h.SpansUnsent, h.UnsentAfterTimeout)
 }
