@@ -170,9 +170,9 @@ func TestQuietParkWakeRace(t *testing.T) {
 	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
 		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
 	defer stop(t, a)
-	rounds := 3000
+	rounds := 10000
 	if raceEnabled {
-		rounds = 1500
+		rounds = 5000
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	for i := 1; i <= rounds; i++ {
@@ -402,4 +402,57 @@ func TestStopDeadlineWithHungAgent(t *testing.T) {
 		t.Fatalf("agent recorded %d hits, more than the %d UnsentAfterTimeout allows", hits, h.UnsentAfterTimeout)
 	}
 	t.Logf("agent recorded %d hits of cut requests; unsent %d, after timeout %d", hits, h.SpansUnsent, h.UnsentAfterTimeout)
+}
+
+// TestFlushWithoutDeadlineReturnsAtStop: Flushes with no deadline of their
+// own, racing a Stop whose deadline cuts the requests to a hung agent, all
+// return once Stop has: a Flush whose report Stop abandoned is answered,
+// not left waiting for an answer that no goroutine will send.
+func TestFlushWithoutDeadlineReturnsAtStop(t *testing.T) {
+	for round := range 20 {
+		ag := statstest.New()
+		var held atomic.Int64
+		ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+			held.Add(1)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return false
+		})
+		a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, HTTPTimeout: time.Minute})
+		var flushes sync.WaitGroup
+		stopped := make(chan struct{})
+		for f := range 4 {
+			flushes.Go(func() {
+				for i := 0; ; i++ {
+					s := raceSpan(i + f)
+					a.Publish(&s)
+					if err := a.Flush(context.Background()); errors.Is(err, ErrStopped) {
+						return
+					}
+					select {
+					case <-stopped:
+						return
+					default:
+					}
+				}
+			})
+		}
+		waitFor(t, "a request held by the agent", func() bool { return held.Load() > 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_ = a.Stop(ctx)
+		cancel()
+		close(stopped)
+		returned := make(chan struct{})
+		go func() { flushes.Wait(); close(returned) }()
+		select {
+		case <-returned:
+		case <-time.After(5 * time.Second):
+			ag.Close()
+			t.Fatalf("round %d: a Flush without a deadline never returned after Stop", round)
+		}
+		ag.Close()
+		checkConservation(t, a.Health())
+	}
 }
