@@ -507,3 +507,49 @@ func TestConcurrentFlushReportsEarlierSpans(t *testing.T) {
 		t.Fatalf("only %d Flushes returned nil: the test checked little", checked.Load())
 	}
 }
+
+// TestClearDiscardsEverythingPublishedBefore: producers keep publishing
+// while Clear is called; every span accepted before the call is discarded
+// (aggregated or still in the inbox of a parked consumer), so no report
+// after it carries more spans than were accepted after the call began.
+func TestClearDiscardsEverythingPublishedBefore(t *testing.T) {
+	for round := range 30 {
+		ag := statstest.New()
+		a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+			func(a *Aggregator) { a.cons.period = time.Duration(1+round%3) * 50 * time.Microsecond })
+		var accepted atomic.Uint64
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for p := range 4 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					s := raceSpan(i + p)
+					if a.Publish(&s) {
+						accepted.Add(1)
+					}
+					if i%32 == 0 {
+						time.Sleep(10 * time.Microsecond)
+					}
+				}
+			})
+		}
+		waitFor(t, "spans accepted", func() bool { return accepted.Load() > 2000 })
+		before := accepted.Load()
+		a.Clear()
+		close(done)
+		wg.Wait()
+		total := accepted.Load()
+		stop(t, a)
+		ag.Close()
+		h := a.Health()
+		checkConservation(t, h)
+		if h.Cleared < before || h.SpansSent > total-before {
+			t.Fatalf("round %d: accepted %d before Clear, %d in all; cleared %d, sent %d", round, before, total, h.Cleared, h.SpansSent)
+		}
+	}
+}
