@@ -71,6 +71,9 @@ func lifecycleRound(t *testing.T, seed uint64) {
 				default:
 				}
 				s := raceSpan(i + p)
+				if i%11 == 0 {
+					s.Duration = 0 // ineligible: Publish answers true, counts it apart
+				}
 				if a.Publish(&s) {
 					accepted.Add(1)
 				} else {
@@ -550,6 +553,42 @@ func TestClearDiscardsEverythingPublishedBefore(t *testing.T) {
 		checkConservation(t, h)
 		if h.Cleared < before || h.SpansSent > total-before {
 			t.Fatalf("round %d: accepted %d before Clear, %d in all; cleared %d, sent %d", round, before, total, h.Cleared, h.SpansSent)
+		}
+	}
+}
+
+// TestIdleConsumerStopsWaking: once a drain period passes with no span,
+// the consumer parks until the first push with no timer of its own (the
+// bucket interval here is an hour), so an idle aggregator does not wake;
+// after a span it drains and goes quiet again. The drain period is
+// microseconds, so a consumer that kept polling would wake thousands of
+// times in the window.
+func TestIdleConsumerStopsWaking(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	defer stop(t, a)
+	for round := range 3 {
+		if round > 0 {
+			s := raceSpan(round)
+			a.Publish(&s)
+			waitFor(t, "the span counted", func() bool { return a.Health().Counted == uint64(round) })
+		}
+		// Settled: no wake-up over a few drain periods (polled, bounded).
+		w := a.cons.wakeups.Load()
+		waitFor(t, "the consumer to go quiet", func() bool {
+			time.Sleep(time.Millisecond)
+			n := a.cons.wakeups.Load()
+			settled := n == w
+			w = n
+			return settled
+		})
+		// An observation window, not a wait for something to happen: a
+		// quiet consumer leaves its park at most once, for a stale token.
+		time.Sleep(50 * time.Millisecond)
+		if n := a.cons.wakeups.Load() - w; n > 1 {
+			t.Fatalf("round %d: %d wake-ups in 50 ms of idleness", round, n)
 		}
 	}
 }
