@@ -680,3 +680,50 @@ func TestAgentGetsExactTotalsUnderFlushRace(t *testing.T) {
 	}
 	t.Logf("counted %d shed %d late %d in %d requests", h.Counted, h.InboxFull, h.LateSpans, len(ag.Requests()))
 }
+
+// TestHighWaterMarkWakesConsumer: with the drain period and the bucket
+// interval both an hour, only the high-water mark (half the inbox) wakes
+// a parked consumer. After every burst from several producers, the spans
+// left queued must fall below the mark: a push that reached it while the
+// consumer was going to park and woke nobody would leave them there.
+func TestHighWaterMarkWakesConsumer(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour, InboxSize: 256},
+		func(a *Aggregator) { a.cons.period = time.Hour })
+	defer stop(t, a)
+	mark := uint64(a.inbox.Cap() / wakeFraction)
+	rounds := 1000
+	if raceEnabled {
+		rounds = 400
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	for round := range rounds {
+		n := 1 + rng.IntN(int(mark))
+		var wg sync.WaitGroup
+		for p := range 4 {
+			wg.Go(func() {
+				for i := range n / 4 {
+					s := raceSpan(i + p)
+					a.Publish(&s)
+				}
+			})
+		}
+		wg.Wait()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			h := a.Health()
+			if h.Pending < mark {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d spans queued, the mark is %d: the consumer was not woken", round, h.Pending, mark)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	h := a.Health()
+	if h.Counted == 0 || h.InboxFull != 0 {
+		t.Fatalf("counted %d shed %d: the mark never woke the consumer, or it slept past a full inbox", h.Counted, h.InboxFull)
+	}
+}
