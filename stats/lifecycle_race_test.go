@@ -727,3 +727,48 @@ func TestHighWaterMarkWakesConsumer(t *testing.T) {
 		t.Fatalf("counted %d shed %d: the mark never woke the consumer, or it slept past a full inbox", h.Counted, h.InboxFull)
 	}
 }
+
+// TestSecondStopDeadlineCutsNothing: a Stop called while another runs
+// waits within its own deadline and returns its error, but it must not
+// cut the first Stop short: the first still drains, reports and delivers
+// every span to a slow agent.
+func TestSecondStopDeadlineCutsNothing(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		time.Sleep(30 * time.Millisecond)
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 4096})
+	const n = 3000
+	for i := range n {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatalf("span %d refused", i)
+		}
+	}
+	first := make(chan error, 1)
+	go func() { first <- a.Stop(context.Background()) }()
+	waitFor(t, "the first Stop to begin", func() bool {
+		select {
+		case <-a.stopCh:
+			return true
+		default:
+			return false
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	err := a.Stop(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrStopped) {
+		t.Fatalf("second Stop = %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first Stop = %v", err)
+	}
+	h := a.Health()
+	checkConservation(t, h)
+	if h.StopUndrained != 0 || h.SpansSent != n {
+		t.Fatalf("undrained %d sent %d of %d: the second Stop's deadline cut the first", h.StopUndrained, h.SpansSent, n)
+	}
+}
