@@ -13,6 +13,17 @@ import (
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
+// waitLong is waitFor with room for a loaded 2-core CI machine: these
+// waits are for load to produce its effects, which load also slows.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // raceSpan is an eligible span; i spreads it over a few keys so the table
 // both hits and creates entries.
 func raceSpan(i int) Span {
@@ -125,7 +136,7 @@ func lifecycleRound(t *testing.T, seed uint64) {
 	})
 	// Wait for work under load rather than a fixed time: sends both ways,
 	// a Clear's discard, spans shed.
-	waitFor(t, "sends, failures, clears and sheds", func() bool {
+	waitLong(t, "sends, failures, clears and sheds", func() bool {
 		h := a.Health()
 		return h.PayloadsSent > 3 && h.PayloadsFailed > 3 && h.Cleared > 0 && h.InboxFull > 0
 	})
@@ -384,7 +395,7 @@ func TestStopDeadlineWithHungAgent(t *testing.T) {
 		})
 	}
 	// Reports pile up behind the hung request: the sender's queue fills.
-	waitFor(t, "a report dropped at the full send queue", func() bool { return a.Health().PayloadsDropped > 0 })
+	waitLong(t, "a report dropped at the full send queue", func() bool { return a.Health().PayloadsDropped > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	start := time.Now()
 	err := a.Stop(ctx)
