@@ -1,5 +1,5 @@
-relay_started="2026-12-05 07:56:16 UTC"
-relay_elapsed="942"
-relay_commit="cc3a118"
+relay_started="2026-12-05 11:57:47 UTC"
+relay_elapsed="938"
+relay_commit="16ccbad"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
