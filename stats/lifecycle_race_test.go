@@ -172,6 +172,23 @@ func lifecycleRound(t *testing.T, seed uint64) {
 		h.Published, h.Counted, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.StopUndrained, h.Cleared, h.SpansSent, h.SpansUnsent)
 }
 
+// newQuiet starts an aggregator whose drain period is cut to microseconds,
+// so that it parks quiet (until the first push, no poll timer) again
+// between the spans of a test's rounds.
+func newQuiet(t *testing.T, ag *statstest.Agent, interval time.Duration) *Aggregator {
+	t.Helper()
+	return newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: interval},
+		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+}
+
+// spinBeforePush waits up to a few of newQuiet's drain periods, spinning
+// (not sleeping: timer slack is far coarser), so that a round's push lands
+// before, during and after the consumer's parking.
+func spinBeforePush(rng *rand.Rand) {
+	for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
+	}
+}
+
 // TestQuietParkWakeRace: a consumer that found nothing in its last drain
 // period parks until the first push, with no poll timer; a span pushed
 // while it is going to park must still wake it. The bucket interval is an
@@ -181,8 +198,7 @@ func lifecycleRound(t *testing.T, seed uint64) {
 func TestQuietParkWakeRace(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
-		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	a := newQuiet(t, ag, time.Hour)
 	defer stop(t, a)
 	rounds := 10000
 	if raceEnabled {
@@ -190,10 +206,7 @@ func TestQuietParkWakeRace(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	for i := 1; i <= rounds; i++ {
-		// Spin (not sleep: timer slack is far coarser) for up to a few
-		// drain periods, so the push lands before, during and after parking.
-		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
-		}
+		spinBeforePush(rng)
 		s := raceSpan(i)
 		if !a.Publish(&s) {
 			t.Fatalf("round %d: span refused", i)
@@ -227,8 +240,7 @@ func TestQuietParkWakeRace(t *testing.T) {
 func TestQuietSpanReportedByNextFlush(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
-		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	a := newQuiet(t, ag, time.Hour)
 	defer stop(t, a)
 	rounds := 1000
 	if raceEnabled {
@@ -236,8 +248,7 @@ func TestQuietSpanReportedByNextFlush(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(2, 2))
 	for i := 1; i <= rounds; i++ {
-		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
-		}
+		spinBeforePush(rng)
 		s := raceSpan(i)
 		a.Publish(&s)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -263,14 +274,12 @@ func TestQuietSpanReportedByNextBucket(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	const interval = 10 * time.Millisecond
-	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: interval},
-		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	a := newQuiet(t, ag, interval)
 	defer stop(t, a)
 	rounds := 200
 	rng := rand.New(rand.NewPCG(3, 3))
 	for i := 1; i <= rounds; i++ {
-		for until := time.Now().Add(time.Duration(rng.IntN(80)) * time.Microsecond); time.Now().Before(until); {
-		}
+		spinBeforePush(rng)
 		s := raceSpan(i)
 		a.Publish(&s)
 		// Generous: a report is due within 1.1 intervals; the deadline
@@ -577,8 +586,7 @@ func TestClearDiscardsEverythingPublishedBefore(t *testing.T) {
 func TestIdleConsumerStopsWaking(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
-		func(a *Aggregator) { a.cons.period = 20 * time.Microsecond })
+	a := newQuiet(t, ag, time.Hour)
 	defer stop(t, a)
 	for round := range 3 {
 		if round > 0 {
