@@ -1,0 +1,117 @@
+package relay_test
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/spanstats/spanstats/internal/relay"
+)
+
+// unixFDs is how many Unix sockets the process has open: the agent
+// client's TCP connections come and go on their own.
+func unixFDs(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		t.Skip("no /proc/net/unix:", err)
+	}
+	defer f.Close()
+	inodes := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 7 {
+			inodes["socket:["+fields[6]+"]"] = true
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && inodes[l] {
+			n++
+		}
+	}
+	return n
+}
+
+// readers is how many socket readers the process runs.
+func readers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "relay.(*Server).read(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestSocketRebindsLeakNothing: fifty removals, each bound again, leave
+// the relay with one reader and the Unix sockets it had, and every
+// datagram sent to each socket counted.
+func TestSocketRebindsLeakNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	srv, _, stop := startWatched(t, path, -1)
+	defer stop()
+	if err := sendUnix(path, []byte{0xc1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
+	fds := unixFDs(t)
+	if n := readers(); n != 1 {
+		t.Fatalf("%d readers before any rebind, want 1", n)
+	}
+	const cycles = 50
+	for i := range cycles {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		srv.CheckSocket()
+		if err := sendUnix(path, []byte{0xc1}); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+	}
+	waitFor(t, "every datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1+cycles })
+	waitFor(t, "one reader", func() bool { return readers() == 1 })
+	waitFor(t, "the Unix sockets to go back", func() bool { return unixFDs(t) == fds })
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 50")
+}
+
+// TestSocketRebindDrainsOld: what a sender connected to the old socket
+// queued there after its file was removed is read and counted once the
+// check binds a new one, and then the old socket is closed.
+func TestSocketRebindDrainsOld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	srv, _, stop := startWatched(t, path, -1)
+	defer stop()
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	const queued = 20
+	for range queued {
+		if _, err := conn.Write([]byte{0xc1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.CheckSocket()
+	waitFor(t, "the queued datagrams", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == queued })
+	waitFor(t, "the old socket to close", func() bool {
+		_, err := conn.Write([]byte{0xc1})
+		return err != nil
+	})
+	if got := srv.Relay().Stats().Datagrams[relay.Unix]; got < queued {
+		t.Fatalf("read %d, want at least %d", got, queued)
+	}
+}
