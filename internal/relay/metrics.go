@@ -79,9 +79,9 @@ func (s *Server) snapshot(set *metrics.Set) {
 			gauge("statsrelay_udp_receive_buffer_bytes", float64(c.GrantedBuffer()))
 		}
 		if t == Unix {
-			bound := 1.0
-			if s.sock.lost.Load() {
-				bound = 0
+			bound := 0.0
+			if s.unixBound() {
+				bound = 1
 			}
 			gauge("statsrelay_unix_socket_bound", bound)
 			counter("statsrelay_unix_socket_rebinds_total", s.sock.rebinds.Load())

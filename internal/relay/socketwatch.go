@@ -40,7 +40,7 @@ type socketWatch struct {
 
 	rebinds atomic.Uint64 // sockets bound again
 	taken   atomic.Uint64 // times the path was found naming another file
-	lost    atomic.Bool   // the path does not name the relay's socket
+	lost    atomic.Bool   // at the last check, the path did not name the relay's socket
 }
 
 // conn returns the socket of transport t, or nil; the Unix one may be
@@ -146,6 +146,21 @@ func (w *socketWatch) fail(log *slog.Logger, msg, path string, err error) {
 		w.failed = e
 		log.Error(msg, "path", path, "err", e)
 	}
+}
+
+// unixBound says whether the Unix socket's path names the relay's socket
+// now. Looked at per scrape, not kept from the last check: with the check
+// off (-socket-check 0) that would say bound for ever. Under mu, so the
+// check cannot retire the socket mid-look.
+func (s *Server) unixBound() bool {
+	w := &s.sock
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	state, err := s.conns[Unix].CheckFile()
+	if err != nil {
+		return !w.lost.Load() // the check logs the error
+	}
+	return state == dgram.FileBound
 }
 
 // retiredConns returns the sockets the check replaced.

@@ -233,3 +233,29 @@ func TestSocketCheckTicks(t *testing.T) {
 	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 1")
 }
+
+// TestSocketBoundWithCheckOff: with the check off (-socket-check 0) the
+// gauge still says whether the path names the relay's socket: an alert on
+// statsrelay_unix_socket_bound 0 must fire when the file is removed or
+// taken, not read 1 for ever.
+func TestSocketBoundWithCheckOff(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.sock")
+	srv, _, stop := startWatched(t, path, -1)
+	defer stop()
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0")
+	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0")
+	other.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	srv.CheckSocket()
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 1")
+}
