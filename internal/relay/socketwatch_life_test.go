@@ -2,12 +2,15 @@ package relay_test
 
 import (
 	"bufio"
+	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
 )
@@ -113,5 +116,37 @@ func TestSocketRebindDrainsOld(t *testing.T) {
 	})
 	if got := srv.Relay().Stats().Datagrams[relay.Unix]; got < queued {
 		t.Fatalf("read %d, want at least %d", got, queued)
+	}
+}
+
+// TestSocketRebindRacesStop: the stop begins while the check, every
+// millisecond, binds the removed file again: no reader is started after
+// the stop waits for them (a WaitGroup.Go after Wait began), none is left
+// running (goleak), and the stop leaves no socket file behind.
+func TestSocketRebindRacesStop(t *testing.T) {
+	for i := range 20 {
+		path := filepath.Join(t.TempDir(), "relay.sock")
+		srv, _, stop := startWatched(t, path, time.Millisecond)
+		t.Cleanup(stop) // a second call returns at once
+		os.Remove(path)
+		waitFor(t, "a rebind", func() bool {
+			return !strings.Contains(scrape(srv), "\nstatsrelay_unix_socket_rebinds_total 0\n")
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 50 + 10*i {
+				os.Remove(path)
+				runtime.Gosched()
+			}
+		}()
+		stop()
+		<-done
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("round %d: after the stop the path holds %v", i, err)
+		}
+		if n := readers(); n != 0 {
+			t.Fatalf("round %d: %d readers after the stop", i, n)
+		}
 	}
 }
