@@ -12,3 +12,6 @@ func (s *Server) CheckSocket() {
 		}
 	}
 }
+
+// RetiredConns is how many replaced sockets the Server still holds.
+func (s *Server) RetiredConns() int { return len(s.retiredConns()) }

@@ -467,6 +467,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 				// the kernel took meanwhile would be neither read nor
 				// refused (a UDP sender is told by the port's refusal).
 				c.Close()
+				s.sock.release(c)
 				return
 			case errors.Is(err, net.ErrClosed):
 				return

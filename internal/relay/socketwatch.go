@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,8 @@ type socketWatch struct {
 	// running, or stopping).
 	start func(*dgram.Conn)
 	// retired are the sockets replaced by a rebind: each reader takes
-	// what they hold and closes its own; the stop closes what remains.
+	// what they hold, closes its own and releases it; the stop closes
+	// what remains.
 	retired []*dgram.Conn
 	state   dgram.FileState // at the last check
 	// failed is the last rebind or check error logged, so that one
@@ -163,9 +165,18 @@ func (s *Server) unixBound() bool {
 	return state == dgram.FileBound
 }
 
-// retiredConns returns the sockets the check replaced.
+// release forgets c once its reader closed it: a relay whose file a
+// cleaner removes daily must not hold every socket it ever bound.
+func (w *socketWatch) release(c *dgram.Conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.retired = slices.DeleteFunc(w.retired, func(r *dgram.Conn) bool { return r == c })
+}
+
+// retiredConns returns the sockets the check replaced whose readers have
+// not closed them yet.
 func (s *Server) retiredConns() []*dgram.Conn {
 	s.sock.mu.Lock()
 	defer s.sock.mu.Unlock()
-	return s.sock.retired
+	return slices.Clone(s.sock.retired)
 }

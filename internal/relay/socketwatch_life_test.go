@@ -57,8 +57,8 @@ func readers() int {
 }
 
 // TestSocketRebindsLeakNothing: fifty removals, each bound again, leave
-// the relay with one reader and the Unix sockets it had, and every
-// datagram sent to each socket counted.
+// the relay with one reader, the Unix sockets it had and none held as
+// replaced, and every datagram sent to each socket counted.
 func TestSocketRebindsLeakNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.sock")
 	srv, _, stop := startWatched(t, path, -1)
@@ -84,6 +84,7 @@ func TestSocketRebindsLeakNothing(t *testing.T) {
 	waitFor(t, "every datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1+cycles })
 	waitFor(t, "one reader", func() bool { return readers() == 1 })
 	waitFor(t, "the Unix sockets to go back", func() bool { return unixFDs(t) == fds })
+	waitFor(t, "the replaced sockets to be released", func() bool { return srv.RetiredConns() == 0 })
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 50")
 }
 
