@@ -189,8 +189,9 @@ const crossingSlots = 4096
 
 // crossings marks the spans started under a local parent of another
 // TracerProvider, so of another export, where the agent finds the parent
-// outside the child's chunk and ComputeTopLevel makes the child top-level. OnEnd takes the mark back. Span IDs are random and
-// never 0, so a slot holds one span's ID or 0.
+// outside the child's chunk and ComputeTopLevel makes the child
+// top-level. OnEnd takes the mark back. Span IDs are random and never 0,
+// so a slot holds one span's ID or 0.
 type crossings struct{ slots [crossingSlots]atomic.Uint64 }
 
 func (c *crossings) mark(id trace.SpanID) {
