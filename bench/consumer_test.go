@@ -5,6 +5,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/inbox"
+	"github.com/spanstats/spanstats/stats"
 )
 
 // consumerBatch is how many spans BenchmarkConsumer queues, outside the
@@ -37,6 +38,8 @@ func benchConsumer(b *testing.B, w *Workload) {
 	ring.SetClear((*aggregate.Record).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
+	hints := new(aggregate.Hints) // as the aggregator's
+	table.SetHints(hints, stats.Hintable)
 	walks := make([]*Producer, Producers)
 	for i := range walks {
 		walks[i] = w.Producer(i)
@@ -52,7 +55,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 			if !ok {
 				b.Fatal("inbox full")
 			}
-			s.Snapshot(c.Value()) // as Publish
+			s.SnapshotWith(c.Value(), hints) // as Publish
 			c.Commit()
 		}
 	}
