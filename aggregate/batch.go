@@ -23,11 +23,9 @@ import (
 // to SetHalt was set, which stops it before the next span that is not a
 // recent-cache hit.
 func (t *Table) AddBatch(spans []*Record) int {
-	if !t.Attacked() && havePrefetch {
-		return t.addHits(spans)
-	}
-	t.expand(spans)
 	switch {
+	case !t.Attacked() && havePrefetch:
+		return t.addHits(spans)
 	case !t.Attacked():
 		return t.addPlain(spans)
 	case havePrefetch:
@@ -80,24 +78,15 @@ func (t *Table) addHits(spans []*Record) int {
 			}
 			return i + t.AddBatch(spans[i:]) // with its look-ahead for attacks
 		}
-		k := s.keyOf()
-		e := t.recentEntry(k)
-		switch {
-		case e == nil:
+		e := t.recentEntry(s)
+		if e == nil {
 			// Strings the tracer built for this span: the next ones likely
 			// are too, and the cache by contents reads their bytes, cold
 			// (BenchmarkConsumer/ClientPeerTagsFreshStrings).
 			if j := i + prefetchAhead; j < len(spans) {
-				prefetchStrings(spans[j].keyOf())
+				prefetchStrings(spans[j])
 			}
-			e = t.contentEntry(k)
-			if e != nil && t.hints != nil && k == s {
-				t.offerHint(s, e)
-			}
-		case t.hints != nil && k == s:
-			// Strings the tracer reuses, handed over in full: let its
-			// producers hand over the next ones as a template's.
-			t.offerHint(s, e)
+			e = t.contentEntry(s)
 		}
 		if e == nil {
 			if t.halted() {
@@ -106,12 +95,7 @@ func (t *Table) addHits(spans []*Record) int {
 				}
 				return i
 			}
-			if k != s {
-				s = t.expandOne(s)
-				t.addKey(s, t.keptPeers(s), t.budgets != nil)
-			} else if e := t.addKey(s, t.keptPeers(s), t.budgets != nil); e != nil && t.hints != nil {
-				t.offerHint(s, e)
-			}
+			t.addKey(s, t.keptPeers(s), t.budgets != nil)
 			continue
 		}
 		if tail-head == recordLag {
@@ -220,47 +204,4 @@ func edge(v string) byte {
 		return v[0] ^ v[n-1]
 	}
 	return 0
-}
-
-// expandOne returns s, a Record with Labels, written out in full: the
-// template's key fields and s's measurements, in scratch memory that the
-// next call reuses.
-func (t *Table) expandOne(s *Record) *Record {
-	if len(t.expanded) == 0 {
-		t.expanded = make([]Record, 1)
-	}
-	return writeOut(&t.expanded[0], s)
-}
-
-// expand replaces each Record with Labels in spans by its written-out copy
-// (see expandOne), for the paths that read a span's key fields in several
-// places. The copies live until the next call.
-func (t *Table) expand(spans []*Record) {
-	n := 0
-	for _, s := range spans {
-		if s.Labels != nil {
-			n++
-		}
-	}
-	if n == 0 {
-		return
-	}
-	if cap(t.expanded) < n+1 {
-		t.expanded = make([]Record, n+1) // [0] is expandOne's
-	}
-	buf := t.expanded[1 : n+1]
-	for i, s := range spans {
-		if s.Labels != nil {
-			spans[i] = writeOut(&buf[0], s)
-			buf = buf[1:]
-		}
-	}
-}
-
-// writeOut sets dst to the template of s with s's measurements.
-func writeOut(dst, s *Record) *Record {
-	*dst = *s.Labels
-	dst.Labels = nil
-	dst.Duration, dst.End, dst.Error, dst.TopLevel = s.Duration, s.End, s.Error, s.TopLevel
-	return dst
 }

@@ -5,11 +5,7 @@
 //
 // Concurrency: a Table, its entries and sketches belong to one goroutine, the
 // consumer, and are not safe for concurrent use; nothing here takes a lock.
-// Producers hand spans to the consumer by copy, through the inbox. The one
-// structure shared with them is Hints, which the Table writes and
-// producers read: immutable templates of key fields behind atomic
-// pointers, so a span whose strings the Table has seen travels as a
-// template's pointer and its measurements (Record.Labels). Slices
+// Producers hand spans to the consumer by copy, through the inbox. Slices
 // returned by Touched and Sketch.Bins alias the table's memory until the next
 // Add, Rotate or Clear.
 //

@@ -43,9 +43,6 @@ type Entry struct {
 	hash  uint64
 	epoch uint32 // interval of the last hit; reported entries have epoch == table epoch
 	gen   uint32 // bumped when the entry takes a new key (recycling)
-	// tmpl is the Hints template of the key fields of the spans that hit
-	// the entry (see offerHint), noTemplate, or nil: none made yet.
-	tmpl *Record
 }
 
 // record adds one span's measurements.

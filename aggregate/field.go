@@ -47,11 +47,9 @@ func (f Field) String() string {
 	return fieldNames[f]
 }
 
-// labels is s's label strings indexed by Field: Record declares them in
-// Field order from Resource on.
-func (s *Record) labels() *[numLabels]string {
-	return (*[numLabels]string)(unsafe.Pointer(&s.Resource))
-}
+// labels is s's label strings indexed by Field: Record declares them first,
+// in Field order.
+func (s *Record) labels() *[numLabels]string { return (*[numLabels]string)(unsafe.Pointer(s)) }
 
 // labels is k's label strings indexed by Field: Key declares them first, in
 // Field order.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"unsafe"
 )
 
 func TestSetPeerTags(t *testing.T) {
@@ -41,7 +40,7 @@ func TestRecordReset(t *testing.T) {
 		for i := range v.NumField() {
 			f := v.Field(i)
 			switch name := v.Type().Field(i).Name; {
-			case name == "NumPeerTags" || name == "PeerTags" || name == "ExtraPeerTags" || name == "_" || name == "Labels":
+			case name == "NumPeerTags" || name == "PeerTags" || name == "ExtraPeerTags":
 			case f.Kind() == reflect.String:
 				f.SetString("v-" + name)
 			case f.Kind() == reflect.Bool:
@@ -63,36 +62,5 @@ func TestRecordReset(t *testing.T) {
 		if !v.IsZero() {
 			t.Errorf("%d peer tags: after Reset %+v, want the zero Record", n, s)
 		}
-	}
-}
-
-// TestRecordResetLabels: a Record with Labels (a producer's hinted span:
-// Labels and the measurements, nothing else) is the zero Record after
-// Reset, which writes none of its key fields.
-func TestRecordResetLabels(t *testing.T) {
-	tmpl := &Record{Resource: "GET /x", Service: "svc", NumPeerTags: 1, PeerTags: [MaxInlinePeerTags]string{"peer.service:db"}}
-	s := Record{Labels: tmpl, Duration: 5, End: 7, Error: true, TopLevel: true}
-	s.Reset()
-	if !reflect.ValueOf(s).IsZero() {
-		t.Fatalf("after Reset %+v, want the zero Record", s)
-	}
-	if tmpl.Resource != "GET /x" || tmpl.NumPeerTags != 1 {
-		t.Fatalf("Reset wrote the template: %+v", tmpl)
-	}
-}
-
-// TestRecordFillsSlotLines: an inbox slot (a sequence word, then a Record)
-// is whole cache lines, so that the first line of every slot holds the
-// measurements and Labels, all a hinted span writes.
-func TestRecordFillsSlotLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("64-bit layout")
-	}
-	size := 8 + unsafe.Sizeof(Record{})
-	if size%64 != 0 {
-		t.Errorf("a slot is %d bytes, not whole 64-byte lines: adjust recordPad", size)
-	}
-	if end := 8 + unsafe.Offsetof(Record{}.HTTPStatusCode) + 4; end > 64 {
-		t.Errorf("the measurements end at byte %d of the slot, past its first line", end)
 	}
 }

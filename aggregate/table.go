@@ -44,9 +44,6 @@ type Table struct {
 	budgets       *budgets            // nil: no cardinality limits
 	peerKeys      map[string]struct{} // nil: every peer-tag key is kept
 	collapsedSpan Record              // scratch: a span with collapsed fields
-	expanded      []Record            // scratch: spans with Labels, written out (expand)
-	hints         *Hints              // see SetHints; nil: none published
-	hintOK        func(*Record) bool
 	lastCollapsed collapsedMemo
 	attacked      bool // the last span collapsed: admit before hashing
 	lookAhead     byte // what AddBatch's look-ahead loads read: kept so they are not optimised away
@@ -128,17 +125,6 @@ func (t *Table) Overflowed() uint64 { return t.overflowed }
 // Add counts one span in the entry of its key, creating the entry for a new
 // key. It never loses a span: at the cap the span goes to the overflow entry.
 func (t *Table) Add(s *Record) {
-	if s.Labels != nil {
-		s = t.expandOne(s)
-	}
-	if e := t.add(s); e != nil && t.hints != nil {
-		t.offerHint(s, e)
-	}
-}
-
-// add is Add of a span with its own key fields; it returns the entry it
-// counted s in if that entry existed before (nil if s collapsed or made it).
-func (t *Table) add(s *Record) *Entry {
 	if t.budgets != nil && t.attacked {
 		// The last span collapsed: under a cardinality attack most spans
 		// do, and their fresh strings miss every cache, so decide the
@@ -147,14 +133,15 @@ func (t *Table) add(s *Record) *Entry {
 		kept := t.keptPeers(s)
 		if rejected := t.admit(s, kept); rejected != 0 {
 			t.addCollapsed(s, rejected, kept)
-			return nil
+			return
 		}
 		t.attacked = false
 		if e := t.cachedEntry(s); e != nil {
 			e.record(s.Duration, s.Error, s.TopLevel)
-			return e
+			return
 		}
-		return t.addKey(s, kept, false)
+		t.addKey(s, kept, false)
+		return
 	}
 	// Spans of a key repeat its strings, at the same addresses when the
 	// tracer reuses them (constants, route templates), else at new ones:
@@ -162,16 +149,15 @@ func (t *Table) add(s *Record) *Entry {
 	// the key.
 	if e := t.cachedEntry(s); e != nil {
 		e.record(s.Duration, s.Error, s.TopLevel)
-		return e
+		return
 	}
-	return t.addKey(s, t.keptPeers(s), t.budgets != nil)
+	t.addKey(s, t.keptPeers(s), t.budgets != nil)
 }
 
 // addKey counts s in the entry of its raw key; kept are its kept peer tags
 // in the tracer's order. With checkBudgets, a key not yet admitted in this
-// interval goes through the budgets first. It returns the entry when it
-// existed before (nil when s collapsed or made it).
-func (t *Table) addKey(s *Record, kept []string, checkBudgets bool) (existing *Entry) {
+// interval goes through the budgets first.
+func (t *Table) addKey(s *Record, kept []string, checkBudgets bool) {
 	b := t.encodeKey(s, t.sortedPeers(kept))
 	h := hash(b)
 	e := t.lookup(h, b[seedLen:])
@@ -181,17 +167,15 @@ func (t *Table) addKey(s *Record, kept []string, checkBudgets bool) (existing *E
 		if rejected := t.admit(s, kept); rejected != 0 {
 			t.attacked = true
 			t.addCollapsed(s, rejected, kept)
-			return nil
+			return
 		}
 	}
-	existing = e
 	if e == nil {
 		e = t.insert(h, b[seedLen:])
 	}
 	e.epoch = t.epoch
 	e.record(s.Duration, s.Error, s.TopLevel)
 	t.remember(s, e)
-	return existing
 }
 
 func (t *Table) lookup(h uint64, key []byte) *Entry {
@@ -231,7 +215,6 @@ func (t *Table) insert(h uint64, key []byte) *Entry {
 	e.hash = h
 	e.setKey(key)
 	e.gen++
-	e.tmpl = nil
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].idx == 0 {
 			t.slots[i] = slot{hash: h, idx: idx}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/inbox"
-	"github.com/spanstats/spanstats/stats"
 )
 
 // consumerBatch is how many spans BenchmarkConsumer queues, outside the
@@ -38,8 +37,6 @@ func benchConsumer(b *testing.B, w *Workload) {
 	ring.SetClear((*aggregate.Record).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
-	hints := new(aggregate.Hints) // as the aggregator's
-	table.SetHints(hints, stats.Hintable)
 	walks := make([]*Producer, Producers)
 	for i := range walks {
 		walks[i] = w.Producer(i)
@@ -55,7 +52,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 			if !ok {
 				b.Fatal("inbox full")
 			}
-			s.SnapshotWith(c.Value(), hints) // as Publish
+			s.Snapshot(c.Value()) // as Publish
 			c.Commit()
 		}
 	}

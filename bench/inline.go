@@ -17,7 +17,6 @@ const drainBatch = 256
 // what handing spans to another goroutine costs at that load.
 type inlineSDK struct {
 	ring    *inbox.Ring[aggregate.Record]
-	hints   *aggregate.Hints
 	table   *aggregate.Table
 	batch   []*aggregate.Record
 	counted uint64
@@ -31,11 +30,9 @@ func OpenInlineSDK(peerTagKeys []string) OpenFunc {
 	return func(*Workload) (Driver, error) {
 		d := &inlineSDK{
 			ring:  inbox.New[aggregate.Record](stats.DefaultInboxSize),
-			hints: new(aggregate.Hints),
 			table: aggregate.NewTable(0),
 			batch: make([]*aggregate.Record, drainBatch),
 		}
-		d.table.SetHints(d.hints, stats.Hintable)
 		d.ring.SetClear((*aggregate.Record).Reset)
 		d.table.SetLimits(aggregate.DefaultLimits())
 		if len(peerTagKeys) > 0 {
@@ -56,7 +53,7 @@ func (d *inlineSDK) Publish(_ int, s *stats.Span) {
 		d.other++
 		return
 	}
-	s.SnapshotWith(c.Value(), d.hints) // Publish's own copy; Counts has no place for the cuts
+	s.Snapshot(c.Value()) // Publish's own copy; Counts has no place for the cuts
 	c.Commit()
 	if d.ring.Len() >= drainBatch {
 		d.drain()

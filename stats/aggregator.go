@@ -40,9 +40,6 @@ var (
 // Flush, Stop, Clear and Health are safe for concurrent use.
 type Aggregator struct {
 	inbox *inbox.Ring[aggregate.Record]
-	// hints are the consumer's templates of keys whose spans repeat their
-	// strings (see hint); read by Publish, written by the consumer.
-	hints *aggregate.Hints
 	c     counters
 	// off is set while the agent does not accept stats; Publish reads it
 	// (a shared, rarely written cache line).
@@ -78,7 +75,6 @@ func New(cfg Config) (*Aggregator, error) {
 	}
 	a := &Aggregator{
 		inbox:   newInbox(cfg.InboxSize),
-		hints:   new(aggregate.Hints),
 		flushCh: make(chan chan error),
 		clearCh: make(chan struct{}, 1),
 		stopCh:  make(chan struct{}),
@@ -133,17 +129,7 @@ func (a *Aggregator) Publish(s *Span) bool {
 		a.c.agentOff.Add(1)
 		return false
 	}
-	// Before the claim: a claimed slot holds the consumer up until it is
-	// committed.
-	if t := s.hint(a.hints); t != nil {
-		if c, ok := a.inbox.Claim(); ok {
-			// The slot's first cache line alone (see aggregate.Record).
-			r := c.Value()
-			r.Labels, r.Duration, r.End, r.Error, r.TopLevel = t, s.Duration, spanEnd(s.Start, s.Duration), s.Error, s.TopLevel
-			c.Commit()
-			return true
-		}
-	} else if c, ok := a.inbox.Claim(); ok {
+	if c, ok := a.inbox.Claim(); ok {
 		cut := s.snapshot(c.Value()) // straight into the slot: no copy of the record
 		c.Commit()
 		if cut != (cuts{}) {

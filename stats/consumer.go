@@ -152,7 +152,6 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 	for _, t := range []*aggregate.Table{c.table, c.prev} {
 		t.SetLimits(cfg.CardinalityLimits)
 		t.SetHalt(&c.halt)
-		t.SetHints(a.hints, hintable)
 		if len(cfg.PeerTagKeys) > 0 {
 			t.SetPeerTagKeys(cfg.PeerTagKeys)
 		}

@@ -214,18 +214,6 @@ func (s *Span) Snapshot(r *aggregate.Record) (peerTagsCut, labelsCut int) {
 	return cut.peerTags, cut.labels
 }
 
-// SnapshotWith is Snapshot for a Table that publishes templates in h
-// (aggregate.Table.SetHints with Hintable), as Publish does: a span whose
-// key fields are a template's very strings is written as the template's
-// pointer (Record.Labels) and its measurements, and cuts nothing.
-func (s *Span) SnapshotWith(r *aggregate.Record, h *aggregate.Hints) (peerTagsCut, labelsCut int) {
-	if t := s.hint(h); t != nil {
-		r.Labels, r.Duration, r.End, r.Error, r.TopLevel = t, s.Duration, spanEnd(s.Start, s.Duration), s.Error, s.TopLevel
-		return 0, 0
-	}
-	return s.Snapshot(r)
-}
-
 // snapshot is Snapshot with the cuts as one value, which Publish compares
 // with zero before it counts them.
 func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
