@@ -872,14 +872,20 @@ func emptyFlushSendsHeldReport(t *testing.T, status int) {
 	if status != 200 {
 		ag.FailNext(1, status)
 	}
-	const iv = 200 * time.Millisecond
+	// A second, so that the Flush below, 30 ms after the close, comes
+	// hundreds of milliseconds before the held report's send time: a
+	// loaded host that oversleeps by less than that still finds it held.
+	const iv = time.Second
 	a, err := New(Config{AgentURL: ag.URL(), BucketInterval: iv, SendJitter: iv / 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A seed whose first delay is over 70 of the sender's 80 ms.
+	// A seed whose first delay is over 350 of the sender's 400 ms.
+	if a.snd.jitter != 400*time.Millisecond {
+		t.Fatalf("the sender's jitter is %s, want 400ms (SendJitter less the grace)", a.snd.jitter)
+	}
 	for seed := uint64(1); ; seed++ {
-		if rand.New(rand.NewPCG(seed, seed)).Int64N(int64(a.snd.jitter)+1) > int64(70*time.Millisecond) {
+		if rand.New(rand.NewPCG(seed, seed)).Int64N(int64(a.snd.jitter)+1) > int64(350*time.Millisecond) {
 			a.snd.rng = rand.New(rand.NewPCG(seed, seed))
 			break
 		}
@@ -890,7 +896,7 @@ func emptyFlushSendsHeldReport(t *testing.T, status int) {
 	now := time.Now()
 	a.Publish(&Span{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Start: now.UnixNano() - 1e6, Duration: 1e6})
 	// The bucket closes a grace after its end; its report is then held
-	// for 70 to 80 ms.
+	// for 350 to 400 ms.
 	time.Sleep(time.Until(now.Truncate(iv).Add(iv + iv/graceDivisor + 30*time.Millisecond)))
 	err = a.Flush(context.Background())
 	h, reqs := a.Health(), len(ag.Requests())
