@@ -202,7 +202,10 @@ type Config struct {
 	SendJitter time.Duration
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
 	// of two; default DefaultInboxSize, at most MaxInboxSize). A full inbox
-	// drops and counts.
+	// drops and counts. A deeper one drains in fewer, larger batches, which
+	// can cost less CPU per span at a steady high rate (BenchmarkPacedInbox
+	// in bench/peer) but counts fewer spans overloaded
+	// (BenchmarkInboxOverload in bench).
 	InboxSize int
 	// ShedYieldEvery sets how often a Publish that finds the inbox full
 	// yields its processor (runtime.Gosched) before returning: about one
