@@ -285,6 +285,10 @@ func OpenSDK(peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) { return NewSDK(w, peerTagKeys) }
 }
 
+// DeepInbox is the Config.InboxSize that BenchmarkInboxOverload and
+// bench/peer's BenchmarkPacedInbox weigh against the default.
+const DeepInbox = 4 * stats.DefaultInboxSize
+
 // OpenSDKConfig is OpenSDK with cfg's knobs instead of the defaults (its
 // agent URL and identity are set by the driver).
 func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {

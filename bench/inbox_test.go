@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkInboxOverload weighs Config.InboxSize under overload: the SDK
-// with the default inbox and with one four times deeper, in alternating
+// with the default inbox and with a deeper one (DeepInbox), in alternating
 // rounds (runAB), 8 producers publishing as fast as they can. A deeper
 // inbox spreads the slots the producers write and the consumer reads over
 // more memory than the caches hold, so the consumer counts fewer spans a
@@ -17,7 +17,7 @@ func BenchmarkInboxOverload(b *testing.B) {
 	for _, w := range []func() *Workload{SteadyState, HighCardinalityResource} {
 		b.Run("workload="+w().Name, func(b *testing.B) {
 			runAB(b, w(), abSide{"default", OpenSDK(nil)},
-				abSide{"deep", OpenSDKConfig(stats.Config{InboxSize: 4 * stats.DefaultInboxSize}, nil)})
+				abSide{"deep", OpenSDKConfig(stats.Config{InboxSize: DeepInbox}, nil)})
 		})
 	}
 }

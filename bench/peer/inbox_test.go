@@ -9,12 +9,8 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-// deepInbox is the Config.InboxSize that BenchmarkPacedInbox and
-// bench.BenchmarkInboxOverload weigh against the default.
-const deepInbox = 4 * stats.DefaultInboxSize
-
 // BenchmarkPacedInbox weighs Config.InboxSize at the loads applications
-// run at: the SDK with the default inbox and with a deeper one, in
+// run at: the SDK with the default inbox and with bench.DeepInbox, in
 // alternating rounds of bench.RunPaced, at 200 k and 1 M spans/s in 1 ms
 // bursts. The consumer drains at half full, so a deeper inbox makes
 // fewer, larger drains; cpu-ns/span-inbox=<n> is each one's CPU per
@@ -27,7 +23,7 @@ func BenchmarkPacedInbox(b *testing.B) {
 			p := bench.Pacing{Rate: rate, Burst: time.Millisecond}
 			b.Run("workload="+w().Name+"/"+p.String(), func(b *testing.B) {
 				sides := make([]bench.PacedSide, 0, 2)
-				for _, n := range []int{stats.DefaultInboxSize, deepInbox} {
+				for _, n := range []int{stats.DefaultInboxSize, bench.DeepInbox} {
 					sides = append(sides, bench.PacedSide{Name: "inbox=" + strconv.Itoa(n),
 						Open: bench.OpenSDKConfig(stats.Config{InboxSize: n}, agentPeerTagKeys())})
 				}
