@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -28,12 +29,37 @@ const consumerSkip = 2
 // include.
 func BenchmarkConsumer(b *testing.B) {
 	for _, w := range []func() *Workload{SteadyState, ClientPeerTags, HighCardinalityResource, HighCardinalityPeer, Adversarial, SteadyStateFreshStrings, ClientPeerTagsFreshStrings} {
-		b.Run(w().Name, func(b *testing.B) { benchConsumer(b, w()) })
+		b.Run(w().Name, func(b *testing.B) { benchConsumer(b, w(), consumerBatch, nil) })
 	}
 }
 
-func benchConsumer(b *testing.B, w *Workload) {
-	ring := inbox.New[aggregate.Record](consumerBatch)
+// BenchmarkConsumerCold is BenchmarkConsumer with every cache emptied
+// before each drain (a walk over a buffer far larger than the last-level
+// cache, outside the timer), by drain size: what a drain costs once the
+// application has run on the core since the last one. Over the drain
+// sizes, the extra ns/op against BenchmarkConsumer splits into a fixed cost
+// per drain (pulling the table back in, shared by the drain's spans) and a
+// cost per span (its slot read from memory). The walk also evicts the
+// slots, which producers have just written in a live process: a bound.
+// The walks take far longer than the drains they precede, so give it a
+// count (-benchtime 1000000x); bench/run leaves it out.
+func BenchmarkConsumerCold(b *testing.B) {
+	evict := make([]byte, evictBytes)
+	for _, w := range []func() *Workload{SteadyState, SteadyStateFreshStrings} {
+		for _, n := range []int{consumerBatch / 4, consumerBatch, consumerBatch * 4} {
+			b.Run(fmt.Sprintf("workload=%s/drain=%d", w().Name, n), func(b *testing.B) { benchConsumer(b, w(), n, evict) })
+		}
+	}
+}
+
+// evictBytes is the buffer BenchmarkConsumerCold walks to empty the caches:
+// several times any last-level cache of the hosts this runs on.
+const evictBytes = 64 << 20
+
+// benchConsumer drains batches of n spans of w, walking evict (if any)
+// between queuing each batch and draining it.
+func benchConsumer(b *testing.B, w *Workload, n int, evict []byte) {
+	ring := inbox.New[aggregate.Record](n)
 	ring.SetClear((*aggregate.Record).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
@@ -42,7 +68,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 		walks[i] = w.Producer(i)
 	}
 	fill := func() {
-		for k := range consumerBatch {
+		for k := range n {
 			p := walks[k%Producers]
 			for range consumerSkip {
 				p.Next()
@@ -66,7 +92,7 @@ func benchConsumer(b *testing.B, w *Workload) {
 		ring.Release(n)
 		return n
 	}
-	for range WarmupSpans / consumerBatch { // as Run: the steady state is measured
+	for range WarmupSpans / n { // as Run: the steady state is measured
 		fill()
 		for drain() > 0 {
 		}
@@ -76,6 +102,9 @@ func benchConsumer(b *testing.B, w *Workload) {
 	for done := 0; done < b.N; {
 		b.StopTimer()
 		fill()
+		for i := 0; i < len(evict); i += 64 { // a cache line each
+			evict[i]++
+		}
 		b.StartTimer()
 		for n := drain(); n > 0; n = drain() {
 			done += n

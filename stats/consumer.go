@@ -51,7 +51,8 @@ const idleYields = 4
 // a processor; a period whose drain finds nothing makes the consumer wait
 // for the first push instead, so an idle process does not wake at all (see
 // BenchmarkIdle). Each drain first pulls the table back into caches the
-// application has used meanwhile, a fixed cost its spans share: the mark
+// application has used meanwhile, a fixed cost its spans share
+// (BenchmarkConsumerCold in bench): the mark
 // is half the inbox, not less, so that a drain takes many (BenchmarkPaced,
 // rate=200k), and the period is long enough that a slow stream fills most
 // of the mark too (20 k spans/s: 4000 spans a drain; BenchmarkPaced,
