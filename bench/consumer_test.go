@@ -56,10 +56,10 @@ func BenchmarkConsumerCold(b *testing.B) {
 // several times any last-level cache of the hosts this runs on.
 const evictBytes = 64 << 20
 
-// benchConsumer drains batches of n spans of w, walking evict (if any)
+// benchConsumer drains batches of size spans of w, walking evict (if any)
 // between queuing each batch and draining it.
-func benchConsumer(b *testing.B, w *Workload, n int, evict []byte) {
-	ring := inbox.New[aggregate.Record](n)
+func benchConsumer(b *testing.B, w *Workload, size int, evict []byte) {
+	ring := inbox.New[aggregate.Record](size)
 	ring.SetClear((*aggregate.Record).Reset) // as the aggregator's inbox
 	table := aggregate.NewTable(0)
 	table.SetLimits(aggregate.DefaultLimits())
@@ -68,7 +68,7 @@ func benchConsumer(b *testing.B, w *Workload, n int, evict []byte) {
 		walks[i] = w.Producer(i)
 	}
 	fill := func() {
-		for k := range n {
+		for k := range size {
 			p := walks[k%Producers]
 			for range consumerSkip {
 				p.Next()
@@ -92,7 +92,7 @@ func benchConsumer(b *testing.B, w *Workload, n int, evict []byte) {
 		ring.Release(n)
 		return n
 	}
-	for range WarmupSpans / n { // as Run: the steady state is measured
+	for range WarmupSpans / size { // as Run: the steady state is measured
 		fill()
 		for drain() > 0 {
 		}
