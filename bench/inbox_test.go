@@ -8,11 +8,10 @@ import (
 
 // BenchmarkInboxOverload weighs Config.InboxSize under overload: the SDK
 // with the default inbox and with a deeper one (DeepInbox), in alternating
-// rounds (runAB), 8 producers publishing as fast as they can. A deeper
-// inbox spreads the slots the producers write and the consumer reads over
-// more memory than the caches hold, so the consumer counts fewer spans a
-// second; at loads below saturation it makes drains fewer and larger
-// (BenchmarkPacedInbox in bench/peer).
+// rounds (runAB), 8 producers publishing as fast as they can. Overloaded,
+// the deeper inbox's consumer counts fewer spans a second (its slots,
+// four times the memory, likely outgrow the caches); below saturation it
+// makes drains fewer and larger (BenchmarkPacedInbox in bench/peer).
 func BenchmarkInboxOverload(b *testing.B) {
 	for _, w := range []func() *Workload{SteadyState, HighCardinalityResource} {
 		b.Run("workload="+w().Name, func(b *testing.B) {
