@@ -60,16 +60,39 @@ func (h *hasher) strs(v []string) {
 	}
 }
 
-// group returns the hash of g's label key, and the hash of the part of it
-// the agent (v0.85.4) merges a bucket's duplicate groups by: every field
-// but Type, DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup,
-// see splitByType), with Service, Name and Resource as its normalizeStatsGroup
-// leaves them before that merge (writer.AppendFoldedLabels). g's tag lists
-// must be sets (asSet).
-func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
+// group returns the hash of g's label key, every label field as it is. g's
+// tag lists must be sets (asSet).
+func (h *hasher) group(g *writer.Group) uint64 {
+	k := &g.Key
+	h.reset()
+	h.str(k.Service)
+	h.str(k.Name)
+	h.str(k.Resource)
+	h.str(k.Type)
+	h.str(g.DBType)
+	h.labels(g)
+	h.strs(g.SpanDerivedPrimaryTags)
+	return h.sum()
+}
+
+// typeless returns the hash of the part of g's label key the agent
+// (v0.85.4) merges a bucket's duplicate groups by: every field but Type,
+// DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup, see
+// splitByType), with Service, Name and Resource as its normalizeStatsGroup
+// leaves them before that merge (writer.AppendFoldedLabels). Only a group
+// new to its window needs it, so the fold is not paid per received group
+// (BenchmarkAccept).
+func (h *hasher) typeless(g *writer.Group) uint64 {
 	k := &g.Key
 	h.reset()
 	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name, k.Resource)
+	h.labels(g)
+	return h.sum()
+}
+
+// labels appends the label fields group and typeless both take as they are.
+func (h *hasher) labels(g *writer.Group) {
+	k := &g.Key
 	h.str(k.SpanKind)
 	h.str(k.HTTPMethod)
 	h.str(k.HTTPEndpoint)
@@ -79,15 +102,6 @@ func (h *hasher) group(g *writer.Group) (full, typeless uint64) {
 	h.num(uint64(uint32(k.IsTraceRoot))<<1 | uint64(b2u(k.Synthetics)))
 	h.strs(k.PeerTags)
 	h.strs(g.AdditionalMetricTags)
-	typeless = h.sum()
-	// The full key continues the digest with the raw labels the fold took out.
-	h.str(k.Service)
-	h.str(k.Name)
-	h.str(k.Resource)
-	h.str(k.Type)
-	h.str(g.DBType)
-	h.strs(g.SpanDerivedPrimaryTags)
-	return h.sum(), typeless
 }
 
 // runtimeID returns the hash of a sender's RuntimeID (see senders).

@@ -170,13 +170,13 @@ type state struct {
 // prepared is one checked payload ready to merge: its tag lists are sets and
 // every group's hashes are computed, outside the lock.
 type prepared struct {
-	p        *writer.Payload
-	dec      *writer.Decoder // p's, for its summaries (AddSketch)
-	idHash   uint64
-	local    bool     // from a sender sharing the relay's cgroup (Batch.Local)
-	full     []uint64 // per group with hits, in payload order
-	typeless []uint64
-	hits     uint64
+	p      *writer.Payload
+	dec    *writer.Decoder // p's, for its summaries (AddSketch)
+	idHash uint64
+	local  bool     // from a sender sharing the relay's cgroup (Batch.Local)
+	h      *hasher  // prepare's, for the typeless hash of a new group
+	full   []uint64 // per group with hits, in payload order
+	hits   uint64
 }
 
 // ovHash, ovTypeless are overflowGroup's hashes under the relay's seed.
@@ -241,7 +241,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			if g.Hits == 0 {
 				continue // nothing to count; holding it would only cost memory
 			}
-			gh, gth := pp.full[next], pp.typeless[next]
+			gh := pp.full[next]
 			next++
 			i := int32(-1)
 			if w != nil {
@@ -260,7 +260,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				}
 				// Its sketches are counted as they grow, below.
 				w, id = s.window(pp, id, w, ws, b)
-				i = w.add(g, gh, gth)
+				i = w.add(g, gh, pp.h.typeless(g))
 				s.groups++
 				s.hold(w, groupOverhead+labelBytes(&w.groups[i]))
 			}

@@ -325,8 +325,8 @@ func TestKeysCoverEveryField(t *testing.T) {
 	})
 	g := writer.Group{Entry: *entry(key("r"), 1, 0)}
 	forEachField(t, &g, func(name string, mod *writer.Group) {
-		f1, t1 := h.group(&g)
-		f2, t2 := h.group(mod)
+		f1, t1 := h.group(&g), h.typeless(&g)
+		f2, t2 := h.group(mod), h.typeless(mod)
 		values := name == "Hits" || name == "Errors" || name == "TopLevelHits" || name == "Duration" || name == "Ok" || name == "Err" || name == "Wire"
 		if same := sameGroup(&g, mod) && f1 == f2; same != values {
 			t.Errorf("Group.%s: same group = %v, want %v", name, same, values)

@@ -169,7 +169,7 @@ func New(c Config) *Relay {
 		dropped: make(map[string]uint64),
 	}
 	h := hasher{seed: r.seed}
-	r.ov.full, r.ov.typeless = h.group(&overflowGroup)
+	r.ov.full, r.ov.typeless = h.group(&overflowGroup), h.typeless(&overflowGroup)
 	r.hashers.New = func() any { return &hasher{seed: r.seed} }
 	// Summaries stay on the wire until merged: decoding a datagram builds
 	// no sketch store (TestWideSketchesCannotAmplify).
@@ -383,10 +383,10 @@ func keepPeerKeys(tags []string, keys map[string]struct{}, kind string) []string
 // prepare makes p's tag lists sets, keeps of its peer tags those whose key
 // is in peerKeys (when not nil), and hashes its identity and the groups
 // that have hits (the only ones merged): hostile groups of no hits cost no
-// hash memory, so the hashes take at most 16 bytes per 6 bytes of input.
+// hash memory, so the hashes take at most 8 bytes per 6 bytes of input.
 func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]struct{}) prepared {
 	p.Tags = asSet(p.Tags)
-	pp := prepared{p: p, local: local, idHash: h.identity(&p.Header) ^ uint64(b2u(local))}
+	pp := prepared{p: p, h: h, local: local, idHash: h.identity(&p.Header) ^ uint64(b2u(local))}
 	n := 0
 	for i := range p.Buckets {
 		for j := range p.Buckets[i].Groups {
@@ -395,9 +395,8 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 			}
 		}
 	}
-	h.hashes = slices.Grow(h.hashes[:0], 2*n)
-	hashes := h.hashes[:2*n] // h's: valid until h goes back to the pool
-	pp.full, pp.typeless = hashes[:0:n], hashes[n:n:2*n]
+	h.hashes = slices.Grow(h.hashes[:0], n)
+	pp.full = h.hashes[:0:n] // h's: valid until h goes back to the pool
 	for bi := range p.Buckets {
 		gs := p.Buckets[bi].Groups
 		for gi := range gs {
@@ -411,8 +410,7 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 			g.PeerTags = asSet(g.PeerTags)
 			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)
 			g.AdditionalMetricTags = asSet(g.AdditionalMetricTags)
-			full, typeless := h.group(g)
-			pp.full, pp.typeless = append(pp.full, full), append(pp.typeless, typeless)
+			pp.full = append(pp.full, h.group(g))
 			pp.hits += g.Hits
 		}
 	}
