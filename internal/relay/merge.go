@@ -168,7 +168,8 @@ type state struct {
 }
 
 // prepared is one checked payload ready to merge: its tag lists are sets and
-// every group's hashes are computed, outside the lock.
+// every group's key hash is computed, outside the lock (a group new to its
+// window takes its typeless hash under it, with h).
 type prepared struct {
 	p      *writer.Payload
 	dec    *writer.Decoder // p's, for its summaries (AddSketch)
