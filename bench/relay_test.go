@@ -56,17 +56,7 @@ func openDrain(b *testing.B, name, kind string, slots int, d []byte) *receiver {
 // openDrainMax is openDrain with slots of maxDatagram+1 bytes, its sender
 // offering rate datagrams a second (0: as fast as the socket takes them).
 func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []byte, rate int) *receiver {
-	var c *dgram.Conn
-	var err error
-	switch kind {
-	case "unixgram":
-		c, err = dgram.ListenUnixgram(filepath.Join(b.TempDir(), name+".sock"), 0o600)
-	case "udp":
-		c, err = dgram.ListenUDP("127.0.0.1:0", relay.DefaultUDPRcvBuf)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := listenBench(b, name, kind)
 	var n atomic.Uint64
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -91,6 +81,81 @@ func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []b
 	}
 	return r
 }
+
+// listenBench opens a receiving socket of kind for the side called name.
+func listenBench(b *testing.B, name, kind string) *dgram.Conn {
+	var c *dgram.Conn
+	var err error
+	switch kind {
+	case "unixgram":
+		c, err = dgram.ListenUnixgram(filepath.Join(b.TempDir(), name+".sock"), 0o600)
+	case "udp":
+		c, err = dgram.ListenUDP("127.0.0.1:0", relay.DefaultUDPRcvBuf)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// openBatchHandoff is the drain with its batches handed to a second goroutine,
+// the least a reader that does not decode can do: the reader takes a free
+// batch (of handoffBatches), reads it and sends it down a channel; the
+// other goroutine reads the first byte of each datagram, counts them and
+// sends the batch back. Nothing else: no queue accounting, no polling, no
+// decoding. What it costs over the drain is the cost of the hand-over
+// itself (the Go scheduler waking and parking the other goroutine, on a
+// processor it may share with the sender), the floor of any receive path
+// built as a reader feeding workers.
+func openBatchHandoff(b *testing.B, name, kind string, d []byte) *receiver {
+	c := listenBench(b, name, kind)
+	free := make(chan *dgram.Batch, handoffBatches)
+	work := make(chan *dgram.Batch, handoffBatches)
+	for range handoffBatches {
+		free <- dgram.NewBatch(dgram.DefaultBatchSize, relay.DefaultMaxDatagram)
+	}
+	var n, firstBytes atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for batch := range work {
+			var sum uint64
+			for _, dg := range batch.Datagrams() {
+				sum += uint64(dg.Data[0])
+			}
+			firstBytes.Add(sum)
+			n.Add(uint64(len(batch.Datagrams())))
+			free <- batch
+		}
+	})
+	wg.Go(func() {
+		defer close(work)
+		for {
+			batch := <-free
+			if _, err := c.ReadBatch(batch); err != nil {
+				if !errors.Is(err, dgram.ErrDrained) && !errors.Is(err, net.ErrClosed) {
+					b.Error(err)
+				}
+				return
+			}
+			work <- batch
+		}
+	})
+	r := &receiver{name: name, size: len(d), count: n.Load}
+	r.sender = startSender(b, kind, c.LocalAddr().String(), d, 0)
+	r.stop = func() {
+		c.Drain()
+		wg.Wait()
+		c.Close()
+		if n.Load() > 0 && firstBytes.Load() != n.Load()*uint64(d[0]) {
+			b.Errorf("%s: first bytes add up to %d over %d datagrams, want %d each", name, firstBytes.Load(), n.Load(), d[0])
+		}
+	}
+	return r
+}
+
+// handoffBatches is how many batches openBatchHandoff circulates: one being
+// read, one being looked at, one spare, as the relay's free stack allows.
+const handoffBatches = 3
 
 // openRelay is the relay's receive path: a relay.Server on one socket of
 // kind (its reader, queue, decode workers and Relay.Accept), forwarding to a
@@ -270,18 +335,20 @@ func (r *receiver) report(b *testing.B, kind string) {
 // and Relay.Accept) with a raw drain of the same kind of socket (ReadBatch
 // in a loop, 16 datagrams per recvmmsg, nothing else), and with the raw
 // drain reading one datagram per call (a 1-slot batch: what recvmmsg
-// saves), and with the relay rejecting every datagram at byte 0 (its
-// receive path without decoding). A sender process (see TestRelaySender)
-// writes each side's socket as fast as it takes. The four sides run in
+// saves), with the relay rejecting every datagram at byte 0 (its
+// receive path without decoding), and with the drain handing its batches
+// to a second goroutine and nothing more (openBatchHandoff: the floor of a
+// reader feeding workers). A sender process (see TestRelaySender)
+// writes each side's socket as fast as it takes. The five sides run in
 // alternating rounds in one process, b.N datagrams each in all, so that a
 // change of the host's speed hits them alike; ns/op and allocs/op add the
-// four up and are not the
-// figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
+// five up and are not the figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
 // (this process's user+sys CPU: the receiver and its runtime, not the
 // sender), sender-cpu-ns/datagram, and for UDP lost/sent (sent but dropped
 // by the kernel); then relay-ratio (relay ÷ drain datagrams/s, target ≥
-// 0.9), reject-ratio (relay rejecting ÷ drain) and batch-ratio (drain ÷
-// drain1).
+// 0.9), reject-ratio (relay rejecting ÷ drain), batch-ratio (drain ÷
+// drain1), handoff-ratio (handoff ÷ drain) and reject-handoff-ratio (relay
+// rejecting ÷ handoff: what the receive path adds to the bare hand-over).
 //
 // A Unix datagram socket queues net.unix.max_dgram_qlen datagrams (10 by
 // default) before its sender blocks, so each recvmmsg there returns at most
@@ -296,6 +363,7 @@ func BenchmarkRelayReceive(b *testing.B) {
 					openRelay(b, "relay", kind, d, false, 0),
 					openDrain(b, "drain1", kind, 1, d),
 					openRelay(b, "relay-reject", kind, d, true, 0),
+					openBatchHandoff(b, "handoff", kind, d),
 				}
 				runRounds(b, sides)
 				for _, s := range sides {
@@ -303,10 +371,12 @@ func BenchmarkRelayReceive(b *testing.B) {
 					s.report(b, kind)
 				}
 				rate := func(s *receiver) float64 { return float64(s.datagrams) / s.elapsed.Seconds() }
-				if sides[0].datagrams > 0 && sides[1].datagrams > 0 && sides[2].datagrams > 0 && sides[3].datagrams > 0 {
+				if sides[0].datagrams > 0 && sides[1].datagrams > 0 && sides[2].datagrams > 0 && sides[3].datagrams > 0 && sides[4].datagrams > 0 {
 					b.ReportMetric(rate(sides[1])/rate(sides[0]), "relay-ratio")
 					b.ReportMetric(rate(sides[0])/rate(sides[2]), "batch-ratio")
 					b.ReportMetric(rate(sides[3])/rate(sides[0]), "reject-ratio")
+					b.ReportMetric(rate(sides[4])/rate(sides[0]), "handoff-ratio")
+					b.ReportMetric(rate(sides[3])/rate(sides[4]), "reject-handoff-ratio")
 				}
 			})
 		}

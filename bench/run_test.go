@@ -340,6 +340,27 @@ func TestRunReportRelayTargets(t *testing.T) {
 	}
 }
 
+// TestRunReportRelayHandoffColumns: the receive table shows the bare
+// hand-over against the drain and the relay rejecting against the bare
+// hand-over, each the median of the runs' own ratios with its range.
+func TestRunReportRelayHandoffColumns(t *testing.T) {
+	recv := func(handoff, rejectHandoff string) string {
+		return "BenchmarkRelayReceive/unixgram/16KiB-2 \t 100\t 1 ns/op\t 1000 datagrams/s-drain\t 300 datagrams/s-relay\t" +
+			" 700 datagrams/s-relay-reject\t 720 datagrams/s-handoff\t 0.3 relay-ratio\t 0.7 reject-ratio\t" +
+			" 4000 cpu-ns/datagram-drain\t 6100 cpu-ns/datagram-handoff\t " + handoff + " handoff-ratio\t " + rejectHandoff + " reject-handoff-ratio\n"
+	}
+	report := runReport(t, map[string]string{
+		"relay-meta.sh": "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=3 relay_benchtime=1x\n",
+		"relay.txt":     recv("0.66", "0.95") + recv("0.74", "1.05") + recv("0.70", "0.99"),
+	})
+	row := rowOf(report, "| unixgram/16KiB | 1000 |")
+	for _, want := range []string{"| 0.7 (runs 0.66–0.74) | 0.99 (runs 0.95–1.05) |", "| 6100 |"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the receive row lacks %q:\n%s", want, row)
+		}
+	}
+}
+
 // TestRunReportIdleTarget: the idle verdict reads the wake-ups per second
 // and what the aggregator adds to the process, not the process's own cost.
 func TestRunReportIdleTarget(t *testing.T) {
