@@ -64,9 +64,7 @@ func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []b
 		for {
 			k, err := c.ReadBatch(batch)
 			if err != nil {
-				if !errors.Is(err, dgram.ErrDrained) && !errors.Is(err, net.ErrClosed) {
-					b.Error(err)
-				}
+				readEnded(b, err)
 				return
 			}
 			n.Add(uint64(k))
@@ -80,6 +78,14 @@ func openDrainMax(b *testing.B, name, kind string, slots, maxDatagram int, d []b
 		c.Close()
 	}
 	return r
+}
+
+// readEnded reports err, which ended a benchmark receiver's reads, unless
+// it is the end that stopping the receiver brings (Drain, Close).
+func readEnded(b *testing.B, err error) {
+	if !errors.Is(err, dgram.ErrDrained) && !errors.Is(err, net.ErrClosed) {
+		b.Error(err)
+	}
 }
 
 // listenBench opens a receiving socket of kind for the side called name.
@@ -132,9 +138,7 @@ func openBatchHandoff(b *testing.B, name, kind string, d []byte) *receiver {
 		for {
 			batch := <-free
 			if _, err := c.ReadBatch(batch); err != nil {
-				if !errors.Is(err, dgram.ErrDrained) && !errors.Is(err, net.ErrClosed) {
-					b.Error(err)
-				}
+				readEnded(b, err)
 				return
 			}
 			work <- batch
@@ -154,7 +158,7 @@ func openBatchHandoff(b *testing.B, name, kind string, d []byte) *receiver {
 }
 
 // handoffBatches is how many batches openBatchHandoff circulates: one being
-// read, one being looked at, one spare, as the relay's free stack allows.
+// read, one being looked at, one spare.
 const handoffBatches = 3
 
 // openRelay is the relay's receive path: a relay.Server on one socket of
