@@ -29,6 +29,11 @@
 // statsrelay_unix_socket_taken_total. statsrelay_unix_socket_bound is 1
 // while the path names this relay's socket, 0 otherwise.
 //
+// The relay runs on one processor unless -procs says otherwise (0: every
+// CPU, or $GOMAXPROCS when that is set and -procs is not): at the loads a
+// host's SDKs offer it needs a fraction of one, and on one a read batch
+// reaches a decode worker without waking a thread.
+//
 // Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
 // path that is not a datagram socket's included), -proc-root is not a

@@ -51,6 +51,33 @@ func parse(args []string, env map[string]string) (options, error) {
 	})
 }
 
+// TestProcsAndSpinWait: -procs is 1 unless given, or unless the operator
+// set GOMAXPROCS (kept: -procs 0); -spin-wait not given leaves the polling
+// to the Server's default (off on one processor), given 0 turns it off.
+func TestProcsAndSpinWait(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		env   map[string]string
+		procs int
+		spin  time.Duration
+	}{
+		{nil, nil, 1, 0},
+		{[]string{"-procs", "4"}, nil, 4, 0},
+		{nil, map[string]string{"GOMAXPROCS": "3"}, 0, 0},
+		{[]string{"-procs", "2"}, map[string]string{"GOMAXPROCS": "3"}, 2, 0},
+		{nil, map[string]string{"GOMAXPROCS": "3", "STATSRELAY_PROCS": "1"}, 1, 0},
+		{nil, map[string]string{"GOMAXPROCS": ""}, 1, 0},
+		{[]string{"-spin-wait", "0"}, nil, 1, -1},
+		{nil, map[string]string{"STATSRELAY_SPIN_WAIT": "0s"}, 1, -1},
+		{[]string{"-spin-wait", "30us"}, nil, 1, 30 * time.Microsecond},
+	} {
+		o, err := parse(tc.args, tc.env)
+		if err != nil || o.procs != tc.procs || o.cfg.SpinWait != tc.spin {
+			t.Errorf("%q %v: procs %d spin-wait %v, %v; want %d, %v", tc.args, tc.env, o.procs, o.cfg.SpinWait, err, tc.procs, tc.spin)
+		}
+	}
+}
+
 // TestFlagsAndEnvironment: defaults, STATSRELAY_<NAME> for a flag not
 // given (empty disables a socket), the flag winning over the variable,
 // DD_TRACE_AGENT_URL (else DD_AGENT_HOST, DD_TRACE_AGENT_PORT) as the
@@ -65,7 +92,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
 		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" ||
 		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 ||
-		c.ForwardParallel != 8 || c.SpinWait != 30*time.Microsecond || c.UDPRcvBuf != 4<<20 || c.SocketCheck != time.Second {
+		c.ForwardParallel != 8 || c.SpinWait != 0 || c.UDPRcvBuf != 4<<20 || c.SocketCheck != time.Second || o.procs != 1 {
 		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
 	}
 	o, err = parse([]string{"-max-groups", "7"}, map[string]string{
@@ -144,6 +171,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
 		{[]string{"-spin-wait", "2ms"}, nil, "-spin-wait"},
 		{[]string{"-spin-wait", "-1us"}, nil, "-spin-wait"},
+		{[]string{"-procs", "-1"}, nil, "-procs -1: want 0..1024 (0: every CPU)"},
+		{nil, map[string]string{"STATSRELAY_PROCS": "5000"}, "-procs 5000: want 0..1024 (0: every CPU) (set by STATSRELAY_PROCS)"},
 		{[]string{"-socket-check", "1ms"}, nil, "-socket-check 1ms: want 0 (never) or 10ms..1h"},
 		{[]string{"-socket-check", "-1s"}, nil, "-socket-check"},
 		// Past what SO_RCVBUF takes: it would wrap to a buffer of a few KiB.
@@ -466,6 +495,7 @@ func TestEveryFlagFromItsVariable(t *testing.T) {
 		"max-held-bytes":   {"2097152", "3145728", func(o options) any { return o.cfg.MaxHeldBytes }},
 		"forward-parallel": {"2", "3", func(o options) any { return o.cfg.ForwardParallel }},
 		"spin-wait":        {"10us", "20us", func(o options) any { return o.cfg.SpinWait }},
+		"procs":            {"2", "3", func(o options) any { return o.procs }},
 		"socket-check":     {"2s", "3s", func(o options) any { return o.cfg.SocketCheck }},
 		"stop-drain":       {"2s", "3s", func(o options) any { return o.cfg.StopDrain }},
 		"agent-timeout":    {"2s", "3s", func(o options) any { return o.cfg.AgentTimeout }},

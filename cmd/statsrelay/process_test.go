@@ -373,6 +373,29 @@ func TestBinaryLogsItsHTTPAddress(t *testing.T) {
 	b.stop(t, syscall.SIGTERM)
 }
 
+// TestBinaryRunsOnProcs: the binary runs on one processor by default and
+// on what -procs says, as its start line reports.
+func TestBinaryRunsOnProcs(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "1"},
+		{[]string{"-procs", "3"}, "3"},
+	} {
+		if _, set := os.LookupEnv("GOMAXPROCS"); set && tc.args == nil {
+			continue // kept as the operator's: not this test's default
+		}
+		b := startBinary(t, append([]string{"-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", ""}, tc.args...)...)
+		if got := b.startedAddr(t, "procs"); got != tc.want {
+			t.Errorf("%q: start line says procs=%s, want %s", tc.args, got, tc.want)
+		}
+		b.stop(t, syscall.SIGTERM)
+	}
+}
+
 // TestBinaryWarnsOfUnknownVariables: a mistyped STATSRELAY_ variable is
 // named in a warning at start, and the relay runs on its defaults.
 func TestBinaryWarnsOfUnknownVariables(t *testing.T) {

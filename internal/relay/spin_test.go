@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -24,6 +25,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waited 5 s for %s", what)
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// TestSpinWaitDefault: unset, SpinWait polls on more than one processor
+// and never on one, where the polling worker would take the processor
+// from the reader; set, it is kept whatever GOMAXPROCS is.
+func TestSpinWaitDefault(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		procs     int
+		set, want time.Duration
+	}{
+		{1, 0, -1},
+		{2, 0, DefaultSpinWait},
+		{4, 0, DefaultSpinWait},
+		{1, 50 * time.Microsecond, 50 * time.Microsecond},
+		{2, -1, -1},
+	} {
+		runtime.GOMAXPROCS(tc.procs)
+		c := ServerConfig{SpinWait: tc.set}
+		c.withDefaults()
+		if c.SpinWait != tc.want || c.Workers != tc.procs {
+			t.Errorf("GOMAXPROCS %d, SpinWait %v: got SpinWait %v, %d workers; want %v, %d", tc.procs, tc.set, c.SpinWait, c.Workers, tc.want, tc.procs)
+		}
 	}
 }
 
