@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,7 @@ type receiver struct {
 	spans  func() uint64 // spans merged so far; nil when nothing merges
 	stop   func()
 	sender *senderProc
+	procs  int // GOMAXPROCS during its paced rounds (0: the benchmark's)
 
 	// Summed over the timed part of the rounds.
 	datagrams, spansIn uint64
@@ -428,38 +430,51 @@ func BenchmarkRelayBatch(b *testing.B) {
 
 // BenchmarkRelay is the whole relay (receive, decode, check, merge; not the
 // hourly forward) taking 1 KiB datagrams from a sender process as fast as
-// it can (target ≥ 100 000 datagrams/s on 2 cores). ns/op, MB/s and
-// allocs/op are per datagram; it reports datagrams/s and spans/s merged,
-// cpu-ns/datagram and cpu-ns/span (this process's user+sys CPU over the
-// timed region: every goroutine of the relay and its runtime, not the
-// sender), the datagram's groups and spans, and for UDP lost/sent.
+// it can (target ≥ 100 000 datagrams/s on 2 cores), on one processor as
+// statsrelay runs by default (kind/1KiB: GOMAXPROCS 1 while it runs, the
+// Server's defaults for it) and on two (kind/1KiB/procs=2: statsrelay
+// -procs 2). ns/op, MB/s and allocs/op are per datagram; it reports
+// datagrams/s and spans/s merged, cpu-ns/datagram and cpu-ns/span (this
+// process's user+sys CPU over the timed region: every goroutine of the
+// relay and its runtime, not the sender), the datagram's groups and
+// spans, and for UDP lost/sent.
 func BenchmarkRelay(b *testing.B) {
 	for _, kind := range relayKinds {
-		b.Run(kind+"/1KiB", func(b *testing.B) {
-			d, groups, spans := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
-			r := openRelay(b, "relay", kind, d, false, 0)
-			b.SetBytes(int64(len(d)))
-			b.ReportAllocs()
-			b.StopTimer()
-			r.round(b, b.N, func() { b.ResetTimer(); b.StartTimer() }, b.StopTimer)
-			r.close(b)
-			if r.datagrams == 0 {
-				return
+		for _, procs := range []int{1, 2} {
+			name := kind + "/1KiB"
+			if procs != 1 {
+				name += fmt.Sprintf("/procs=%d", procs)
 			}
-			sec := r.elapsed.Seconds()
-			b.ReportMetric(float64(r.datagrams)/sec, "datagrams/s")
-			b.ReportMetric(float64(r.spansIn)/sec, "spans/s")
-			b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(r.datagrams), "cpu-ns/datagram")
-			b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(max(r.spansIn, 1)), "cpu-ns/span")
-			b.ReportMetric(float64(groups), "groups/datagram")
-			b.ReportMetric(float64(spans), "spans/datagram")
-			if r.sent > 0 {
-				b.ReportMetric(float64(r.senderCPU.Nanoseconds())/float64(r.sent), "sender-cpu-ns/datagram")
-			}
-			if kind == "udp" && r.sent > 0 {
-				b.ReportMetric(float64(r.sent-min(r.taken, r.sent))/float64(r.sent), "lost/sent")
-			}
-		})
+			b.Run(name, func(b *testing.B) { benchRelay(b, kind, procs) })
+		}
+	}
+}
+
+// benchRelay is BenchmarkRelay on procs processors.
+func benchRelay(b *testing.B, kind string, procs int) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	d, groups, spans := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
+	r := openRelay(b, "relay", kind, d, false, 0)
+	b.SetBytes(int64(len(d)))
+	b.ReportAllocs()
+	b.StopTimer()
+	r.round(b, b.N, func() { b.ResetTimer(); b.StartTimer() }, b.StopTimer)
+	r.close(b)
+	if r.datagrams == 0 {
+		return
+	}
+	sec := r.elapsed.Seconds()
+	b.ReportMetric(float64(r.datagrams)/sec, "datagrams/s")
+	b.ReportMetric(float64(r.spansIn)/sec, "spans/s")
+	b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(r.datagrams), "cpu-ns/datagram")
+	b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(max(r.spansIn, 1)), "cpu-ns/span")
+	b.ReportMetric(float64(groups), "groups/datagram")
+	b.ReportMetric(float64(spans), "spans/datagram")
+	if r.sent > 0 {
+		b.ReportMetric(float64(r.senderCPU.Nanoseconds())/float64(r.sent), "sender-cpu-ns/datagram")
+	}
+	if kind == "udp" && r.sent > 0 {
+		b.ReportMetric(float64(r.sent-min(r.taken, r.sent))/float64(r.sent), "lost/sent")
 	}
 }
 
@@ -473,6 +488,11 @@ const (
 // pacedRound resumes r's sender at its fixed rate and measures r over
 // pacedWindow, after pacedWarmup.
 func (r *receiver) pacedRound(b *testing.B) {
+	if r.procs > 0 {
+		// Set before the warm-up, which the change of processors (a
+		// stop of the world) must not fall into the window.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(r.procs))
+	}
 	mark := r.resume(b)
 	time.Sleep(pacedWarmup)
 	c0, t0, cpu0 := r.count(), time.Now(), cputime.Process()
@@ -498,13 +518,15 @@ func (r *receiver) pacedRound(b *testing.B) {
 // datagrams (one 50-span group each) at a fixed rate, in a burst every
 // millisecond (as the Go timer wakes it), to three receivers in
 // alternating rounds in one process: the raw drain (16-slot recvmmsg,
-// nothing else), the relay, and the relay with SpinWait off (its decode
-// workers park as soon as the queue is empty). One op is one round of the
-// three; read the per-side figures: cpu-ns/datagram and cpu-ns/span (this
+// nothing else, on one processor), the relay as statsrelay runs it by
+// default (GOMAXPROCS 1 during its rounds; one decode worker, which does
+// not poll), and the relay on two processors (statsrelay -procs 2: two
+// workers, one polling for SpinWait). One op is one round of the three;
+// read the per-side figures: cpu-ns/datagram and cpu-ns/span (this
 // process's user+sys CPU over the measured windows, every goroutine and
-// the runtime, the benchmark's own sleeping included), and load (datagrams
-// taken per second ÷ the rate offered); spin-cost is the relay's CPU ÷ that
-// of the relay with SpinWait off.
+// the runtime, the benchmark's own sleeping included), and load
+// (datagrams taken per second ÷ the rate offered); procs2-cost is the
+// CPU per datagram of the relay on two processors ÷ that on one.
 func BenchmarkRelayPaced(b *testing.B) {
 	for _, kind := range relayKinds {
 		for _, rate := range []int{1000, 20000, 100000} {
@@ -512,9 +534,13 @@ func BenchmarkRelayPaced(b *testing.B) {
 				d, _, _ := relayDatagram(1<<10, time.Now().Truncate(10*time.Second))
 				sides := []*receiver{
 					openDrainMax(b, "drain", kind, dgram.DefaultBatchSize, relay.DefaultMaxDatagram, d, rate),
-					openRelayWith(b, "relay", kind, d, false, rate, func(*relay.ServerConfig) {}),
-					openRelayWith(b, "relay-nospin", kind, d, false, rate, func(c *relay.ServerConfig) { c.SpinWait = -1 }),
+					// Configured as the Server's defaults make it on
+					// 1 and 2 processors (TestSpinWaitDefault): it
+					// is created at the benchmark's GOMAXPROCS.
+					openRelayWith(b, "relay", kind, d, false, rate, func(c *relay.ServerConfig) { c.Workers, c.SpinWait = 1, -1 }),
+					openRelayWith(b, "relay-2procs", kind, d, false, rate, func(c *relay.ServerConfig) { c.Workers, c.SpinWait = 2, relay.DefaultSpinWait }),
 				}
+				sides[0].procs, sides[1].procs, sides[2].procs = 1, 1, 2
 				b.ReportAllocs()
 				b.StopTimer()
 				b.ResetTimer()
@@ -534,8 +560,8 @@ func BenchmarkRelayPaced(b *testing.B) {
 					}
 					b.ReportMetric(float64(s.datagrams)/s.elapsed.Seconds()/float64(rate), "load-"+s.name)
 				}
-				b.ReportMetric(sides[1].cpu.Seconds()/float64(sides[1].datagrams)/
-					(sides[2].cpu.Seconds()/float64(sides[2].datagrams)), "spin-cost")
+				b.ReportMetric(sides[2].cpu.Seconds()/float64(sides[2].datagrams)/
+					(sides[1].cpu.Seconds()/float64(sides[1].datagrams)), "procs2-cost")
 			})
 		}
 	}
