@@ -10,6 +10,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ type receiver struct {
 	spans  func() uint64 // spans merged so far; nil when nothing merges
 	stop   func()
 	sender *senderProc
-	procs  int // GOMAXPROCS during its paced rounds (0: the benchmark's)
+	procs  int // GOMAXPROCS during its rounds (0: the benchmark's)
 
 	// Summed over the timed part of the rounds.
 	datagrams, spansIn uint64
@@ -232,6 +233,9 @@ func (r *receiver) close(b *testing.B) {
 // receiver taking n more (start and stop bracket that part), pauses the
 // sender and waits until the receiver has taken what was queued.
 func (r *receiver) round(b *testing.B, n int, start, stop func()) {
+	if r.procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(r.procs)) // before the timed part
+	}
 	mark := r.resume(b)
 	waitUntil(b, r.name+": the first datagrams", func() bool { return r.count() >= mark.taken+senderBatch })
 	start()
@@ -344,17 +348,23 @@ func (r *receiver) report(b *testing.B, kind string) {
 // saves), with the relay rejecting every datagram at byte 0 (its
 // receive path without decoding), and with the drain handing its batches
 // to a second goroutine and nothing more (openBatchHandoff: the floor of a
-// reader feeding workers). A sender process (see TestRelaySender)
-// writes each side's socket as fast as it takes. The five sides run in
-// alternating rounds in one process, b.N datagrams each in all, so that a
-// change of the host's speed hits them alike; ns/op and allocs/op add the
-// five up and are not the figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
+// reader feeding workers); the relay and the relay rejecting run on the
+// benchmark's processors (statsrelay -procs 2 on this project's host) and
+// again on one, as statsrelay runs by default (relay-1p, relay-reject-1p:
+// GOMAXPROCS 1 during their rounds, one decode worker, no polling). A
+// sender process (see TestRelaySender) writes each side's socket as fast
+// as it takes. The seven sides run in alternating rounds in one process,
+// b.N datagrams each in all, so that a change of the host's speed hits
+// them alike; ns/op and allocs/op add the seven up and are not the
+// figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
 // (this process's user+sys CPU: the receiver and its runtime, not the
 // sender), sender-cpu-ns/datagram, and for UDP lost/sent (sent but dropped
 // by the kernel); then relay-ratio (relay ÷ drain datagrams/s, target ≥
 // 0.9), reject-ratio (relay rejecting ÷ drain), batch-ratio (drain ÷
-// drain1), handoff-ratio (handoff ÷ drain) and reject-handoff-ratio (relay
-// rejecting ÷ handoff: what the receive path adds to the bare hand-over).
+// drain1), handoff-ratio (handoff ÷ drain), reject-handoff-ratio (relay
+// rejecting ÷ handoff: what the receive path adds to the bare hand-over),
+// and relay-1p-ratio and reject-1p-ratio (the same on one processor ÷
+// drain).
 //
 // A Unix datagram socket queues net.unix.max_dgram_qlen datagrams (10 by
 // default) before its sender blocks, so each recvmmsg there returns at most
@@ -370,24 +380,35 @@ func BenchmarkRelayReceive(b *testing.B) {
 					openDrain(b, "drain1", kind, 1, d),
 					openRelay(b, "relay-reject", kind, d, true, 0),
 					openBatchHandoff(b, "handoff", kind, d),
+					// As the Server's defaults make it on one processor
+					// (TestSpinWaitDefault).
+					openRelayWith(b, "relay-1p", kind, d, false, 0, oneProc),
+					openRelayWith(b, "relay-reject-1p", kind, d, true, 0, oneProc),
 				}
+				sides[5].procs, sides[6].procs = 1, 1
 				runRounds(b, sides)
 				for _, s := range sides {
 					s.close(b)
 					s.report(b, kind)
 				}
 				rate := func(s *receiver) float64 { return float64(s.datagrams) / s.elapsed.Seconds() }
-				if sides[0].datagrams > 0 && sides[1].datagrams > 0 && sides[2].datagrams > 0 && sides[3].datagrams > 0 && sides[4].datagrams > 0 {
+				if !slices.ContainsFunc(sides, func(s *receiver) bool { return s.datagrams == 0 }) {
 					b.ReportMetric(rate(sides[1])/rate(sides[0]), "relay-ratio")
 					b.ReportMetric(rate(sides[0])/rate(sides[2]), "batch-ratio")
 					b.ReportMetric(rate(sides[3])/rate(sides[0]), "reject-ratio")
 					b.ReportMetric(rate(sides[4])/rate(sides[0]), "handoff-ratio")
 					b.ReportMetric(rate(sides[3])/rate(sides[4]), "reject-handoff-ratio")
+					b.ReportMetric(rate(sides[5])/rate(sides[0]), "relay-1p-ratio")
+					b.ReportMetric(rate(sides[6])/rate(sides[0]), "reject-1p-ratio")
 				}
 			})
 		}
 	}
 }
+
+// oneProc configures a relay as the Server's defaults make it on one
+// processor.
+func oneProc(c *relay.ServerConfig) { c.Workers, c.SpinWait = 1, -1 }
 
 // BenchmarkRelayBatch chooses dgram.DefaultBatchSize, the datagrams per
 // recvmmsg: for each socket kind and datagram size, the raw drain with 1,
@@ -537,7 +558,7 @@ func BenchmarkRelayPaced(b *testing.B) {
 					// Configured as the Server's defaults make it on
 					// 1 and 2 processors (TestSpinWaitDefault): it
 					// is created at the benchmark's GOMAXPROCS.
-					openRelayWith(b, "relay", kind, d, false, rate, func(c *relay.ServerConfig) { c.Workers, c.SpinWait = 1, -1 }),
+					openRelayWith(b, "relay", kind, d, false, rate, oneProc),
 					openRelayWith(b, "relay-2procs", kind, d, false, rate, func(c *relay.ServerConfig) { c.Workers, c.SpinWait = 2, relay.DefaultSpinWait }),
 				}
 				sides[0].procs, sides[1].procs, sides[2].procs = 1, 1, 2
