@@ -406,9 +406,10 @@ func BenchmarkRelayReceive(b *testing.B) {
 	}
 }
 
-// oneProc configures a relay as the Server's defaults make it on one
-// processor.
-func oneProc(c *relay.ServerConfig) { c.Workers, c.SpinWait = 1, -1 }
+// oneProc and twoProcs configure a relay as the Server's defaults make it
+// on one and on two processors.
+func oneProc(c *relay.ServerConfig)  { c.Workers, c.SpinWait = 1, -1 }
+func twoProcs(c *relay.ServerConfig) { c.Workers, c.SpinWait = 2, relay.DefaultSpinWait }
 
 // BenchmarkRelayBatch chooses dgram.DefaultBatchSize, the datagrams per
 // recvmmsg: for each socket kind and datagram size, the raw drain with 1,
@@ -510,8 +511,8 @@ const (
 // pacedWindow, after pacedWarmup.
 func (r *receiver) pacedRound(b *testing.B) {
 	if r.procs > 0 {
-		// Set before the warm-up, which the change of processors (a
-		// stop of the world) must not fall into the window.
+		// Set before the warm-up, so that the change of processors (a
+		// stop of the world) falls outside the window.
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(r.procs))
 	}
 	mark := r.resume(b)
@@ -559,7 +560,7 @@ func BenchmarkRelayPaced(b *testing.B) {
 					// 1 and 2 processors (TestSpinWaitDefault): it
 					// is created at the benchmark's GOMAXPROCS.
 					openRelayWith(b, "relay", kind, d, false, rate, oneProc),
-					openRelayWith(b, "relay-2procs", kind, d, false, rate, func(c *relay.ServerConfig) { c.Workers, c.SpinWait = 2, relay.DefaultSpinWait }),
+					openRelayWith(b, "relay-2procs", kind, d, false, rate, twoProcs),
 				}
 				sides[0].procs, sides[1].procs, sides[2].procs = 1, 1, 2
 				b.ReportAllocs()

@@ -92,8 +92,7 @@ type ServerConfig struct {
 	// without waking anyone, and a relay that receives a datagram now and
 	// then never spins. On one processor a batch handed on wakes no thread
 	// (the worker runs when the reader waits), and polling only takes the
-	// processor from the reader: 10–40 % more CPU per datagram at 20 000
-	// and 100 000 a second (BenchmarkRelayPaced).
+	// processor from the reader.
 	SpinWait time.Duration
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
