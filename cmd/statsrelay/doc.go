@@ -16,8 +16,9 @@
 // everything held (within -stop-timeout, 10s) and exit 0. A second signal
 // exits at once with 128 + its number (143 for SIGTERM), dropping what the
 // relay holds. SIGINT or SIGHUP ignored when statsrelay starts (nohup, a
-// shell's background job) stays ignored. /metrics (Prometheus text),
-// /healthz (503 "stopping" once a stop begins) and /debug/pprof/ are
+// shell's background job) stays ignored. /metrics (Prometheus text: the
+// relay's statsrelay_* counters, then the process's process_* and the Go
+// runtime's go_* figures), /healthz (503 "stopping" once a stop begins) and /debug/pprof/ are
 // served on -http.
 //
 // The Unix socket file is checked every -socket-check (1s). Removed while

@@ -25,7 +25,8 @@ import (
 	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
-// Handler serves /metrics, /healthz and /debug/pprof/.
+// Handler serves /metrics (the relay's counters, then the process's and
+// the Go runtime's), /healthz and /debug/pprof/.
 func (s *Server) Handler() http.Handler {
 	set := metrics.NewSet()
 	// One scrape at a time writes the set: two at once would each print a
@@ -38,6 +39,10 @@ func (s *Server) Handler() http.Handler {
 		s.snapshot(set)
 		set.WritePrometheus(&buf)
 		scraping.Unlock()
+		// The process's own CPU, memory and descriptors (process_*, go_*):
+		// what the relay costs is read where it runs, not only in bench/.
+		metrics.WriteProcessMetrics(&buf)
+		metrics.WriteFDMetrics(&buf)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		w.Write(buf.Bytes())
 	})

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,5 +214,49 @@ func TestServerCloseWithoutRun(t *testing.T) {
 	}
 	if err := ran.Close(); err != nil {
 		t.Errorf("Close after Run returned: %v; want nil", err)
+	}
+}
+
+// TestMetricsIncludeProcess: /metrics carries the process's own figures
+// beside the relay's counters, so an operator reads the relay's CPU,
+// memory and sockets from the same scrape: CPU used so far, a resident
+// set, at least the relay's two sockets open and below the limit, and the
+// Go runtime's goroutines.
+func TestMetricsIncludeProcess(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL()})
+	defer stop()
+	values := map[string]float64{}
+	for _, line := range strings.Split(scrape(srv), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		values[name] = f
+	}
+	for _, c := range []struct {
+		name string
+		min  float64
+	}{
+		{"statsrelay_spans_received_total", 0},
+		{"process_cpu_seconds_total", 0.001},
+		{"process_resident_memory_bytes", 1 << 20},
+		{"process_open_fds", 2},
+		{"go_goroutines", 1},
+	} {
+		v, ok := values[c.name]
+		if !ok {
+			t.Errorf("/metrics lacks %s", c.name)
+		} else if v < c.min {
+			t.Errorf("%s = %g, want at least %g", c.name, v, c.min)
+		}
+	}
+	if fds, limit := values["process_open_fds"], values["process_max_fds"]; limit < fds {
+		t.Errorf("process_max_fds %g below process_open_fds %g", limit, fds)
 	}
 }
