@@ -838,15 +838,12 @@ func TestAgentInfoFailures(t *testing.T) {
 		Grace: 10 * time.Millisecond, InfoRefresh: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	defer stop()
 	failures := func() uint64 {
-		rec := httptest.NewRecorder()
-		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		for l := range strings.Lines(rec.Body.String()) {
-			if v, ok := strings.CutPrefix(l, "statsrelay_agent_info_failures_total "); ok {
-				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				return n
-			}
+		text := scrape(srv)
+		if v, ok := metricValue(text, "statsrelay_agent_info_failures_total"); ok {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
 		}
-		t.Fatalf("/metrics has no statsrelay_agent_info_failures_total:\n%s", rec.Body.String())
+		t.Fatalf("/metrics has no statsrelay_agent_info_failures_total:\n%s", text)
 		return 0
 	}
 	peerTagKeys := func() int { return srv.Relay().Stats().PeerTagKeys }
@@ -1093,16 +1090,15 @@ func TestAgentFaultsSettleEverySpan(t *testing.T) {
 		st.SpansForwarded, st.SpansDropped[relay.DropRefused])
 	// statsrelay_forward_requests_total{code} counts every attempt by the
 	// agent's answer, as the agent saw them ("2xx" for its 200s).
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := scrape(srv)
 	for status, n := range statuses {
 		code := strconv.Itoa(status)
 		if status == http.StatusOK {
 			code = "2xx"
 		}
 		line := fmt.Sprintf("\nstatsrelay_forward_requests_total{code=%q} %d\n", code, n)
-		if !strings.Contains(rec.Body.String(), line) {
-			t.Errorf("/metrics lacks %q:\n%s", line[1:len(line)-1], rec.Body.String())
+		if !strings.Contains(text, line) {
+			t.Errorf("/metrics lacks %q:\n%s", line[1:len(line)-1], text)
 		}
 	}
 	// Never compressed: the agent answers 400 to a gzip body.
@@ -1135,12 +1131,8 @@ func TestAgentOffThenBack(t *testing.T) {
 		Grace: 50 * time.Millisecond, InfoRefresh: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	defer stop()
 	gauge := func() string {
-		rec := httptest.NewRecorder()
-		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		for l := range strings.Lines(rec.Body.String()) {
-			if v, ok := strings.CutPrefix(l, "statsrelay_agent_off "); ok {
-				return strings.TrimSpace(v)
-			}
+		if v, ok := metricValue(scrape(srv), "statsrelay_agent_off"); ok {
+			return v
 		}
 		return "missing"
 	}
@@ -1327,17 +1319,14 @@ func TestForwardParallel(t *testing.T) {
 		t.Errorf("agent accepted %d requests, want one per identity: %d", len(reqs), identities)
 	}
 	checkIdentity(t, s.Relay().Stats())
-	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := scrape(s)
 	var last float64
-	rounds := "missing"
-	for l := range strings.Lines(rec.Body.String()) {
-		if v, ok := strings.CutPrefix(l, "statsrelay_forward_last_round_seconds "); ok {
-			last, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-		if v, ok := strings.CutPrefix(l, "statsrelay_forward_rounds_total "); ok {
-			rounds = strings.TrimSpace(v)
-		}
+	if v, ok := metricValue(text, "statsrelay_forward_last_round_seconds"); ok {
+		last, _ = strconv.ParseFloat(v, 64)
+	}
+	rounds, ok := metricValue(text, "statsrelay_forward_rounds_total")
+	if !ok {
+		rounds = "missing"
 	}
 	// The round that waited on the agent is the last one unless another
 	// boundary passed since: then the latest round is short.
@@ -1347,8 +1336,8 @@ func TestForwardParallel(t *testing.T) {
 	case rounds == "1" && last < held.Seconds():
 		t.Errorf("statsrelay_forward_last_round_seconds %g after the one round, held %s", last, held)
 	}
-	if !strings.Contains(rec.Body.String(), "\nstatsrelay_forward_slow_rounds_total 1\n") {
-		t.Errorf("statsrelay_forward_slow_rounds_total is not 1 after the one slow round:\n%s", rec.Body.String())
+	if !strings.Contains(text, "\nstatsrelay_forward_slow_rounds_total 1\n") {
+		t.Errorf("statsrelay_forward_slow_rounds_total is not 1 after the one slow round:\n%s", text)
 	}
 	stop()
 	if !strings.Contains(log.String(), "forward rounds took more than half the interval") || !strings.Contains(log.String(), " rounds=1") {
@@ -1495,11 +1484,7 @@ func TestClockStepBackKeepsForwarding(t *testing.T) {
 	if len(got) != 2 || got["before"] != 3 || got["after"] != 4 {
 		t.Fatalf("the agent got %v; want before:3 after:4", got)
 	}
-	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), "\nstatsrelay_clock_steps_back_total 1\n") {
-		t.Fatalf("no statsrelay_clock_steps_back_total 1 in:\n%s", rec.Body.String())
-	}
+	wantMetrics(t, s, "statsrelay_clock_steps_back_total 1")
 	checkIdentity(t, s.Relay().Stats())
 }
 
@@ -1754,11 +1739,7 @@ func TestDroppedAfterTimeout(t *testing.T) {
 			defer conn.Close()
 			sendIdentities(t, conn, "late-", 1, 3)
 			waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })
-			rec := httptest.NewRecorder()
-			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			if !strings.Contains(rec.Body.String(), "\nstatsrelay_spans_dropped_after_timeout_total 3\n") {
-				t.Fatalf("statsrelay_spans_dropped_after_timeout_total is not 3:\n%s", rec.Body.String())
-			}
+			wantMetrics(t, srv, "statsrelay_spans_dropped_after_timeout_total 3")
 			checkIdentity(t, srv.Relay().Stats())
 		})
 	}
@@ -2112,9 +2093,7 @@ func TestMetricsServedBeforeTraffic(t *testing.T) {
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
 	defer stop()
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	text := rec.Body.String()
+	text := scrape(srv)
 	var want []string
 	for _, tr := range []string{"unix", "udp"} {
 		for _, m := range []string{"datagrams_received_total", "bytes_received_total", "kernel_drops_total", "reader_wait_seconds_total"} {

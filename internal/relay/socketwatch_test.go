@@ -63,6 +63,17 @@ func scrape(srv *relay.Server) string {
 	return rec.Body.String()
 }
 
+// metricValue is the value of the sample named name (with its labels, as
+// exposed) in the /metrics text, and whether text has it.
+func metricValue(text, name string) (string, bool) {
+	for l := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
 func wantMetrics(t *testing.T, srv *relay.Server, lines ...string) {
 	t.Helper()
 	text := scrape(srv)
