@@ -48,7 +48,10 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// A stopping relay still forwards what it holds, but a readiness
-		// probe should stop sending senders its way.
+		// probe should stop sending senders its way. A socket path another
+		// relay took over does not fail it: restarted by a liveness probe,
+		// each relay would take the path from the other in turn
+		// (statsrelay_unix_socket_bound says it instead).
 		if s.stopping.Load() {
 			http.Error(w, "stopping", http.StatusServiceUnavailable)
 			return
