@@ -419,9 +419,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
 	}
+	buildVersion, buildRevision := relay.Build()
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
 		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", httpAddr,
-		"procs", runtime.GOMAXPROCS(0))
+		"procs", runtime.GOMAXPROCS(0), "version", buildVersion, "revision", buildRevision, "go", runtime.Version())
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
 	// Said here as well as in /metrics, which nobody can scrape once the

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -564,4 +565,37 @@ func TestBinarySocketMode(t *testing.T) {
 			t.Errorf("%q: socket file %v, %v; want a socket of mode %v", tc.args, fi, err, tc.want)
 		}
 	}
+}
+
+// TestBinaryReportsItsBuild: the start line names the build (the module
+// version, the revision when recorded, the Go version) and /metrics gives
+// the same as statsrelay_build_info, so an operator reads which relay runs
+// on a host from either.
+func TestBinaryReportsItsBuild(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "127.0.0.1:0")
+	line := b.startedLine(t)
+	field := func(key string) string {
+		m := regexp.MustCompile(` ` + key + `=("[^"]*"|\S*)`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("start line %q has no %s", line, key)
+		}
+		return strings.Trim(m[1], `"`)
+	}
+	version, revision, goVersion, addr := field("version"), field("revision"), field("go"), field("http")
+	if version == "" || goVersion != runtime.Version() {
+		t.Errorf("start line gives version=%q go=%q, want a version and %s", version, goVersion, runtime.Version())
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf("\nstatsrelay_build_info{version=%q,revision=%q,goversion=%q} 1\n", version, revision, goVersion)
+	if !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", want[1:len(want)-1])
+	}
+	b.stop(t, syscall.SIGTERM)
 }

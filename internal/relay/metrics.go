@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,8 @@ func (s *Server) snapshot(set *metrics.Set) {
 		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
 		return true
 	})
+	version, revision := Build()
+	gauge(fmt.Sprintf(`statsrelay_build_info{version=%q,revision=%q,goversion=%q}`, version, revision, runtime.Version()), 1)
 	gauge("statsrelay_forward_last_round_seconds", time.Duration(s.lastRound.Load()).Seconds())
 	counter("statsrelay_forward_rounds_total", uint64(s.rounds.Load()))
 	counter("statsrelay_forward_slow_rounds_total", s.slowRounds.Load())
