@@ -29,9 +29,8 @@ import (
 // benchmark's sleeping goroutine, the loopback agent, the Go runtime), and
 // the difference (%core-relay): what the relay adds. Run it for seconds
 // (bench/run: its BENCHTIME), as BenchmarkIdle in ./stats: a sleeping
-// process's cost is that noisy. (The process's context switches, from
-// getrusage, moved by ±10 a second between runs whether the relay ran or
-// not: no figure for the relay's own wake-ups.)
+// process's cost is that noisy. It reports no context switches: the
+// process's own (getrusage) are too noisy to show the relay's few.
 func BenchmarkRelayIdle(b *testing.B) {
 	const relayIdleStretch = 500 * time.Millisecond
 	const settle = time.Second // start-ups pass: the agent's, the first /info read
@@ -41,7 +40,7 @@ func BenchmarkRelayIdle(b *testing.B) {
 	agent := statstest.New()
 	defer agent.Close()
 	time.Sleep(settle)
-	without := idleShare(b.N, relayIdleStretch)
+	without := cputime.ShareWhileSleeping(b.N, relayIdleStretch)
 
 	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: filepath.Join(b.TempDir(), "relay.sock"),
 		UDPAddr: "127.0.0.1:0", AgentURL: agent.URL(), Logger: slog.New(slog.DiscardHandler)})
@@ -54,7 +53,7 @@ func BenchmarkRelayIdle(b *testing.B) {
 	defer func() { cancel(); wg.Wait() }()
 	time.Sleep(settle)
 	b.StartTimer()
-	with := idleShare(b.N, relayIdleStretch)
+	with := cputime.ShareWhileSleeping(b.N, relayIdleStretch)
 	b.StopTimer()
 	if st := srv.Relay().Stats(); st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP] != 0 {
 		b.Fatalf("an idle relay received %d datagrams", st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
@@ -62,14 +61,4 @@ func BenchmarkRelayIdle(b *testing.B) {
 	b.ReportMetric(with, "%core")
 	b.ReportMetric(without, "%core-without")
 	b.ReportMetric(with-without, "%core-relay")
-}
-
-// idleShare sleeps n stretches and returns the process's CPU (user+sys)
-// over them, in percent of one core.
-func idleShare(n int, stretch time.Duration) float64 {
-	cpu0, t0 := cputime.Process(), time.Now()
-	for range n {
-		time.Sleep(stretch)
-	}
-	return 100 * (cputime.Process() - cpu0).Seconds() / time.Since(t0).Seconds()
 }

@@ -225,26 +225,16 @@ func BenchmarkIdle(b *testing.B) {
 	ag := statstest.New()
 	defer ag.Close()
 	time.Sleep(settle)
-	without := idleCPU(b.N, idleStretch)
+	without := cputime.ShareWhileSleeping(b.N, idleStretch)
 	a, stop := startAggregator(b, Config{AgentURL: ag.URL()})
 	defer stop()
 	time.Sleep(settle)
 	w0, t0 := a.cons.wakeups.Load(), time.Now()
 	b.StartTimer()
-	with := idleCPU(b.N, idleStretch)
+	with := cputime.ShareWhileSleeping(b.N, idleStretch)
 	b.StopTimer()
 	b.ReportMetric(float64(a.cons.wakeups.Load()-w0)/time.Since(t0).Seconds(), "wakeups/s")
 	b.ReportMetric(with, "%core")
 	b.ReportMetric(without, "%core-without")
 	b.ReportMetric(with-without, "%core-aggregator")
-}
-
-// idleCPU sleeps n stretches and returns the process's CPU (user+sys) over
-// them, in percent of one core.
-func idleCPU(n int, stretch time.Duration) float64 {
-	cpu0, t0 := cputime.Process(), time.Now()
-	for range n {
-		time.Sleep(stretch)
-	}
-	return 100 * (cputime.Process() - cpu0).Seconds() / time.Since(t0).Seconds()
 }
