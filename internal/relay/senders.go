@@ -183,11 +183,14 @@ func (sd *sender) reset(seq uint64) {
 	sd.mark = seq
 }
 
-// restart counts a restart of sd at seq; what it missed is lost.
+// restart counts a restart of sd at seq; what it missed is lost. A final
+// datagram before it was the previous run's: the sender is live again, not
+// to be forgotten as stopping (the datagram itself may say it stops).
 func (s *senders) restart(sd *sender, seq uint64) {
 	s.close(sd, len(sd.runs)-1)
 	s.restarts++
 	sd.reset(seq)
+	sd.final, sd.finalHeld = false, false
 }
 
 // forget removes sender k, counting what it missed.

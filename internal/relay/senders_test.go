@@ -61,6 +61,7 @@ func (m *seqModel) observe(seq uint64, final bool) {
 		m.settle(m.high)
 		m.restarts++
 		m.reset(seq)
+		m.final, m.finalHeld = false, false
 	default:
 		m.got[seq] = true
 		m.high = max(m.high, seq)
@@ -240,5 +241,27 @@ func TestForgottenSendersInStats(t *testing.T) {
 	}
 	if st := r.Stats(); st.Senders != MaxSenders || st.SendersForgotten != 3 {
 		t.Fatalf("senders %d, forgotten %d; want %d and 3", st.Senders, st.SendersForgotten, MaxSenders)
+	}
+}
+
+// TestRestartAfterFinalIsLive: a sender that said it stops and then starts
+// over at sequence 1 (a new Aggregator of the same RuntimeID) is live: it
+// is not forgotten at the next harvest as a stopping one, so a datagram it
+// loses just after counts as a gap.
+func TestRestartAfterFinalIsLive(t *testing.T) {
+	var s senders
+	s.observe(1, 1, false, 0)
+	s.observe(1, 2, true, 0)  // stops
+	s.observe(1, 1, false, 0) // and starts over before the harvest
+	s.observe(1, 2, false, 0)
+	s.harvest(0)
+	if len(s.m) != 1 || s.restarts != 1 {
+		t.Fatalf("after the harvest: senders %d, restarts %d; want 1 1 (the restarted sender is live)", len(s.m), s.restarts)
+	}
+	s.observe(1, 4, false, 0) // 3 lost
+	s.harvest(0)
+	s.harvest(0)
+	if s.gaps != 1 {
+		t.Fatalf("gaps %d, want 1: the restarted sender's lost 3", s.gaps)
 	}
 }
