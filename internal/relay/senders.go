@@ -177,20 +177,20 @@ func (s *senders) close(sd *sender, n int) {
 // sequence (1, then 2^63) must not wrap statsrelay_sender_seq_gaps_total.
 const maxSeqGap = 1 << 32
 
-// reset starts sd afresh at seq.
+// reset starts sd afresh at seq. A final datagram before it was the
+// previous run's: the sender is live again, not to be forgotten as
+// stopping (the datagram at seq may say it stops; observe applies that).
 func (sd *sender) reset(seq uint64) {
 	sd.runs = append(sd.runs[:0], seqRun{seq, seq})
 	sd.mark = seq
+	sd.final, sd.finalHeld = false, false
 }
 
-// restart counts a restart of sd at seq; what it missed is lost. A final
-// datagram before it was the previous run's: the sender is live again, not
-// to be forgotten as stopping (the datagram itself may say it stops).
+// restart counts a restart of sd at seq; what it missed is lost.
 func (s *senders) restart(sd *sender, seq uint64) {
 	s.close(sd, len(sd.runs)-1)
 	s.restarts++
 	sd.reset(seq)
-	sd.final, sd.finalHeld = false, false
 }
 
 // forget removes sender k, counting what it missed.
