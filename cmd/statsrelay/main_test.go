@@ -10,12 +10,14 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +42,15 @@ func TestMain(m *testing.M) {
 		os.Unsetenv(mainArgsEnv) // not the operator's: main would warn of it
 		main()
 		os.Exit(0) // main returned: the binary's exit status
+	}
+	// Run under nohup or as a shell's background job, this process inherits
+	// SIGHUP or SIGINT ignored, and so would every statsrelay it starts,
+	// which keeps them ignored by design (TestBinaryKeepsIgnoredSignalsIgnored):
+	// handled here, the runtime resets them to the default in each child.
+	for _, s := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(s) {
+			signal.Notify(make(chan os.Signal, 1), s)
+		}
 	}
 	goleak.VerifyTestMain(m)
 }
