@@ -4,7 +4,6 @@
 package stats
 
 import (
-	"cmp"
 	"fmt"
 	"net"
 	"net/url"
@@ -47,7 +46,10 @@ func parseAgentURL(raw string) (target, error) {
 				return target{}, fmt.Errorf("%w: AgentURL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23",
 					ErrBadConfig, raw)
 			}
-			p := cmp.Or(u.Path, u.Opaque)
+			p, err := agentclient.SocketPath(u)
+			if err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+			}
 			if p == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
 			}

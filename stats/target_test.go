@@ -18,6 +18,7 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 		"udp://127.0.0.1:8127?x=1":       "query",
 		"udp://127.0.0.1:8127#f":         "fragment",
 		"udp://u:secret@127.0.0.1:8127":  "user",
+		"unixgram:relay%zz.sock":         "escape",
 	} {
 		_, err := parseAgentURL(raw)
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) {
@@ -29,6 +30,8 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 	}
 	for raw, want := range map[string]string{
 		"unixgram:///run/relay%231.sock": "/run/relay#1.sock",
+		"unixgram:relay%3F.sock":         "relay?.sock", // relative: url.Parse leaves it escaped
+		"unixgram:relay%231.sock":        "relay#1.sock",
 		"udp://127.0.0.1:8127/":          "127.0.0.1:8127",
 	} {
 		tg, err := parseAgentURL(raw)

@@ -161,6 +161,8 @@ func TestParseURL(t *testing.T) {
 		{"unix:///var/run/apm?.socket", "", "", false},
 		{"unix:///var/run/apm?", "", "", false},
 		{"unix:///var/run/apm%231.socket", "http://localhost", "/var/run/apm#1.socket", true},
+		{"unix:apm%231.socket", "http://localhost", "apm#1.socket", true}, // relative: url.Parse leaves it escaped
+		{"unix:apm%zz.socket", "", "", false},
 	} {
 		ep, err := ParseURL(tc.raw)
 		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {

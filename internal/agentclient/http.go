@@ -103,9 +103,9 @@ func ParseURL(raw string) (Endpoint, error) {
 		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 			return Endpoint{}, fmt.Errorf("agent URL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23", raw)
 		}
-		p := u.Path
-		if p == "" {
-			p = u.Opaque
+		p, err := SocketPath(u)
+		if err != nil {
+			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
 		}
 		if p == "" {
 			return Endpoint{}, fmt.Errorf("agent URL %q has no socket path", raw)
@@ -128,6 +128,20 @@ func CheckSocketHost(u *url.URL) error {
 			u.Host, u.Scheme, u.Host, u.Path)
 	}
 	return nil
+}
+
+// SocketPath is the socket path of a unix or unixgram URL, unescaped in
+// both spellings: url.Parse unescapes the path of "unix:///run/x%3F.sock"
+// but leaves the opaque part of the relative "unix:x%3F.sock" as written.
+func SocketPath(u *url.URL) (string, error) {
+	if u.Opaque == "" {
+		return u.Path, nil
+	}
+	p, err := url.PathUnescape(u.Opaque)
+	if err != nil {
+		return "", fmt.Errorf("socket path %q: %w", u.Opaque, err)
+	}
+	return p, nil
 }
 
 // CheckPort refuses a URL whose port, when it has one, is not a number in
