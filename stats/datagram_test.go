@@ -218,6 +218,43 @@ func TestDatagramFullSocketDropsAndTells(t *testing.T) {
 	checkConservation(t, a.Health())
 }
 
+// TestDatagramRetryWallTime: toward a relay whose queue stays full, the
+// sleeps of one report add up to its patience, the timer's lateness
+// included: a sleep that ends 600 µs late (as Go's timer does on an idle
+// host) is charged so, where charging only the sleep asked for let a
+// 16-part report sleep 120 ms for a patience of 100 ms.
+func TestDatagramRetryWallTime(t *testing.T) {
+	r := listenRelay(t, "unixgram")
+	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1, MaxDatagramBytes: 40 << 10})
+	fillRelay(t, r)
+	const late = 600 * time.Microsecond
+	var slept time.Duration // the sender goroutine's alone, read after Flush returns
+	sleeps := 0
+	a.snd.out.(*datagramOut).sleep = func(d time.Duration) {
+		time.Sleep(d + late)
+		slept += d + late
+		sleeps++
+	}
+	for i := range 3000 {
+		publishN(a, 1, fmt.Sprintf("%0200d", i)) // 3000 groups: several parts
+	}
+	err := a.Flush(context.Background())
+	h := a.Health()
+	if !errors.Is(err, dgram.ErrWouldBlock) || h.PayloadsSent != 0 || h.PayloadsDropped < 2 {
+		t.Fatalf("Flush = %v, sent %d, dropped %d; want every part of several dropped on the full socket", err, h.PayloadsSent, h.PayloadsDropped)
+	}
+	// Each sleep is charged at least d+late and at most d+sleepSlack, so
+	// the sleeps end within one pause after the patience, however loaded
+	// the host, and go on for most of it.
+	if slept > datagramPatience+datagramBusyPause+late || slept < datagramPatience/2 {
+		t.Fatalf("%d sleeps took %s at least, want at most the %s patience and one pause", sleeps, slept, datagramPatience)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_ = a.Stop(ctx)
+	checkConservation(t, a.Health())
+}
+
 // TestAbstractRelayNameRefused: on Linux "@name" is an abstract socket
 // name, on which the relay refuses to listen (it has no file for the mode
 // to guard). New refuses such an AgentURL, in either spelling, with
