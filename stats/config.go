@@ -445,16 +445,23 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		// As for any environment value that cannot be used: logged and
 		// ignored, with the env, service and version it would have set,
 		// if that is the cause. The other variables were logged already.
+		// Both sources of the tags are left out, once: with DD_TAGS
+		// alone, OTEL_RESOURCE_ATTRIBUTES would stand in for it and this
+		// would never end (TestLongTagsFromEnvironment).
+		from := EnvTags
+		if getenv(EnvTags) == "" {
+			from = EnvOtelResourceAttributes
+		}
 		quiet := given
 		quiet.Logger = slog.New(slog.DiscardHandler)
 		d, derr := quiet.withDefaultsFrom(func(k string) string {
-			if k == EnvTags {
+			if k == EnvTags || k == EnvOtelResourceAttributes {
 				return ""
 			}
 			return getenv(k)
 		})
 		if derr == nil {
-			c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", EnvTags, "reason", err.Error())
+			c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", from, "reason", err.Error())
 			d.Logger = c.Logger
 			return d, nil
 		}

@@ -402,6 +402,42 @@ func TestLongTagsFromEnvironment(t *testing.T) {
 	}
 }
 
+// TestLongOtelResourceAttributes: OTEL_RESOURCE_ATTRIBUTES, standing in
+// for DD_TAGS, is ignored and logged by its name when its tags do not fit
+// a relay's datagrams, as a long DD_TAGS is; and when it is not the cause
+// (ProcessTags too long), the error comes back. Both once hung New: the
+// retry without DD_TAGS let OTEL_RESOURCE_ATTRIBUTES fill the tags again.
+func TestLongOtelResourceAttributes(t *testing.T) {
+	resolve := func(cfg Config, env map[string]string) (Config, error) {
+		t.Helper()
+		calls := 0
+		return cfg.withDefaultsFrom(func(k string) string {
+			if calls++; calls > 1000 { // one resolution and its retry take about a hundred
+				t.Fatalf("withDefaultsFrom read the environment %d times: it does not end", calls)
+			}
+			return env[k]
+		})
+	}
+	var attrs []string
+	for i := range 10 {
+		attrs = append(attrs, fmt.Sprintf("k%d=%s", i, strings.Repeat("v", 2000)))
+	}
+	var buf bytes.Buffer
+	c, err := resolve(Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))},
+		map[string]string{EnvOtelResourceAttributes: strings.Join(attrs, ","), EnvOtelService: "svc"})
+	if err != nil || c.Tags != nil || c.Service != "svc" || !strings.Contains(buf.String(), "name="+EnvOtelResourceAttributes) {
+		t.Fatalf("a long OTEL_RESOURCE_ATTRIBUTES: %v, %d tags, service %q, logged %q; want it ignored by name, OTEL_SERVICE_NAME kept",
+			err, len(c.Tags), c.Service, buf.String())
+	}
+	for _, env := range []map[string]string{{EnvOtelResourceAttributes: "team=core"}, {EnvTags: "team:core"}} {
+		_, err = resolve(Config{AgentURL: "unixgram:///run/relay.sock", ProcessTags: strings.Repeat("p", 20000),
+			Logger: slog.New(slog.DiscardHandler)}, env)
+		if !errors.Is(err, ErrBadConfig) {
+			t.Fatalf("ProcessTags too long, %v: %v, want ErrBadConfig", env, err)
+		}
+	}
+}
+
 // TestIdentityControlCharacters: every string field of Config but AgentURL
 // is identity (payload, headers or metric names); found by reflection, each
 // with a line break inside is refused naming the field, and so is a tag.
