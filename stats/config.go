@@ -322,12 +322,14 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	given := c
-	c = c.withEnv(getenv, fileExists, c.Logger)
-	c.Tags = slices.Clone(c.Tags) // trimmed below: never the caller's array
+	// Trimmed before the environment is read: a blank field leaves its
+	// variable to it, as a blank variable leaves the default.
+	c.Tags = slices.Clone(c.Tags) // trimmed: never the caller's array
 	for _, f := range c.identity() {
 		*f.v = strings.TrimSpace(*f.v)
 	}
+	given := c
+	c = c.withEnv(getenv, fileExists, c.Logger)
 	if c.AgentURL == "" {
 		c.AgentURL = DefaultAgentURL
 	}

@@ -102,11 +102,15 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			*f.v = v
 		}
 	}
-	if raw, ok := otelFallback(EnvService, EnvOtelService, getenv, log); ok && !serviceFromConfig {
-		if v := strings.TrimSpace(raw); controlAt(v) >= 0 {
-			ignore(EnvOtelService, raw, "has a control character")
-		} else {
-			c.Service = v
+	// The fallbacks are consulted only then: their warning that the
+	// Datadog variable wins would be wrong where the config does.
+	if !serviceFromConfig {
+		if raw, ok := otelFallback(EnvService, EnvOtelService, getenv, log); ok {
+			if v := strings.TrimSpace(raw); controlAt(v) >= 0 {
+				ignore(EnvOtelService, raw, "has a control character")
+			} else {
+				c.Service = v
+			}
 		}
 	}
 	// Set by the config or their own variable (a usable value: not blank,
@@ -119,8 +123,10 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			c.Tags = parseTags(raw)
 		}
 	}
-	if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, getenv, log); ok && !tagsFromConfig {
-		c.Tags = otelTags(raw, log, ignore)
+	if !tagsFromConfig {
+		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, getenv, log); ok {
+			c.Tags = otelTags(raw, log, ignore)
+		}
 	}
 	// As dd-trace-go: the env, service and version tags stand in for
 	// DD_ENV, DD_SERVICE and DD_VERSION, and git.commit.sha (its git

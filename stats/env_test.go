@@ -47,6 +47,18 @@ func TestEnvFillsZeroFields(t *testing.T) {
 	}
 }
 
+// TestEnvBlankConfigField: a blank identity field of the config leaves it
+// to the environment, as a blank variable leaves the default; it used to
+// shut the variable out and then be trimmed to nothing.
+func TestEnvBlankConfigField(t *testing.T) {
+	c, err := Config{Env: " ", Service: "\t", Logger: slog.New(slog.DiscardHandler)}.withDefaultsFrom(func(k string) string {
+		return map[string]string{EnvEnv: "prod", EnvTags: "service:web"}[k]
+	})
+	if err != nil || c.Env != "prod" || c.Service != "web" {
+		t.Fatalf("blank Env and Service, DD_ENV=prod, DD_TAGS=service:web: env %q service %q (%v), want prod and web", c.Env, c.Service, err)
+	}
+}
+
 // TestEnvConfigWins: a field the config sets is never replaced.
 func TestEnvConfigWins(t *testing.T) {
 	env := map[string]string{
@@ -306,11 +318,16 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 		!strings.Contains(logs[0]+logs[1], EnvOtelService) || !strings.Contains(logs[0]+logs[1], EnvOtelResourceAttributes) {
 		t.Fatalf("both set: service %q tags %q logs %q; want dd-web [team:dd] and a warning for each OTEL_ variable", c.Service, c.Tags, logs)
 	}
-	// The config wins silently.
-	c, logs = envCase(Config{Service: "cfg", Tags: []string{}}, map[string]string{
-		EnvOtelService: "otel-web", EnvOtelResourceAttributes: "team=otel"}, false)
-	if c.Service != "cfg" || len(c.Tags) != 0 || len(logs) != 0 {
-		t.Fatalf("config set: service %q tags %q logs %q", c.Service, c.Tags, logs)
+	// The config wins silently, whether the DD_ variables are set or not
+	// (it used to be logged that DD_SERVICE and DD_TAGS won).
+	for _, env := range []map[string]string{
+		{EnvOtelService: "otel-web", EnvOtelResourceAttributes: "team=otel"},
+		{EnvOtelService: "otel-web", EnvOtelResourceAttributes: "team=otel", EnvService: "dd-web", EnvTags: "team:dd"},
+	} {
+		c, logs = envCase(Config{Service: "cfg", Tags: []string{}}, env, false)
+		if c.Service != "cfg" || len(c.Tags) != 0 || len(logs) != 0 {
+			t.Fatalf("config set, environment %v: service %q tags %q logs %q", env, c.Service, c.Tags, logs)
+		}
 	}
 	// Ten attributes at most, the mapped ones first; the rest dropped with
 	// a warning.
