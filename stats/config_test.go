@@ -523,11 +523,17 @@ func TestEnvBounds(t *testing.T) {
 	if c.Env != "" || c.Service != "web" || c.Tags != nil {
 		t.Errorf("Env %q, Service %q, Tags %q: want the control characters ignored, the space trimmed", c.Env, c.Service, c.Tags)
 	}
-	if c.CardinalityLimits.Resource != 0 || c.CardinalityLimits.PeerTag != MaxCardinalityLimit {
-		t.Errorf("limits %+v: want resource ignored (over the bound), peer tags at the bound", c.CardinalityLimits)
+	// Over the bound is the bound, as dd-trace-go takes any positive
+	// budget (it used to be ignored: the default, 64 times less).
+	if c.CardinalityLimits.Resource != MaxCardinalityLimit || c.CardinalityLimits.PeerTag != MaxCardinalityLimit {
+		t.Errorf("limits %+v: want resource at the bound (over it), peer tags at the bound", c.CardinalityLimits)
 	}
-	if len(logs) != 3 {
-		t.Errorf("logged %d lines, want 3 (env, tags, resource limit): %q", len(logs), logs)
+	if len(logs) != 3 || !strings.Contains(logs[2], "over its maximum") || !strings.Contains(logs[2], EnvResourceLimit) {
+		t.Errorf("logged %d lines, want 3 (env, tags, resource limit clamped): %q", len(logs), logs)
+	}
+	c, _ = envCase(Config{}, map[string]string{EnvResourceLimit: "99999999999999999999999", "DD_TRACE_STATS_SERVICE_CARDINALITY_LIMIT": "-99999999999999999999999"}, false)
+	if c.CardinalityLimits.Resource != MaxCardinalityLimit || c.CardinalityLimits.Service != 0 {
+		t.Errorf("limits %+v: want resource at the bound (past int64), service ignored (negative)", c.CardinalityLimits)
 	}
 }
 

@@ -68,7 +68,8 @@ const DefaultAgentSocket = "/var/run/datadog/apm.socket"
 
 // EnvCardinalityLimit is the variable that sets field f's budget:
 // DD_TRACE_STATS_<FIELD>_CARDINALITY_LIMIT, e.g.
-// DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT.
+// DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT: a positive integer, one
+// over MaxCardinalityLimit taking that maximum (with a warning).
 func EnvCardinalityLimit(f aggregate.Field) string {
 	return fmt.Sprintf(envLimitShape, strings.ToUpper(f.String()))
 }
@@ -158,12 +159,22 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		if c.CardinalityLimits.Get(f) != 0 || raw == "" {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(raw))
-		if err != nil || n <= 0 || n > MaxCardinalityLimit {
+		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		if errors.Is(err, strconv.ErrRange) && n > 0 {
+			err = nil // past int64: past the maximum too
+		}
+		if err != nil || n <= 0 {
 			ignore(name, raw, fmt.Sprintf("want an integer in [1, %d]", MaxCardinalityLimit))
 			continue
 		}
-		c.CardinalityLimits.Set(f, n)
+		if n > MaxCardinalityLimit {
+			// dd-trace-go takes any positive budget: one asking for more
+			// than the table keeps gets the most it keeps, not the default.
+			log.Warn("spanstats: an environment variable is over its maximum; using the maximum",
+				"name", name, "value", strings.TrimSpace(raw), "max", MaxCardinalityLimit)
+			n = MaxCardinalityLimit
+		}
+		c.CardinalityLimits.Set(f, int(n))
 	}
 	return c
 }
