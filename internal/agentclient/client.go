@@ -173,9 +173,12 @@ type Client struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	retries  []*Payload // waiting for their due time
-	retryLen int        // bytes in retries
-	infoDue  time.Time  // next /info poll, while off or while infoStale
+	retries []*Payload // waiting for their due time
+	// splitParts, while SendAll handles a pass's outcomes, gathers the
+	// parts of the payloads split in it, posted together after them.
+	splitParts *[]*Payload
+	retryLen   int       // bytes in retries
+	infoDue    time.Time // next /info poll, while off or while infoStale
 	// infoWait is the wait before the next /info poll while off or stale:
 	// RetryBackoff once a payload was taken with /info readable, doubled
 	// per poll up to InfoRefresh (see pollInfoLater).
@@ -265,6 +268,8 @@ func (c *Client) SendAll(ps []*Payload) {
 		})
 	}
 	wg.Wait()
+	var parts []*Payload
+	c.splitParts = &parts
 	for i, p := range ps {
 		switch {
 		case posted[i]:
@@ -274,6 +279,10 @@ func (c *Client) SendAll(ps []*Payload) {
 		default:
 			c.attempt(p)
 		}
+	}
+	c.splitParts = nil
+	if len(parts) > 0 {
+		c.SendAll(parts)
 	}
 }
 
@@ -558,7 +567,13 @@ func (c *Client) split(p *Payload, cause error) {
 	}
 	c.release(p)
 	// As any pass: within Final's window no part is posted after it ends,
-	// and the parts go out Parallel at a time (TestFinalSplitIsBounded).
+	// and the parts go out Parallel at a time (TestFinalSplitIsBounded),
+	// those of every payload a pass splits together, not one payload's
+	// after another's (TestSplitsOfAPassGoOutTogether).
+	if c.splitParts != nil {
+		*c.splitParts = append(*c.splitParts, parts...)
+		return
+	}
 	c.SendAll(parts)
 }
 

@@ -1186,6 +1186,53 @@ func TestFinalSplitIsBounded(t *testing.T) {
 	}
 }
 
+// TestSplitsOfAPassGoOutTogether: eight payloads posted together (Parallel
+// 8), each refused as too large, are split; their sixteen parts go out
+// eight at a time, so an agent that then hangs costs Final two Timeouts,
+// as its doc says. The parts of each payload used to be posted in a pass
+// of their own, one payload after another: two requests in flight, eight
+// Timeouts (1.6 s).
+func TestSplitsOfAPassGoOutTogether(t *testing.T) {
+	body := splitBody()
+	limit := len(body) * 2 / 3 // halves fit
+	var refusing atomic.Bool
+	var inflight, most atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch {
+		case !refusing.Load():
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		case len(b) > limit:
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		default:
+			n := inflight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-r.Context().Done()
+			inflight.Add(-1)
+		}
+	}))
+	defer srv.Close()
+	const parallel, payloads = 8, 8
+	cfg := testConfig(srv.URL)
+	cfg.Timeout, cfg.Parallel, cfg.MaxRetryPayloads = 200*time.Millisecond, parallel, 64
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	for range payloads {
+		c.Send(&Payload{Body: body, Hits: 120}) // a 503: each waits for a retry
+	}
+	refusing.Store(true)
+	start := time.Now()
+	c.Final(0) // no window: one last pass of all eight
+	took := time.Since(start)
+	c.Close()
+	bound := cfg.Timeout + 2*payloads/parallel*cfg.Timeout + 300*time.Millisecond
+	if took > bound || obs.split != payloads || obs.dropped != 2*payloads || obs.sent != 0 || most.Load() < parallel {
+		t.Fatalf("Final took %v (bound %v), split %d, dropped %d, sent %d, at most %d parts in flight; want %d split, %d dropped, %d in flight at once",
+			took, bound, obs.split, obs.dropped, obs.sent, most.Load(), payloads, 2*payloads, parallel)
+	}
+}
+
 // TestTimeoutWhileWritingIsNotMaybeDelivered: an agent that accepts the
 // connection but never reads makes the attempt time out before the body is
 // written whole; the agent cannot have decoded a body it never got, so the
