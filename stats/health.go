@@ -105,7 +105,8 @@ type Health struct {
 	UnsentAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413,
 	// or its 400 "read limit reached"), or larger than the limit its /info
-	// gives, each re-sent as two smaller complete payloads.
+	// gives, each re-sent as smaller complete payloads of about half its size
+	// (usually two, three when no cut falls near its middle).
 	PayloadsSplit uint64
 	// PayloadsDropped were given up: retry budget exhausted (404s
 	// included: a payload the agent answered 404 is held within the budget
