@@ -80,6 +80,12 @@ func scanCgroup(r io.Reader) (string, error) {
 func idInPath(path string) string {
 	for path != "" {
 		k := strings.LastIndexByte(path, '/')
+		if seg := path[k+1:]; strings.HasPrefix(seg, "crio-conmon-") || strings.HasPrefix(seg, "libpod-conmon-") {
+			// CRI-O's and podman's container monitor, named after the
+			// container it watches but outside it: none, as the agent's
+			// ContainerFilter and Saluki take it.
+			return ""
+		}
 		if m := containerIDExp.FindStringSubmatch(path[k+1:]); m != nil {
 			return m[1]
 		}
@@ -104,8 +110,25 @@ func alive(dir string) bool {
 		return false
 	}
 	state := b[i+2]
-	return state != 'Z' && state != 'X' && state != 'x'
+	if state == 'Z' || state == 'X' || state == 'x' {
+		return false
+	}
+	// A process exiting, not yet a zombie (PF_EXITING in its flags, the
+	// seventh field after the comm): on cgroup v1 its cgroup file already
+	// shows "/" for every hierarchy, which must not pass it for a host
+	// process, whose claimed container would be erased
+	// (TestOriginOfExitingV1Sender). The flag never clears, and stat is
+	// read after the cgroup file.
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 7 {
+		return true // no flags (never from the kernel): the state alone
+	}
+	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
+	return err != nil || flags&pfExiting == 0
 }
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h).
+const pfExiting = 0x4
 
 // Origins maps sender pids to container ids by reading
 // <procRoot>/<pid>/cgroup, caching each answer (misses too) for OriginTTL.

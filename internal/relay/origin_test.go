@@ -35,6 +35,10 @@ var cgroups = map[string]string{
 	"garbage":        "not a cgroup line\n:::\n12:memory\n",
 	// cgroup v2 keeps a zombie's path, marked once its cgroup is removed.
 	"removed": "0::/system.slice/docker-" + dockerID + ".scope (deleted)\n",
+	// CRI-O's and podman's monitor of a container, named after it but
+	// outside it, as the agent's ContainerFilter and Saluki take it.
+	"crio conmon":   "0::/machine.slice/crio-conmon-" + dockerID + ".scope\n",
+	"podman conmon": "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-conmon-" + dockerID + ".scope\n",
 }
 
 func TestContainerIDFromCgroup(t *testing.T) {
@@ -42,6 +46,7 @@ func TestContainerIDFromCgroup(t *testing.T) {
 		"docker": dockerID, "systemd": dockerID, "k8s": dockerID, "fargate": fargateID,
 		"nested systemd": dockerID, "nested podman": dockerID, "removed": dockerID,
 		"garden": gardenID, "host": "", "pod uid": "", "garbage": "",
+		"crio conmon": "", "podman conmon": "",
 	} {
 		if got := ContainerIDFromCgroup(strings.NewReader(cgroups[name])); got != want {
 			t.Errorf("%s: %q, want %q", name, got, want)
@@ -116,6 +121,34 @@ func TestOriginOfExitedSender(t *testing.T) {
 	}
 	if s := r.Stats(); s.ContainerMismatches != 1 || got[""] != 1 || got[gardenID] != 6 {
 		t.Fatalf("mismatches %d, hits by container %v; want 1, only the live host sender's corrected", s.ContainerMismatches, got)
+	}
+}
+
+// TestOriginOfExitingV1Sender: a sender in a container on cgroup v1 sends
+// its last report and exits; read while it exits (PF_EXITING set, not yet
+// a zombie), its cgroup file shows "/" for every hierarchy. It is not
+// taken for a live host process, whose claimed container would be erased
+// and counted a mismatch: the answer is unknown, and its claim stands.
+// The files are those of such a process, captured on this host.
+func TestOriginOfExitingV1Sender(t *testing.T) {
+	const pid = 2994
+	root := fakeProc(t, map[int32]string{pid: "9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n5:devices:/\n" +
+		"4:memory:/\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n0::/\n"})
+	stat := "2994 (exitwin) R 2989 2920 895 0 -1 4194316 2252 0 0 0 2 980 0 0 20 0 4 0 6597017 0\n" // flags 0x40000c: PF_EXITING
+	if err := os.WriteFile(filepath.Join(root, "2994", "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if id, known := NewOrigins(root, nil).ContainerID(pid); known || id != "" {
+		t.Fatalf("ContainerID = %q, known %v; want unknown", id, known)
+	}
+	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
+	h := header("rt-1")
+	h.ContainerID = dockerID
+	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("a"), 3, 0))), pid, Unix)
+	out := harvestAll(t, r)
+	if len(out) != 1 || out[0].ContainerID != dockerID || r.Stats().ContainerMismatches != 0 {
+		t.Fatalf("forwarded %d batches (%+v), %d mismatches; want its claimed container kept, none",
+			len(out), out, r.Stats().ContainerMismatches)
 	}
 }
 
