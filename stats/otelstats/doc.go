@@ -23,6 +23,19 @@
 // HTTP method and endpoint are not part of the group. bench/peer checks the
 // mapping against the agent's own functions.
 //
+// Which of the agent's conversions: the one followed and checked is its
+// stats-only conversion (transform.OtelSpanToDDSpanMinimal). The agent's
+// OTLP receiver converts with the full one (OtelSpanToDDSpan), which copies
+// every attribute into the span's tags and metrics before the concentrator
+// reads them, and there known cases differ: a span's server.address is the
+// peer tag http.server_name (HTTP attributes are renamed as they are
+// copied); integer and floating-point span attributes are metrics, never
+// peer tags, where this package formats them; a floating-point _dd.measured,
+// HTTP or gRPC status code counts; _dd.top_level or _top_level of 1 makes a
+// span top-level; and top-level is computed per export request, so a span
+// exported without its parent (sdktrace.WithSyncer, or a parent in another
+// batch) is top-level there.
+//
 // The agent computes stats of the OTLP spans it receives unless told they
 // are computed: give the TracerProvider's resource the attribute
 // _dd.stats_computed=true (or have the exporter send the header
