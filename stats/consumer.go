@@ -199,7 +199,9 @@ func (c *consumer) run() {
 		if c.halt.Load() {
 			// Stop gave up while a batch was under way: the spans left stay
 			// unread, and parking cannot work while they fill the inbox past
-			// the mark (ParkUntil refuses), so finish now.
+			// the mark (ParkUntil refuses), so finish now; a Clear made
+			// before Stop first (TestClearBeforeHaltedStop).
+			c.clearPending()
 			c.finish()
 			return
 		}
@@ -249,6 +251,10 @@ func (c *consumer) await(wake <-chan struct{}, poll <-chan time.Time) (stop bool
 	case <-poll:
 		c.quiet = c.in.Len() == 0
 	case <-c.timer.C:
+		// A Clear ready at once goes first: the select picks either, and
+		// the bucket the tick closes holds spans published before it
+		// (TestClearBeforeBucketClose).
+		c.clearPending()
 		c.tick()
 	case done := <-c.flushCh:
 		c.clearPending()

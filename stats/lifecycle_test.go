@@ -201,6 +201,82 @@ func TestClearBeforeStopIsCarriedOut(t *testing.T) {
 	}
 }
 
+// TestClearBeforeBucketClose: a Clear and the timer that closes the
+// previous bucket ready together (the consumer was busy past the grace):
+// the select in await picks either, and the Clear goes first whichever it
+// picks, so the bucket's spans, all published before the Clear, are
+// cleared, never reported. The timer's case used to close the bucket
+// first, half the time.
+func TestClearBeforeBucketClose(t *testing.T) {
+	const iv = 10 * time.Second // grace: 1 s
+	for try := range 24 {
+		d := newDriven(t, iv, epoch.Add(3*time.Second))
+		d.publish("a", epoch.Add(4*time.Second))
+		d.at(epoch.Add(10*time.Second + 100*time.Millisecond))   // [0, 10 s) is the previous bucket, in its grace
+		d.now = epoch.Add(11*time.Second + 500*time.Millisecond) // the grace is over
+		d.a.Clear()
+		d.c.timer.Reset(0)
+		if d.c.await(nil, nil) { // the one it picks
+			t.Fatal("await saw a Stop")
+		}
+		d.at(d.now) // the timer's work, if await picked the Clear
+		h := d.a.Health()
+		for _, b := range d.reports(epoch) {
+			if b.hits["a"] != 0 {
+				t.Fatalf("try %d: the span published before Clear was reported in %v (cleared %d)", try, b, h.Cleared)
+			}
+		}
+		if h.Cleared != 1 {
+			t.Fatalf("try %d: cleared %d, want the 1 span published before Clear", try, h.Cleared)
+		}
+	}
+}
+
+// TestClearBeforeHaltedStop: a Clear that returned before Stop was called
+// is carried out when Stop's context has already ended and the consumer
+// is inside a batch (it leaves its loop by the halt check): the spans are
+// counted as cleared, not dropped as an unsent report.
+func TestClearBeforeHaltedStop(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var stall atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+		func(a *Aggregator) {
+			a.cons.period = 20 * time.Microsecond
+			a.cons.clock = func() time.Time {
+				if stall.CompareAndSwap(true, false) {
+					close(held)
+					<-release
+				}
+				return time.Now()
+			}
+		})
+	const k = 10
+	for i := range k {
+		s := raceSpan(i)
+		a.Publish(&s)
+	}
+	waitFor(t, "spans counted", func() bool { return a.Health().Counted == k })
+	stall.Store(true)
+	// A new key: AddBatch, halted, stops before it (a cache hit would not).
+	a.Publish(&Span{Service: "s", Name: "op", Resource: "new-key", SpanKind: "server", Duration: 5})
+	<-held // the consumer is in its batch, at its clock read
+	a.Clear()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Stop's deadline is over before it starts
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(ctx) }()
+	waitFor(t, "Stop to halt the consumer", func() bool { return a.cons.halt.Load() })
+	close(release)
+	<-stopped
+	h := a.Health()
+	checkConservation(t, h)
+	if h.Cleared != k {
+		t.Fatalf("cleared %d of the %d spans counted before Clear (unsent %d, undrained %d)", h.Cleared, k, h.SpansUnsent, h.StopUndrained)
+	}
+}
+
 // TestStopUndrainedIsLogged: spans Stop's deadline left in the inbox are
 // logged at Stop, with their number, not only counted in Health.
 func TestStopUndrainedIsLogged(t *testing.T) {
