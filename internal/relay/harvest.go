@@ -30,6 +30,7 @@ func (b *Batch) HasContainer() bool { return b.ContainerID != "" }
 // harvest removes and returns the windows that end at or before boundary
 // (unix ns), one Batch per identity, windows in start order.
 func (s *state) harvest(boundary uint64, dst []Batch) []Batch {
+	s.harvested = max(s.harvested, boundary)
 	for h, id := range s.ids {
 		var prev *identity
 		for cur := id; cur != nil; cur = cur.next {

@@ -165,6 +165,8 @@ type state struct {
 	hits       uint64 // held
 	folded     uint64 // spans folded into overflow groups
 	overflowed uint64 // overflow groups created
+	harvested  uint64 // the latest boundary harvested (unix ns)
+	late       uint64 // spans merged into a window harvested already
 }
 
 // prepared is one checked payload ready to merge: its tag lists are sets and
@@ -222,6 +224,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 	for bi := range pp.p.Buckets {
 		b := &pp.p.Buckets[bi]
 		ws := windowOf(b.Start, s.interval)
+		late := ws+s.interval <= s.harvested // its round has forwarded this window
 		var w *window
 		if id != nil {
 			w = id.windows[ws]
@@ -303,6 +306,9 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			}
 			w.hits += g.Hits
 			s.hits += g.Hits
+			if late {
+				s.late += g.Hits
+			}
 		}
 		if w != nil {
 			w.start = min(w.start, b.Start)

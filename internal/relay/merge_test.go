@@ -529,3 +529,38 @@ func TestBoundariesEndWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestLateWindowIsCounted: a bucket of a window that a round has already
+// forwarded (its sender's report came after the grace) is merged afresh,
+// counted in LateSpans, and forwarded at the next round in a bucket of its
+// own start; a bucket of a window not yet forwarded is not late.
+func TestLateWindowIsCounted(t *testing.T) {
+	r := newTestRelay(Config{Now: func() time.Time { return t0.Add(15 * time.Second) }})
+	mustAccept(t, r, datagram(1, header("rt"), bucket(w0, 10*sec, entry(key("a"), 5, 0))), 0, UDP)
+	first := r.Harvest(t0) // the round of the boundary t0 forwards [w0, t0)
+	for _, b := range first {
+		r.Forwarded(b.Hits)
+	}
+	if len(first) != 1 || first[0].Hits != 5 || r.Stats().LateSpans != 0 {
+		t.Fatalf("first round: %d batches, late %d; want one of 5 spans, none late", len(first), r.Stats().LateSpans)
+	}
+	mustAccept(t, r, datagram(2, header("rt"),
+		bucket(w0, 10*sec, entry(key("a"), 3, 0)),        // its window forwarded: late
+		bucket(w0+10*sec, 5*sec, entry(key("a"), 4, 0))), // the next window: on time
+		0, UDP)
+	if got := r.Stats().LateSpans; got != 3 {
+		t.Fatalf("LateSpans %d, want the 3 spans of the forwarded window", got)
+	}
+	out := harvestAll(t, r)
+	starts := map[uint64]uint64{}
+	for _, b := range out {
+		for _, bk := range b.Buckets {
+			for _, g := range bk.Groups {
+				starts[bk.Start] += g.Hits
+			}
+		}
+	}
+	if len(starts) != 2 || starts[w0] != 3 || starts[w0+10*sec] != 4 {
+		t.Fatalf("next round forwarded %v by bucket start, want 3 at w0 and 4 at w0+10s", starts)
+	}
+}

@@ -114,6 +114,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 	}
 	gauge("statsrelay_spans_pending", float64(st.SpansPending))
 	counter("statsrelay_spans_folded_total", st.FoldedSpans)
+	counter("statsrelay_spans_late_total", st.LateSpans)
 	counter("statsrelay_container_mismatches_total", st.ContainerMismatches)
 	s.requests.Range(func(code, n any) bool {
 		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())

@@ -110,6 +110,10 @@ type Stats struct {
 	// FoldedSpans went to an overflow group at MaxGroups or MaxHeldBytes;
 	// OverflowGroups is how many such groups were created.
 	FoldedSpans, OverflowGroups uint64
+	// LateSpans reached the relay after the round that forwarded their
+	// window (a sender's report delayed past the grace): they go to the
+	// agent at the next round, in a bucket of their own of that start.
+	LateSpans uint64
 	// ContainerMismatches counts payloads whose ContainerID differed from
 	// their sender's credentials (corrected: credentials win).
 	ContainerMismatches uint64
@@ -482,6 +486,7 @@ func (r *Relay) Stats() Stats {
 	s.SendersForgotten = r.senders.forgottenSenders
 	s.SenderDroppedPayloads, s.SenderDroppedSpans = r.senders.droppedPayloads, r.senders.droppedSpans
 	s.FoldedSpans, s.OverflowGroups = r.st.folded, r.st.overflowed
+	s.LateSpans = r.st.late
 	s.ContainerMismatches = r.mismatches
 	return s
 }

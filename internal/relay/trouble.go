@@ -35,6 +35,7 @@ var troubleKinds = []troubleKind{
 	{"kernel", slog.LevelWarn, "statsrelay: the kernel dropped datagrams: the relay did not read fast enough (raise -udp-rcvbuf)"},
 	{"senders", slog.LevelWarn, "statsrelay: senders lost datagrams on their way here (their own drops, sequence gaps), or were forgotten at a full sender table"},
 	{"folded", slog.LevelWarn, "statsrelay: spans folded into the overflow group at -max-groups or -max-held-bytes"},
+	{"late", slog.LevelWarn, "statsrelay: spans arrived after their window was forwarded; sent at the next round (senders send later than -grace allows)"},
 	{"failed", slog.LevelWarn, "statsrelay: requests to the agent failed (5xx and network errors are retried; spans given up are logged as dropped)"},
 	{"dropped", slog.LevelError, "statsrelay: spans dropped (statsrelay_spans_dropped_total)"},
 	{"slow", slog.LevelWarn, "statsrelay: forward rounds took more than half the interval: the agent is slow to answer, " +
@@ -81,6 +82,7 @@ func (s *Server) troubleCounters() map[string]uint64 {
 		"senders.seq_gaps":         st.SeqGaps,
 		"senders.forgotten":        st.SendersForgotten,
 		"folded.spans":             st.FoldedSpans,
+		"late.spans":               st.LateSpans,
 		"slow.rounds":              s.slowRounds.Load(),
 	}
 	for r := range NumReasons {
