@@ -1151,18 +1151,7 @@ func TestFinalSplitIsBounded(t *testing.T) {
 	limit := len(body) / 5 // 16 groups: parts of 2 groups fit, 8 of them
 	var refusing atomic.Bool
 	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		posts.Add(1)
-		b, _ := io.ReadAll(r.Body)
-		switch {
-		case !refusing.Load():
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-		case len(b) > limit:
-			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
-		default:
-			<-r.Context().Done()
-		}
-	}))
+	srv := tooLargeAgent(limit, &refusing, func() { posts.Add(1) }, func(done <-chan struct{}) { <-done })
 	defer srv.Close()
 	for _, parallel := range []int{1, 2} {
 		refusing.Store(false)
@@ -1186,6 +1175,24 @@ func TestFinalSplitIsBounded(t *testing.T) {
 	}
 }
 
+// tooLargeAgent answers 503 until refusing is set, then 413 to a body
+// over limit and, to the rest, hangs (until done: the request's end).
+// posted runs on every request.
+func tooLargeAgent(limit int, refusing *atomic.Bool, posted func(), hang func(done <-chan struct{})) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posted()
+		b, _ := io.ReadAll(r.Body)
+		switch {
+		case !refusing.Load():
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		case len(b) > limit:
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		default:
+			hang(r.Context().Done())
+		}
+	}))
+}
+
 // TestSplitsOfAPassGoOutTogether: eight payloads posted together (Parallel
 // 8), each refused as too large, are split; their sixteen parts go out
 // eight at a time, so an agent that then hangs costs Final two Timeouts,
@@ -1197,21 +1204,13 @@ func TestSplitsOfAPassGoOutTogether(t *testing.T) {
 	limit := len(body) * 2 / 3 // halves fit
 	var refusing atomic.Bool
 	var inflight, most atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		switch {
-		case !refusing.Load():
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-		case len(b) > limit:
-			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
-		default:
-			n := inflight.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
-			<-r.Context().Done()
-			inflight.Add(-1)
+	srv := tooLargeAgent(limit, &refusing, func() {}, func(done <-chan struct{}) {
+		n := inflight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-	}))
+		<-done
+		inflight.Add(-1)
+	})
 	defer srv.Close()
 	const parallel, payloads = 8, 8
 	cfg := testConfig(srv.URL)
