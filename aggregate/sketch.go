@@ -325,19 +325,33 @@ func (s *Sketch) HeapBytes() int { return int(unsafe.Sizeof(*s)) + 4*cap(s.bins)
 // RangeGrows reports whether adding values to the bins lo to hi (lowest
 // and highest index), in any order, would allocate a larger store, raising
 // s.HeapBytes; adding to bins s covers costs no memory.
-func (s *Sketch) RangeGrows(lo, hi int) bool {
+func (s *Sketch) RangeGrows(lo, hi int) bool { return s.binsAfter(lo, hi) > cap(s.bins) }
+
+// RangeGrowth is at most what adding values to the bins lo to hi, in any
+// order, would raise s.HeapBytes by: 0 where RangeGrows is false, else a
+// new store of the range they leave (StoreBytes: each resize on the way
+// allocates the range it needs and binSlack) less what s holds.
+func (s *Sketch) RangeGrowth(lo, hi int) int {
+	n := s.binsAfter(lo, hi)
+	if n <= cap(s.bins) {
+		return 0
+	}
+	return max(StoreBytes(n)-s.HeapBytes(), 0)
+}
+
+// binsAfter is the length of the store that adding values to the bins lo
+// to hi leaves: up to the higher top, down to the lower bottom (a
+// collapsed store folds lower bins into its lowest), never longer than
+// MaxBins. Each resize on the way is shorter.
+func (s *Sketch) binsAfter(lo, hi int) int {
 	if len(s.bins) > 0 {
-		// The store the adds leave: up to the higher top, down to the
-		// lower bottom (a collapsed store folds lower bins into its
-		// lowest), never longer than MaxBins. Each resize on the way is
-		// shorter.
 		hi = max(hi, s.offset+len(s.bins)-1)
 		lo = min(lo, s.offset)
 		if s.collapsed {
 			lo = s.offset
 		}
 	}
-	return min(hi-lo+1, MaxBins) > cap(s.bins)
+	return min(hi-lo+1, MaxBins)
 }
 
 // StoreBytes is about what a new Sketch holding values in n contiguous

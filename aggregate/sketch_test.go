@@ -423,7 +423,7 @@ func TestSketchClampsHugeValues(t *testing.T) {
 }
 
 // TestSketchRangeGrows: RangeGrows of the other sketch's bins predicts
-// exactly whether Merge raises HeapBytes, over sketches narrow and wide,
+// exactly whether Merge raises HeapBytes, and RangeGrowth bounds by how much, over sketches narrow and wide,
 // empty, collapsed and reset (with a store larger than their values), and
 // HeapBytes never exceeds MaxSketchBytes.
 func TestSketchRangeGrows(t *testing.T) {
@@ -455,9 +455,16 @@ func TestSketchRangeGrows(t *testing.T) {
 		want := s.HeapBytes()
 		lo, counts := o.Bins()
 		predicted := len(counts) > 0 && s.RangeGrows(lo, lo+len(counts)-1)
+		bound := 0
+		if len(counts) > 0 {
+			bound = s.RangeGrowth(lo, lo+len(counts)-1)
+		}
 		s.Merge(o)
 		if got := s.HeapBytes() > want; got != predicted {
 			t.Fatalf("case %d: RangeGrows = %v, HeapBytes %d -> %d", i, predicted, want, s.HeapBytes())
+		}
+		if grown := s.HeapBytes() - want; grown > bound || (bound > 0) != predicted {
+			t.Fatalf("case %d: HeapBytes grew by %d, RangeGrowth said at most %d (RangeGrows %v)", i, grown, bound, predicted)
 		}
 		if s.HeapBytes() > MaxSketchBytes {
 			t.Fatalf("case %d: HeapBytes %d > MaxSketchBytes %d", i, s.HeapBytes(), MaxSketchBytes)

@@ -60,19 +60,28 @@ func newGroupBytes(g *writer.Group) int {
 	return n
 }
 
-// mergeGrows reports whether merging g into held raises what held takes.
-func mergeGrows(held, g *writer.Group) bool {
+// mergeGrowth is at most what merging g into held raises what held takes
+// (0: nothing), so that a merge is refused before it would pass the bound,
+// not after (FuzzAccept found a grown sketch over MaxHeldBytes).
+func mergeGrowth(held, g *writer.Group) int {
 	if g.Wire == nil {
-		return false
+		return 0
 	}
-	grows := func(h *aggregate.Sketch, o *writer.WireSketch) bool {
+	growth := func(h *aggregate.Sketch, o *writer.WireSketch) int {
 		if o.Count() == 0 {
-			return false
+			return 0
 		}
 		lo, hi, bins := o.Bins()
-		return h == nil || bins && h.RangeGrows(lo, hi)
+		switch {
+		case h == nil:
+			return o.HeapBytes() // a sketch of its own, as newGroupBytes charges
+		case !bins:
+			return 0
+		default:
+			return h.RangeGrowth(lo, hi)
+		}
 	}
-	return grows(held.Ok, &g.Wire.Ok) || grows(held.Err, &g.Wire.Err)
+	return growth(held.Ok, &g.Wire.Ok) + growth(held.Err, &g.Wire.Err)
 }
 
 // addSketches adds g's summaries to held's sketches, creating them as
@@ -254,7 +263,9 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			fold := false
 			switch {
 			case i >= 0:
-				fold = s.bytes > byteLimit && mergeGrows(&w.groups[i], g)
+				if grow := mergeGrowth(&w.groups[i], g); grow > 0 {
+					fold = s.bytes+grow > byteLimit
+				}
 			case s.groups >= groupLimit:
 				fold = true
 			default:
@@ -275,7 +286,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				}
 				switch {
 				case i >= 0:
-					if i != w.overflow && s.bytes > s.maxBytes && mergeGrows(&w.groups[i], g) {
+					if grow := mergeGrowth(&w.groups[i], g); i != w.overflow && grow > 0 && s.bytes+grow > s.maxBytes {
 						// A sender's own overflow-keyed group, grown
 						// as any label group: no room left.
 						droppedBytes += g.Hits
