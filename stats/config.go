@@ -449,7 +449,7 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 		// if that is the cause. The other variables were logged already.
 		// Both sources of the tags are left out, once: with DD_TAGS
 		// alone, OTEL_RESOURCE_ATTRIBUTES would stand in for it and this
-		// would never end (TestLongTagsFromEnvironment).
+		// would never end (TestLongOtelResourceAttributes).
 		from := EnvTags
 		if getenv(EnvTags) == "" {
 			from = EnvOtelResourceAttributes

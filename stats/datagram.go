@@ -364,10 +364,9 @@ func (d *datagramOut) relay() string {
 
 // pauseFor sleeps want, or what is left of the patience if less, and
 // charges the patience what the sleep took, at most sleepSlack more than
-// asked: the timer's lateness on an idle host (a fifth over in all, about
-// 35 pauses a report) is charged, so that the sleeps of a report toward a
-// full relay add up to its patience (TestDatagramRetryWallTime), and a
-// sender starved of CPU, whose sleeps end much later, keeps most of it.
+// asked: the timer's lateness is charged, so a report's sleeps add up to
+// its patience (TestDatagramRetryWallTime), while a sender starved of CPU,
+// whose sleeps end much later, keeps most of it.
 func (d *datagramOut) pauseFor(patience *time.Duration, want time.Duration) {
 	want = min(want, *patience)
 	start := time.Now()

@@ -61,8 +61,8 @@ func newGroupBytes(g *writer.Group) int {
 }
 
 // mergeGrowth is at most what merging g into held raises what held takes
-// (0: nothing), so that a merge is refused before it would pass the bound,
-// not after (FuzzAccept found a grown sketch over MaxHeldBytes).
+// (0: nothing): a merge is refused before it would pass the bound, as a
+// new group is, since one merge can grow a sketch by a whole store.
 func mergeGrowth(held, g *writer.Group) int {
 	if g.Wire == nil {
 		return 0
@@ -82,6 +82,13 @@ func mergeGrowth(held, g *writer.Group) int {
 		}
 	}
 	return growth(held.Ok, &g.Wire.Ok) + growth(held.Err, &g.Wire.Err)
+}
+
+// growsPast reports whether merging g into held may take the held bytes
+// past limit; a merge that grows nothing never does.
+func growsPast(held, g *writer.Group, bytes, limit int) bool {
+	grow := mergeGrowth(held, g)
+	return grow > 0 && bytes+grow > limit
 }
 
 // addSketches adds g's summaries to held's sketches, creating them as
@@ -263,9 +270,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			fold := false
 			switch {
 			case i >= 0:
-				if grow := mergeGrowth(&w.groups[i], g); grow > 0 {
-					fold = s.bytes+grow > byteLimit
-				}
+				fold = growsPast(&w.groups[i], g, s.bytes, byteLimit)
 			case s.groups >= groupLimit:
 				fold = true
 			default:
@@ -286,7 +291,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				}
 				switch {
 				case i >= 0:
-					if grow := mergeGrowth(&w.groups[i], g); i != w.overflow && grow > 0 && s.bytes+grow > s.maxBytes {
+					if i != w.overflow && growsPast(&w.groups[i], g, s.bytes, s.maxBytes) {
 						// A sender's own overflow-keyed group, grown
 						// as any label group: no room left.
 						droppedBytes += g.Hits

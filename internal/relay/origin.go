@@ -80,13 +80,14 @@ func scanCgroup(r io.Reader) (string, error) {
 func idInPath(path string) string {
 	for path != "" {
 		k := strings.LastIndexByte(path, '/')
-		if seg := path[k+1:]; strings.HasPrefix(seg, "crio-conmon-") || strings.HasPrefix(seg, "libpod-conmon-") {
+		seg := path[k+1:]
+		if strings.HasPrefix(seg, "crio-conmon-") || strings.HasPrefix(seg, "libpod-conmon-") {
 			// CRI-O's and podman's container monitor, named after the
 			// container it watches but outside it: none, as the agent's
 			// ContainerFilter and Saluki take it.
 			return ""
 		}
-		if m := containerIDExp.FindStringSubmatch(path[k+1:]); m != nil {
+		if m := containerIDExp.FindStringSubmatch(seg); m != nil {
 			return m[1]
 		}
 		if k < 0 {
