@@ -348,6 +348,10 @@ func (s *sender) Info(info *agentclient.Info) {
 		s.infoStreak = 0
 	}
 	if !s.fixedPeerTags && info.PeerTags != nil {
+		// Polled every InfoRefresh: a new list empties the tables' caches.
+		if k := s.peerTags.Load(); k != nil && slices.Equal(*k, info.PeerTags) {
+			return
+		}
 		keys := slices.Clone(info.PeerTags)
 		s.peerTags.Store(&keys)
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -382,6 +383,34 @@ func TestInfoPeerTagsFilterKeys(t *testing.T) {
 	g := reqs[0].Payload.Buckets[0].Groups[0]
 	if !slices.Equal(g.PeerTags, []string{"db.instance:main", "peer.service:users"}) {
 		t.Fatalf("peer tags %v, want only the keys /info lists", g.PeerTags)
+	}
+}
+
+// TestInfoSamePeerTagsKeepTheList: /info is polled every InfoRefresh while
+// the agent is up; a poll with the list the consumer already has must not
+// hand it a new one, which would empty both tables' recent-span caches and
+// peer-tag memos on every poll.
+func TestInfoSamePeerTagsKeepTheList(t *testing.T) {
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := a.snd
+	s.Info(&agentclient.Info{PeerTags: []string{"peer.service", "db.instance"}})
+	first := s.peerTags.Load()
+	if first == nil || !slices.Equal(*first, []string{"peer.service", "db.instance"}) {
+		t.Fatalf("list after the first /info: %v", first)
+	}
+	s.Info(&agentclient.Info{PeerTags: []string{"peer.service", "db.instance"}})
+	if got := s.peerTags.Load(); got != first {
+		t.Fatalf("an unchanged list was handed over again: %p, want %p", got, first)
+	}
+	s.Info(&agentclient.Info{PeerTags: []string{"peer.service"}})
+	if got := s.peerTags.Load(); got == first || !slices.Equal(*got, []string{"peer.service"}) {
+		t.Fatalf("a changed list was not handed over: %v", *got)
+	}
+	if got := a.Health().InfoReads; got != 3 {
+		t.Fatalf("InfoReads %d, want 3: every poll counts", got)
 	}
 }
 
