@@ -28,9 +28,17 @@ type Batch struct {
 func (b *Batch) HasContainer() bool { return b.ContainerID != "" }
 
 // harvest removes and returns the windows that end at or before boundary
-// (unix ns), one Batch per identity, windows in start order.
-func (s *state) harvest(boundary uint64, dst []Batch) []Batch {
-	s.harvested = max(s.harvested, boundary)
+// (unix ns), one Batch per identity, windows in start order; now (unix ns)
+// places the round, whose boundary marks what comes late from then on.
+func (s *state) harvest(boundary, now uint64, dst []Batch) []Batch {
+	// The round's boundary, back with the wall clock when it steps back. A
+	// boundary past the current window's end is no round's but everything
+	// held (a clock stepped back, the stop): windows that had not ended are
+	// not late, or every span would be from then on.
+	s.harvested = boundary
+	if cur := windowOf(now, s.interval); boundary > cur+s.interval {
+		s.harvested = cur
+	}
 	for h, id := range s.ids {
 		var prev *identity
 		for cur := id; cur != nil; cur = cur.next {

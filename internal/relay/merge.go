@@ -181,7 +181,7 @@ type state struct {
 	hits       uint64 // held
 	folded     uint64 // spans folded into overflow groups
 	overflowed uint64 // overflow groups created
-	harvested  uint64 // the latest boundary harvested (unix ns)
+	harvested  uint64 // the latest round's boundary (unix ns; see harvest)
 	late       uint64 // spans merged into a window harvested already
 }
 

@@ -429,9 +429,10 @@ func (r *Relay) Harvest(boundary time.Time) []Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	before := r.st.hits
-	out := r.st.harvest(uint64(max(boundary.UnixNano(), 0)), nil)
+	now := r.now().UnixNano()
+	out := r.st.harvest(uint64(max(boundary.UnixNano(), 0)), uint64(max(now, 0)), nil)
 	r.outstanding += before - r.st.hits
-	r.senders.harvest(r.now().UnixNano())
+	r.senders.harvest(now)
 	return out
 }
 

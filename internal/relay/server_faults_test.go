@@ -1493,6 +1493,51 @@ func TestClockStepBackKeepsForwarding(t *testing.T) {
 	checkIdentity(t, s.Relay().Stats())
 }
 
+// TestClockStepBackCountsNoLateSpans: once a round has found the wall
+// clock gone back and forwarded everything held, the senders' buckets at
+// the new time are on time: statsrelay_spans_late_total counts none of
+// them, this round or the next.
+func TestClockStepBackCountsNoLateSpans(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	seq := uint64(0)
+	send := func(hits uint64) {
+		seq++
+		h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+		start := uint64(now().Truncate(time.Second).UnixNano())
+		b := writer.AppendPayload(writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq}), &h,
+			[]writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(3)
+	waitFor(t, "the first datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	offset.Store(int64(-time.Hour))
+	waitFor(t, "the round after the step", func() bool { return s.Relay().Stats().SpansForwarded == 3 })
+	send(4)
+	waitFor(t, "the second datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
+	waitFor(t, "the next round", func() bool { return s.Relay().Stats().SpansForwarded == 7 })
+	send(5)
+	waitFor(t, "the third datagram", func() bool { return s.Relay().Stats().SpansReceived == 12 })
+	waitFor(t, "the round after", func() bool { return s.Relay().Stats().SpansForwarded == 12 })
+	if st := s.Relay().Stats(); st.LateSpans != 0 {
+		t.Fatalf("LateSpans %d after a clock step back; want 0: the buckets sent since were on time", st.LateSpans)
+	}
+	wantMetrics(t, s, "statsrelay_spans_late_total 0")
+}
+
 // TestStopRetriesWhatItHolds: the agent answers 503 to the first two stats
 // requests. A relay stopped while holding an interval forwards it with its
 // retries (within the stop timeout), not with one last attempt that the
