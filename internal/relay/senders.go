@@ -35,12 +35,18 @@ type sender struct {
 	// with a hole left above its mark, at the one after (finalHeld): the
 	// datagram may be merged just after that harvest, as any other.
 	final, finalHeld bool
-	// fresh: first seen since the last harvest. Its first datagram merged
-	// need not be its lowest (another worker may still hold sequence 1),
-	// so a lower sequence then extends its runs down instead of counting
-	// as late or as a restart.
-	fresh bool
+	// fresh: the harvests left (of freshHarvests) during which a lower
+	// sequence extends its runs down instead of counting as late or as a
+	// restart. Its first datagram merged need not be its lowest (another
+	// worker may still hold sequence 1, and merge it just after a
+	// harvest), so its lower sequences get a harvest's grace, as holes do.
+	fresh uint8
 }
+
+// freshHarvests is how many harvests a new sender stays fresh: the one
+// just after it is first seen may come between the merges of its first
+// datagrams; a harvest later, they have all been merged.
+const freshHarvests = 2
 
 // seqRun is the sequences lo..hi.
 type seqRun struct{ lo, hi uint64 }
@@ -69,10 +75,10 @@ type senders struct {
 
 // observe records datagram seq of the sender whose RuntimeID hashes to id
 // at now. A sender seen for the first time has no reference (it may
-// predate the relay, or have been forgotten): until the next harvest a
-// lower sequence extends its runs down (the workers reordered them), after
-// it nothing below its lowest counts. Sequence 1 again is a restart: the
-// SDK counts from 1.
+// predate the relay, or have been forgotten): until the harvest after
+// next a lower sequence extends its runs down (the workers reordered them,
+// maybe across a harvest), after it nothing below its lowest counts.
+// Sequence 1 again is a restart: the SDK counts from 1.
 // Any other sequence received before, below the first or counted as a gap
 // is late (delayed past two harvests) or duplicated: counted, and it
 // changes nothing, as starting afresh at it would count the sequences
@@ -96,7 +102,7 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 				break
 			}
 		}
-		sd = &sender{fresh: true}
+		sd = &sender{fresh: freshHarvests}
 		s.m[id] = sd
 		sd.reset(seq)
 	} else {
@@ -111,7 +117,7 @@ func (s *senders) add(sd *sender, seq uint64) {
 	r := sd.runs
 	top := &r[len(r)-1]
 	switch {
-	case seq < r[0].lo && sd.fresh: // merged after a later one: extend down
+	case seq < r[0].lo && sd.fresh > 0: // merged after a later one: extend down
 		if seq+1 == r[0].lo {
 			r[0].lo = seq
 		} else {
@@ -222,7 +228,7 @@ func (s *senders) harvest(now int64) {
 		}
 		s.close(sd, n)
 		sd.mark = sd.runs[len(sd.runs)-1].hi
-		sd.fresh = false
+		sd.fresh -= min(sd.fresh, 1)
 		switch {
 		case sd.final && (len(sd.runs) == 1 || sd.finalHeld):
 			s.forget(k, sd)

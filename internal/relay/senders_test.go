@@ -16,8 +16,8 @@ type seqModel struct {
 	gaps, restarts    uint64
 	late              uint64
 	known, final      bool
-	finalHeld         bool // final, with a hole, at a harvest
-	fresh             bool // first seen since the last harvest
+	finalHeld         bool  // final, with a hole, at a harvest
+	fresh             uint8 // harvests left during which a lower sequence extends it
 }
 
 func (m *seqModel) reset(seq uint64) {
@@ -50,8 +50,8 @@ func (m *seqModel) observe(seq uint64, final bool) {
 	switch {
 	case !m.known:
 		m.reset(seq)
-		m.fresh = true
-	case seq < m.first && m.fresh: // reordered below the first merged
+		m.fresh = freshHarvests
+	case seq < m.first && m.fresh > 0: // reordered below the first merged
 		m.first, m.mark = seq, seq
 		m.got[seq] = true
 		m.overflow()
@@ -91,7 +91,7 @@ func (m *seqModel) harvest() {
 	}
 	m.settle(m.mark)
 	m.mark = m.high
-	m.fresh = false
+	m.fresh -= min(m.fresh, 1)
 	if m.final && (m.runs() == 1 || m.finalHeld) {
 		m.settle(m.high)
 		m.known, m.final, m.finalHeld = false, false, false
@@ -263,5 +263,32 @@ func TestRestartAfterFinalIsLive(t *testing.T) {
 	s.harvest(0)
 	if s.gaps != 1 {
 		t.Fatalf("gaps %d, want 1: the restarted sender's lost 3", s.gaps)
+	}
+}
+
+// TestNewSenderReorderedAcrossHarvest: a new sender's first datagrams,
+// merged by two decode workers on either side of a harvest (its 2, the
+// harvest, then its 1), are reordered, not a restart: no restart, and
+// its 2, which was received, never counts as a gap.
+func TestNewSenderReorderedAcrossHarvest(t *testing.T) {
+	var s senders
+	s.observe(1, 2, false, 0)
+	s.harvest(0)
+	s.observe(1, 1, false, 0) // the other worker's, merged just after
+	s.observe(1, 3, false, 0)
+	s.harvest(0)
+	s.harvest(0)
+	if s.restarts != 0 || s.gaps != 0 || s.late != 0 {
+		t.Fatalf("restarts %d, gaps %d, late %d; want 0 0 0", s.restarts, s.gaps, s.late)
+	}
+	// A harvest later, a lower sequence is from before the sender was
+	// seen (late), and 1 a restart, as for any sender.
+	s.observe(2, 5, false, 0)
+	s.harvest(0)
+	s.harvest(0)
+	s.observe(2, 4, false, 0)
+	s.observe(2, 1, false, 0)
+	if s.late != 1 || s.restarts != 1 {
+		t.Fatalf("late %d, restarts %d after two harvests; want 1 1", s.late, s.restarts)
 	}
 }
