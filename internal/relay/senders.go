@@ -91,7 +91,8 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 	if sd == nil {
 		// A full table is swept at most once a second: a flood of new
 		// RuntimeIDs would otherwise cost a walk of the whole table each.
-		if len(s.m) >= MaxSenders && now-s.fullSweep >= int64(time.Second) {
+		// (Or at once after the wall clock stepped back.)
+		if len(s.m) >= MaxSenders && (now-s.fullSweep >= int64(time.Second) || now < s.fullSweep) {
 			s.fullSweep = now
 			s.sweep(now)
 		}
@@ -205,10 +206,13 @@ func (s *senders) forget(k uint64, sd *sender) {
 	delete(s.m, k)
 }
 
-// sweep forgets the senders idle for SenderIdle.
+// sweep forgets the senders idle for SenderIdle. One last seen after now
+// was seen before the wall clock stepped back: it is taken as seen now,
+// or it would be kept for as long as the step besides SenderIdle.
 func (s *senders) sweep(now int64) {
 	s.sweeps++
 	for k, sd := range s.m {
+		sd.seen = min(sd.seen, now)
 		if now-sd.seen >= int64(SenderIdle) {
 			s.forget(k, sd)
 		}

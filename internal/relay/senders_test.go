@@ -292,3 +292,57 @@ func TestNewSenderReorderedAcrossHarvest(t *testing.T) {
 		t.Fatalf("late %d, restarts %d after two harvests; want 1 1", s.late, s.restarts)
 	}
 }
+
+// TestIdleSenderForgottenAfterClockStepBack: a sender last seen before
+// the wall clock stepped back an hour (an NTP correction, a restored VM)
+// and silent since is forgotten SenderIdle after the step, not an hour
+// later: until then it stayed in statsrelay_senders and in the table.
+func TestIdleSenderForgottenAfterClockStepBack(t *testing.T) {
+	var s senders
+	now := int64(1e18)
+	s.observe(1, 1, false, now)
+	now -= int64(time.Hour) // the step
+	const every = 10 * time.Second
+	for range 2 * SenderIdle / every { // a harvest an interval, 10 minutes
+		now += int64(every)
+		s.harvest(now)
+	}
+	if len(s.m) != 0 {
+		t.Fatalf("%d senders 10 minutes after the step, want 0: idle since", len(s.m))
+	}
+	// A live sender is not forgotten by the step.
+	s.observe(2, 1, false, now)
+	now -= int64(time.Hour)
+	for q := uint64(2); q < 60; q++ {
+		now += int64(every)
+		s.observe(2, q, false, now)
+		s.harvest(now)
+	}
+	if len(s.m) != 1 || s.gaps != 0 {
+		t.Fatalf("senders %d, gaps %d; want the live one kept, no gap", len(s.m), s.gaps)
+	}
+}
+
+// TestFullTableSweptAfterClockStepBack: the once-a-second sweep of a full
+// table does not wait for the wall clock to come back to the last sweep's
+// time after it stepped back: the table's idle senders make room for new
+// ones, not live ones, meanwhile.
+func TestFullTableSweptAfterClockStepBack(t *testing.T) {
+	var s senders
+	now := int64(1e18)
+	for id := range uint64(MaxSenders + 1) {
+		s.observe(id, 1, false, now)
+	}
+	if s.sweeps != 1 {
+		t.Fatalf("sweeps %d, want 1", s.sweeps)
+	}
+	now -= int64(time.Hour)
+	s.observe(1<<40, 1, false, now)
+	if s.sweeps != 2 {
+		t.Fatalf("sweeps %d after the clock stepped back, want 2", s.sweeps)
+	}
+	s.observe(1<<41, 1, false, now+int64(time.Second/2))
+	if s.sweeps != 2 {
+		t.Fatalf("sweeps %d half a second later, want still 2", s.sweeps)
+	}
+}
