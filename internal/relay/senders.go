@@ -32,8 +32,9 @@ type sender struct {
 	seen int64  // unix ns of its last datagram
 	// final: it said it is stopping; forgotten at the next harvest, so that
 	// its datagrams merged after the final one still fill their holes, or,
-	// with a hole left above its mark, at the one after (finalHeld): the
-	// datagram may be merged just after that harvest, as any other.
+	// with a hole left above its mark, or still fresh with sequences below
+	// its lowest to come, at the one after (finalHeld): the datagram may be
+	// merged just after that harvest, as any other.
 	final, finalHeld bool
 	// fresh: the harvests left (of freshHarvests) during which a lower
 	// sequence extends its runs down instead of counting as late or as a
@@ -223,7 +224,9 @@ func (s *senders) sweep(now int64) {
 // mark (missing since the previous harvest at least: a hole opens only
 // above the highest sequence), forgets the senders that said they stop
 // (one with a hole left waits a harvest more: forgetting it would count
-// the hole as gaps at once), and sweeps the idle ones.
+// the hole as gaps at once; so does a fresh one not seen from 1: its
+// lower sequences merged after the forget would start a new sender), and
+// sweeps the idle ones.
 func (s *senders) harvest(now int64) {
 	for k, sd := range s.m {
 		n := 0 // the run holding the mark
@@ -233,8 +236,11 @@ func (s *senders) harvest(now int64) {
 		s.close(sd, n)
 		sd.mark = sd.runs[len(sd.runs)-1].hi
 		sd.fresh -= min(sd.fresh, 1)
+		// Still fresh and not from 1: its lower sequences may be merged
+		// yet, as a hole's.
+		whole := len(sd.runs) == 1 && (sd.fresh == 0 || sd.runs[0].lo <= 1)
 		switch {
-		case sd.final && (len(sd.runs) == 1 || sd.finalHeld):
+		case sd.final && (whole || sd.finalHeld):
 			s.forget(k, sd)
 		case sd.final:
 			sd.finalHeld = true

@@ -92,7 +92,7 @@ func (m *seqModel) harvest() {
 	m.settle(m.mark)
 	m.mark = m.high
 	m.fresh -= min(m.fresh, 1)
-	if m.final && (m.runs() == 1 || m.finalHeld) {
+	if m.final && (m.runs() == 1 && (m.fresh == 0 || m.first <= 1) || m.finalHeld) {
 		m.settle(m.high)
 		m.known, m.final, m.finalHeld = false, false, false
 	} else if m.final {
@@ -344,5 +344,31 @@ func TestFullTableSweptAfterClockStepBack(t *testing.T) {
 	s.observe(1<<41, 1, false, now+int64(time.Second/2))
 	if s.sweeps != 2 {
 		t.Fatalf("sweeps %d half a second later, want still 2", s.sweeps)
+	}
+}
+
+// TestNewStoppingSenderWaitsForItsFirst: a short-lived sender's only
+// datagrams, the last flagged final, merged out of order on either side of
+// a harvest (its 2 and final 3, the harvest, then its 1): the sender is
+// forgotten a harvest later, its 1 merged into it, rather than at once,
+// which made the 1 start a new sender that lingered in the table and in
+// statsrelay_senders for SenderIdle.
+func TestNewStoppingSenderWaitsForItsFirst(t *testing.T) {
+	var s senders
+	s.observe(1, 2, false, 0)
+	s.observe(1, 3, true, 0)
+	s.harvest(0)
+	s.observe(1, 1, false, 0) // the other worker's, merged just after
+	s.harvest(0)
+	if len(s.m) != 0 || s.gaps != 0 || s.restarts != 0 || s.late != 0 {
+		t.Fatalf("senders %d, gaps %d, restarts %d, late %d; want 0 0 0 0", len(s.m), s.gaps, s.restarts, s.late)
+	}
+	// One that started at 1 has nothing below to wait for: forgotten at
+	// the next harvest.
+	s.observe(2, 1, false, 0)
+	s.observe(2, 2, true, 0)
+	s.harvest(0)
+	if len(s.m) != 0 {
+		t.Fatalf("senders %d after a sender's complete 1, 2 (final); want 0", len(s.m))
 	}
 }
