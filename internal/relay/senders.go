@@ -59,7 +59,8 @@ const maxRuns = 16
 
 // senders tracks sequence numbers per RuntimeID, keyed by its seeded hash:
 // a sender table of MaxSenders entries then takes a few MiB whatever the
-// RuntimeIDs' lengths (up to a datagram's), and a collision, which a
+// RuntimeIDs' lengths (up to a datagram's), about 40 MiB when every sender
+// has maxRuns runs (hostile or very lossy senders), and a collision, which a
 // sender cannot aim for without the seed, would only blur two senders'
 // gap counts. Guarded by Relay.mu.
 type senders struct {
