@@ -119,7 +119,13 @@ func (f *forwarder) run(stop context.Context) {
 					"expected_after", boundary, "now", now)
 				f.forward(allWindows)
 			} else {
-				f.forward(boundary)
+				// Late (the process was paused): the windows whose grace
+				// has passed since go too, not an interval and grace later.
+				due := boundary
+				if past := writer.AlignStart(now.Add(-cfg.Grace), cfg.Interval); past.After(due) {
+					due = past
+				}
+				f.forward(due)
 			}
 			if time.Since(infoRead) >= infoRecheck*cfg.InfoRefresh && !f.client.Off() {
 				// An agent restarted with another peer_tags list fails

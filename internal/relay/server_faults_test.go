@@ -1538,6 +1538,52 @@ func TestClockStepBackCountsNoLateSpans(t *testing.T) {
 	wantMetrics(t, s, "statsrelay_spans_late_total 0")
 }
 
+// TestPausedRelayForwardsWhatEndedMeanwhile: the relay's process slept
+// through several intervals (a stopped process, a suspended VM; here the
+// wall clock jumps ahead between two rounds). The first round after it
+// forwards every window whose grace has passed by then, not only the
+// window of the boundary it was waiting for: the windows that ended during
+// the pause would otherwise wait another interval and grace, and reach the
+// agent after it has re-timed them.
+func TestPausedRelayForwardsWhatEndedMeanwhile(t *testing.T) {
+	const interval = 2 * time.Second
+	ag := statstest.New()
+	defer ag.Close()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: interval, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rounds := func() string { v, _ := metricValue(scrape(s), "statsrelay_forward_rounds_total"); return v }
+	// Right after a round: the next is an interval away.
+	before := rounds()
+	waitFor(t, "a forward round", func() bool { return rounds() != before })
+	after := rounds()
+	offset.Store(int64(5 * interval)) // the pause
+	// A window that ended during the pause, an interval before now.
+	start := uint64(now().Truncate(interval).Add(-2 * interval).UnixNano())
+	h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 7, Duration: 70}
+	b := writer.AppendPayload(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), &h,
+		[]writer.Bucket{{Start: start, Duration: uint64(interval), Groups: []*aggregate.Entry{e}}})
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
+	if rounds() != after {
+		t.Skip("a forward round ran amid the setup (a slow host): the window may be taken either way")
+	}
+	waitFor(t, "the round after the pause", func() bool { return rounds() != after })
+	if st := s.Relay().Stats(); st.SpansForwarded != 7 {
+		t.Fatalf("the first round after the pause forwarded %d spans, want 7: the window ended during the pause, its grace long past", st.SpansForwarded)
+	}
+}
+
 // TestStopRetriesWhatItHolds: the agent answers 503 to the first two stats
 // requests. A relay stopped while holding an interval forwards it with its
 // retries (within the stop timeout), not with one last attempt that the
