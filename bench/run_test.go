@@ -456,3 +456,20 @@ func TestRunReportNoFigureRoundsOntoItsTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReportMedianKeepsItsDigits: a median is written to medians.txt,
+// which the verdicts read, with all its digits: the mean of the two middle
+// runs, 4999999.5 counted/s, is below the 5 M target, not 5e+06 (awk's
+// default six significant digits) and met.
+func TestRunReportMedianKeepsItsDigits(t *testing.T) {
+	run := func(v string) string { return "BenchmarkAdversarial-2 \t 100\t 1 ns/op\t " + v + " counted/s\n" }
+	report := runReport(t, map[string]string{
+		"meta.sh":  "started=x elapsed=0 commit=x\nCOUNT=2 BENCHTIME=1x BENCH=.\n",
+		"root.txt": run("4999999") + run("5000000"),
+		"peer.txt": strings.Repeat(oneRound, 2),
+	})
+	want := "| 4999999.5 counted/s, shed –, collapsed –, overflow – per op | **missed** |"
+	if row := rowOf(report, "≥ 5 M spans counted/s (BenchmarkAdversarial)"); !strings.Contains(row, want) {
+		t.Errorf("the target's row is %q, want it to hold %q", row, want)
+	}
+}
