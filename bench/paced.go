@@ -102,11 +102,10 @@ const (
 // as often per span as the harness's: each wake-up costs the process
 // microseconds. Where a side's Publish holds a producer past its next due
 // time, that producer publishes more spans per wake-up than the harness's
-// (pacing-ratio below 1: the harness's cost over-corrects the side's, as
-// for the peer's producers in bursts at 1 M spans/s); where a
-// side keeps the process busy, the timer wakes its sleeping producers
-// closer to their due times (above 1: under-corrects). A load below 1 says
-// a side fell behind the offered load.
+// (pacing-ratio below 1: the harness's cost over-corrects the side's);
+// where a side keeps the process busy, the timer wakes its sleeping
+// producers closer to their due times (above 1: under-corrects). A load
+// below 1 says a side fell behind the offered load.
 //
 // The rounds rotate which side goes first, and a GC runs before each,
 // outside the measurement: the garbage of one side is not collected on
