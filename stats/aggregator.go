@@ -131,10 +131,12 @@ func (a *Aggregator) Publish(s *Span) bool {
 	}
 	if c, ok := a.inbox.Claim(); ok {
 		cut := s.snapshot(c.Value()) // straight into the slot: no copy of the record
-		c.Commit()
 		if cut != (cuts{}) {
+			// Before the commit: once committed, Stop may report its last
+			// metrics and log lines before this producer runs again.
 			a.c.addCuts(cut)
 		}
+		c.Commit()
 		return true
 	}
 	if a.inbox.Closed() {
