@@ -63,6 +63,10 @@ type Payload struct {
 // the wrong type (a summary must be bin, as the agent requires), a sketch
 // that DecodeSketch rejects, more than MaxBuckets buckets, MaxGroups groups
 // or MaxStrings strings in an array, truncated input and trailing bytes.
+// Bytes that do not decode win: the error of a sketch that decodes but is
+// not the agent's (ErrMapping, ErrNegativeValues, ErrBadCount) is returned
+// only if the rest of b decodes (the rest is read again to tell, such
+// sketches as empty).
 // Errors carry the field path in msgp's style (see msgp.WrapError), e.g.
 // "... at Stats/0/Stats/3/OkSummary"; msgp.ErrShortBytes is returned bare,
 // as msgp does.
@@ -75,7 +79,25 @@ type Payload struct {
 // memory stays a small multiple of the input (the relay's
 // TestWideSketchesCannotAmplify).
 func DecodePayload(b []byte) (*Payload, error) {
-	return decodeInto(b, &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b)}, new(Payload))
+	newDecoder := func() *decoder {
+		return &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b)}
+	}
+	p, err := decodeInto(b, newDecoder(), new(Payload))
+	if err != nil && invalidSketch(err) {
+		d := newDecoder()
+		d.lenient = true
+		if _, merr := decodeInto(b, d, new(Payload)); merr != nil {
+			return nil, merr
+		}
+	}
+	return p, err
+}
+
+// invalidSketch reports whether err is about a sketch that decodes but
+// cannot be one of the agent's latency sketches (ErrMapping,
+// ErrNegativeValues, ErrBadCount), as opposed to bytes that do not decode.
+func invalidSketch(err error) bool {
+	return errors.Is(err, ErrMapping) || errors.Is(err, ErrNegativeValues) || errors.Is(err, ErrBadCount)
 }
 
 // MinWireStringBytes is the wire size per element the string arrays of a
@@ -151,7 +173,34 @@ const (
 // most maxGroups groups (none if it is not positive): a decoder of untrusted input passes
 // len(b)/MinWireGroupBytes, so that what it allocates stays a small multiple
 // of what it received.
+//
+// As DecodePayload, it returns the error of a sketch that decodes but is
+// not the agent's (ErrMapping, ErrNegativeValues, ErrBadCount) only if the
+// rest of b decodes: a payload whose bytes do not decode further on
+// returns that error, whatever sketch came before them.
 func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
+	dec.start(b, maxGroups)
+	p, err := decodeInto(b, &dec.d, &dec.p)
+	if err != nil {
+		dec.p = Payload{} // what it decoded before the error is not handed out
+		if invalidSketch(err) {
+			// Decoded again, such sketches read as empty: only for a
+			// payload refused anyway, at most twice its cost.
+			dec.start(b, maxGroups)
+			dec.d.lenient = true
+			_, merr := decodeInto(b, &dec.d, &dec.p)
+			dec.p = Payload{}
+			if merr != nil {
+				return nil, merr
+			}
+		}
+	}
+	return p, err
+}
+
+// start readies dec to decode b: the previous payload's sketches go to
+// the spares and the arenas are emptied (dropped when grown too large).
+func (dec *Decoder) start(b []byte, maxGroups int) {
 	for i := range dec.p.Buckets {
 		gs := dec.p.Buckets[i].Groups
 		for j := range gs {
@@ -184,11 +233,6 @@ func (dec *Decoder) Decode(b []byte, maxGroups int) (*Payload, error) {
 	if dec.WireSketches {
 		dec.d.wireArena, dec.d.scratch = &dec.wires, &dec.scratch
 	}
-	p, err := decodeInto(b, &dec.d, &dec.p)
-	if err != nil {
-		dec.p = Payload{} // what it decoded before the error is not handed out
-	}
-	return p, err
 }
 
 func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
@@ -206,9 +250,13 @@ func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 // MaxGroups, and where to put what it decodes.
 type decoder struct {
 	groups int
-	strs   int                  // string-array elements the payload may still carry
-	alias  bool                 // strings alias the input (Decoder)
-	spares *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
+	strs   int  // string-array elements the payload may still carry
+	alias  bool // strings alias the input (Decoder)
+	// lenient reads a summary that decodes but is not the agent's
+	// (invalidSketch) as empty: the second pass that tells whether the
+	// rest of a payload decodes.
+	lenient bool
+	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	// Where bucket and group slices and short string arrays are carved
 	// (Decoder; nil: allocated).
 	bucketArena *[]DecodedBucket
@@ -705,6 +753,9 @@ func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
 		if d.spares != nil && len(*d.spares) < maxSpareSketches {
 			s.Reset()
 			*d.spares = append(*d.spares, s)
+		}
+		if d.lenient && invalidSketch(err) {
+			err = nil
 		}
 		return nil, b, err
 	}

@@ -161,6 +161,36 @@ func TestDecodeRejectsBadSketches(t *testing.T) {
 	}
 }
 
+// TestDecodeMalformedAfterBadSketch: a payload whose bytes do not decode
+// after a sketch that does but is not the agent's returns the decoding
+// error, not the sketch's, by both decoders: the relay counts it
+// malformed, not invalid.
+func TestDecodeMalformedAfterBadSketch(t *testing.T) {
+	badGamma := append(pbMapping(1.05, 0, 0), pbBytes(2, packed(1))...)
+	good := oneGroup(2, msgp.AppendBytes(mp(nil).key("OkSummary"), badGamma))
+	good = msgp.AppendUint64(append(good, "\xa4Hits"...), 1)
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"whole", good, ErrMapping},
+		{"cut", good[:len(good)-1], msgp.ErrShortBytes},
+		{"trailing bytes", append(good[:len(good):len(good)], 0xc0), ErrTrailingBytes},
+	} {
+		_, err := DecodePayload(tc.in)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: DecodePayload = %v, want %v", tc.name, err, tc.want)
+		}
+		for _, wire := range []bool{false, true} {
+			dec := Decoder{WireSketches: wire}
+			if _, err := dec.Decode(tc.in, 16); !errors.Is(err, tc.want) {
+				t.Errorf("%s: Decode (WireSketches %v) = %v, want %v", tc.name, wire, err, tc.want)
+			}
+		}
+	}
+}
+
 // allocated returns the bytes allocated while f runs.
 func allocated(f func()) uint64 {
 	var before, after runtime.MemStats

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -360,6 +361,9 @@ func decodeGeneral(b []byte, into *aggregate.Sketch) error {
 	if err := r.message(b); err != nil {
 		return err
 	}
+	if r.invalid != nil {
+		return r.invalid
+	}
 	if !r.hasMapping || r.interpolation != 0 || r.indexOffset != 0 ||
 		!(math.Abs(r.gamma-gamma) <= 1e-9*gamma) {
 		return ErrMapping
@@ -395,7 +399,16 @@ type sketchReader struct {
 	positives     int       // positive stores
 	positive      storeScan // the last one, validated
 	positiveBytes []byte
+	// invalid is the first ErrNegativeValues or ErrBadCount met: the walk
+	// goes on, so that bytes that do not decode further on are
+	// ErrMalformedSketch whatever came before them.
+	invalid error
 }
+
+// invalidValues reports whether err is a well-formed sketch's error about
+// its values (ErrNegativeValues, ErrBadCount), which a sketch malformed
+// further on does not return.
+func invalidValues(err error) bool { return err == ErrNegativeValues || err == ErrBadCount }
 
 // field is one field of a protobuf message: the value of a varint or fixed
 // field, the bytes of a length-delimited or 64-bit one.
@@ -465,7 +478,11 @@ func (r *sketchReader) message(b []byte) error {
 		case (f.num == fieldPositive || f.num == fieldNegative) && f.typ == protowire.BytesType:
 			err = r.store(f.data, f.num == fieldNegative)
 		case f.num == fieldZeroCount && f.typ == protowire.Fixed64Type:
-			r.zeros, err = count(f.val) // proto3 scalar: the last occurrence wins
+			// proto3 scalar: the last occurrence wins
+			if r.zeros, err = count(f.val); err != nil {
+				r.invalid = cmp.Or(r.invalid, err)
+				err = nil
+			}
 		case f.num <= fieldZeroCount:
 			err = ErrMalformedSketch
 		}
@@ -490,11 +507,16 @@ func (r *sketchReader) mapping(f field) error {
 
 func (r *sketchReader) store(b []byte, negative bool) error {
 	s := storeScan{negative: negative, first: -1, last: -1}
-	if err := s.scan(b); err != nil {
+	err := s.scan(b)
+	if err != nil && !invalidValues(err) {
 		return err
 	}
 	if r.bins += s.bins; r.bins > MaxDecodedBins {
 		return ErrTooManyBins
+	}
+	if err != nil {
+		r.invalid = cmp.Or(r.invalid, err)
+		return nil
 	}
 	if !negative {
 		r.positives++
@@ -585,6 +607,7 @@ type storeScan struct {
 
 	bins        int    // bin entries: contiguous counts and map entries
 	mapBins     int    // map entries with a count
+	invalid     error  // the first ErrBadCount or ErrNegativeValues of a map entry or count
 	offset      int    // contiguousBinIndexOffset: the last one written wins
 	pos         int    // position of the next contiguous count
 	first, last int    // positions of the first and last non-zero contiguous counts, -1 if none
@@ -593,17 +616,20 @@ type storeScan struct {
 }
 
 // scan validates a Store message and finds its non-zero contiguous counts.
+// Bytes that do not decode (ErrMalformedSketch) are reported before
+// values that cannot be latencies (ErrBadCount, ErrNegativeValues),
+// wherever they are in the store.
 func (s *storeScan) scan(b []byte) error {
 	if err := walk(b, s.field); err != nil {
 		return err
 	}
 	switch {
-	case s.first < 0:
-		return nil
-	case s.negative:
-		return ErrNegativeValues
-	case s.offset+s.first < minBinIndex || s.offset+s.last > maxBinIndex:
+	case s.first >= 0 && (s.offset+s.first < minBinIndex || s.offset+s.last > maxBinIndex):
 		return ErrMalformedSketch
+	case s.invalid != nil:
+		return s.invalid
+	case s.first >= 0 && s.negative:
+		return ErrNegativeValues
 	}
 	return nil
 }
@@ -618,12 +644,16 @@ func (s *storeScan) field(f field) error {
 		}
 		c, err := count(e.bits)
 		switch {
-		case err != nil || c == 0:
-			return err
-		case s.negative:
-			return ErrNegativeValues
+		case err != nil:
+			s.invalid = cmp.Or(s.invalid, err)
+			return nil
+		case c == 0:
+			return nil
 		case e.index < minBinIndex || e.index > maxBinIndex:
 			return ErrMalformedSketch
+		case s.negative:
+			s.invalid = cmp.Or(s.invalid, ErrNegativeValues)
+			return nil
 		}
 		s.mapBins++
 	case f.num == fieldContiguous && len(f.data)%8 == 0 &&
@@ -640,7 +670,8 @@ func (s *storeScan) field(f field) error {
 			}
 			c, err := countSlow(bits)
 			if err != nil {
-				return err
+				s.invalid = cmp.Or(s.invalid, err)
+				continue
 			}
 			if c == 0 {
 				continue // -0

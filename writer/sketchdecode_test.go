@@ -271,6 +271,16 @@ func TestDecodeSketchRejects(t *testing.T) {
 		{"offset as double", join(okMapping, pbBytes(2, packed(1), pbDouble(3, 2))), ErrMalformedSketch},
 		{"zero count as varint", join(okMapping, pbVarint(4, 1)), ErrMalformedSketch},
 		{"store as double", join(okMapping, pbDouble(2, 1)), ErrMalformedSketch},
+		// Bytes that do not decode win over values that do but cannot be
+		// latencies, wherever they come: the relay counts the first
+		// malformed, the second invalid.
+		{"negative values, then a truncated varint", join(okMapping, pbBytes(3, packed(1)), []byte{0x18, 0x80}), ErrMalformedSketch},
+		{"negative map values, then a truncated varint", join(okMapping, pbBytes(3, pbBytes(1, pbVarint(1, 2), pbDouble(2, 1))), []byte{0x18, 0x80}), ErrMalformedSketch},
+		{"NaN count, then a wire type 7 in its store", join(okMapping, pbBytes(2, packed(math.NaN()), []byte{0x0f})), ErrMalformedSketch},
+		{"fractional map count, then a truncated double", join(okMapping, pbBytes(2, pbBytes(1, pbVarint(1, 2), pbDouble(2, 0.5))), []byte{0x21, 0, 0}), ErrMalformedSketch},
+		{"negative zero count, then a group wire type", join(okMapping, pbDouble(4, -2), []byte{0x0b, 0x0c}), ErrMalformedSketch},
+		{"negative values beyond the mapping", join(okMapping, pbBytes(3, packed(1), pbVarint(3, zigzag32(1<<30)))), ErrMalformedSketch},
+		{"NaN count, then too many bins", join(okMapping, pbBytes(2, packed(math.NaN())), pbBytes(2, packed(make([]float64, MaxDecodedBins)...))), ErrTooManyBins},
 	}
 	for _, tc := range cases {
 		into := sketchOf(42, 43)

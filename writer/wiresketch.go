@@ -84,7 +84,9 @@ func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 				// Another layout than AppendSketch's: decoded in the
 				// scratch sketch to validate and summarize it.
 				s := d.scratch
-				err = decodeGeneral(v, s)
+				if err = decodeGeneral(v, s); d.lenient && invalidSketch(err) {
+					err = nil // read as empty: s is as it was, empty
+				}
 				sm = summary{count: s.Count(), hi: -1}
 				if lo, counts := s.Bins(); len(counts) > 0 {
 					sm.lo, sm.hi = lo, lo+len(counts)-1

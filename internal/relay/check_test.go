@@ -80,6 +80,10 @@ func TestRejectReasons(t *testing.T) {
 		}), Invalid, errSketchGtHits},
 		{"hits over the payload bound", grp(func(e *aggregate.Entry) { e.Hits = maxPayloadHits + 1 }), Invalid, errTooManyHits},
 		{"other mapping", otherGamma(), Invalid, writer.ErrMapping},
+		// Invalid is for what decodes: a payload that does not, after a
+		// sketch of another mapping, is malformed.
+		{"other mapping, then cut", func() []byte { d := otherGamma(); return d[:len(d)-3] }(), Malformed, msgp.ErrShortBytes},
+		{"other mapping, then trailing bytes", append(otherGamma(), 0xc0), Malformed, writer.ErrTrailingBytes},
 		{"zero duration", datagram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
 		{"absurd duration", datagram(1, header("a"), bucket(w0, uint64(MaxBucketDuration)+1, entry(key("r"), 1, 0))), Invalid, errLongBucket},
 		{"future", datagram(1, header("a"), bucket(future, 10*sec, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
