@@ -114,13 +114,21 @@ func (c *consumer) tick() {
 }
 
 // steppedBack reports whether the wall clock has gone back since the timer
-// was armed by more than the longest wait it is armed for (an interval):
+// was armed by more than the longest wait it is armed for (an interval),
+// or behind the current bucket's start by more than maxStartAhead:
 // a step, as an NTP correction or a restored VM makes, not a slew. The
 // buckets follow the wall clock, so without realign the timer would wait
 // until the clock is back where it was, and no report would go out.
 func (c *consumer) steppedBack(t time.Time) bool {
-	return c.due().Sub(t) > c.interval
+	return c.due().Sub(t) > c.interval || c.start.Sub(t) > maxStartAhead
 }
+
+// maxStartAhead is how far behind the current bucket's start the clock may
+// step back and the bucket still go out as it is: half the minute a relay
+// lets a bucket start in its future (relay.MaxClockSkew), the other half
+// left to hosts whose clocks differ. Within an interval of at most this,
+// the interval test above is the stricter (TestFlushAfterStepBackOnLongInterval).
+const maxStartAhead = 30 * time.Second
 
 // wall reads the wall clock alone: buckets are stamped on it, and Sub or
 // After between two readings with monotonic parts would measure those

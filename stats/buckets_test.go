@@ -397,6 +397,41 @@ func TestFlushAfterSmallStepBack(t *testing.T) {
 	}
 }
 
+// TestFlushAfterStepBackOnLongInterval: with an hour's interval, a Flush
+// at 30 min starts the current bucket there; the clock then steps back 10
+// min, less than the interval, and another Flush reports. The bucket must
+// not go out starting 10 min after the clock that reports it: a relay
+// refuses a bucket starting more than a minute in its future
+// (relay.MaxClockSkew), and with it the whole datagram. Such a step is
+// taken as one, as a step of more than an interval is.
+func TestFlushAfterStepBackOnLongInterval(t *testing.T) {
+	const iv = time.Hour
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("x", epoch.Add(30*time.Minute))
+	d.now = epoch.Add(30 * time.Minute)
+	d.c.flush(make(chan error, 1))
+	if got := d.reports(epoch); len(got) != 1 || got[0].hits["x"] != 1 {
+		t.Fatalf("first flush: %v", got)
+	}
+	d.publish("y", time.Time{})
+	d.now = epoch.Add(20 * time.Minute)
+	d.c.flush(make(chan error, 1))
+	got := d.reports(epoch)
+	hits := 0
+	for _, b := range got {
+		if b.start+b.length > 20*time.Minute {
+			t.Errorf("bucket [%v +%v) ends after the clock (20m) that reports it", b.start, b.length)
+		}
+		hits += int(b.hits["y"])
+	}
+	if hits != 1 {
+		t.Fatalf("second flush: %v; want y counted once", got)
+	}
+	if h := d.a.Health(); h.ClockStepsBack != 1 {
+		t.Fatalf("ClockStepsBack %d, want 1", h.ClockStepsBack)
+	}
+}
+
 // reading is a clock reading as time.Now gives it: wall time wall, and a
 // monotonic reading mono past base's (base from time.Now), which runs on
 // at its own rate while NTP slews or steps the wall clock. time.Time keeps
