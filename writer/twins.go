@@ -24,44 +24,83 @@ import (
 // laying out the same shape again allocates nothing. It is for one
 // goroutine at a time.
 type TypeSplitter struct {
-	seen   map[uint64]int // typeless key hash → groups of that key so far
-	layers [][]*aggregate.Entry
-	buf    []byte
+	obfuscated map[uint64]struct{} // resource-less keys with a group of an ObfuscatedType
+	types      map[uint64]int      // typeless key → its Types so far
+	layerOf    map[typedKey]int    // typeless key and Type → its layer
+	keys       [][2]uint64         // of each group of the bucket: its key without, with the resource
+	layers     [][]*aggregate.Entry
+	d          xxhash.Digest
+	buf        []byte
+}
+
+// typedKey is a typeless key hash and one Type of its groups.
+type typedKey struct {
+	key uint64
+	typ string
 }
 
 // Split appends the buckets of src to dst as the agent needs them: a bucket
 // without twins as it is (the usual case), else as one bucket per twin
-// layer, the n-th group of a typeless key in the n-th. The groups of the
-// buckets it lays out are the TypeSplitter's until Release.
+// layer, the groups of the n-th Type of a typeless key in the n-th. Groups
+// of one key and one Type share a layer: whatever of them the agent
+// merges, it files under their own Type. The groups of the buckets it lays
+// out are the TypeSplitter's until Release.
+//
+// The agent rewrites the resources of some Types (ObfuscatedType) before
+// it merges: it merges, say, an sql group of "SELECT 1" and a web group of
+// "SELECT ?", and only its own obfuscator knows which resources it makes
+// equal. So groups whose other labels are those of a group of such a Type
+// are keyed without their resource.
 func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
-	if s.seen == nil {
-		s.seen = make(map[uint64]int)
+	if s.types == nil {
+		s.obfuscated = make(map[uint64]struct{})
+		s.types = make(map[uint64]int)
+		s.layerOf = make(map[typedKey]int)
 	}
 	for _, b := range src {
-		clear(s.seen)
-		twins := false
+		clear(s.obfuscated)
+		s.keys = s.keys[:0]
 		for _, e := range b.Groups {
 			if e == nil { // skipped, as Pack skips it
 				continue
 			}
-			k := s.typeless(e)
-			n := s.seen[k]
-			s.seen[k] = n + 1
-			twins = twins || n > 0
+			bare, full := s.typeless(e)
+			s.keys = append(s.keys, [2]uint64{bare, full})
+			if ObfuscatedType(e.Type) {
+				s.obfuscated[bare] = struct{}{}
+			}
+		}
+		clear(s.types)
+		clear(s.layerOf)
+		twins, i := false, 0
+		for _, e := range b.Groups {
+			if e == nil {
+				continue
+			}
+			k := &s.keys[i]
+			i++
+			if _, ok := s.obfuscated[k[0]]; !ok {
+				k[0] = k[1]
+			}
+			tk := typedKey{k[0], e.Type}
+			if _, ok := s.layerOf[tk]; !ok {
+				n := s.types[tk.key]
+				s.types[tk.key] = n + 1
+				s.layerOf[tk] = n
+				twins = twins || n > 0
+			}
 		}
 		if !twins {
 			dst = append(dst, b)
 			continue
 		}
-		clear(s.seen)
-		first := len(s.layers)
+		first, i := len(s.layers), 0
 		for _, e := range b.Groups {
 			if e == nil {
 				continue
 			}
-			k := s.typeless(e)
-			n := s.seen[k]
-			s.seen[k] = n + 1
+			n := s.layerOf[typedKey{s.keys[i][0], e.Type}]
+			i++
 			for first+n >= len(s.layers) { // reslice first: Release kept each layer's memory
 				if len(s.layers) < cap(s.layers) {
 					s.layers = s.layers[:len(s.layers)+1]
@@ -75,6 +114,7 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 			dst = append(dst, Bucket{Start: b.Start, Duration: b.Duration, AgentTimeShift: b.AgentTimeShift, Groups: l})
 		}
 	}
+	clear(s.layerOf) // do not pin the entries' Type strings
 	return dst
 }
 
@@ -89,11 +129,12 @@ func (s *TypeSplitter) Release() {
 }
 
 // typeless hashes every label of e that the agent merges duplicates by: all
-// but Type, as the agent normalizes them. Fields are length-prefixed or
-// (folded) 0-terminated, so equal bytes are equal fields; a collision of
-// different keys only puts a group in a bucket of its own.
-func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
-	b := AppendFoldedLabels(s.buf[:0], e.Service, e.Name, e.Resource)
+// but Type, as the agent normalizes them, without the resource (bare) and
+// with it (full). Fields are length-prefixed or (folded) 0-terminated, so
+// equal bytes are equal fields; a collision of different keys only splits
+// groups of different Types the agent would keep apart.
+func (s *TypeSplitter) typeless(e *aggregate.Entry) (bare, full uint64) {
+	b := AppendFoldedLabels(s.buf[:0], e.Service, e.Name)
 	for _, v := range [...]string{e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
@@ -107,22 +148,49 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	for _, v := range e.PeerTags {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
+	n := len(b)
+	b = AppendFoldedResource(b, e.Name, e.Resource)
 	s.buf = b
-	return xxhash.Sum64(b)
+	s.d.Reset()
+	s.d.Write(b[:n])
+	bare = s.d.Sum64()
+	s.d.Write(b[n:])
+	return bare, s.d.Sum64()
 }
 
-// AppendFoldedLabels appends service, name and resource folded as the agent
+// ObfuscatedType reports whether the agent (v0.85.4) rewrites the resource
+// of a group of Type typ before it merges a bucket's duplicates
+// (obfuscateStatsGroup: SQL obfuscation for sql and cassandra, Redis
+// quantization for redis and valkey; neither the SDK nor the relay sends
+// the obfuscation version that would turn it off). Two groups of such a
+// Type, or one of such a Type and one of another, may then have equal
+// resources to the agent whatever their folds.
+func ObfuscatedType(typ string) bool {
+	switch typ {
+	case "sql", "cassandra", "redis", "valkey":
+		return true
+	}
+	return false
+}
+
+// AppendFoldedLabels appends service and name folded as the agent
 // (v0.85.4) sees them when it merges a bucket's duplicate groups: after
-// normalizeStatsGroup, which normalizes Service and Name and sets an empty
-// Resource to the normalized Name. Labels the agent makes equal append
-// equal bytes; it folds more than the agent (case of names and resources,
-// non-ASCII letters), which costs a bucket of its own at most, and does not
-// follow the agent's obfuscation of SQL resources. Each label ends in a 0
-// byte after letters and digits only, so the bytes can prefix a hash key.
-// It allocates only to grow b.
-func AppendFoldedLabels(b []byte, service, name, resource string) []byte {
-	b = foldService(b, service)
-	b = foldName(b, name)
+// normalizeStatsGroup, which normalizes Service and Name. Labels the agent
+// makes equal append equal bytes; it folds more than the agent (case of
+// names, non-ASCII letters), which costs a bucket of its own at most. Each
+// label ends in a 0 byte after letters and digits only, so the bytes can
+// prefix a hash key. It allocates only to grow b.
+func AppendFoldedLabels(b []byte, service, name string) []byte {
+	return foldName(foldService(b, service), name)
+}
+
+// AppendFoldedResource appends, as AppendFoldedLabels, a group's resource
+// as the agent sees it then: normalizeStatsGroup sets an empty Resource to
+// the normalized Name. It folds case and every character but letters and
+// digits, and does not follow the agent's obfuscation of the resources of
+// some Types (ObfuscatedType): a key for those must leave the resource
+// out.
+func AppendFoldedResource(b []byte, name, resource string) []byte {
 	if resource == "" {
 		return foldName(b, name)
 	}

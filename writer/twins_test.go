@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -85,7 +86,7 @@ func TestTypeSplitterEmptyResource(t *testing.T) {
 		e.Service, e.Name, e.Resource, e.Type = "web", "op", resource, typ
 		return e
 	}
-	bare, named, other := entry("web", ""), entry("sql", "op"), entry("sql", "r")
+	bare, named, other := entry("web", ""), entry("http", "op"), entry("http", "r")
 	var s TypeSplitter
 	got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{bare, other, named}}})
 	if len(got) != 2 || len(got[0].Groups) != 2 || got[0].Groups[0] != bare || got[0].Groups[1] != other ||
@@ -114,11 +115,69 @@ func TestTypeSplitterNormalizedLabels(t *testing.T) {
 	} {
 		a, b := &aggregate.Entry{Hits: 1}, &aggregate.Entry{Hits: 1}
 		a.Service, a.Name, a.Resource, a.Type = tc.service, tc.name, tc.resource, "web"
-		b.Service, b.Name, b.Resource, b.Type = tc.service2, tc.name2, tc.resource2, "sql"
+		b.Service, b.Name, b.Resource, b.Type = tc.service2, tc.name2, tc.resource2, "http"
 		var s TypeSplitter
 		if got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{a, b}}}); len(got) != 2 {
 			t.Errorf("%q/%q/%q and %q/%q/%q: %d buckets, want 2 (the agent merges them)",
 				tc.service, tc.name, tc.resource, tc.service2, tc.name2, tc.resource2, len(got))
 		}
+	}
+}
+
+// TestTypeSplitterObfuscatedResources: the agent obfuscates the resource of
+// an sql or cassandra group and quantizes that of a redis or valkey group
+// before it merges duplicates, so a group of such a Type and one of
+// another Type whose resources it makes equal are twins to it, whatever
+// their folds: they must go to separate buckets. Groups of one Type stay
+// together however many resources they have.
+func TestTypeSplitterObfuscatedResources(t *testing.T) {
+	entry := func(typ, resource string) *aggregate.Entry {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource, e.Type = "web", "op", resource, typ
+		return e
+	}
+	// The agent's obfuscator (v0.85.4) makes each pair's resources equal.
+	for _, tc := range []struct{ typ, resource, typ2, resource2 string }{
+		{"sql", "SELECT * FROM t WHERE id = 42", "web", "SELECT * FROM t WHERE id = ?"},
+		{"sql", "SELECT 1", "cassandra", "SELECT 2"},
+		{"sql", "SELECT /* c */ a FROM t", "db", "SELECT a FROM t"},
+		{"redis", "SET k v", "cache", "SET"},
+		{"valkey", "GET a", "sql", "GET"},
+	} {
+		var s TypeSplitter
+		a, b := entry(tc.typ, tc.resource), entry(tc.typ2, tc.resource2)
+		if got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{a, b}}}); len(got) != 2 {
+			t.Errorf("%s %q and %s %q: %d buckets, want 2 (the agent merges them)", tc.typ, tc.resource, tc.typ2, tc.resource2, len(got))
+		}
+	}
+	var groups []*aggregate.Entry
+	for i := range 100 {
+		groups = append(groups, entry("sql", fmt.Sprintf("SELECT %d FROM t%d", i, i)), entry("web", fmt.Sprintf("GET /%d", i)))
+	}
+	var s TypeSplitter
+	got := s.Split(nil, []Bucket{{Start: 10, Groups: groups}})
+	n := 0
+	for _, b := range got {
+		n += len(b.Groups)
+	}
+	if len(got) > 2 || n != len(groups) {
+		t.Fatalf("%d buckets of %d groups; want at most 2 (one a Type) of %d", len(got), n, len(groups))
+	}
+}
+
+// TestTypeSplitterOneTypeOneBucket: groups of one Type never need separate
+// buckets, whatever the agent merges of them, so groups whose labels fold
+// alike (resources that differ only outside ASCII letters and digits, in
+// case or punctuation) stay in one bucket when their Type is the same.
+func TestTypeSplitterOneTypeOneBucket(t *testing.T) {
+	var groups []*aggregate.Entry
+	for i, r := range []string{"запрос", "получить", "GET /a", "get /a", "GET /a/", "GET-/a", "é", "É", ""} {
+		e := &aggregate.Entry{Hits: uint64(i + 1)}
+		e.Service, e.Name, e.Resource, e.Type = "web", "op", r, "web"
+		groups = append(groups, e)
+	}
+	var s TypeSplitter
+	if got := s.Split(nil, []Bucket{{Start: 10, Groups: groups}}); len(got) != 1 || len(got[0].Groups) != len(groups) {
+		t.Fatalf("%d groups of one Type laid out as %d buckets, want 1", len(groups), len(got))
 	}
 }

@@ -91,24 +91,58 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 // (v0.85.4) merges the groups of a bucket by a key that leaves out Type,
 // DBType and SpanDerivedPrimaryTags (crediting one group's counts to the
 // other's Type), so groups that differ only in those go to separate
-// buckets of the same start: the n-th group of a typeless key goes to the
-// n-th bucket.
+// buckets of the same start: the groups of the n-th (Type, DBType,
+// SpanDerivedPrimaryTags) of a typeless key go to the n-th bucket. Groups
+// of one key and one of those share a bucket: whatever of them the agent
+// merges, it files under their own Type.
+//
+// The agent rewrites the resources of some Types (writer.ObfuscatedType)
+// before it merges: only its own obfuscator knows which resources it makes
+// equal, so groups whose other labels are those of a group of such a Type
+// are keyed without their resource.
 func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
-	seen := make(map[uint64]int, len(w.groups)) // typeless hash → groups of that key so far
+	var obfuscated map[uint64]bool // bare typeless hash → a group of it has an ObfuscatedType
+	for i := range w.groups {
+		if writer.ObfuscatedType(w.groups[i].Type) {
+			if obfuscated == nil {
+				obfuscated = make(map[uint64]bool)
+			}
+			obfuscated[w.typeless[i].bare] = true
+		}
+	}
+	// A key and what separates its groups: Type exactly (groups of two
+	// Types in one bucket is what the agent misfiles), DBType and the
+	// SpanDerivedPrimaryTags hash (which its aggregator drops: a collision
+	// costs nothing).
+	type typed struct {
+		key         uint64
+		typ, db     string
+		spanDerived uint64
+	}
+	keys := make([]typed, len(w.groups))
+	layerOf := make(map[typed]int, len(w.groups)) // typeless key and Type → its bucket
+	types := make(map[uint64]int, len(w.groups))  // typeless key → its Types so far
 	twins := false
-	for _, t := range w.typeless {
-		n := seen[t]
-		seen[t] = n + 1
-		twins = twins || n > 0
+	for i, t := range w.typeless {
+		g := &w.groups[i]
+		k := typed{t.full, g.Type, g.DBType, t.spanDerived}
+		if obfuscated[t.bare] {
+			k.key = t.bare
+		}
+		keys[i] = k
+		if _, ok := layerOf[k]; !ok {
+			n := types[k.key]
+			types[k.key] = n + 1
+			layerOf[k] = n
+			twins = twins || n > 0
+		}
 	}
 	if !twins { // the usual case: one bucket, the window's groups as they are
 		return append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start, Groups: w.groups})
 	}
-	clear(seen)
 	first := len(dst)
-	for i, t := range w.typeless {
-		n := seen[t]
-		seen[t] = n + 1
+	for i, k := range keys {
+		n := layerOf[k]
 		for first+n >= len(dst) {
 			dst = append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start})
 		}

@@ -75,19 +75,36 @@ func (h *hasher) group(g *writer.Group) uint64 {
 	return h.sum()
 }
 
-// typeless returns the hash of the part of g's label key the agent
-// (v0.85.4) merges a bucket's duplicate groups by: every field but Type,
-// DBType and SpanDerivedPrimaryTags (stats.NewAggregationFromGroup, see
-// splitByType), with Service, Name and Resource as its normalizeStatsGroup
-// leaves them before that merge (writer.AppendFoldedLabels). Only a group
-// new to its window needs it, so the fold is not paid per received group
-// (BenchmarkAccept).
-func (h *hasher) typeless(g *writer.Group) uint64 {
+// typelessKey is what splitByType needs of a held group: the hashes of the
+// part of its label key the agent (v0.85.4) merges a bucket's duplicate
+// groups by, without the resource (bare) and with it (full), and the hash
+// of its SpanDerivedPrimaryTags.
+type typelessKey struct {
+	bare, full, spanDerived uint64
+}
+
+// typeless returns the hashes of the part of g's label key the agent
+// merges a bucket's duplicate groups by: every field but Type, DBType and
+// SpanDerivedPrimaryTags (stats.NewAggregationFromGroup, see splitByType),
+// with Service, Name and Resource as its normalizeStatsGroup leaves them
+// before that merge (writer.AppendFoldedLabels, AppendFoldedResource).
+// Only a group new to its window needs it, so the fold is not paid per
+// received group (BenchmarkAccept).
+func (h *hasher) typeless(g *writer.Group) typelessKey {
 	k := &g.Key
 	h.reset()
-	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name, k.Resource)
+	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name)
 	h.labels(g)
-	return h.sum()
+	var t typelessKey
+	t.bare = h.sum()
+	h.buf = writer.AppendFoldedResource(h.buf, k.Name, k.Resource)
+	t.full = h.sum()
+	if len(g.SpanDerivedPrimaryTags) > 0 {
+		h.reset()
+		h.strs(g.SpanDerivedPrimaryTags)
+		t.spanDerived = h.sum()
+	}
+	return t
 }
 
 // labels appends the label fields group and typeless both take as they are.

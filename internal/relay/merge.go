@@ -28,7 +28,7 @@ func bytesReserve(max int) int { return max / 16 }
 // What held state costs besides its strings and sketches, approximately:
 // the structs, a group's hashes and link, a map entry of its index.
 const (
-	groupOverhead    = int(unsafe.Sizeof(writer.Group{})) + 8 + 8 + 4 + 32
+	groupOverhead    = int(unsafe.Sizeof(writer.Group{})) + 8 + int(unsafe.Sizeof(typelessKey{})) + 4 + 32
 	windowOverhead   = int(unsafe.Sizeof(window{})) + 64
 	identityOverhead = int(unsafe.Sizeof(identity{})) + 64
 	// An overflow group's two sketches are reserved at their largest
@@ -129,9 +129,9 @@ type identity struct {
 type window struct {
 	start, end uint64 // earliest start, latest end of the merged buckets
 	groups     []writer.Group
-	hashes     []uint64 // full key hash of each group
-	typeless   []uint64 // key hash without Type, for splitByType
-	next       []int32  // next group with the same full hash, -1 none
+	hashes     []uint64      // full key hash of each group
+	typeless   []typelessKey // for splitByType
+	next       []int32       // next group with the same full hash, -1 none
 	index      map[uint64]int32
 	hits       uint64
 	bytes      int   // its own and its groups', counted in state.bytes
@@ -152,7 +152,7 @@ func (w *window) find(h uint64, g *writer.Group) int32 {
 }
 
 // add appends a group of g's key (its strings copied) with empty values.
-func (w *window) add(g *writer.Group, h, typeless uint64) int32 {
+func (w *window) add(g *writer.Group, h uint64, typeless typelessKey) int32 {
 	ng := writer.Group{DBType: g.DBType, SpanDerivedPrimaryTags: g.SpanDerivedPrimaryTags,
 		AdditionalMetricTags: g.AdditionalMetricTags}
 	ng.Key = g.Key
@@ -199,7 +199,10 @@ type prepared struct {
 }
 
 // ovHash, ovTypeless are overflowGroup's hashes under the relay's seed.
-type overflowHashes struct{ full, typeless uint64 }
+type overflowHashes struct {
+	full     uint64
+	typeless typelessKey
+}
 
 func (s *state) identity(pp *prepared, create bool) *identity {
 	id := s.ids[pp.idHash]

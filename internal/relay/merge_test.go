@@ -145,10 +145,10 @@ func TestPeerTagsAreASet(t *testing.T) {
 // must reach it in separate buckets.
 func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	r := newTestRelay(Config{})
-	web, http, sql := key("GET /"), key("GET /"), key("GET /")
-	web.Type, http.Type, sql.Type = "web", "http", "sql"
+	web, http, db := key("GET /"), key("GET /"), key("GET /")
+	web.Type, http.Type, db.Type = "web", "http", "db"
 	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec,
-		entry(web, 1, 0), entry(http, 2, 0), entry(key("other"), 4, 0), entry(sql, 8, 0))), 0, UDP)
+		entry(web, 1, 0), entry(http, 2, 0), entry(key("other"), 4, 0), entry(db, 8, 0))), 0, UDP)
 	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(http, 16, 0))), 0, UDP)
 	out := harvestAll(t, r)
 	bks := out[0].Buckets
@@ -164,7 +164,7 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d:%s/%s=%d", i, g.Resource, g.Type, g.Hits))
 		}
 	}
-	want := []string{"0:GET //web=1", "0:other/=4", "1:GET //http=18", "2:GET //sql=8"}
+	want := []string{"0:GET //web=1", "0:other/=4", "1:GET //http=18", "2:GET //db=8"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("buckets %v, want %v", got, want)
 	}
@@ -182,7 +182,7 @@ func TestEmptyResourceTwinSplitsBuckets(t *testing.T) {
 	bare, named, sameType := key("op"), key("op"), key("op")
 	bare.Resource, named.Resource, sameType.Resource = "", "op", ""
 	bare.Name, named.Name, sameType.Name = "op", "op", "op"
-	bare.Type, named.Type, sameType.Type = "web", "sql", "web"
+	bare.Type, named.Type, sameType.Type = "web", "http", "web"
 	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec,
 		entry(bare, 1, 0), entry(named, 2, 0))), 0, UDP)
 	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(sameType, 4, 0))), 0, UDP)
@@ -193,7 +193,7 @@ func TestEmptyResourceTwinSplitsBuckets(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d:%s/%s=%d", i, g.Resource, g.Type, g.Hits))
 		}
 	}
-	if want := []string{"0:/web=5", "1:op/sql=2"}; !slices.Equal(got, want) {
+	if want := []string{"0:/web=5", "1:op/http=2"}; !slices.Equal(got, want) {
 		t.Fatalf("buckets %v, want %v", got, want)
 	}
 }
@@ -201,7 +201,7 @@ func TestEmptyResourceTwinSplitsBuckets(t *testing.T) {
 // TestNormalizedLabelTwinsSplitBuckets: the agent normalizes Service and
 // Name (normalizeStatsGroup) before it merges duplicates, so groups from
 // two senders whose labels differ only in what the normalizer takes out are
-// twins to it: of types web and sql, they must reach it in separate
+// twins to it: of types web and http, they must reach it in separate
 // buckets, each with its own counts and raw labels.
 func TestNormalizedLabelTwinsSplitBuckets(t *testing.T) {
 	for _, tc := range []struct{ service, name, resource, service2, name2, resource2 string }{
@@ -212,11 +212,11 @@ func TestNormalizedLabelTwinsSplitBuckets(t *testing.T) {
 		{"web", "op!", "", "web", "op", "op"},              // empty resource: the normalized name
 	} {
 		r := newTestRelay(Config{})
-		web, sql := key(tc.resource), key(tc.resource2)
+		web, http := key(tc.resource), key(tc.resource2)
 		web.Service, web.Name, web.Type = tc.service, tc.name, "web"
-		sql.Service, sql.Name, sql.Type = tc.service2, tc.name2, "sql"
+		http.Service, http.Name, http.Type = tc.service2, tc.name2, "http"
 		mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(web, 1, 0))), 0, UDP)
-		mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(sql, 2, 0))), 0, UDP)
+		mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(http, 2, 0))), 0, UDP)
 		out := harvestAll(t, r)
 		var got []string
 		for i, bk := range out[0].Buckets {
@@ -229,11 +229,70 @@ func TestNormalizedLabelTwinsSplitBuckets(t *testing.T) {
 		}
 		want := []string{
 			fmt.Sprintf("0:%s/%s/%s/web=1", tc.service, tc.name, tc.resource),
-			fmt.Sprintf("1:%s/%s/%s/sql=2", tc.service2, tc.name2, tc.resource2),
+			fmt.Sprintf("1:%s/%s/%s/http=2", tc.service2, tc.name2, tc.resource2),
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("buckets %q, want %q (the agent merges them)", got, want)
 		}
+	}
+}
+
+// TestObfuscatedResourceTwinsSplitBuckets: the agent obfuscates the
+// resource of an sql or cassandra group and quantizes that of a redis or
+// valkey group before it merges duplicates, so groups of such a Type and
+// of another whose resources it makes equal are twins to it, whatever
+// their folds: they must reach it in separate buckets. Groups of one Type
+// still share a bucket, however many resources they have.
+func TestObfuscatedResourceTwinsSplitBuckets(t *testing.T) {
+	// The agent's obfuscator (v0.85.4) makes each pair's resources equal.
+	for _, tc := range []struct{ typ, resource, typ2, resource2 string }{
+		{"sql", "SELECT * FROM t WHERE id = 42", "web", "SELECT * FROM t WHERE id = ?"},
+		{"sql", "SELECT 1", "cassandra", "SELECT 2"},
+		{"redis", "SET k v", "cache", "SET"},
+		{"valkey", "GET a", "sql", "GET"},
+	} {
+		r := newTestRelay(Config{})
+		a, b := key(tc.resource), key(tc.resource2)
+		a.Type, b.Type = tc.typ, tc.typ2
+		mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(a, 1, 0))), 0, UDP)
+		mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(b, 2, 0))), 0, UDP)
+		if bks := harvestAll(t, r)[0].Buckets; len(bks) != 2 {
+			t.Errorf("%s %q and %s %q: %d buckets, want 2 (the agent merges them)", tc.typ, tc.resource, tc.typ2, tc.resource2, len(bks))
+		}
+	}
+	r := newTestRelay(Config{})
+	var groups []*aggregate.Entry
+	for i := range 100 {
+		sql, web := key(fmt.Sprintf("SELECT %d FROM t%d", i, i)), key(fmt.Sprintf("GET /%d", i))
+		sql.Type, web.Type = "sql", "web"
+		groups = append(groups, entry(sql, 1, 0), entry(web, 1, 0))
+	}
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, groups...)), 0, UDP)
+	n, bks := 0, harvestAll(t, r)[0].Buckets
+	for _, bk := range bks {
+		n += len(bk.Groups)
+	}
+	if len(bks) > 2 || n != len(groups) {
+		t.Fatalf("%d buckets of %d groups; want at most 2 (one a Type) of %d", len(bks), n, len(groups))
+	}
+}
+
+// TestOneTypeGroupsShareBucket: groups of one Type never need separate
+// buckets, whatever the agent merges of them, so groups whose labels fold
+// alike (resources that differ only outside ASCII letters and digits, in
+// case or punctuation) are forwarded in one bucket when their Type is the
+// same.
+func TestOneTypeGroupsShareBucket(t *testing.T) {
+	r := newTestRelay(Config{})
+	var groups []*aggregate.Entry
+	for i, res := range []string{"запрос", "получить", "GET /a", "get /a", "GET /a/", "GET-/a", "é", "É"} {
+		k := key(res)
+		k.Type = "web"
+		groups = append(groups, entry(k, uint64(i+1), 0))
+	}
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, groups...)), 0, UDP)
+	if bks := harvestAll(t, r)[0].Buckets; len(bks) != 1 || len(bks[0].Groups) != len(groups) {
+		t.Fatalf("%d groups of one Type forwarded in %d buckets, want 1", len(groups), len(bks))
 	}
 }
 
@@ -332,7 +391,7 @@ func TestKeysCoverEveryField(t *testing.T) {
 			t.Errorf("Group.%s: same group = %v, want %v", name, same, values)
 		}
 		agentMerges := name == "Type" || name == "DBType" || name == "SpanDerivedPrimaryTags" // left out of its duplicate key
-		if typeless := t1 == t2; typeless != (values || agentMerges) {
+		if typeless := t1.bare == t2.bare && t1.full == t2.full; typeless != (values || agentMerges) {
 			t.Errorf("Group.%s: same typeless hash = %v", name, typeless)
 		}
 	})
