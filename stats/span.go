@@ -293,12 +293,36 @@ func truncatePeerTags(vs []string) (n int) {
 			}
 		}
 		if len(v) > MaxTagLen {
-			v = truncateUTF8(v, MaxTagLen)
+			v = stableCut(truncateUTF8(v, MaxTagLen))
 			n++
 		}
 		vs[i] = v
 	}
 	return n
+}
+
+// stableCut returns the cut tag v as the table keys it. The table quantizes
+// a peer tag's value again, and a cut may end in a partial entry that reads
+// otherwise ("10.1.2.34" of "10.1.2.345") or repeats an earlier one, which
+// the table would rewrite (past MaxTagLen) or drop: such a last entry is
+// left out. The entries before it are whole, and quantized already.
+func stableCut(v string) string {
+	c := strings.IndexByte(v, ':')
+	if c < 0 {
+		return v
+	}
+	val := v[c+1:]
+	if aggregate.QuantizeIPs(val) == val {
+		return v
+	}
+	for aggregate.QuantizeIPs(val) != val {
+		j := strings.LastIndexByte(val, ',')
+		if j < 0 {
+			return v[:c+1] + aggregate.QuantizeIPs(val)
+		}
+		val = val[:j]
+	}
+	return v[:c+1+len(val)]
 }
 
 // truncateUTF8 cuts v (len(v) > max) to what the agent's TruncateUTF8
