@@ -317,8 +317,8 @@ func stableCut(v string) string {
 	}
 	for aggregate.QuantizeIPs(val) != val {
 		j := strings.LastIndexByte(val, ',')
-		if j < 0 {
-			return v[:c+1] + aggregate.QuantizeIPs(val)
+		if j < 0 { // its one entry: the tag goes without a value, which the table drops
+			return v[:c+1]
 		}
 		val = val[:j]
 	}

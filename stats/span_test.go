@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -323,5 +324,26 @@ func TestPublishDoesNotRetainTheSpan(t *testing.T) {
 	g := got[want]
 	if hits != 1 || len(got) != 1 || g == nil || g.Hits != 1 || g.Errors != 1 || g.TopLevelHits != 1 || g.Duration != 100 {
 		t.Fatalf("groups %v (%d hits), want only %+v with 1 hit, 1 error, 1 top-level, 100 ns", got, hits, want)
+	}
+}
+
+// TestStableCut: a cut peer tag whose last entry the table's quantization
+// would rewrite or drop goes without it, and without a value (which the
+// table drops) when that entry is its only one; a stable cut is returned
+// as it is, its string data unchanged.
+func TestStableCut(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"out.host:a,b,10.1.2.34", "out.host:a,b"},
+		{"out.host:a,hh,a", "out.host:a,hh"},
+		{"out.host:1.2.3.4", "out.host:"},
+		{"out.host:a,blocked-ip-address", "out.host:a,blocked-ip-address"},
+		{"out.host:a,b", "out.host:a,b"},
+		{"bare", "bare"},
+	} {
+		if got := stableCut(tc.in); got != tc.want {
+			t.Errorf("stableCut(%q) = %q, want %q", tc.in, got, tc.want)
+		} else if got == tc.in && unsafe.StringData(got) != unsafe.StringData(tc.in) {
+			t.Errorf("stableCut(%q) copied a stable cut", tc.in)
+		}
 	}
 }
