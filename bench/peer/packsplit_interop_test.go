@@ -28,6 +28,15 @@ type filedKey struct {
 // leaves Type out of the key) and totals the hits it would file per key.
 func agentFiles(t *testing.T, bodies [][]byte) map[filedKey]uint64 {
 	t.Helper()
+	return filedByAgent(t, bodies, nil, true)
+}
+
+// filedByAgent decodes bodies as the agent's stats handler does, runs each
+// (if not nil) on every group and, if merge, merges each bucket's
+// duplicates as the agent's intake does; it totals the hits filed per
+// bucket start, aggregation key and Type.
+func filedByAgent(t *testing.T, bodies [][]byte, each func(*pb.ClientGroupedStats), merge bool) map[filedKey]uint64 {
+	t.Helper()
 	filed := map[filedKey]uint64{}
 	for _, b := range bodies {
 		var in pb.ClientStatsPayload
@@ -37,6 +46,12 @@ func agentFiles(t *testing.T, bodies [][]byte) map[filedKey]uint64 {
 		for _, bk := range in.Stats {
 			first := map[agentstats.Aggregation]int{}
 			for i, g := range bk.Stats {
+				if each != nil {
+					each(g)
+				}
+				if !merge {
+					continue
+				}
 				a := agentstats.NewAggregationFromGroup(g)
 				if j, ok := first[a]; ok {
 					bk.Stats[j].Hits += g.Hits

@@ -4,19 +4,14 @@
 package peer
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
-	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
-	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
 
 	"github.com/spanstats/spanstats/stats"
-	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // TestCutPeerTagIsStable: a peer tag over stats.MaxTagLen is grouped under
@@ -45,7 +40,7 @@ func TestCutPeerTagIsStable(t *testing.T) {
 		{"client", []string{"out.host:" + long(stats.MaxTagLen-v-8) + ",1.2.3.4"}}, // 200 bytes: not cut
 		{"client", []string{"out.host:10.1.2.3,10.1.2.4", "peer.hostname:a,a"}},    // nothing cut
 	} {
-		agentTags := agentPeerTagsOf(t, tc.kind, tc.tags)
+		agentTags := agentPeerTagsOf(t, agentPeerTagKeys(), tc.kind, tc.tags)
 		var want []string
 		for _, tag := range agentTags {
 			// The documented cut: of the tags the tracer gave over the limit.
@@ -60,83 +55,11 @@ func TestCutPeerTagIsStable(t *testing.T) {
 			}
 			want = append(want, tag)
 		}
-		got := sdkPeerTagsOf(t, tc.kind, tc.tags)
+		got := sdkPeerTagsOf(t, agentPeerTagKeys(), tc.kind, tc.tags)
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("kind %q, tags %.60q:\n  agent, cut: %q\n  SDK:        %q", tc.kind, tc.tags, want, got)
 		}
 	}
-}
-
-// agentPeerTagsOf returns the peer tags of the one group the agent's
-// SpanConcentrator makes of a measured span of kind carrying tags.
-func agentPeerTagsOf(t *testing.T, kind string, tags []string) []string {
-	t.Helper()
-	meta := map[string]string{"span.kind": kind}
-	for _, tag := range tags {
-		k, v, _ := strings.Cut(tag, ":")
-		meta[k] = v
-	}
-	now := time.Now()
-	sc := newSpanConcentrator(now)
-	ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
-		Service: "web", Name: "op", Resource: "r", ParentID: 1, Start: now.UnixNano(), Duration: 1000,
-		Meta: meta, Metrics: map[string]float64{"_dd.measured": 1}, PeerTags: agentPeerTagKeys(),
-	})
-	if !ok {
-		t.Fatalf("kind %q: the agent does not count the span", kind)
-	}
-	sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
-	var groups [][]string
-	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
-		for _, b := range p.Stats {
-			for _, g := range b.Stats {
-				groups = append(groups, g.PeerTags)
-			}
-		}
-	}
-	if len(groups) != 1 {
-		t.Fatalf("kind %q: the agent made %d groups, want 1", kind, len(groups))
-	}
-	return groups[0]
-}
-
-// sdkPeerTagsOf is agentPeerTagsOf of the SDK, through Publish and the fake
-// agent.
-func sdkPeerTagsOf(t *testing.T, kind string, tags []string) []string {
-	t.Helper()
-	agent := statstest.New()
-	defer agent.Close()
-	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "e", PeerTagKeys: agentPeerTagKeys()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agg.Start()
-	// Twice: the second span goes through the table's caches.
-	for range 2 {
-		agg.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: kind, Measured: true,
-			Start: time.Now().UnixNano(), Duration: 1000, PeerTags: tags})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := agg.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var groups [][]string
-	for _, r := range statstest.Accepted(agent.Requests()) {
-		var p pb.ClientStatsPayload
-		if _, err := p.UnmarshalMsg(r.Body); err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range p.Stats {
-			for _, g := range b.Stats {
-				groups = append(groups, g.PeerTags)
-			}
-		}
-	}
-	if len(groups) != 1 {
-		t.Fatalf("kind %q: the SDK sent %d groups, want 1", kind, len(groups))
-	}
-	return groups[0]
 }

@@ -88,69 +88,88 @@ func TestBaseServiceKeptWithoutKeyInList(t *testing.T) {
 		{"client", []string{"_dd.base_service:web-base"}},
 		{"cl\u0130ent", []string{"_dd.base_service:web-base"}},
 	} {
-		meta := map[string]string{}
-		if tc.kind != "" {
-			meta["span.kind"] = tc.kind
-		}
-		for _, tag := range tc.tags {
-			k, v, _ := strings.Cut(tag, ":")
-			meta[k] = v
-		}
-		now := time.Now()
-		sc := newSpanConcentrator(now)
-		ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
-			Service: "web", Name: "op", Resource: "r", ParentID: 1,
-			Start: now.UnixNano(), Duration: 1000, Meta: meta,
-			Metrics: map[string]float64{"_dd.measured": 1}, PeerTags: keys,
-		})
-		if !ok {
-			t.Fatalf("kind %q: the agent does not count the span", tc.kind)
-		}
-		sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
-		var want []string
-		for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
-			for _, b := range p.Stats {
-				for _, g := range b.Stats {
-					want = g.PeerTags
-				}
-			}
-		}
-
-		agent := statstest.New()
-		agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "e", PeerTagKeys: keys})
-		if err != nil {
-			t.Fatal(err)
-		}
-		agg.Start()
-		agg.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: tc.kind, Measured: true,
-			Start: now.UnixNano(), Duration: 1000, PeerTags: tc.tags})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := agg.Stop(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		var got []string
-		groups := 0
-		for _, r := range statstest.Accepted(agent.Requests()) {
-			var p pb.ClientStatsPayload
-			if _, err := p.UnmarshalMsg(r.Body); err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range p.Stats {
-				for _, g := range b.Stats {
-					groups++
-					got = g.PeerTags
-				}
-			}
-		}
-		agent.Close()
-		if groups != 1 {
-			t.Fatalf("kind %q: the SDK sent %d groups, want 1", tc.kind, groups)
-		}
+		want := agentPeerTagsOf(t, keys, tc.kind, tc.tags)
+		got := sdkPeerTagsOf(t, keys, tc.kind, tc.tags)
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("kind %q, tags %q: the SDK groups under peer tags %q, the agent %q", tc.kind, tc.tags, got, want)
 		}
 	}
+}
+
+// agentPeerTagsOf returns the peer tags of the one group the agent's
+// SpanConcentrator, given the peer-tag key list keys, makes of a measured
+// span of kind (none when empty) carrying tags.
+func agentPeerTagsOf(t *testing.T, keys []string, kind string, tags []string) []string {
+	t.Helper()
+	meta := map[string]string{}
+	if kind != "" {
+		meta["span.kind"] = kind
+	}
+	for _, tag := range tags {
+		k, v, _ := strings.Cut(tag, ":")
+		meta[k] = v
+	}
+	now := time.Now()
+	sc := newSpanConcentrator(now)
+	ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
+		Service: "web", Name: "op", Resource: "r", ParentID: 1, Start: now.UnixNano(), Duration: 1000,
+		Meta: meta, Metrics: map[string]float64{"_dd.measured": 1}, PeerTags: keys,
+	})
+	if !ok {
+		t.Fatalf("kind %q: the agent does not count the span", kind)
+	}
+	sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
+	var groups [][]string
+	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
+		for _, b := range p.Stats {
+			for _, g := range b.Stats {
+				groups = append(groups, g.PeerTags)
+			}
+		}
+	}
+	if len(groups) != 1 {
+		t.Fatalf("kind %q: the agent made %d groups, want 1", kind, len(groups))
+	}
+	return groups[0]
+}
+
+// sdkPeerTagsOf is agentPeerTagsOf of the SDK, through Publish and the fake
+// agent.
+func sdkPeerTagsOf(t *testing.T, keys []string, kind string, tags []string) []string {
+	t.Helper()
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Env: "e", PeerTagKeys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	// Twice: the second span goes through the table's caches.
+	for range 2 {
+		agg.Publish(&stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: kind, Measured: true,
+			Start: time.Now().UnixNano(), Duration: 1000, PeerTags: tags})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := agg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var groups [][]string
+	for _, r := range statstest.Accepted(agent.Requests()) {
+		var p pb.ClientStatsPayload
+		if _, err := p.UnmarshalMsg(r.Body); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range p.Stats {
+			for _, g := range b.Stats {
+				groups = append(groups, g.PeerTags)
+			}
+		}
+	}
+	if len(groups) != 1 {
+		t.Fatalf("kind %q: the SDK sent %d groups, want 1", kind, len(groups))
+	}
+	return groups[0]
 }

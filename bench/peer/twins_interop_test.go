@@ -7,7 +7,6 @@
 package peer
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -16,9 +15,7 @@ import (
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
-	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
-	"github.com/tinylib/msgp/msgp"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
@@ -56,35 +53,7 @@ func agentIntakeFiles(t *testing.T, bodies [][]byte, lang string, merge bool) ma
 	t.Helper()
 	obf := obfuscate.NewObfuscator(obfuscate.Config{})
 	defer obf.Stop()
-	filed := map[filedKey]uint64{}
-	for _, b := range bodies {
-		var in pb.ClientStatsPayload
-		if err := msgp.Decode(bytes.NewReader(b), &in); err != nil {
-			t.Fatalf("the agent cannot decode a %d-byte body: %v", len(b), err)
-		}
-		for _, bk := range in.Stats {
-			first := map[agentstats.Aggregation]int{}
-			for i, g := range bk.Stats {
-				agentIntakeGroup(obf, g, lang)
-				if !merge {
-					continue
-				}
-				a := agentstats.NewAggregationFromGroup(g)
-				if j, ok := first[a]; ok {
-					bk.Stats[j].Hits += g.Hits
-					bk.Stats[i].Hits = 0
-				} else {
-					first[a] = i
-				}
-			}
-			for _, g := range bk.Stats {
-				if g.Hits > 0 {
-					filed[filedKey{bk.Start, agentstats.NewAggregationFromGroup(g), g.Type}] += g.Hits
-				}
-			}
-		}
-	}
-	return filed
+	return filedByAgent(t, bodies, func(g *pb.ClientGroupedStats) { agentIntakeGroup(obf, g, lang) }, merge)
 }
 
 // Adversarial labels: case, characters the normalizer replaces or drops,

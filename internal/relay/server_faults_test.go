@@ -1444,42 +1444,75 @@ func sendIdentities(t *testing.T, conn net.Conn, runtime string, n int, hits uin
 	}
 }
 
+// clockedRelay is a relay on UDP alone whose wall clock is the real one
+// moved by offset, its agent, and a connection to send it datagrams.
+type clockedRelay struct {
+	*relay.Server
+	ag       *statstest.Agent
+	offset   atomic.Int64
+	conn     net.Conn
+	interval time.Duration
+}
+
+// startClocked starts a clockedRelay forwarding every interval, 50 ms of
+// grace after each boundary; the test's end stops it.
+func startClocked(t *testing.T, interval time.Duration) *clockedRelay {
+	t.Helper()
+	c := &clockedRelay{ag: statstest.New(), interval: interval}
+	t.Cleanup(c.ag.Close)
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: c.ag.URL(),
+		Interval: interval, Grace: 50 * time.Millisecond, Now: c.now, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(stop)
+	c.Server = s
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c.conn = conn
+	return c
+}
+
+func (c *clockedRelay) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// send writes a datagram (in the envelope of seq; none when seq is 0) of
+// one interval's bucket from start holding hits spans of resource.
+func (c *clockedRelay) send(t *testing.T, seq uint64, start time.Time, resource string, hits uint64) {
+	t.Helper()
+	h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: resource}, Hits: hits, Duration: 10 * hits}
+	var b []byte
+	if seq > 0 {
+		b = writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq})
+	}
+	b = writer.AppendPayload(b, &h, []writer.Bucket{{Start: uint64(start.UnixNano()), Duration: uint64(c.interval), Groups: []*aggregate.Entry{e}}})
+	if _, err := c.conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendNow is send of a bucket holding now.
+func (c *clockedRelay) sendNow(t *testing.T, seq uint64, resource string, hits uint64) {
+	t.Helper()
+	c.send(t, seq, c.now().Truncate(c.interval), resource, hits)
+}
+
 // TestClockStepBackKeepsForwarding: the relay's wall clock stepping back an
 // hour does not stall forwarding for that hour. The round that finds the
 // step forwards everything held (spans merged before it) and realigns on
 // the new time; spans stamped on the new time reach the agent an interval
 // or so later, not an hour; statsrelay_clock_steps_back_total counts it.
 func TestClockStepBackKeepsForwarding(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
-		Interval: time.Second, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
-	defer stop()
-	conn, err := net.Dial("udp", s.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	send := func(resource string, hits uint64) {
-		h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
-		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: resource}, Hits: hits, Duration: 10 * hits}
-		start := uint64(now().Truncate(time.Second).UnixNano())
-		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
-		if _, err := conn.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send("before", 3)
+	s := startClocked(t, time.Second)
+	s.sendNow(t, 0, "before", 3)
 	waitFor(t, "the first datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
-	offset.Store(int64(-time.Hour))
+	s.offset.Store(int64(-time.Hour))
 	waitFor(t, "the round after the step", func() bool { return s.Relay().Stats().SpansForwarded == 3 })
-	send("after", 4)
+	s.sendNow(t, 0, "after", 4)
 	waitFor(t, "the second datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
 	waitFor(t, "the next round", func() bool { return s.Relay().Stats().SpansForwarded == 7 })
 	got := map[string]uint64{}
-	for _, p := range statstest.Accepted(ag.Requests()) {
+	for _, p := range statstest.Accepted(s.ag.Requests()) {
 		for _, b := range p.Payload.Buckets {
 			for _, g := range b.Groups {
 				got[g.Resource] += g.Hits
@@ -1489,7 +1522,7 @@ func TestClockStepBackKeepsForwarding(t *testing.T) {
 	if len(got) != 2 || got["before"] != 3 || got["after"] != 4 {
 		t.Fatalf("the agent got %v; want before:3 after:4", got)
 	}
-	wantMetrics(t, s, "statsrelay_clock_steps_back_total 1")
+	wantMetrics(t, s.Server, "statsrelay_clock_steps_back_total 1")
 	checkIdentity(t, s.Relay().Stats())
 }
 
@@ -1498,44 +1531,21 @@ func TestClockStepBackKeepsForwarding(t *testing.T) {
 // the new time are on time: statsrelay_spans_late_total counts none of
 // them, this round or the next.
 func TestClockStepBackCountsNoLateSpans(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
-		Interval: time.Second, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
-	defer stop()
-	conn, err := net.Dial("udp", s.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	seq := uint64(0)
-	send := func(hits uint64) {
-		seq++
-		h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
-		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
-		start := uint64(now().Truncate(time.Second).UnixNano())
-		b := writer.AppendPayload(writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq}), &h,
-			[]writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
-		if _, err := conn.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(3)
+	s := startClocked(t, time.Second)
+	s.sendNow(t, 1, "r", 3)
 	waitFor(t, "the first datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
-	offset.Store(int64(-time.Hour))
+	s.offset.Store(int64(-time.Hour))
 	waitFor(t, "the round after the step", func() bool { return s.Relay().Stats().SpansForwarded == 3 })
-	send(4)
+	s.sendNow(t, 2, "r", 4)
 	waitFor(t, "the second datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
 	waitFor(t, "the next round", func() bool { return s.Relay().Stats().SpansForwarded == 7 })
-	send(5)
+	s.sendNow(t, 3, "r", 5)
 	waitFor(t, "the third datagram", func() bool { return s.Relay().Stats().SpansReceived == 12 })
 	waitFor(t, "the round after", func() bool { return s.Relay().Stats().SpansForwarded == 12 })
 	if st := s.Relay().Stats(); st.LateSpans != 0 {
 		t.Fatalf("LateSpans %d after a clock step back; want 0: the buckets sent since were on time", st.LateSpans)
 	}
-	wantMetrics(t, s, "statsrelay_spans_late_total 0")
+	wantMetrics(t, s.Server, "statsrelay_spans_late_total 0")
 }
 
 // TestPausedRelayForwardsWhatEndedMeanwhile: the relay's process slept
@@ -1547,33 +1557,15 @@ func TestClockStepBackCountsNoLateSpans(t *testing.T) {
 // agent after it has re-timed them.
 func TestPausedRelayForwardsWhatEndedMeanwhile(t *testing.T) {
 	const interval = 2 * time.Second
-	ag := statstest.New()
-	defer ag.Close()
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
-		Interval: interval, Grace: 50 * time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
-	defer stop()
-	conn, err := net.Dial("udp", s.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rounds := func() string { v, _ := metricValue(scrape(s), "statsrelay_forward_rounds_total"); return v }
+	s := startClocked(t, interval)
+	rounds := func() string { v, _ := metricValue(scrape(s.Server), "statsrelay_forward_rounds_total"); return v }
 	// Right after a round: the next is an interval away.
 	before := rounds()
 	waitFor(t, "a forward round", func() bool { return rounds() != before })
 	after := rounds()
-	offset.Store(int64(5 * interval)) // the pause
+	s.offset.Store(int64(5 * interval)) // the pause
 	// A window that ended during the pause, an interval before now.
-	start := uint64(now().Truncate(interval).Add(-2 * interval).UnixNano())
-	h := writer.Header{Service: "web", Env: "prod", RuntimeID: "rt", Lang: "go"}
-	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 7, Duration: 70}
-	b := writer.AppendPayload(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), &h,
-		[]writer.Bucket{{Start: start, Duration: uint64(interval), Groups: []*aggregate.Entry{e}}})
-	if _, err := conn.Write(b); err != nil {
-		t.Fatal(err)
-	}
+	s.send(t, 1, s.now().Truncate(interval).Add(-2*interval), "r", 7)
 	waitFor(t, "the datagram", func() bool { return s.Relay().Stats().SpansReceived == 7 })
 	if rounds() != after {
 		t.Skip("a forward round ran amid the setup (a slow host): the window may be taken either way")
