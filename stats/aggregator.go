@@ -108,7 +108,10 @@ func (a *Aggregator) Start() {
 	})
 }
 
-// Publish hands a finished span to the aggregator. It never waits, does not
+// Publish hands a finished span to the aggregator, once: a partial snapshot
+// of a span still running (one a tracer flushes early, which the agent
+// marks _dd.partial_version and its concentrator leaves out) must not be
+// published, or the span counts twice. It never waits, does not
 // retain s, and allocates nothing unless s has more than
 // aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
 // dropped (inbox full, published after Stop, or the agent does not accept

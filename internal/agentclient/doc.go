@@ -3,8 +3,9 @@
 // POST of one msgpack payload to /v0.6/stats, a GET of /info, and the retry
 // machine around them — exponential backoff with jitter inside a budget of
 // attempts, queued payloads and bytes; a 413 answered by splitting the
-// payload in complete halves; a 404 switching the client off until /info
-// (polled from RetryBackoff after it, backing off to InfoRefresh) lists the
+// payload into complete parts of about half its size; a 404 switching the
+// client off until /info (polled from RetryBackoff after it, backing off
+// to InfoRefresh) lists the
 // stats endpoint again, the payloads meanwhile held within the retry
 // budget; and a Final that gives what waits its retries within the
 // owner's deadline.
