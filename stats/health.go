@@ -218,7 +218,23 @@ type sendError struct {
 // noteError records err as the last send error.
 func (c *counters) noteError(err error) {
 	if err != nil {
-		c.lastErr.Store(&sendError{err: err, at: time.Now()})
+		c.noteErrorAt(err, time.Now())
+	}
+}
+
+// noteErrorAt records err, which happened at at, unless the last send
+// error is a later one: the consumer and the sender both note errors, and
+// one that read the clock first may store second.
+func (c *counters) noteErrorAt(err error, at time.Time) {
+	e := &sendError{err: err, at: at}
+	for {
+		last := c.lastErr.Load()
+		if last != nil && last.at.After(at) {
+			return
+		}
+		if c.lastErr.CompareAndSwap(last, e) {
+			return
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -98,5 +99,23 @@ func TestHealthRetriedNeverExceedsFailed(t *testing.T) {
 	}
 	if h := a.Health(); h.PayloadsRetried == 0 {
 		t.Fatal("no retry: the test means nothing")
+	}
+}
+
+// TestLastSendErrorKeepsTheLater: the consumer and the sender both note
+// send errors; one that read the clock before the other but stores after
+// it must not take LastSendErrorAt back.
+func TestLastSendErrorKeepsTheLater(t *testing.T) {
+	var c counters
+	t0 := time.Now()
+	later, earlier := errors.New("later"), errors.New("earlier")
+	c.noteErrorAt(later, t0.Add(time.Millisecond))
+	c.noteErrorAt(earlier, t0)
+	if e := c.lastErr.Load(); e.err != later || !e.at.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("last send error %v at %v; want the later one", e.err, e.at)
+	}
+	c.noteErrorAt(earlier, t0.Add(2*time.Millisecond))
+	if e := c.lastErr.Load(); e.err != earlier {
+		t.Fatalf("last send error %v; want the newest", e.err)
 	}
 }
