@@ -123,11 +123,7 @@ func agentPeerTagsOf(t *testing.T, keys []string, kind string, tags []string) []
 	sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
 	var groups [][]string
 	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
-		for _, b := range p.Stats {
-			for _, g := range b.Stats {
-				groups = append(groups, g.PeerTags)
-			}
-		}
+		groups = appendPeerTagGroups(groups, p)
 	}
 	if len(groups) != 1 {
 		t.Fatalf("kind %q: the agent made %d groups, want 1", kind, len(groups))
@@ -162,14 +158,20 @@ func sdkPeerTagsOf(t *testing.T, keys []string, kind string, tags []string) []st
 		if _, err := p.UnmarshalMsg(r.Body); err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range p.Stats {
-			for _, g := range b.Stats {
-				groups = append(groups, g.PeerTags)
-			}
-		}
+		groups = appendPeerTagGroups(groups, &p)
 	}
 	if len(groups) != 1 {
 		t.Fatalf("kind %q: the SDK sent %d groups, want 1", kind, len(groups))
 	}
 	return groups[0]
+}
+
+// appendPeerTagGroups appends the peer tags of each group of p.
+func appendPeerTagGroups(groups [][]string, p *pb.ClientStatsPayload) [][]string {
+	for _, b := range p.Stats {
+		for _, g := range b.Stats {
+			groups = append(groups, g.PeerTags)
+		}
+	}
+	return groups
 }
