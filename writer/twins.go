@@ -144,9 +144,18 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) (bare, full uint64) {
 		flags |= 1
 	}
 	b = binary.AppendUvarint(b, flags)
-	b = binary.AppendUvarint(b, uint64(len(e.PeerTags)))
+	// Peer tags joined with 0 bytes, as the agent hashes them (tagsFnvHash):
+	// tags that join alike (a NUL in a value) are one key to it.
+	joined := max(len(e.PeerTags)-1, 0)
 	for _, v := range e.PeerTags {
-		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
+		joined += len(v)
+	}
+	b = binary.AppendUvarint(b, uint64(joined))
+	for i, v := range e.PeerTags {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, v...)
 	}
 	n := len(b)
 	b = AppendFoldedResource(b, e.Name, e.Resource)

@@ -181,3 +181,20 @@ func TestTypeSplitterOneTypeOneBucket(t *testing.T) {
 		t.Fatalf("%d groups of one Type laid out as %d buckets, want 1", len(groups), len(got))
 	}
 }
+
+// TestTypeSplitterPeerTagsAsTheAgentHashes: the agent keys a group's peer
+// tags by a hash of them joined with 0 bytes (tagsFnvHash), so tags that
+// join alike (a NUL inside a value) are twins to it when their types
+// differ: they must go to separate buckets.
+func TestTypeSplitterPeerTagsAsTheAgentHashes(t *testing.T) {
+	entry := func(typ string, peer ...string) *aggregate.Entry {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource, e.Type, e.SpanKind, e.PeerTags = "web", "op", "r", typ, "client", peer
+		return e
+	}
+	two, one := entry("web", "a:1", "b:2"), entry("http", "a:1\x00b:2")
+	var s TypeSplitter
+	if got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{two, one}}}); len(got) != 2 {
+		t.Fatalf("peer tags %q and %q: %d buckets, want 2 (the agent merges them)", two.PeerTags, one.PeerTags, len(got))
+	}
+}
