@@ -144,19 +144,7 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) (bare, full uint64) {
 		flags |= 1
 	}
 	b = binary.AppendUvarint(b, flags)
-	// Peer tags joined with 0 bytes, as the agent hashes them (tagsFnvHash):
-	// tags that join alike (a NUL in a value) are one key to it.
-	joined := max(len(e.PeerTags)-1, 0)
-	for _, v := range e.PeerTags {
-		joined += len(v)
-	}
-	b = binary.AppendUvarint(b, uint64(joined))
-	for i, v := range e.PeerTags {
-		if i > 0 {
-			b = append(b, 0)
-		}
-		b = append(b, v...)
-	}
+	b = AppendJoinedTags(b, e.PeerTags)
 	n := len(b)
 	b = AppendFoldedResource(b, e.Name, e.Resource)
 	s.buf = b
@@ -180,6 +168,25 @@ func ObfuscatedType(typ string) bool {
 		return true
 	}
 	return false
+}
+
+// AppendJoinedTags appends a tag list as the agent (v0.85.4) keys one when
+// it merges a bucket's duplicate groups (tagsFnvHash): the tags joined with
+// 0 bytes, after the joined length, so lists that join alike (a NUL inside
+// a tag) append equal bytes. tags must be sorted, as the agent sorts them.
+func AppendJoinedTags(b []byte, tags []string) []byte {
+	joined := max(len(tags)-1, 0)
+	for _, v := range tags {
+		joined += len(v)
+	}
+	b = binary.AppendUvarint(b, uint64(joined))
+	for i, v := range tags {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, v...)
+	}
+	return b
 }
 
 // AppendFoldedLabels appends service and name folded as the agent

@@ -70,7 +70,9 @@ func (h *hasher) group(g *writer.Group) uint64 {
 	h.str(k.Resource)
 	h.str(k.Type)
 	h.str(g.DBType)
-	h.labels(g)
+	h.scalars(g)
+	h.strs(k.PeerTags)
+	h.strs(g.AdditionalMetricTags)
 	h.strs(g.SpanDerivedPrimaryTags)
 	return h.sum()
 }
@@ -94,7 +96,10 @@ func (h *hasher) typeless(g *writer.Group) typelessKey {
 	k := &g.Key
 	h.reset()
 	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name)
-	h.labels(g)
+	h.scalars(g)
+	// Tag lists as the agent hashes them: lists that join alike are one.
+	h.buf = writer.AppendJoinedTags(h.buf, k.PeerTags)
+	h.buf = writer.AppendJoinedTags(h.buf, g.AdditionalMetricTags)
 	var t typelessKey
 	t.bare = h.sum()
 	h.buf = writer.AppendFoldedResource(h.buf, k.Name, k.Resource)
@@ -107,8 +112,9 @@ func (h *hasher) typeless(g *writer.Group) typelessKey {
 	return t
 }
 
-// labels appends the label fields group and typeless both take as they are.
-func (h *hasher) labels(g *writer.Group) {
+// scalars appends the label fields group and typeless both take as they
+// are: all but the names and the tag lists.
+func (h *hasher) scalars(g *writer.Group) {
 	k := &g.Key
 	h.str(k.SpanKind)
 	h.str(k.HTTPMethod)
@@ -117,8 +123,6 @@ func (h *hasher) labels(g *writer.Group) {
 	h.str(k.ServiceSource)
 	h.num(uint64(k.HTTPStatusCode))
 	h.num(uint64(uint32(k.IsTraceRoot))<<1 | uint64(b2u(k.Synthetics)))
-	h.strs(k.PeerTags)
-	h.strs(g.AdditionalMetricTags)
 }
 
 // runtimeID returns the hash of a sender's RuntimeID (see senders).

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,38 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	}
 	if out[0].Hits != 31 {
 		t.Fatalf("hits %d, want 31", out[0].Hits)
+	}
+}
+
+// TestJoinedTagTwinsSplitBuckets: the agent keys a group's peer tags and
+// additional metric tags by a hash of them joined with 0 bytes
+// (tagsFnvHash), so lists that join alike (a NUL inside a tag) are twins to
+// it: of types web and http, they must reach it in separate buckets.
+func TestJoinedTagTwinsSplitBuckets(t *testing.T) {
+	for _, field := range []string{"PeerTags", "AdditionalMetricTags"} {
+		r := newTestRelay(Config{})
+		for i, tags := range [][]string{{"a:1", "b:2"}, {"a:1\x00b:2"}} {
+			var g writer.Group
+			g.Service, g.Name, g.Resource, g.Type, g.Hits = "web", "op", "r", []string{"web", "http"}[i], uint64(1+i)
+			if field == "PeerTags" {
+				g.PeerTags = tags
+			} else {
+				g.AdditionalMetricTags = tags
+			}
+			pl := writer.Payload{Header: header(strconv.Itoa(i)),
+				Buckets: []writer.DecodedBucket{{Start: w0, Duration: 10 * sec, Groups: []writer.Group{g}}}}
+			mustAccept(t, r, pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})), 0, UDP)
+		}
+		out := harvestAll(t, r)
+		var got []string
+		for i, bk := range out[0].Buckets {
+			for _, g := range bk.Groups {
+				got = append(got, fmt.Sprintf("%d:%s=%d", i, g.Type, g.Hits))
+			}
+		}
+		if want := []string{"0:web=1", "1:http=2"}; !slices.Equal(got, want) {
+			t.Errorf("%s: buckets %v, want %v (the agent merges them)", field, got, want)
+		}
 	}
 }
 
