@@ -279,8 +279,8 @@ func TestAbstractRelayNameRefused(t *testing.T) {
 			cancel()
 		}
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "abstract") ||
-			!strings.Contains(err.Error(), "file path") || !strings.Contains(err.Error(), name) {
-			t.Errorf("New(AgentURL %q) = %v; want ErrBadConfig naming %s an abstract name and asking for the relay's file path", raw, err, name)
+			!strings.Contains(err.Error(), "file path") || !strings.Contains(err.Error(), strconv.Quote(raw)) {
+			t.Errorf("New(AgentURL %q) = %v; want ErrBadConfig quoting the URL as given, naming %s an abstract name and asking for the relay's file path", raw, err, name)
 		}
 	}
 

@@ -175,7 +175,7 @@ func TestParseURL(t *testing.T) {
 }
 
 // TestRedact: a password is hidden whether the URL parses or not, and
-// nothing else changes.
+// nothing else changes: a URL without one is returned as is.
 func TestRedact(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{"http://user:pw@agent:8126", "http://user:xxxxx@agent:8126"},
@@ -185,6 +185,10 @@ func TestRedact(t *testing.T) {
 		{"http://user:p@w@[::1:8126", "http://xxxxx@[::1:8126"},
 		{"user:pw@bad host", "user:xxxxx@bad host"},
 		{"http://bad host", "http://bad host"},
+		// An "@" with nothing before it hides nothing: the URL is quoted
+		// as given (a relay's abstract name, refused by stats.New).
+		{"unixgram:@relay", "unixgram:@relay"},
+		{"http://@bad host", "http://@bad host"},
 	} {
 		if got := Redact(tc.raw); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.raw, got, tc.want)

@@ -52,7 +52,10 @@ func Redact(raw string) string {
 		if u.User != nil {
 			return u.Redacted()
 		}
-		if j := strings.LastIndexByte(u.Opaque, '@'); j >= 0 { // "user:pw@host" parses as scheme "user"
+		// "user:pw@host" parses as scheme "user"; an "@" with nothing
+		// before it ("unixgram:@name", an abstract socket name) hides
+		// nothing, and "xxxxx" there would misquote the URL.
+		if j := strings.LastIndexByte(u.Opaque, '@'); j > 0 {
 			return u.Scheme + ":xxxxx" + u.Opaque[j:]
 		}
 		return raw
@@ -61,7 +64,7 @@ func Redact(raw string) string {
 	if i < len("://") {
 		i = 0
 	}
-	if j := strings.LastIndexByte(raw[i:], '@'); j >= 0 {
+	if j := strings.LastIndexByte(raw[i:], '@'); j > 0 {
 		return raw[:i] + "xxxxx" + raw[i+j:]
 	}
 	return raw
