@@ -52,3 +52,59 @@ func Example() {
 	// counted 10 agent received 10 in 1 group
 	// web GET /users/:id hits 10 errors 1
 }
+
+// Flush reports what was published so far without waiting for the
+// interval to end (before a serverless function freezes, say), and returns
+// once the agent has answered.
+func ExampleAggregator_Flush() {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Service: "web"})
+	if err != nil {
+		panic(err)
+	}
+	agg.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	defer agg.Stop(ctx)
+
+	for range 3 {
+		agg.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
+			Start: time.Now().Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond), TopLevel: true})
+	}
+	if err := agg.Flush(ctx); err != nil {
+		panic(err)
+	}
+	_, hits := statstest.Sum(agent.Requests())
+	h := agg.Health()
+	fmt.Println("agent received", hits, "of", h.Counted, "counted; sent", h.SpansSent)
+	// Output:
+	// agent received 3 of 3 counted; sent 3
+}
+
+// Clear discards everything aggregated (the agent's ClearSignal): the
+// spans are counted in Health.Cleared and never reach the agent.
+func ExampleAggregator_Clear() {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL(), Service: "web"})
+	if err != nil {
+		panic(err)
+	}
+	agg.Start()
+	for range 5 {
+		agg.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /", SpanKind: "server",
+			Start: time.Now().Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond), TopLevel: true})
+	}
+	agg.Clear() // does not wait: Stop carries it out first
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := agg.Stop(ctx); err != nil {
+		panic(err)
+	}
+	_, hits := statstest.Sum(agent.Requests())
+	h := agg.Health()
+	fmt.Println("counted", h.Counted, "cleared", h.Cleared, "agent received", hits)
+	// Output:
+	// counted 5 cleared 5 agent received 0
+}
