@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -280,7 +281,8 @@ func rateString(r float64) string {
 	if r == 0 {
 		return "unlimited"
 	}
-	return fmt.Sprintf("%.0f/s", r)
+	// Every digit it has: %.0f would show -rate 0.5 as "0/s".
+	return strconv.FormatFloat(r, 'f', -1, 64) + "/s"
 }
 
 // services are the span services; key k is services[k%len(services)]'s.

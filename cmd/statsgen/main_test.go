@@ -146,6 +146,27 @@ func TestRateIsTheTotal(t *testing.T) {
 	}
 }
 
+// TestRateStringSaysTheRate: the start line shows -rate as given. A
+// fraction of a span per second is a rate the schedule keeps
+// (TestRateIsTheTotal); rounded to "0/s" it would read as no spans at all,
+// or as -rate 0, which means as fast as possible.
+func TestRateStringSaysTheRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want string
+	}{
+		{0, "unlimited"},
+		{0.5, "0.5/s"},
+		{2.5, "2.5/s"},
+		{200_000, "200000/s"},
+		{maxRate, "1000000000/s"},
+	} {
+		if got := rateString(tc.rate); got != tc.want {
+			t.Errorf("rateString(%g) = %q, want %q", tc.rate, got, tc.want)
+		}
+	}
+}
+
 func TestValidateRejectsBadFlags(t *testing.T) {
 	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: time.Second, top: 1}
 	if err := good.validate(); err != nil {
