@@ -152,7 +152,8 @@ func run(o options, out io.Writer) error {
 	context.AfterFunc(ctx, cancel)
 	ctx, cancelRun := context.WithTimeout(ctx, o.run)
 	defer cancelRun()
-	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.0f%% errors, %s durations %s..%s, rate %s\n",
+	// %.4g: -errors 0.001 is "0.1%", not "0%"; 0.07 is "7%", not its float's 7.000000000000001.
+	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.4g%% errors, %s durations %s..%s, rate %s\n",
 		o.run, o.producers, o.keys, 100*o.errRatio, o.dist, o.minDur, o.maxDur, rateString(o.rate))
 	fmt.Fprintf(out, "interval %s: stats are aggregated per %s bucket and sent once each bucket closes\n", o.interval, o.interval)
 	st := &status{out: out, last: time.Now()}

@@ -167,6 +167,25 @@ func TestRateStringSaysTheRate(t *testing.T) {
 	}
 }
 
+// TestStartLineSaysTheErrorShare: -errors 0.001 publishes errors, so the
+// start line must not announce "0% errors" (nor 12.5% as "12%").
+func TestStartLineSaysTheErrorShare(t *testing.T) {
+	for _, tc := range []struct {
+		ratio float64
+		want  string
+	}{{0.001, " 0.1% errors"}, {0.125, " 12.5% errors"}, {0.07, " 7% errors"}, {0.2, " 20% errors"}} {
+		var out bytes.Buffer
+		o := options{rate: 100, keys: 1, errRatio: tc.ratio, dist: "fixed", minDur: time.Millisecond, maxDur: time.Millisecond,
+			producers: 1, run: 10 * time.Millisecond, interval: time.Second, top: 1}
+		if err := run(o, &out); err != nil {
+			t.Fatalf("run: %v\n%s", err, out.String())
+		}
+		if line, _, _ := strings.Cut(out.String()[strings.Index(out.String(), "publishing"):], "\n"); !strings.Contains(line, tc.want) {
+			t.Errorf("-errors %g: start line %q, want it to say %q", tc.ratio, line, tc.want)
+		}
+	}
+}
+
 func TestValidateRejectsBadFlags(t *testing.T) {
 	good := options{rate: 1, keys: 1, errRatio: 0, dist: "fixed", minDur: 1, maxDur: 1, producers: 1, run: 1, interval: time.Second, top: 1}
 	if err := good.validate(); err != nil {
