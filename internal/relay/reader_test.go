@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -179,6 +180,24 @@ func waitBlocked(t *testing.T, fn, state string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no goroutine in %s blocked in %s", fn, state)
+		}
+	}
+}
+
+// TestProcRootWithoutSelfWarns: a directory without a self entry (not a
+// proc filesystem: -proc-root /tmp, say) starts the relay, as a test's fake
+// proc root does, but says so in the log, naming it; /proc does not.
+func TestProcRootWithoutSelfWarns(t *testing.T) {
+	for root, warns := range map[string]bool{t.TempDir(): true, "/proc": false} {
+		var log bytes.Buffer
+		s, err := NewServer(ServerConfig{UnixPath: filepath.Join(t.TempDir(), "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1",
+			Origin: true, ProcRoot: root, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.closeConns()
+		if got := strings.Contains(log.String(), "no self entry") && strings.Contains(log.String(), "proc_root="+root); got != warns {
+			t.Errorf("proc root %s: warned %v, want %v; log: %s", root, got, warns, log.String())
 		}
 	}
 }

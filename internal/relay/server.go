@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -301,6 +302,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Origin {
 		if SamePIDNamespace(cfg.ProcRoot) {
 			s.origins = NewOrigins(cfg.ProcRoot, cfg.Now)
+			if _, err := os.Lstat(filepath.Join(cfg.ProcRoot, "self")); err != nil {
+				// A proc filesystem has self; a mistyped directory would
+				// find no sender's container, quietly.
+				s.log.Warn("statsrelay: the proc root has no self entry, so it may not be a proc filesystem: "+
+					"a sender whose <pid>/cgroup is not under it is found in no container",
+					"proc_root", cfg.ProcRoot)
+			}
 		} else {
 			s.log.Error("statsrelay: the processes under the proc root are numbered in another pid namespace than the relay's, "+
 				"so the senders' pids would name other processes: origin detection is off (run the relay in the host's pid namespace)",
