@@ -113,6 +113,7 @@ func (f *forwarder) run(stop context.Context) {
 			// and realign on the new time.
 			now := cfg.Now()
 			stepped := boundary.Sub(now) > cfg.Interval
+			due := boundary // the windows this round forwarded end by it
 			if stepped {
 				f.s.clockStepsBack.Add(1)
 				f.s.log.Warn("statsrelay: the wall clock went back; forwarding everything held and realigning the intervals",
@@ -121,7 +122,6 @@ func (f *forwarder) run(stop context.Context) {
 			} else {
 				// Late (the process was paused): the windows whose grace
 				// has passed since go too, not an interval and grace later.
-				due := boundary
 				if past := writer.AlignStart(now.Add(-cfg.Grace), cfg.Interval); past.After(due) {
 					due = past
 				}
@@ -140,6 +140,12 @@ func (f *forwarder) run(stop context.Context) {
 			boundary = boundary.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
 				boundary = nextBoundary(now, cfg.Interval, cfg.Grace)
+				// Paused during the round (or the round itself took
+				// intervals): the windows whose grace has passed since
+				// it harvested go at once, not at the next boundary.
+				if past := writer.AlignStart(now.Add(-cfg.Grace), cfg.Interval); !stepped && past.After(due) {
+					boundary = past
+				}
 			}
 			wait := boundary.Add(cfg.Grace).Sub(now)
 			if wait > cfg.Interval+cfg.Grace {

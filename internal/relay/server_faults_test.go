@@ -1576,6 +1576,41 @@ func TestPausedRelayForwardsWhatEndedMeanwhile(t *testing.T) {
 	}
 }
 
+// TestPauseDuringRoundForwardsWhatEndedMeanwhile: the pause comes during a
+// forward round (the process stopped while the agent answered, or a round
+// slower than two intervals; here the wall clock jumps ahead while the
+// agent answers the round's request). The window that ended meanwhile,
+// its grace long past, goes at once after the round, not at the next
+// boundary an interval later.
+func TestPauseDuringRoundForwardsWhatEndedMeanwhile(t *testing.T) {
+	const interval = 2 * time.Second
+	s := startClocked(t, interval)
+	var answered atomic.Int64 // when the round's request was answered (unix ns)
+	s.ag.SetHandler(func(_ http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			s.offset.Store(int64(3 * interval)) // the pause, amid the round
+			answered.Store(time.Now().UnixNano())
+		}
+		return false
+	})
+	// Early in a window: both datagrams are merged before its round.
+	time.Sleep(time.Until(s.now().Truncate(interval).Add(interval + 100*time.Millisecond)))
+	cur := s.now().Truncate(interval)
+	s.send(t, 1, cur, "r", 3)               // forwarded by the round of cur's end
+	s.send(t, 2, cur.Add(interval), "r", 5) // its window ends during the pause
+	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == 8 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if hits, err := s.ag.WaitHits(ctx, 8); err != nil {
+		t.Fatalf("the agent took %d spans (%v), want 8", hits, err)
+	}
+	if took := time.Since(time.Unix(0, answered.Load())); took > interval/2 {
+		t.Fatalf("the window that ended during the round's pause reached the agent %s after the round, want at once (the next boundary was %s away)",
+			took.Round(time.Millisecond), interval)
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
+
 // TestStopRetriesWhatItHolds: the agent answers 503 to the first two stats
 // requests. A relay stopped while holding an interval forwards it with its
 // retries (within the stop timeout), not with one last attempt that the
