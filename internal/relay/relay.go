@@ -172,6 +172,7 @@ func New(c Config) *Relay {
 		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups, maxBytes: c.MaxHeldBytes},
 		dropped: make(map[string]uint64),
 	}
+	r.senders.idle = int64(max(SenderIdle, senderIdleIntervals*c.Interval))
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup), h.typeless(&overflowGroup)
 	r.hashers.New = func() any { return &hasher{seed: r.seed} }
@@ -424,7 +425,7 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 // Harvest removes the merged windows that ended at or before boundary and
 // returns them, one Batch per identity; the spans in them stay pending until
 // the forwarder reports them with Forwarded or Dropped. It also forgets the
-// senders idle for SenderIdle.
+// senders idle for SenderIdle (or three intervals, if longer).
 func (r *Relay) Harvest(boundary time.Time) []Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()

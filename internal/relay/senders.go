@@ -8,8 +8,9 @@ import (
 
 // Bounds of the sender table.
 const (
-	// SenderIdle is how long a sender is remembered after its last datagram;
-	// an SDK sends at least once per interval while it has spans.
+	// SenderIdle is how long a sender is remembered after its last datagram
+	// (or senderIdleIntervals intervals, if longer); an SDK sends at least
+	// once per interval while it has spans.
 	SenderIdle = 5 * time.Minute
 	// MaxSenders bounds the sender table: beyond it an arbitrary sender is
 	// forgotten (its next datagram starts it afresh, uncounted).
@@ -52,6 +53,11 @@ const freshHarvests = 2
 // seqRun is the sequences lo..hi.
 type seqRun struct{ lo, hi uint64 }
 
+// senderIdleIntervals is, in intervals, the least a sender is remembered:
+// at an interval longer than SenderIdle an SDK's reports come further
+// apart than that, and forgetting it between two would count no loss.
+const senderIdleIntervals = 3
+
 // maxRuns bounds a sender's runs: past it, its lowest hole is counted as
 // gaps and closed. Reordering opens a hole or two per worker; more are
 // losses.
@@ -73,6 +79,8 @@ type senders struct {
 	forgottenSenders uint64
 	fullSweep        int64 // unix ns of the last sweep of a full table
 	sweeps           uint64
+	// idle is how long a silent sender is kept (ns; 0: SenderIdle).
+	idle int64
 }
 
 // observe records datagram seq of the sender whose RuntimeID hashes to id
@@ -208,14 +216,18 @@ func (s *senders) forget(k uint64, sd *sender) {
 	delete(s.m, k)
 }
 
-// sweep forgets the senders idle for SenderIdle. One last seen after now
-// was seen before the wall clock stepped back: it is taken as seen now,
-// or it would be kept for as long as the step besides SenderIdle.
+// sweep forgets the senders idle for s.idle. One last seen after now was
+// seen before the wall clock stepped back: it is taken as seen now, or it
+// would be kept for as long as the step besides s.idle.
 func (s *senders) sweep(now int64) {
 	s.sweeps++
+	idle := s.idle
+	if idle == 0 {
+		idle = int64(SenderIdle)
+	}
 	for k, sd := range s.m {
 		sd.seen = min(sd.seen, now)
-		if now-sd.seen >= int64(SenderIdle) {
+		if now-sd.seen >= idle {
 			s.forget(k, sd)
 		}
 	}

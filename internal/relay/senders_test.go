@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/spanstats/spanstats/writer"
 )
 
 // seqModel is the sequence accounting of one sender spelled out with a
@@ -370,5 +372,32 @@ func TestNewStoppingSenderWaitsForItsFirst(t *testing.T) {
 	s.harvest(0)
 	if len(s.m) != 0 {
 		t.Fatalf("senders %d after a sender's complete 1, 2 (final); want 0", len(s.m))
+	}
+}
+
+// TestLongIntervalKeepsItsSenders: at an interval longer than SenderIdle
+// (-interval 10m), an SDK sends once an interval. Its sender is kept from
+// one report to the next, so a datagram lost between two counts as a gap;
+// forgotten at each harvest, every report started it afresh and no loss
+// was ever counted.
+func TestLongIntervalKeepsItsSenders(t *testing.T) {
+	const iv = 10 * time.Minute
+	now := t0
+	r := newTestRelay(Config{Interval: iv, Now: func() time.Time { return now }})
+	boundary := writer.AlignStart(t0, iv)
+	for seq := uint64(1); seq <= 4; seq++ {
+		now = boundary.Add(iv / 10) // the SDK sends the window it just ended
+		if seq != 2 {               // lost on its way
+			start := uint64(boundary.Add(-iv).UnixNano())
+			mustAccept(t, r, datagram(seq, header("rt"), bucket(start, uint64(iv), entry(key("a"), 1, 0))), 0, UDP)
+		}
+		boundary = boundary.Add(iv)
+		now = boundary.Add(DefaultGrace)
+		for _, b := range r.Harvest(boundary) {
+			r.Forwarded(b.Hits)
+		}
+	}
+	if st := checkAccounting(t, r); st.SeqGaps != 1 || st.Senders != 1 || st.SeqRestarts != 0 {
+		t.Fatalf("gaps %d, senders %d, restarts %d; want the lost datagram as 1 gap of the one sender", st.SeqGaps, st.Senders, st.SeqRestarts)
 	}
 }
