@@ -75,7 +75,10 @@ type ServerConfig struct {
 	MaxDatagram int
 	AgentURL    string
 	Interval    time.Duration
-	Grace       time.Duration
+	// Grace is the wait after each boundary for late senders (zero: none,
+	// unlike the other fields; statsrelay's -grace defaults to
+	// DefaultGrace).
+	Grace time.Duration
 	// Origin reads each Unix sender's container id from
 	// <ProcRoot>/<pid>/cgroup.
 	Origin    bool
