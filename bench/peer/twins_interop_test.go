@@ -9,6 +9,7 @@ package peer
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,23 +221,37 @@ func dumpTwins(t *testing.T, buckets []writer.Bucket) {
 	}
 }
 
-// FuzzTypeSplitterAgainstAgentIntake: two groups of any labels and Types
-// in one bucket, laid out by TypeSplitter and sent: the agent files each
-// one's hits under its own Type.
+// FuzzTypeSplitterAgainstAgentIntake: two groups of any labels, peer tags
+// (p1, p2: comma-separated) and Types in one bucket, laid out by
+// TypeSplitter and sent: the agent files each one's hits under its own
+// Type.
 func FuzzTypeSplitterAgainstAgentIntake(f *testing.F) {
-	f.Add("Web", "op!", "", "web", "web", "op", "op", "sql")
-	f.Add("web", "op", "SELECT 1", "sql", "web", "op", "SELECT ?", "web")
-	f.Add("\u212aafka", "\u0130op", "SET k v", "redis", "kafka", "iop", "SET", "cache")
-	f.Add("", "", "", "", "unnamed-go-service", "unnamed_operation", "unnamed_operation", "x")
-	f.Fuzz(func(t *testing.T, s1, n1, r1, t1, s2, n2, r2, t2 string) {
+	f.Add("Web", "op!", "", "web", "", "web", "op", "op", "sql", "")
+	f.Add("web", "op", "SELECT 1", "sql", "", "web", "op", "SELECT ?", "web", "")
+	f.Add("\u212aafka", "\u0130op", "SET k v", "redis", "", "kafka", "iop", "SET", "cache", "")
+	f.Add("", "", "", "", "", "unnamed-go-service", "unnamed_operation", "unnamed_operation", "x", "")
+	// Peer tags that join alike with 0 bytes, as the agent hashes them.
+	f.Add("web", "op", "r", "web", "a:1,b:2", "web", "op", "r", "http", "a:1\x00b:2")
+	f.Fuzz(func(t *testing.T, s1, n1, r1, t1, p1, s2, n2, r2, t2, p2 string) {
 		if t1 == t2 {
 			return
 		}
 		a, b := &aggregate.Entry{Hits: 1}, &aggregate.Entry{Hits: 2}
-		a.Service, a.Name, a.Resource, a.Type = s1, n1, r1, t1
-		b.Service, b.Name, b.Resource, b.Type = s2, n2, r2, t2
+		a.Service, a.Name, a.Resource, a.Type, a.PeerTags = s1, n1, r1, t1, peerTagList(p1)
+		b.Service, b.Name, b.Resource, b.Type, b.PeerTags = s2, n2, r2, t2, peerTagList(p2)
 		var ts writer.TypeSplitter
 		laid := ts.Split(nil, []writer.Bucket{{Start: 10e9, Duration: 10e9, Groups: []*aggregate.Entry{a, b}}})
 		checkIntake(t, "", [][]byte{writer.AppendPayload(nil, &writer.Header{Lang: "go"}, laid)}, "go")
 	})
+}
+
+// peerTagList is a comma-separated list as an entry holds peer tags:
+// sorted, without duplicates.
+func peerTagList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	v := strings.Split(s, ",")
+	slices.Sort(v)
+	return slices.Compact(v)
 }
