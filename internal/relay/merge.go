@@ -26,11 +26,17 @@ func overflowReserve(max int) int { return max/64 + 1 }
 func bytesReserve(max int) int { return max / 16 }
 
 // What held state costs besides its strings and sketches, approximately:
-// the structs, a group's hashes and link, a map entry of its index.
+// the structs, their entries in the maps that index them, and the map each
+// window (its groups' index) and identity (its windows) starts. A group's
+// slots in its window's arrays are counted by their capacity (window.add).
 const (
-	groupOverhead    = int(unsafe.Sizeof(writer.Group{})) + 8 + int(unsafe.Sizeof(typelessKey{})) + 4 + 32
-	windowOverhead   = int(unsafe.Sizeof(window{})) + 64
-	identityOverhead = int(unsafe.Sizeof(identity{})) + 64
+	groupOverhead = 32
+	// smallMapBytes is what a map of up to eight 16-byte slots takes: its
+	// header and one group of slots; a window or identity of one group
+	// costs more in its map than in its struct.
+	smallMapBytes    = 48 + 8 + 8*16
+	windowOverhead   = int(unsafe.Sizeof(window{})) + smallMapBytes + 32
+	identityOverhead = int(unsafe.Sizeof(identity{})) + smallMapBytes + 32
 	// An overflow group's two sketches are reserved at their largest
 	// when it is created; their growth is then not tracked.
 	overflowBytes = groupOverhead + 2*aggregate.MaxSketchBytes
@@ -151,8 +157,41 @@ func (w *window) find(h uint64, g *writer.Group) int32 {
 	return -1
 }
 
+// groupSlotBytes is what one group takes in a window's arrays (groups,
+// hashes, typeless, next).
+const groupSlotBytes = int(unsafe.Sizeof(writer.Group{})) + 8 + int(unsafe.Sizeof(typelessKey{})) + 4
+
+// arrayBytes is what w's group arrays take, by capacity: append leaves up to
+// half of them empty, which for windows of a few small groups is more than
+// the groups' own strings (TestHeldBytesCountSmallWindows).
+func (w *window) arrayBytes() int {
+	return cap(w.groups)*int(unsafe.Sizeof(writer.Group{})) + 8*cap(w.hashes) +
+		cap(w.typeless)*int(unsafe.Sizeof(typelessKey{})) + 4*cap(w.next)
+}
+
+// addGrowth is about what adding a group to w (nil: a window to create)
+// raises arrayBytes by: nothing while its arrays have room, else what
+// append grows them by (twice as long while short, a quarter longer past
+// 256 groups), less what they held.
+func (w *window) addGrowth() int {
+	if w == nil {
+		return groupSlotBytes
+	}
+	n, c := len(w.groups), min(cap(w.groups), cap(w.hashes), cap(w.typeless), cap(w.next))
+	if n < c {
+		return 0
+	}
+	grown := 2 * c
+	if c >= 256 {
+		grown = c + (c+3*256)/4
+	}
+	return max(grown*groupSlotBytes-w.arrayBytes(), 0)
+}
+
 // add appends a group of g's key (its strings copied) with empty values.
-func (w *window) add(g *writer.Group, h uint64, typeless typelessKey) int32 {
+// It returns its index and what arrayBytes grew by.
+func (w *window) add(g *writer.Group, h uint64, typeless typelessKey) (int32, int) {
+	arrays := w.arrayBytes()
 	ng := writer.Group{DBType: g.DBType, SpanDerivedPrimaryTags: g.SpanDerivedPrimaryTags,
 		AdditionalMetricTags: g.AdditionalMetricTags}
 	ng.Key = g.Key
@@ -167,7 +206,7 @@ func (w *window) add(g *writer.Group, h uint64, typeless typelessKey) int32 {
 	}
 	w.next = append(w.next, head)
 	w.index[h] = i
-	return i
+	return i, w.arrayBytes() - arrays
 }
 
 // state is everything held between harvests. Guarded by Relay.mu.
@@ -277,15 +316,16 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			case s.groups >= groupLimit:
 				fold = true
 			default:
-				if s.bytes+newCost(newGroupBytes(g)) > byteLimit {
+				if s.bytes+newCost(newGroupBytes(g)+w.addGrowth()) > byteLimit {
 					fold = true
 					break
 				}
 				// Its sketches are counted as they grow, below.
 				w, id = s.window(pp, id, w, ws, b)
-				i = w.add(g, gh, pp.h.typeless(g))
+				var grew int
+				i, grew = w.add(g, gh, pp.h.typeless(g))
 				s.groups++
-				s.hold(w, groupOverhead+labelBytes(&w.groups[i]))
+				s.hold(w, groupOverhead+labelBytes(&w.groups[i])+grew)
 			}
 			if fold {
 				i = -1
@@ -303,16 +343,17 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				case s.groups >= s.maxGroups:
 					droppedGroups += g.Hits
 					continue
-				case s.bytes+newCost(overflowBytes) > s.maxBytes:
+				case s.bytes+newCost(overflowBytes+w.addGrowth()) > s.maxBytes:
 					droppedBytes += g.Hits
 					continue
 				default:
 					w, id = s.window(pp, id, w, ws, b)
-					i = w.add(&overflowGroup, ov.full, ov.typeless)
+					var grew int
+					i, grew = w.add(&overflowGroup, ov.full, ov.typeless)
 					w.overflow = i
 					s.groups++
 					s.overflowed++
-					s.hold(w, overflowBytes)
+					s.hold(w, overflowBytes+grew)
 				}
 				s.folded += g.Hits
 			}

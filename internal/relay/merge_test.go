@@ -539,6 +539,38 @@ func TestHeldMemoryBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestHeldBytesCountSmallWindows: a flood of new identities of one or five
+// one-letter groups each holds more in its maps and in the slack of its
+// windows' arrays than in its strings (they held 1.25× and 1.55× what
+// MaxHeldBytes counted); the heap it takes stays within MaxHeldBytes and
+// an eighth.
+func TestHeldBytesCountSmallWindows(t *testing.T) {
+	const maxBytes = 8 << 20
+	for _, groups := range []int{1, 5} {
+		r := newTestRelay(Config{MaxHeldBytes: maxBytes, MaxGroups: 1 << 30})
+		before := heapAlloc()
+		for i := range 40000 / groups {
+			var es []*aggregate.Entry
+			for j := range groups {
+				es = append(es, &aggregate.Entry{Key: aggregate.Key{Resource: strconv.Itoa(j)}, Hits: 1})
+			}
+			mustAccept(t, r, datagram(1, writer.Header{Hostname: strconv.Itoa(i)}, bucket(w0, 10*sec, es...)), 0, UDP)
+		}
+		grew := int64(heapAlloc()) - int64(before)
+		s := checkAccounting(t, r)
+		t.Logf("%d per identity: %d groups, %d bytes counted (bound %d); heap grew by %d (%.2f× the bound)",
+			groups, s.Groups, s.HeldBytes, maxBytes, grew, float64(grew)/maxBytes)
+		if s.SpansDropped[DropMaxBytes] == 0 {
+			t.Fatalf("%d per identity: dropped %v: the flood did not reach the bound", groups, s.SpansDropped)
+		}
+		if grew > maxBytes+maxBytes/8 {
+			t.Errorf("%d per identity: heap grew by %d KiB, bound %d KiB (MaxHeldBytes and an eighth)",
+				groups, grew>>10, (maxBytes+maxBytes/8)>>10)
+		}
+		runtime.KeepAlive(r)
+	}
+}
+
 // TestNewGroupSketchesFitTheirValues: the decoder reuses the sketches of
 // groups merged into held ones, stores and all; a new group decoded into
 // the store of a wide sketch holds no more than its own values need.
