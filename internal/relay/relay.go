@@ -184,7 +184,10 @@ func New(c Config) *Relay {
 
 // Accept takes one whole datagram read from transport t, sent by pid (from
 // the Unix socket's credentials; 0 when unknown, and for UDP). It returns
-// nil if the datagram was merged, or a *RejectError. It does not retain d.
+// nil if the datagram was merged, or a *RejectError. d may be reused once
+// it returns: what the relay holds is copied out of it. A pooled decoder's
+// arenas may keep d reachable until their slots are reused, up to one
+// datagram per slot (thousands): read into reused buffers, as Server does.
 func (r *Relay) Accept(d []byte, pid int32, t Transport) error {
 	if t >= NumTransports {
 		panic("BUG: relay: unknown transport")
