@@ -4,6 +4,7 @@ package aggregate
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -296,7 +297,7 @@ func (s *Sketch) resize(n int, shiftUp bool) []uint32 {
 	old := len(s.bins)
 	b := s.bins
 	if cap(b) < n {
-		nb := make([]uint32, n, min(n+binSlack, MaxBins+binSlack))
+		nb := make([]uint32, n, storeCap(min(n+binSlack, MaxBins)))
 		if shiftUp {
 			copy(nb[n-old:], b)
 		} else {
@@ -315,9 +316,30 @@ func (s *Sketch) resize(n int, shiftUp bool) []uint32 {
 }
 
 // MaxSketchBytes is the most a Sketch holds: the struct and a store of
-// MaxBins bins with its growth slack. A holder that bounds its memory (the
-// relay) can reserve it for a sketch whose growth it does not track.
-const MaxSketchBytes = int(unsafe.Sizeof(Sketch{})) + 4*(MaxBins+binSlack)
+// MaxBins bins (a size class of its own: TestStoreCapsAreSizeClasses). A
+// holder that bounds its memory (the relay) can reserve it for a sketch
+// whose growth it does not track.
+const MaxSketchBytes = int(unsafe.Sizeof(Sketch{})) + 4*MaxBins
+
+// storeCaps are the capacities, in bins, of the allocation size classes a
+// store can take, probed on first use: the runtime rounds an allocation up
+// to its size class, and a store whose capacity stopped short of it would
+// hold up to 19 % more than HeapBytes says.
+var storeCaps = sync.OnceValue(func() []int {
+	var caps []int
+	for c := binSlack; c <= MaxBins; c = caps[len(caps)-1] + 1 {
+		caps = append(caps, cap(slices.Grow([]uint32(nil), c)))
+	}
+	return caps
+})
+
+// storeCap is the capacity of a store of at least c bins (at most MaxBins):
+// all of the memory the runtime gives it.
+func storeCap(c int) int {
+	caps := storeCaps()
+	i, _ := slices.BinarySearch(caps, c)
+	return caps[i]
+}
 
 // HeapBytes is the memory s holds: the struct and its store's capacity.
 func (s *Sketch) HeapBytes() int { return int(unsafe.Sizeof(*s)) + 4*cap(s.bins) }
@@ -362,7 +384,7 @@ func StoreBytes(n int) int {
 	if n <= 0 {
 		return int(unsafe.Sizeof(Sketch{}))
 	}
-	return int(unsafe.Sizeof(Sketch{})) + 4*(min(n, MaxBins)+binSlack)
+	return int(unsafe.Sizeof(Sketch{})) + 4*storeCap(min(n+binSlack, MaxBins))
 }
 
 // Count is the number of values recorded.

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"unsafe"
@@ -606,5 +607,41 @@ func TestSketchMergeCountsSaturatedBins(t *testing.T) {
 	lo, bins := into.Bins()
 	if i := 100 - lo; i < 0 || i >= len(bins) || bins[i] != math.MaxUint32 {
 		t.Fatalf("saturated bin not merged saturated: bins from %d: %v", lo, bins)
+	}
+}
+
+// TestHeapBytesIsTheAllocation: a store's capacity is all of the memory the
+// runtime gives it (its allocation rounded up to a size class), so
+// HeapBytes and StoreBytes say what a sketch holds. A store of 1025 bins
+// asked 4164 bytes and got 4864, which HeapBytes did not count.
+func TestHeapBytesIsTheAllocation(t *testing.T) {
+	storeCaps() // probed once, allocating
+	for _, n := range []int{17, 100, 500, 1025, 1500, 2000, MaxBins} {
+		s := new(Sketch)
+		s.AddIndex(0, 1)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s.AddIndex(n-1, 1) // one resize, to n bins
+		runtime.ReadMemStats(&after)
+		store := s.HeapBytes() - int(unsafe.Sizeof(*s))
+		if got := int(after.TotalAlloc - before.TotalAlloc); got != store {
+			t.Errorf("%d bins: the store's allocation took %d bytes, HeapBytes counts %d", n, got, store)
+		}
+		if got := StoreBytes(n); got != s.HeapBytes() {
+			t.Errorf("%d bins: StoreBytes %d, HeapBytes %d", n, got, s.HeapBytes())
+		}
+	}
+}
+
+// TestStoreCapsAreSizeClasses: MaxSketchBytes is exact only if a store of
+// MaxBins bins is a size class of its own.
+func TestStoreCapsAreSizeClasses(t *testing.T) {
+	if got := storeCap(MaxBins); got != MaxBins {
+		t.Fatalf("a store of %d bins takes %d", MaxBins, got)
+	}
+	for _, c := range storeCaps() {
+		if got := cap(slices.Grow([]uint32(nil), c)); got != c {
+			t.Errorf("capacity %d is not a size class: an allocation of it gets %d", c, got)
+		}
 	}
 }

@@ -601,13 +601,13 @@ func TestNewGroupSketchesFitTheirValues(t *testing.T) {
 // TestHeldBytesOfTypicalGroups: what a group of a tracer's labels holds,
 // by how many decades its 1 000 latencies span (the figures in
 // DefaultMaxHeldBytes's doc), and that DefaultMaxGroups such groups of up
-// to five decades fit DefaultMaxHeldBytes.
+// to four decades fit DefaultMaxHeldBytes.
 func TestHeldBytesOfTypicalGroups(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct {
 		decades  float64
 		min, max int // bytes per group
-	}{{1, 1000, 2000}, {3, 2800, 3800}, {5, 4300, 5400}, {6, 5300, 6500}} {
+	}{{1, 1300, 2300}, {3, 3100, 4100}, {4, 4100, 5200}, {5, 5100, 6300}, {6, 5900, 7200}} {
 		r := newTestRelay(Config{})
 		const groups = 200
 		for i := range groups {
@@ -628,7 +628,7 @@ func TestHeldBytesOfTypicalGroups(t *testing.T) {
 		if per < tc.min || per > tc.max {
 			t.Errorf("%v decades: %d bytes per group, want %d..%d", tc.decades, per, tc.min, tc.max)
 		}
-		if tc.decades <= 5 && per*DefaultMaxGroups > DefaultMaxHeldBytes {
+		if tc.decades <= 4 && per*DefaultMaxGroups > DefaultMaxHeldBytes {
 			t.Errorf("%v decades: %d groups of %d bytes exceed DefaultMaxHeldBytes", tc.decades, DefaultMaxGroups, per)
 		}
 	}

@@ -40,9 +40,10 @@ const (
 	DefaultInterval  = 10 * time.Second
 	DefaultMaxGroups = 200000
 	// DefaultMaxHeldBytes holds DefaultMaxGroups groups of a tracer's
-	// labels whose latencies span up to about five decades, most of a
-	// group being its sketches (TestHeldBytesOfTypicalGroups): the group
-	// bound binds first unless labels are long or sketches wider.
+	// labels whose latencies span up to about four decades (4.7 KB a
+	// group, most of it its sketches; five decades take 5.7 KB:
+	// TestHeldBytesOfTypicalGroups): the group bound binds first unless
+	// labels are long or sketches wider.
 	DefaultMaxHeldBytes = 1 << 30
 	DefaultMaxDatagram  = 65536
 )
