@@ -316,8 +316,10 @@ func QuantizeIPs(v string) string {
 // QuantizeIPs(v) when that is at most max bytes long, else a value longer
 // than max whose first max bytes are QuantizeIPs(v)'s. Each entry is
 // compared with those kept before it, so it stops there, and it reads v
-// only up to its last comma within 4*max bytes: a list of any length costs
-// bounded time, exact but for a longer one that quantizes to under max bytes.
+// only up to its last comma within 4*max bytes, or up to 4*max bytes when
+// an entry runs past them: a value of any length costs bounded time, exact
+// but for a longer list that quantizes to under max bytes, or an entry
+// longer than that whose quantization turns on bytes past them (a scheme).
 func QuantizeIPsTo(v string, max int) string {
 	if max <= 0 {
 		return v
@@ -326,6 +328,10 @@ func QuantizeIPsTo(v string, max int) string {
 	if n := 4 * min(max, len(v)); len(v) > n {
 		if i := strings.LastIndexByte(v[:n], ','); i > max {
 			v = v[:i]
+		} else {
+			// The entry that crosses max runs past n: read whole, a
+			// megabyte tag cost each Publish milliseconds and three copies.
+			v = v[:n]
 		}
 	}
 	if !mayHoldIP(v) {

@@ -134,3 +134,22 @@ func TestQuantizeIPsToHugeMax(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeIPsToReadsABoundedEntry: a value of one entry longer than
+// 4*max bytes (an address and then a megabyte, no comma to cut at) is read
+// only that far too, as a long list is: read whole, each span carrying it
+// cost Publish milliseconds and three copies of it. The first max bytes are
+// still QuantizeIPs's.
+func TestQuantizeIPsToReadsABoundedEntry(t *testing.T) {
+	const max = 190
+	tail := strings.Repeat("a", 1<<20)
+	for _, v := range []string{"10.0.0.1" + tail, "http://10.0.0.1/" + tail, "h1," + tail, "fe80::1%" + tail} {
+		got, want := QuantizeIPsTo(v, max), QuantizeIPs(v)
+		if len(want) <= max && got != want || len(want) > max && (len(got) <= max || got[:max] != want[:max]) {
+			t.Fatalf("QuantizeIPsTo(%.20q..., %d) = %.40q..., QuantizeIPs %.40q...", v, max, got, want)
+		}
+		if len(got) > 4*max+len(BlockedIP) {
+			t.Fatalf("QuantizeIPsTo(%.20q..., %d) made %d bytes of a %d-byte value: it read on past 4*max", v, max, len(got), len(v))
+		}
+	}
+}
