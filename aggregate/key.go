@@ -79,6 +79,9 @@ func (e *Entry) setKey(key []byte) {
 	flags := d.byte()
 	k.IsTraceRoot = Trilean(flags & 3)
 	k.Synthetics = flags&4 != 0
+	// Cleared to its capacity: tags past the new key's, from earlier keys of
+	// a recycled entry, alias their key strings and would keep them alive.
+	clear(k.PeerTags[:cap(k.PeerTags)])
 	k.PeerTags = k.PeerTags[:0]
 	for n := d.uvarint(); n > 0; n-- {
 		k.PeerTags = append(k.PeerTags, d.field())
