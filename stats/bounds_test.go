@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +202,60 @@ func TestLongLabelsNotRetained(t *testing.T) {
 	if grown > 8<<20 {
 		t.Fatalf("live heap grew %.1f MiB after 64 MiB of resources were published and dropped; want under 8 MiB", float64(grown)/(1<<20))
 	}
+}
+
+// maxGroupHeap is the most live heap one group holds (Config.MaxAggregates):
+// labels at their length limits with MaxPeerTags peer tags, in the key
+// string and its decoded tag list, and both sketches at aggregate.MaxBins.
+const maxGroupHeap = 40 << 10
+
+// maxTableHeap is the most a table holds besides its groups: the recent-span
+// caches and, without the agent's key list, the budgets of 64 peer-tag keys.
+const maxTableHeap = 2 << 20
+
+// TestGroupHeapWorstCase: groups built to be as large as Publish lets them
+// be — every label at its limit, MaxPeerTags tags of MaxTagLen bytes, and
+// four spans (ok and error, of 1 ns and math.MaxInt64 ns) stretching each
+// sketch over MaxBins bins — hold no more than maxGroupHeap each, and
+// their table no more than maxTableHeap besides.
+func TestGroupHeapWorstCase(t *testing.T) {
+	const groups = 256
+	pad := func(p string, n int) string { return p + strings.Repeat("x", n-len(p)) }
+	tags := make([]string, MaxPeerTags)
+	for k := range tags {
+		tags[k] = pad(fmt.Sprintf("k%02d:", k), MaxTagLen)
+	}
+	base := liveHeap()
+	tb := aggregate.NewTable(groups)
+	tb.SetLimits(aggregate.Limits{})
+	var fixed int64
+	for i := range groups {
+		if i == 1 {
+			fixed = int64(liveHeap()) - int64(base)
+		}
+		s := Span{Service: pad("s", MaxServiceLen), Name: pad("n", MaxNameLen), Type: pad("t", MaxTypeLen),
+			Resource: pad(fmt.Sprint(i, "-"), MaxResourceLen), SpanKind: "client", HTTPMethod: pad("m", MaxTagLen),
+			HTTPEndpoint: pad("e", MaxTagLen), ServiceSource: pad("x", MaxTagLen), GRPCStatusCode: "4294967295",
+			PeerTags: tags}
+		for _, d := range []int64{1, math.MaxInt64} {
+			for _, isErr := range []bool{false, true} {
+				s.Duration, s.Error = d, isErr
+				var r aggregate.Record
+				s.Snapshot(&r)
+				tb.Add(&r)
+			}
+		}
+	}
+	grown := int64(liveHeap()) - int64(base)
+	es := tb.Touched(nil)
+	if len(es) != groups || tb.Overflowed() != 0 || tb.CollapsedSpans() != 0 {
+		t.Fatalf("%d groups, %d overflowed, %d collapsed; want %d, 0, 0", len(es), tb.Overflowed(), tb.CollapsedSpans(), groups)
+	}
+	if e := es[0]; len(e.PeerTags) != MaxPeerTags || e.Ok.HeapBytes() != aggregate.MaxSketchBytes || e.Err.HeapBytes() != aggregate.MaxSketchBytes {
+		t.Fatalf("a group of %d tags and sketches of %d and %d bytes: not the worst case", len(e.PeerTags), e.Ok.HeapBytes(), e.Err.HeapBytes())
+	}
+	if per := (grown - fixed) / (groups - 1); per > maxGroupHeap || fixed > maxTableHeap {
+		t.Fatalf("the table took %d B with one group, then %d B a group; bounds %d and %d", fixed, per, maxTableHeap, maxGroupHeap)
+	}
+	runtime.KeepAlive(tb)
 }

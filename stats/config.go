@@ -90,9 +90,9 @@ const (
 	// MaxShedYieldEvery bounds ShedYieldEvery: rarer yields than this are
 	// no yields at all; say so with ShedWithoutYield.
 	MaxShedYieldEvery = 1 << 16
-	// MaxMaxAggregates bounds MaxAggregates: each group may hold two
-	// sketches of up to 2048 bins, so more groups than this could hold
-	// gigabytes, and their payloads would exceed the agent's request limit.
+	// MaxMaxAggregates bounds MaxAggregates: at about 40 KiB a group at
+	// worst (see MaxAggregates), the two tables at this cap may hold 5 GiB
+	// already, and their payloads would exceed the agent's request limit.
 	MaxMaxAggregates = 1 << 16
 	// MaxMaxPayloadBytes bounds MaxPayloadBytes: the agent refuses bodies
 	// over its max_request_bytes, 25 MiB by default (a lower limit given
@@ -223,7 +223,12 @@ type Config struct {
 	// MaxAggregates caps the number of groups (default 2048, at most
 	// MaxMaxAggregates); beyond it idle groups are recycled, then spans
 	// fold into the overflow group. The cap is per bucket: the previous
-	// bucket, open for its grace, has its own.
+	// bucket, open for its grace, has its own. It bounds the aggregator's
+	// memory: a group keeps up to about 40 KiB (labels at their length
+	// limits with MaxPeerTags peer tags; two sketches of aggregate.MaxBins
+	// bins, which spans of 1 ns and of 20 years fill) and a table up to
+	// 2 MiB besides, so about 160 MiB at the default at worst
+	// (TestGroupHeapWorstCase); groups are kept for reuse, not freed.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
 	// none exceeds it (default DefaultMaxPayloadBytes, at most
