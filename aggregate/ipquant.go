@@ -330,7 +330,7 @@ func QuantizeIPsTo(v string, max int) string {
 			v = v[:i]
 		} else {
 			// The entry that crosses max runs past n: read whole, a
-			// megabyte tag cost each Publish milliseconds and three copies.
+			// megabyte tag would cost each Publish milliseconds.
 			v = v[:n]
 		}
 	}
