@@ -146,6 +146,23 @@ func TestEveryLabelTruncated(t *testing.T) {
 	if r.ServiceSource != s.ServiceSource || r.SpanKind != "client" {
 		t.Errorf("a value at its limit was changed: %q", r.ServiceSource)
 	}
+	// The two labels the span above holds at or under their limit (its kind
+	// keeps the peer tags), each alone over it.
+	for _, c := range []struct {
+		name string
+		s    Span
+		v    func(*aggregate.Record) string
+	}{
+		{"SpanKind", Span{SpanKind: over(MaxTagLen)}, func(r *aggregate.Record) string { return r.SpanKind }},
+		{"ServiceSource", Span{ServiceSource: over(MaxTagLen)}, func(r *aggregate.Record) string { return r.ServiceSource }},
+	} {
+		c.s.Service, c.s.Name, c.s.Duration = "s", "n", 1
+		var r aggregate.Record
+		if _, cut := c.s.Snapshot(&r); cut != 1 || len(c.v(&r)) != MaxTagLen-1 || !utf8.ValidString(c.v(&r)) {
+			t.Errorf("%s over MaxTagLen: %d bytes, valid %v, %d labels truncated; want %d bytes (the limit less the cut rune's first byte), 1",
+				c.name, len(c.v(&r)), utf8.ValidString(c.v(&r)), cut, MaxTagLen-1)
+		}
+	}
 }
 
 // TestTruncateAsTheAgent: a value over its limit is cut where the agent's
