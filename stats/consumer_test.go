@@ -382,3 +382,30 @@ func TestFlushUnderSteadyLoadReturns(t *testing.T) {
 	done = make(chan struct{}) // for the deferred close
 	checkConservation(t, a.Health())
 }
+
+// TestRecycledAtTheCap: at the cap, entries idle since the last report take
+// the new keys (Health.Recycled) before any span overflows, and each key
+// reaches the agent with its own hits.
+func TestRecycledAtTheCap(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), MaxAggregates: 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for round := range 2 {
+		for i := range 10 {
+			a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint(round, "-", i), SpanKind: "server", Duration: 100})
+		}
+		if err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop(t, a)
+	got, hits := statstest.Sum(ag.Requests())
+	if hits != 20 || len(got) != 20 {
+		t.Fatalf("agent: %d hits in %d groups, want 20 in 20", hits, len(got))
+	}
+	if h := a.Health(); h.Recycled != 10 || h.Overflowed != 0 || h.Counted != 20 {
+		t.Fatalf("Recycled %d Overflowed %d Counted %d, want 10, 0 and 20", h.Recycled, h.Overflowed, h.Counted)
+	}
+}
