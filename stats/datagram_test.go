@@ -663,7 +663,10 @@ func TestEmptyFlushHeldPatience(t *testing.T) {
 // TestDatagramUDPRelayGone: a UDP relay that took one report closes; the
 // next reports are not counted sent into nothing: each is retried within
 // its patience, then dropped and counted, with ErrNoRelay as the last
-// error, and Flush says so.
+// error, and Flush says so. The first may slip through: on a host busy
+// enough that the kernel defers the loopback's ICMP error past the send
+// (CI under -race), its datagram counts as sent, and the error fails the
+// next one.
 func TestDatagramUDPRelayGone(t *testing.T) {
 	r := listenRelay(t, "udp")
 	a := newStarted(t, Config{AgentURL: r.url, SendJitter: -1})
@@ -675,17 +678,24 @@ func TestDatagramUDPRelayGone(t *testing.T) {
 		t.Fatalf("relay got %+v, want one datagram of 10 spans", got)
 	}
 	r.conn.Close()
+	slipped := uint64(0)
 	for i := range 3 {
 		publishN(a, 10, "r")
-		if err := a.Flush(context.Background()); !errors.Is(err, dgram.ErrNoRelay) {
+		err := a.Flush(context.Background())
+		if i == 0 && err == nil {
+			slipped = 1
+			continue
+		}
+		if !errors.Is(err, dgram.ErrNoRelay) {
 			t.Fatalf("Flush %d to the gone relay = %v, want ErrNoRelay", i+1, err)
 		}
 	}
 	stop(t, a)
 	h := a.Health()
-	if h.SpansSent != 10 || h.SpansUnsent != 30 || h.PayloadsDropped != 3 || !errors.Is(h.LastSendError, dgram.ErrNoRelay) {
-		t.Fatalf("sent %d unsent %d dropped %d, last error %v; want 10 30 3, ErrNoRelay",
-			h.SpansSent, h.SpansUnsent, h.PayloadsDropped, h.LastSendError)
+	if h.SpansSent != 10+10*slipped || h.SpansUnsent != 30-10*slipped || h.PayloadsDropped != 3-slipped ||
+		!errors.Is(h.LastSendError, dgram.ErrNoRelay) {
+		t.Fatalf("sent %d unsent %d dropped %d, last error %v; want %d %d %d, ErrNoRelay", h.SpansSent, h.SpansUnsent,
+			h.PayloadsDropped, h.LastSendError, 10+10*slipped, 30-10*slipped, 3-slipped)
 	}
 	checkConservation(t, h)
 }

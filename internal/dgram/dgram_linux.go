@@ -294,7 +294,9 @@ func (s *senderSys) init(path string) {
 // it fails unsent: a sender whose retry then succeeded would count every
 // datagram sent into a relay that is gone. Over loopback the ICMP error is
 // there as soon as the send returns, so the pending error is read at once
-// and the datagram just sent is refused with it (TestUDPRelayGoneRefused).
+// and the datagram just sent is refused with it (TestUDPRelayGoneRefused);
+// unless the host is so busy that the kernel defers it: that datagram then
+// counts as sent, and the error fails the next (TestDatagramUDPRelayGone).
 func (s *senderSys) sendto(fd uintptr) bool {
 	for {
 		err := unix.Sendto(int(fd), s.p, unix.MSG_DONTWAIT, s.to)
