@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats"
@@ -414,7 +412,6 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		// The bound address, as for the sockets: with port 0 the flag's
 		// value would not tell the operator where /metrics is.
 		httpAddr = ln.Addr().String()
-		metrics.ExposeMetadata(true)
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()

@@ -15,3 +15,12 @@ func (s *Server) CheckSocket() {
 
 // RetiredConns is how many replaced sockets the Server still holds.
 func (s *Server) RetiredConns() int { return len(s.retiredConns()) }
+
+// HelpedFamilies lists the metric families withHelp has a text for.
+func HelpedFamilies() []string {
+	names := make([]string, 0, len(help))
+	for name := range help {
+		names = append(names, name)
+	}
+	return names
+}

@@ -29,21 +29,26 @@ import (
 // Handler serves /metrics (the relay's counters, then the process's and
 // the Go runtime's), /healthz and /debug/pprof/.
 func (s *Server) Handler() http.Handler {
+	// TYPE lines tell a scraper counters from gauges: untyped, each series
+	// leaves every scraper to guess. The switch is the library's,
+	// process-wide: only statsrelay serves this handler.
+	metrics.ExposeMetadata(true)
 	set := metrics.NewSet()
 	// One scrape at a time writes the set: two at once would each print a
 	// mix of both snapshots, in which the span identity need not hold.
 	var scraping sync.Mutex
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		var buf bytes.Buffer
+		var own bytes.Buffer
 		scraping.Lock()
 		s.snapshot(set)
-		set.WritePrometheus(&buf)
+		set.WritePrometheus(&own)
 		scraping.Unlock()
+		buf := bytes.NewBuffer(withHelp(own.Bytes()))
 		// The process's own CPU, memory and descriptors (process_*, go_*):
 		// what the relay costs is read where it runs, not only in bench/.
-		metrics.WriteProcessMetrics(&buf)
-		metrics.WriteFDMetrics(&buf)
+		metrics.WriteProcessMetrics(buf)
+		metrics.WriteFDMetrics(buf)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		w.Write(buf.Bytes())
 	})
@@ -149,4 +154,71 @@ func cmdline(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprint(w, strings.Join(args, "\x00"))
+}
+
+// help is each relay metric's HELP text. The exposition library writes the
+// HELP line of a family (with its TYPE, where metadata is on, as statsrelay
+// turns it on) but never its text; an operator reading /metrics, or a
+// scraper that shows HELP beside a series, gets it from here.
+var help = map[string]string{
+	"statsrelay_agent_info_failures_total":         "Reads of the agent's /info that failed.",
+	"statsrelay_agent_off":                         "1 while the agent refuses stats (404 on /v0.6/stats) and held spans wait for it to come back.",
+	"statsrelay_agent_peer_tag_keys":               "Peer tag keys in the agent's /info list; -1 until it is read (every key kept).",
+	"statsrelay_build_info":                        "Always 1; the labels give the relay's version, revision and Go version.",
+	"statsrelay_bytes_received_total":              "Bytes of the datagrams read, rejected ones included.",
+	"statsrelay_clock_steps_back_total":            "Times the wall clock stepped back between two forwarding rounds.",
+	"statsrelay_container_mismatches_total":        "Payloads whose ContainerID differed from their sender's credentials (credentials win).",
+	"statsrelay_datagrams_received_total":          "Datagrams read from the socket, rejected ones included.",
+	"statsrelay_datagrams_rejected_total":          "Datagrams rejected whole, by reason: truncated, malformed, invalid.",
+	"statsrelay_datagrams_unsequenced_total":       "Datagrams merged without an envelope or a runtime id to follow their sender by.",
+	"statsrelay_forward_last_round_seconds":        "How long the last forwarding round took.",
+	"statsrelay_forward_requests_total":            "Requests to the agent's /v0.6/stats, by outcome: 2xx, the status code of a refusal, or error when no answer came back.",
+	"statsrelay_forward_rounds_total":              "Forwarding rounds run.",
+	"statsrelay_forward_slow_rounds_total":         "Forwarding rounds longer than half the interval.",
+	"statsrelay_groups":                            "Label groups held for the next forward.",
+	"statsrelay_held_bytes":                        "Memory the held groups take, label strings and sketches included.",
+	"statsrelay_kernel_drops_total":                "Datagrams the kernel dropped at the socket's full queue before the relay read them.",
+	"statsrelay_reader_wait_seconds_total":         "Time the socket's reader waited for a decode worker, leaving datagrams to the kernel's queue.",
+	"statsrelay_sender_dropped_payloads_total":     "Payloads the senders say they dropped (socket full, relay missing).",
+	"statsrelay_sender_dropped_spans_total":        "Spans in the payloads the senders say they dropped.",
+	"statsrelay_sender_late_total":                 "Datagrams whose sequence was received before or already counted as a gap; their spans are merged.",
+	"statsrelay_sender_restarts_total":             "Senders that started over at sequence 1.",
+	"statsrelay_sender_seq_gaps_total":             "Sequence numbers a sender skipped, missing for a whole interval.",
+	"statsrelay_senders":                           "Senders in the sender table.",
+	"statsrelay_senders_forgotten_total":           "Senders evicted from a full sender table while still sending.",
+	"statsrelay_spans_dropped_after_timeout_total": "Spans dropped after a request timed out or was cut by the stop, which the agent may have taken.",
+	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, stopped, unattributable.",
+	"statsrelay_spans_folded_total":                "Spans folded into an overflow group at the -max-groups or -max-held-bytes bound.",
+	"statsrelay_spans_forwarded_total":             "Spans the agent accepted.",
+	"statsrelay_spans_late_total":                  "Spans of a window already forwarded, forwarded at the next round.",
+	"statsrelay_spans_pending":                     "Spans held, not yet forwarded or dropped.",
+	"statsrelay_spans_received_total":              "Spans in the datagrams merged; always forwarded + dropped + pending.",
+	"statsrelay_udp_receive_buffer_bytes":          "The UDP socket's receive buffer, as the kernel granted it.",
+	"statsrelay_unix_socket_bound":                 "1 while the Unix socket path names the relay's socket, else 0.",
+	"statsrelay_unix_socket_rebinds_total":         "Times the Unix socket was bound again after its path was removed.",
+	"statsrelay_unix_socket_taken_total":           "Times another file or socket was found at the Unix socket's path.",
+}
+
+// withHelp returns text with the help of each family it knows after the
+// family's empty "# HELP name" line.
+func withHelp(text []byte) []byte {
+	out := make([]byte, 0, len(text)+len(help)*80)
+	for len(text) > 0 {
+		line := text
+		if i := bytes.IndexByte(text, '\n'); i >= 0 {
+			line = text[:i+1]
+		}
+		text = text[len(line):]
+		name, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("# HELP "))
+		if h := help[string(name)]; ok && h != "" {
+			out = append(out, "# HELP "...)
+			out = append(out, name...)
+			out = append(out, ' ')
+			out = append(out, h...)
+			out = append(out, '\n')
+			continue
+		}
+		out = append(out, line...)
+	}
+	return out
 }

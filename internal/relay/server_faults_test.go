@@ -512,6 +512,88 @@ func TestMetricsExposition(t *testing.T) {
 	_ = binary.LittleEndian
 }
 
+// TestMetricsTypedAndHelped: every statsrelay_ family /metrics serves has
+// a TYPE line (counter for a _total name, else gauge) and a HELP text, in
+// the text format's order (HELP, TYPE, then the samples), and every
+// family with a help text is served.
+func TestMetricsTypedAndHelped(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
+	defer stop()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	type family struct {
+		help, typ string
+		samples   int
+	}
+	fams := map[string]*family{}
+	var order []string
+	var cur string
+	for _, line := range strings.Split(strings.TrimSuffix(string(body), "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "# HELP "):
+			name, text, _ := strings.Cut(strings.TrimPrefix(line, "# HELP "), " ")
+			if fams[name] != nil {
+				t.Errorf("family %s twice", name)
+			}
+			fams[name] = &family{help: text}
+			order = append(order, name)
+			cur = name
+		case strings.HasPrefix(line, "# TYPE "):
+			name, typ, _ := strings.Cut(strings.TrimPrefix(line, "# TYPE "), " ")
+			if name != cur || fams[name].typ != "" {
+				t.Errorf("TYPE of %s not right after its HELP", name)
+				continue
+			}
+			fams[name].typ = typ
+		default:
+			name, _, _ := strings.Cut(line, " ")
+			name, _, _ = strings.Cut(name, "{")
+			if !strings.HasPrefix(name, "statsrelay_") {
+				continue // the library's go_ and process_ families: histograms among them
+			}
+			if name != cur || fams[name].typ == "" {
+				t.Errorf("sample %q outside its family's HELP and TYPE", line)
+				continue
+			}
+			fams[name].samples++
+		}
+	}
+	served := 0
+	for _, name := range order {
+		if !strings.HasPrefix(name, "statsrelay_") {
+			continue
+		}
+		served++
+		f := fams[name]
+		want := "gauge"
+		if strings.HasSuffix(name, "_total") {
+			want = "counter"
+		}
+		if f.typ != want || f.help == "" || f.samples == 0 {
+			t.Errorf("%s: TYPE %q (want %s), HELP %q, %d samples", name, f.typ, want, f.help, f.samples)
+		}
+	}
+	if served < 30 {
+		t.Errorf("%d statsrelay_ families served, want the 30 and more the README names", served)
+	}
+	for _, name := range relay.HelpedFamilies() {
+		if fams[name] == nil {
+			t.Errorf("help text for %s, which /metrics does not serve", name)
+		}
+	}
+	if t.Failed() {
+		t.Log(string(body))
+	}
+}
+
 // TestConcurrentScrapesKeepTheIdentity: scrapes of /metrics at once,
 // while datagrams merge, each print one snapshot: received = forwarded +
 // dropped + pending in every exposition.
