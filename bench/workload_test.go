@@ -11,7 +11,7 @@ import (
 	"github.com/spanstats/spanstats/stats"
 )
 
-// groupKey is the aggregation key of a span as DESIGN.md §5 defines it
+// groupKey is the aggregation key of a span, every field of aggregate.Key
 // (peer tags as a sorted set, kept only for client, producer and consumer).
 type groupKey struct {
 	Service, Name, Resource, Type, SpanKind      string

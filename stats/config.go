@@ -29,7 +29,8 @@ const (
 	// 336 B: 2.6 MiB). Under overload a deeper inbox buys little
 	// (BenchmarkShedYield); below it, the consumer drains at half full (see
 	// wakeFraction), and the other half takes the bursts that arrive while
-	// it waits for a processor (BenchmarkPaced at 1 M spans/s).
+	// it waits for a processor (BenchmarkPaced in bench/peer, at 1 M
+	// spans/s).
 	DefaultInboxSize = 8192
 	// DefaultShedYieldEvery keeps yields under 1 in 1000 full-inbox calls,
 	// out of Publish's p99.9 latency, while a publisher still leaves its

@@ -97,7 +97,7 @@ func mapEntryLen(i int) int { return 2 + 1 + protowire.SizeVarint(zigzag32(i)) +
 // as a map, and a well-filled sketch stays contiguous (TestSketchLayout).
 // Both are sketches-go's Store message, which the agent's FromProto reads.
 //
-// It leaves in m the non-empty bins, for appendSketch.
+// It leaves in m the non-empty bins, for sketchLayout.append.
 func positiveLen(lo int, counts []uint32, m *binMask) (n int, sparse bool) {
 	if len(counts) == 0 {
 		return 0, false

@@ -14,9 +14,9 @@
 //     with the agent's ClientStatsPayload decoder with every value intact,
 //     and payloads produced by the agent's encoder must decode with
 //     writer.DecodePayload with every value intact — both directions of the
-//     wire contract in DESIGN.md §7 — and what statsrelay forwards, merged
+//     wire contract (package writer) — and what statsrelay forwards, merged
 //     from SDKs' datagrams and agent-encoded payloads, must decode with the
-//     agent's decoder into exactly what was published (§8);
+//     agent's decoder into exactly what was published;
 //   - BenchmarkPaced, the headline: both implementations at fixed offered
 //     loads (20 k, 200 k and 1 M spans/s from 8 producers, in 1 ms bursts and
 //     spread), CPU per span less the pacing driver's (bench.RunPaced);

@@ -96,7 +96,7 @@ func (r *statsRecorder) snapshot() (bodies [][]byte, headers []http.Header, othe
 	return slices.Clone(r.bodies), slices.Clone(r.headers), slices.Clone(r.other)
 }
 
-// groupKey is every field the agent groups by (DESIGN.md §5), in the agent's
+// groupKey is every field the agent groups by (aggregate.Key's), in the agent's
 // types; PeerTags is the sorted set joined with "\n".
 type groupKey struct {
 	Service, Name, Resource, Type, SpanKind  string

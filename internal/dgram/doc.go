@@ -1,8 +1,8 @@
 // Package dgram owns the datagram sockets between the SDK and statsrelay: the
 // relay's receiving sockets (a Unix datagram socket and a UDP socket) read in
 // batches, and the SDK's non-blocking sending socket. It knows nothing of the
-// payload format (DESIGN.md §8); a datagram is a byte slice and what the
-// kernel said about it.
+// payload format (package writer's datagram envelope and payload); a
+// datagram is a byte slice and what the kernel said about it.
 //
 // Concurrency: Conn and Sender are safe for concurrent use. A Batch belongs to
 // one goroutine at a time: ReadBatch fills it, and its datagrams stay valid

@@ -237,7 +237,8 @@ type prepared struct {
 	hits   uint64
 }
 
-// ovHash, ovTypeless are overflowGroup's hashes under the relay's seed.
+// overflowHashes are overflowGroup's hashes under the relay's seed: full
+// and typeless.
 type overflowHashes struct {
 	full     uint64
 	typeless typelessKey

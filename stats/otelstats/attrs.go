@@ -88,7 +88,7 @@ var DefaultPeerTagKeys = []string{
 // the peer-tag keys are an option.
 type keyIndex struct {
 	ids      map[string]attr
-	peerKeys []string // peer-tag keys, by attr: peerAttrs[i] is the attr of peerKeys[i]
+	peerKeys []string // peer-tag keys, by attr: peerIDs[i] is the attr of peerKeys[i]
 	peerIDs  []attr
 	n        int // attrs in use
 }
