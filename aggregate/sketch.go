@@ -140,8 +140,9 @@ type indexBounds struct {
 // sync.OnceValue call is not inlined).
 var bounds atomic.Pointer[indexBounds]
 
-// binBounds builds the bounds on first use (about 2200 bisections and 4032 Index calls, under 1 ms)
-// rather than at the start-up of every program that imports the package.
+// binBounds builds the bounds on first use (about 2200 bisections and 4032
+// Index calls) rather than at the start-up of every program that imports
+// the package.
 var binBounds = sync.OnceValue(func() *indexBounds {
 	lo := agentMapping.Index(1) - 1
 	hi := agentMapping.Index(1<<63) + 1
