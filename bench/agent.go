@@ -1,3 +1,6 @@
+// This file holds Agent, the loopback stand-in for the Datadog agent that
+// the benchmarks send to: it counts payloads and never decodes them.
+
 package bench
 
 import (

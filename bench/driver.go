@@ -1,3 +1,6 @@
+// This file holds Driver, an implementation under test set up for one
+// workload, and Run, which measures drivers at saturation.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds OpenInlineSDK: the SDK's Publish and consumer work on one
+// goroutine, without the handoff, for RunPaced to compare the SDK with.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds RunPaced: implementations side by side at a fixed
+// offered load (Pacing), CPU per span less the pacing driver's.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the workloads: the span streams every benchmark
+// publishes (Workload), walked by one Producer per goroutine.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds Ring, the bounded lock-free multi-producer
+// single-consumer queue, and its consumer's batch drain and parking.
+
 package inbox
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Config, its defaults and bounds, and New's checks of it.
+
 package stats
 
 import (

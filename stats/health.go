@@ -1,3 +1,6 @@
+// This file holds Health, the aggregator's account of every span and
+// payload, and the counters it is read from.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the aggregator's own health as DogStatsD counts
+// (MetricsClient), sent after each report.
+
 package stats
 
 import (
@@ -10,7 +13,11 @@ import (
 // report its own health; datadog-go's *statsd.Client satisfies it. It is
 // called only from the sender goroutine, never on the Publish path.
 type MetricsClient interface {
+	// Count adds value to the counter name: each Health counter's growth
+	// since the previous report. Its error is ignored.
 	Count(name string, value int64, tags []string, rate float64) error
+	// Gauge sets name to value: the groups the table holds. Its error is
+	// ignored.
 	Gauge(name string, value float64, tags []string, rate float64) error
 }
 

@@ -1,3 +1,7 @@
+// This file holds Span, what a tracer publishes, and its snapshot into an
+// inbox record: eligibility, peer tags kept by kind, labels cut at the
+// agent's limits.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file holds DecodePayload and Decoder: a ClientStatsPayload body
+// decoded back into groups, bounded by the input's size.
+
 package writer
 
 import (

@@ -1,3 +1,7 @@
+// This file holds the relay datagram envelope: the 24-byte header an SDK
+// puts before each payload (AppendEnvelope) and its parsing
+// (ParseDatagram).
+
 package writer
 
 import (

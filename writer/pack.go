@@ -1,3 +1,7 @@
+// This file holds Packer and Split: groups packed into complete payloads
+// under a byte limit, and a payload the agent refused as too large
+// re-encoded as smaller ones.
+
 package writer
 
 import (

@@ -1,3 +1,7 @@
+// This file holds the payload encoder: Header, Bucket and the msgpack
+// ClientStatsPayload written from them (AppendPayload), with the exact
+// sizes it plans by (HeaderSize, GroupSize).
+
 package writer
 
 import (

@@ -1,3 +1,6 @@
+// This file holds AppendSketch: a sketch as the protobuf DDSketch message
+// the agent reads, contiguous counts or a bin map, whichever is shorter.
+
 package writer
 
 import (

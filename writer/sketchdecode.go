@@ -1,3 +1,6 @@
+// This file holds DecodeSketch: a DDSketch message read back into a
+// Sketch, and the checks that refuse impossible ones.
+
 package writer
 
 import (

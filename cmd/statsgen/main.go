@@ -1,3 +1,6 @@
+// This file holds statsgen's flags, its producers and the report it
+// prints after each interval.
+
 package main
 
 import (

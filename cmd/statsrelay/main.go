@@ -1,3 +1,7 @@
+// This file holds statsrelay's wiring: its flags and STATSRELAY_*
+// variables and their checks, the signals, and serve, which runs the
+// relay's Server and its HTTP endpoint.
+
 package main
 
 import (

@@ -1,3 +1,6 @@
+// This file holds ShareWhileSleeping: the process's CPU share while the
+// caller sleeps, for the Idle benchmarks.
+
 package cputime
 
 import "time"

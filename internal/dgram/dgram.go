@@ -1,3 +1,7 @@
+// This file holds the portable part of the sockets: Conn (listening on a
+// Unix datagram socket or UDP, reading in batches), Batch and Datagram, and
+// Sender, the SDK's non-blocking sending socket.
+
 package dgram
 
 import (

@@ -1,3 +1,7 @@
+// This file holds the Linux side of the sockets: recvmmsg batches,
+// sender credentials, SO_RXQ_OVFL drop counts, SO_RCVBUFFORCE and
+// MSG_DONTWAIT sends.
+
 package dgram
 
 import (

@@ -1,5 +1,8 @@
 //go:build !linux
 
+// This file holds the portable fallback of the Linux-only parts: one
+// datagram per read, no credentials or kernel drop counts.
+
 package dgram
 
 import (

@@ -1,3 +1,6 @@
+// This file holds what a datagram is rejected for (Reason, RejectError)
+// and the invariants a decoded payload must hold to be merged.
+
 package relay
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the harvest: the windows an interval boundary has
+// closed, taken out of the held state as one payload per identity (Batch).
+
 package relay
 
 import (

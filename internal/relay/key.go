@@ -1,3 +1,6 @@
+// This file holds the relay's keys: the seeded hashes of a group's labels
+// and of a payload's identity that the held state is indexed by.
+
 package relay
 
 import (

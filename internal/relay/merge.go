@@ -1,3 +1,7 @@
+// This file holds the held state and the merge into it: identities,
+// windows and groups, and the bounds on what they hold (MaxGroups,
+// MaxHeldBytes) with the overflow group beyond them.
+
 package relay
 
 import (

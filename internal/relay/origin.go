@@ -1,3 +1,6 @@
+// This file holds the origin of a Unix sender: the container id read from
+// <proc-root>/<pid>/cgroup (Origins), cached per pid.
+
 package relay
 
 import (

@@ -1,3 +1,7 @@
+// This file holds Relay, its Config and Stats: Accept decodes, checks and
+// merges one datagram, and the accounting that every span received is
+// forwarded, dropped or pending.
+
 package relay
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the sender table: sequence numbers per RuntimeID, from
+// which gaps, restarts and late datagrams are counted.
+
 package relay
 
 import (

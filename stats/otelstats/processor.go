@@ -1,3 +1,6 @@
+// This file holds Processor, the sdktrace.SpanProcessor that maps each
+// ended span and publishes it to a stats.Aggregator, and its options.
+
 package otelstats
 
 import (

@@ -1,3 +1,6 @@
+// This file holds RecordDropped, the sampler wrapper that records the
+// spans a sampler drops, so the Processor counts them.
+
 package otelstats
 
 import sdktrace "go.opentelemetry.io/otel/sdk/trace"

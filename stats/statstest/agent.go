@@ -1,3 +1,7 @@
+// This file holds Agent, the fake Datadog agent: its HTTP endpoints, the
+// requests it records and decodes, the failures it is told to answer with,
+// and the sums tests read.
+
 package statstest
 
 import (
