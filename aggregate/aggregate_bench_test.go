@@ -1,3 +1,7 @@
+// This file holds the Table's benchmarks: adding a span whose key is held,
+// a new key at the cap, churning or freshly built labels; and one
+// Sketch insert.
+
 package aggregate
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the base-service peer tag against the agent's rule: kept
+// outside the key list for a span that is not a client, producer or
+// consumer span, and not kept at all with an empty list.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests AddBatch: it counts what Add counts, its look-ahead reads
+// the right bytes (touch), and it stops at the halt flag.
+
 package aggregate
 
 import (

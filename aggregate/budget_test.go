@@ -1,3 +1,7 @@
+// This file tests the cardinality budgets: what each field and peer-tag key
+// admits per interval, the cap on peer-tag keys, the memory the admitted
+// sets take, and the default limits.
+
 package aggregate
 
 import (

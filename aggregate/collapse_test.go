@@ -1,3 +1,7 @@
+// This file tests the collapsed-key path: only the over-budget field
+// collapses, the attack state follows the last span, and collapses are
+// counted per field.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests an entry's values: the counts and sketches spans add to
+// it, merges into it, and sums that saturate instead of wrapping.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the example of a Table: spans added by key, the overflow
+// entry at the cap, and the interval's entries read and rotated.
+
 package aggregate_test
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the label fields: the layout that Record, Key and Limits
+// share in Field order, and that every label counts wherever the labels
+// are walked by Field.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the quantization of IP addresses in peer-tag values, and
+// that QuantizeIPsTo reads a bounded prefix of a long value.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the key bytes: every field tells keys apart, the encoding
+// is injective, keys own their strings, and the hash is seeded per process.
+
 package aggregate
 
 import (

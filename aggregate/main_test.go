@@ -1,3 +1,6 @@
+// This file holds TestMain, which fails the package's tests if they leave
+// a goroutine running.
+
 package aggregate
 
 import (

@@ -1,3 +1,7 @@
+// This file tests a span's peer tags on their way into its key: a sorted
+// set without duplicates or empty values, the SetPeerTagKeys filter, and
+// the memo of the tag last seen at each position.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the recent-span caches: matching by identity and by
+// contents, their ways and replacement, and keys they must tell apart.
+
 package aggregate
 
 import (

@@ -1,3 +1,6 @@
+// This file tests Record's methods: SetPeerTags, and Reset back to the
+// zero Record.
+
 package aggregate
 
 import (

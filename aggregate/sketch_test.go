@@ -1,3 +1,7 @@
+// This file tests Sketch against the agent's sketch (sketches-go): bins,
+// quantiles, merges, resets, saturation and clamping, and the memory its
+// store takes.
+
 package aggregate
 
 import (

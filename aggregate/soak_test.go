@@ -1,3 +1,6 @@
+// This file tests that a table fed label values that never repeat stops
+// growing once it has plateaued, interval after interval.
+
 package aggregate
 
 import (

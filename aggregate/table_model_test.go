@@ -1,3 +1,6 @@
+// This file tests the Table against a plain model of its contract, and its
+// recent-span caches against the full path they skip, on random workloads.
+
 package aggregate
 
 import (

@@ -1,3 +1,8 @@
+// This file tests the Table: its cap and defaults, allocation-free hits,
+// the overflow entry, the interval (Touched, Rotate, Clear), its index
+// under removals; and holds the span and lookup helpers the package's
+// tests share.
+
 package aggregate
 
 import (

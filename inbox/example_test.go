@@ -1,3 +1,6 @@
+// This file holds the example of a Ring: a producer that pushes and
+// closes it, and the one consumer, which drains and parks.
+
 package inbox_test
 
 import (

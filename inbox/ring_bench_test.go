@@ -1,3 +1,6 @@
+// This file holds the Ring's benchmarks: Push from one producer and from
+// eight, and Drain, for a small element and a span-sized one.
+
 package inbox
 
 import (

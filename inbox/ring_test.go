@@ -1,3 +1,7 @@
+// This file tests the Ring: capacity, order and fullness, Drain and
+// Release, Close and discard, Claim and Commit, and parking and waking
+// under stress.
+
 package inbox
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Aggregator's benchmarks: Publish from one producer
+// and from eight, an interval's report, and an aggregator left idle.
+
 package stats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the Aggregator end to end (conservation of spans,
+// Publish, Flush and Stop at their edges, fuzzed spans) and holds TestMain
+// and the start, publish and wait helpers the package's tests share.
+
 package stats
 
 import (

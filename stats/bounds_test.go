@@ -1,3 +1,7 @@
+// This file tests the bounds on what one span and one group hold: sums that
+// saturate, labels cut at the agent's limits, and a group's heap; and one
+// retry after a timeout.
+
 package stats
 
 import (

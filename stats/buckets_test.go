@@ -1,3 +1,7 @@
+// This file tests the consumer's buckets on a clock the test moves: which
+// bucket a span's end picks, late spans, Flush and Stop at a boundary, and
+// clock steps.
+
 package stats
 
 import (

@@ -1,3 +1,5 @@
+// This file tests that the payload buffers kept for reuse stay bounded.
+
 package stats
 
 import "testing"

@@ -1,3 +1,6 @@
+// This file tests that every span is accounted for while the wall clock
+// slews and steps at random, on a hand-driven and on the running consumer.
+
 package stats
 
 import (

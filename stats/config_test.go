@@ -1,3 +1,7 @@
+// This file tests New's checks of Config: the values refused and why, the
+// bounds of every number, the header and identity fields, and the defaults
+// that follow from the target.
+
 package stats
 
 import (

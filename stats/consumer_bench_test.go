@@ -1,3 +1,6 @@
+// This file holds BenchmarkConsume: the consumer's own loop over a full
+// inbox, per span.
+
 package stats
 
 import (

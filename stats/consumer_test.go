@@ -1,3 +1,7 @@
+// This file tests the consumer through the Aggregator: budgets, overflow
+// and recycling at the cap, aligned buckets, Clear, reports split to the
+// payload limit, and its memory under a cardinality attack.
+
 package stats
 
 import (

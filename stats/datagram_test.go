@@ -1,3 +1,7 @@
+// This file tests the datagram transport to a relay: reports split into
+// datagrams, the envelope's sequence, drop counts and final flag, and full,
+// missing, restarted or moved relays.
+
 package stats
 
 import (

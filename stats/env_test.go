@@ -1,3 +1,6 @@
+// This file tests how Config is filled from the environment: which variable
+// fills which field, which wins, and what a bad value logs.
+
 package stats
 
 import (

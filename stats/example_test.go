@@ -1,3 +1,5 @@
+// This file holds the package's examples: the quick start, Flush and Clear.
+
 package stats_test
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the gRPC status code a span is grouped by: the canonical
+// number, as the agent reads it, and spans grouped under it.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that Health snapshots stay consistent while the consumer
+// and the sender update them: no part exceeds its whole.
+
 package stats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests Flush, Clear and Stop racing producers, a hung agent
+// and a consumer that parks when idle: no span is lost or miscounted, and
+// no call waits past its deadline.
+
 package stats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests Stop, Flush and Clear against a busy consumer: Stop's
+// deadline with a costly inbox, and the order in which their signals are
+// carried out.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the rate-limited log of trouble and the lines logged when
+// no agent listens or the environment is bad.
+
 package stats
 
 import (

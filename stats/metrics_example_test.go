@@ -1,3 +1,6 @@
+// This file holds the example of the aggregator's health sent as DogStatsD
+// counts (Config.MetricsClient).
+
 package stats_test
 
 import (

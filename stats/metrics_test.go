@@ -1,3 +1,7 @@
+// This file tests the health counts sent to DogStatsD: their names, and
+// that label cuts and spans sent, unsent or dropped while the agent is off
+// reach it.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that the README stays true: its quick start runs, and its
+// environment and configuration tables match New and Config.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the example of an aggregator that reports to a relay
+// over datagrams.
+
 package stats_test
 
 import (

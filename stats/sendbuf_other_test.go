@@ -1,5 +1,8 @@
 //go:build !unix
 
+// This file stands in for shrinkSendBuffer where there is no Unix socket:
+// the tests that need it skip.
+
 package stats
 
 import (

@@ -1,5 +1,8 @@
 //go:build unix
 
+// This file holds shrinkSendBuffer, which shrinks a Unix sender's socket
+// buffer for the tests of datagrams over it.
+
 package stats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the sender over HTTP against the agent's faults: refused,
+// failed and timed-out requests, 404 and /info, 413 splits, the retry
+// budget, a stuck sender, and the send jitter.
+
 package stats
 
 import (

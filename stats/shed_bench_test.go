@@ -1,3 +1,6 @@
+// This file holds BenchmarkPublishLatencyOverload: the latency of single
+// Publish calls under overload, with each candidate policy for shedding.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the premise of Publish's latency bound under overload:
+// by default, calls that find the inbox full yield rarely, but some do.
+
 package stats
 
 import "testing"

@@ -1,3 +1,6 @@
+// This file tests that the consumer fed label values that never repeat
+// stops growing, interval after interval.
+
 package stats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests a span's snapshot into an inbox record: eligibility, the
+// peer tags kept by kind and cut, and that Publish keeps no reference to
+// the span; and benchmarks eligibility.
+
 package stats
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that a relay URL New cannot send to is refused: parts
+// that name no socket, and an IPv6 host without brackets.
+
 package stats
 
 import (

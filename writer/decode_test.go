@@ -1,3 +1,7 @@
+// This file tests the payload decoder: malformed and hostile payloads are
+// refused without amplifying memory, keys in any order and form are read,
+// and a reused Decoder gives what DecodePayload gives.
+
 package writer
 
 import (

@@ -1,3 +1,5 @@
+// This file tests the relay datagram envelope: its bytes, and its parsing.
+
 package writer
 
 import (

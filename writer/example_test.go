@@ -1,3 +1,6 @@
+// This file holds the example of AppendPayload: a table's entries encoded
+// as one payload.
+
 package writer_test
 
 import (

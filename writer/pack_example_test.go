@@ -1,3 +1,6 @@
+// This file holds the examples of Packer (an SDK's report, a relay's merged
+// groups) and of Split.
+
 package writer_test
 
 import (

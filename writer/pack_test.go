@@ -1,3 +1,7 @@
+// This file tests Packer and Split: every group packed once under the
+// limit, cut where the consumer cut, every field kept, and nothing
+// allocated but the buffers.
+
 package writer
 
 import (

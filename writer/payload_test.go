@@ -1,3 +1,7 @@
+// This file tests the payload encoder: round trips through the decoder,
+// the exact bytes against a golden payload, the sizes it plans by, its
+// allocations, and AlignStart.
+
 package writer
 
 import (

@@ -1,3 +1,6 @@
+// This file tests AppendSketch: its size, its bytes against protobuf-go's,
+// and its decoding by sketches-go as the agent decodes it.
+
 package writer
 
 import (

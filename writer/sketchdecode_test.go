@@ -1,3 +1,7 @@
+// This file tests DecodeSketch: sketches from sketches-go and from
+// AppendSketch read back, impossible ones refused, and the fast path for
+// AppendSketch's layout agreeing with the general one.
+
 package writer
 
 import (

@@ -1,3 +1,7 @@
+// This file tests TypeSplitter: groups the agent would merge, once it has
+// normalized, obfuscated and hashed their labels, go to separate buckets
+// when their Type differs.
+
 package writer
 
 import (

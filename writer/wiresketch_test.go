@@ -1,3 +1,6 @@
+// This file tests a Decoder's WireSketches option and AddSketch against a
+// plain decode, and benchmarks decoding small groups with it.
+
 package writer
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the package's benchmarks: a full report encoded and
+// decoded, and one sketch encoded and decoded.
+
 package writer
 
 import (

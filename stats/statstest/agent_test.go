@@ -1,3 +1,6 @@
+// This file tests the fake agent: what it records and answers, its handler
+// and failure hooks, its limits, Sum and SumExact, and Close.
+
 package statstest
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the examples of the fake agent: SumExact against Sum, and
+// FailNext.
+
 package statstest_test
 
 import (
