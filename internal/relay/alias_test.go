@@ -1,3 +1,6 @@
+// This file tests that nothing the relay holds after Accept points into
+// the datagram it was decoded from.
+
 package relay
 
 import (

@@ -1,3 +1,7 @@
+// This file tests what a datagram is rejected for, and that hostile ones
+// cannot make the decode allocate far more than they weigh; and, beside
+// them, the envelope's flags and the sequence accounting.
+
 package relay
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the example of a Relay: two senders' datagrams accepted,
+// merged and harvested.
+
 package relay_test
 
 import (

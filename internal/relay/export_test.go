@@ -1,3 +1,6 @@
+// This file exports to the package's external tests what they need of the
+// Server's internals.
+
 package relay
 
 import "time"

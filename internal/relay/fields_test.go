@@ -1,3 +1,6 @@
+// This file holds forEachField, which changes one field of a struct at a
+// time, for the tests that every field takes part in the keys.
+
 package relay
 
 import (

@@ -1,3 +1,7 @@
+// This file fuzzes Accept: a rejected datagram changes nothing, an
+// accepted one is counted whole within the bounds, and what is forwarded
+// decodes.
+
 package relay
 
 import (

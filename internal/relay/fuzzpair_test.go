@@ -1,3 +1,6 @@
+// This file fuzzes Accept with two datagrams in a row, checking the merge
+// across them against a plain model of what the relay should hold.
+
 package relay
 
 import (

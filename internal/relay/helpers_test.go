@@ -1,3 +1,6 @@
+// This file holds the helpers the package's internal tests share: a relay
+// on a fixed clock, groups, headers, datagrams, and the accounting check.
+
 package relay
 
 import (

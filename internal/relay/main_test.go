@@ -1,3 +1,6 @@
+// This file holds TestMain, which can make the test binary a relay or a
+// sender process of its own, and the helpers that run a relay process.
+
 package relay_test
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the merge into the held state: identities, windows and
+// groups, the buckets that keep the agent's duplicates apart, the bounds on
+// groups and bytes with the overflow group, and late windows.
+
 package relay
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the origin of a Unix sender: the container id read from
+// its cgroup, the cache of pids, and how its credentials and the relay's
+// own container weigh the id a sender claims.
+
 package relay
 
 import (

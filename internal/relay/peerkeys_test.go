@@ -1,3 +1,6 @@
+// This file tests that a base-service peer tag without a value is cut like
+// any key the agent's list lacks.
+
 package relay
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Relay's benchmarks: Accept of whole datagrams, of
+// wide and narrow sketches, and one interval accepted then harvested.
+
 package relay
 
 import (

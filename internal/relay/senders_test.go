@@ -1,3 +1,6 @@
+// This file tests the sender table: sequence runs against a model, gaps,
+// restarts and late datagrams, and senders evicted or forgotten.
+
 package relay
 
 import (

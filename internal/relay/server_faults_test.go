@@ -1,3 +1,7 @@
+// This file tests the Server end to end in trouble: hostile and flooding
+// senders, agent faults, outages and clock steps, stops and starts,
+// container origins, its metrics and its log.
+
 package relay_test
 
 import (

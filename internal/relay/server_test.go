@@ -1,3 +1,7 @@
+// This file tests the Server end to end on the happy path: SDKs over both
+// sockets merged into what the agent receives, Close without Run, and its
+// process metrics; and holds startServer.
+
 package relay_test
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that a relay fed senders, identities and groups that
+// never repeat stops growing, interval after interval.
+
 package relay
 
 import (

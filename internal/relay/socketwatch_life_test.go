@@ -1,3 +1,7 @@
+// This file tests the socket check's rebinds over the Server's life: no
+// socket or reader leaked, the old socket drained, a rebind racing the
+// stop.
+
 package relay_test
 
 import (

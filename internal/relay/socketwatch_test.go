@@ -1,3 +1,7 @@
+// This file tests the Unix socket check: a removed socket bound again, a
+// path another process took left alone, and the metrics and log lines that
+// tell an operator.
+
 package relay_test
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the relay's rate-limited log of trouble: its rate limit,
+// and that the cause of a loss is not replaced by the stop's cancel.
+
 package relay
 
 import (
