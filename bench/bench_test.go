@@ -1,3 +1,7 @@
+// This file holds the SDK's benchmarks at saturation, one per workload,
+// with BenchmarkShedYield and BenchmarkHarness, and TestMain, which checks
+// that they leave no goroutine running.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds BenchmarkConsumer and BenchmarkConsumerCold: what the
+// aggregating goroutine alone costs per span, with warm and emptied caches.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file holds BenchmarkInboxOverload: the default inbox against a
+// deeper one under overload.
+
 package bench
 
 import (

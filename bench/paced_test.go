@@ -1,3 +1,6 @@
+// This file holds BenchmarkPaced: the SDK's CPU per span at a fixed offered
+// load rather than at saturation.
+
 package bench
 
 import (

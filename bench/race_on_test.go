@@ -1,5 +1,7 @@
 //go:build race
 
+// This file sets raceEnabled for builds with the race detector.
+
 package bench
 
 // raceEnabled skips the tests that time the harness: the race detector

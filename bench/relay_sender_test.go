@@ -1,5 +1,9 @@
 //go:build linux
 
+// This file holds the sender process of the relay benchmarks: a datagram
+// written to the relay's socket at a fixed rate or as fast as it goes, and
+// the benchmarks' handle on that process.
+
 package bench
 
 import (

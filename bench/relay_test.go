@@ -1,5 +1,9 @@
 //go:build linux
 
+// This file holds the relay's benchmarks: its receive path against a raw
+// drain, the read batch size, the whole relay at saturation, and its cost
+// at the loads a host's SDKs offer.
+
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// This file tests the workloads: their cardinalities stay as pinned, and
+// the fresh-string copies hold the same spans with strings of their own.
+
 package bench
 
 import (

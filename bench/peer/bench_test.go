@@ -1,3 +1,7 @@
+// This file holds the benchmarks that run the SDK and the agent's
+// concentrator side by side, at saturation and at a fixed load, and the
+// live heap each holds per entry.
+
 package peer
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the peer implementation for the benchmarks: the agent's
+// SpanConcentrator driven as dd-trace-go drives it, as a bench.Driver.
+
 package peer
 
 import (

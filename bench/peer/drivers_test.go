@@ -1,3 +1,6 @@
+// This file tests that the SDK and the concentrator driver see the same
+// keys on one workload, so the benchmarks compare like with like.
+
 package peer
 
 import (

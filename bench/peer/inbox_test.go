@@ -1,3 +1,6 @@
+// This file holds BenchmarkPacedInbox: the default inbox against a deeper
+// one at the loads applications run at.
+
 package peer
 
 import (

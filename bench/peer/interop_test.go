@@ -1,3 +1,8 @@
+// This file tests the payload both ways with the agent's own code: the
+// SDK's bodies decode in the agent into what was published, and the
+// agent's payloads and sketches decode in package writer; and holds the
+// package's TestMain.
+
 package peer
 
 import (

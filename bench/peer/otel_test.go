@@ -1,3 +1,7 @@
+// This file tests otelstats against the agent's OTLP path: the groups the
+// Processor makes of OTel spans, on fixed and random rows, equal those the
+// agent computes of the same spans.
+
 package peer
 
 import (

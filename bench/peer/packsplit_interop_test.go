@@ -1,3 +1,7 @@
+// This file tests TypeSplitter, Packer and Split with the agent's intake:
+// groups that differ only in Type, however their payloads were cut, are
+// filed by the agent under their own Type and bucket.
+
 package peer
 
 import (

@@ -1,3 +1,6 @@
+// This file tests aggregate.QuantizeIPs against the agent's own
+// quantization of peer IP addresses.
+
 package peer
 
 import (

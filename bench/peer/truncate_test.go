@@ -1,3 +1,6 @@
+// This file tests that the SDK cuts a long resource where the agent's
+// TruncateUTF8 cuts it.
+
 package peer
 
 import (
