@@ -1,3 +1,8 @@
+// This file tests statsgen as a user runs it: its flags and their checks,
+// its rate, its output with its embedded agent and with an absent or
+// refusing one, and Ctrl-C during Stop; TestMain can make the test binary
+// statsgen itself.
+
 package main
 
 import (

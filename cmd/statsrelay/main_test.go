@@ -1,3 +1,8 @@
+// This file tests statsrelay's wiring: its flags and STATSRELAY_
+// variables and their checks, the start's errors, the flag tables of the
+// README and the issue, and -demo; TestMain can make the test binary
+// statsrelay itself.
+
 package main
 
 import (

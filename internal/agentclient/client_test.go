@@ -1,3 +1,7 @@
+// This file tests the agent client: retries and their budget, splits of
+// payloads too large, the off state and /info polls, Final's window, and
+// the HTTP side (URLs, headers, the agent's answers).
+
 package agentclient
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that polling /info reuses one connection to the agent
+// rather than opening one per poll.
+
 package agentclient
 
 import (

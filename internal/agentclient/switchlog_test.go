@@ -1,3 +1,6 @@
+// This file tests the rate limit of the log of the agent going off and
+// coming back.
+
 package agentclient
 
 import (

@@ -1,3 +1,6 @@
+// This file tests that Is agrees with the agent's strings.ToLower and
+// strings.ToUpper comparisons, without allocating.
+
 package casefold
 
 import (

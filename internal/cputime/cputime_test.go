@@ -1,3 +1,6 @@
+// This file tests that Process counts the CPU time this process spends,
+// and no more than the wall time allows.
+
 package cputime
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the Linux side of the sockets: batched reads, sender
+// credentials, kernel drop counts, full queues, and the socket file's mode
+// and what the listen does to files at its path.
+
 package dgram
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the portable part of the sockets: reading batches,
+// listening at a path (stale, live or other files there), closing, Drain,
+// and the errors a Sender meets.
+
 package dgram
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the package's examples: an SDK's Sender and a relay's
+// Conn on one Unix socket, and a relay's reader.
+
 package dgram_test
 
 import (

@@ -1,3 +1,6 @@
+// This file tests CheckFile and RebindUnixgram: what the socket path names
+// now, and a rebind that never replaces what another process put there.
+
 package dgram
 
 import (

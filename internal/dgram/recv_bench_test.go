@@ -1,5 +1,8 @@
 //go:build linux
 
+// This file holds the receive benchmarks: ReadBatch against one read per
+// datagram, and ReadBatch by batch size.
+
 package dgram
 
 import (

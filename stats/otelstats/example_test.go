@@ -1,3 +1,6 @@
+// This file holds the example of a TracerProvider wired to the stats
+// Processor, with RecordDropped around its sampler.
+
 package otelstats_test
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Processor's benchmarks: OnEnd on ended spans of
+// repeated and distinct routes, and OnStart.
+
 package otelstats
 
 import (

@@ -1,3 +1,7 @@
+// This file tests the whole package: the mapping of ended spans, top-level
+// and parent services, the memo, RecordDropped, the Config read from the
+// resource and the Processor's own methods; and holds the span helpers.
+
 package otelstats
 
 import (

@@ -1,3 +1,6 @@
+// This file holds unsafeData, the tests' one use of unsafe: whether two
+// strings share their bytes.
+
 package otelstats
 
 import "unsafe"
