@@ -1,6 +1,7 @@
 // This file tests the Server end to end on the happy path: SDKs over both
 // sockets merged into what the agent receives, Close without Run, and its
-// process metrics; and holds startServer.
+// process metrics; and holds the helpers the server_*_test.go files share
+// (startServer, waitFor, validDatagram and the like).
 
 package relay_test
 
@@ -23,6 +24,7 @@ import (
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
+	"github.com/spanstats/spanstats/writer"
 )
 
 // startServer runs a Server on a temporary Unix socket and a loopback UDP
@@ -263,4 +265,58 @@ func TestMetricsIncludeProcess(t *testing.T) {
 	if fds, limit := values["process_open_fds"], values["process_max_fds"]; limit < fds {
 		t.Errorf("process_max_fds %g below process_open_fds %g", limit, fds)
 	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// validDatagram is an enveloped payload of one group of hits spans.
+func validDatagram(seq uint64, hits uint64) []byte {
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "ok"}, Hits: hits, Duration: 10 * hits}
+	h := writer.Header{Service: "web", RuntimeID: "hostile-test", Lang: "go"}
+	now := uint64(time.Now().Truncate(time.Second).UnixNano())
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq})
+	return writer.AppendPayload(b, &h, []writer.Bucket{{Start: now, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+}
+
+// sendIdentities writes n payloads of one group of hits spans in the
+// current second's bucket, each its own identity (Env env-<i>) and sender
+// (RuntimeID runtime+<i>).
+func sendIdentities(t *testing.T, conn net.Conn, runtime string, n int, hits uint64) {
+	t.Helper()
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range n {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: runtime + strconv.Itoa(i), Lang: "go"}
+		e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: hits, Duration: 10 * hits}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hostSenderDatagram is what TestUnixAgentDropsHostSender's sender sends:
+// 4 spans under a container id its credentials contradict.
+func hostSenderDatagram() []byte {
+	e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 4, Duration: 40}
+	h := writer.Header{Service: "web", RuntimeID: "host-sender", Lang: "go",
+		ContainerID: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	return writer.AppendPayload(b, &h, []writer.Bucket{{Start: uint64(time.Now().Truncate(time.Second).UnixNano()),
+		Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+}
+
+// canceled is a context already done: Run then stops at once.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

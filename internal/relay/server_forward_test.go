@@ -1,0 +1,441 @@
+// This file tests the forward to the agent: what each request carries
+// (fields, Type twins, the relay's runtime id and sequence, the agent's
+// peer tag list) and how rounds run in parallel and in chunks.
+
+package relay_test
+
+import (
+	"bytes"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/stats/statstest"
+	"github.com/spanstats/spanstats/writer"
+)
+
+// TestForwardKeepsFieldsTheSDKNeverSets: a tracer's groups with DBType,
+// SpanDerivedPrimaryTags and AdditionalMetricTags reach the agent intact,
+// merged by them (tag lists as sets).
+func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i, tags := range [][]string{{"a:1", "b:2"}, {"b:2", "a:1"}} {
+		g := writer.Group{DBType: "postgres", SpanDerivedPrimaryTags: tags, AdditionalMetricTags: []string{"team:core"}}
+		g.Service, g.Name, g.Hits, g.Duration = "db", "query", 5, 50
+		pl := writer.Payload{Header: writer.Header{Service: "db", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 || len(reqs[0].Payload.Buckets) != 1 || len(reqs[0].Payload.Buckets[0].Groups) != 1 {
+		t.Fatalf("want one request of one merged group, got %d requests", len(reqs))
+	}
+	g := reqs[0].Payload.Buckets[0].Groups[0]
+	if g.Hits != 10 || g.DBType != "postgres" || strings.Join(g.SpanDerivedPrimaryTags, ",") != "a:1,b:2" ||
+		strings.Join(g.AdditionalMetricTags, ",") != "team:core" {
+		t.Fatalf("merged group %+v", g)
+	}
+}
+
+// TestTypeTwinsReachAgentInSeparateBuckets: the agent (v0.85.4) merges a
+// bucket's duplicate groups by a key without Type, so groups of two
+// senders differing only in Type reach it, through the forward's packing,
+// in separate buckets of the same start; equal ones still merge.
+func TestTypeTwinsReachAgentInSeparateBuckets(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i, types := range [][]string{{"web", "sql"}, {"sql", "http"}} {
+		var gs []writer.Group
+		for j, typ := range types {
+			g := writer.Group{}
+			g.Service, g.Name, g.Resource, g.Type = "web", "op", "GET /", typ
+			g.Hits = uint64(1 + i*2 + j) // web 1, sql 2+3, http 4
+			g.Duration = 10 * g.Hits
+			gs = append(gs, g)
+		}
+		pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: gs}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	got := map[string]uint64{}
+	for _, b := range reqs[0].Payload.Buckets {
+		if b.Start != start || len(b.Groups) != 1 {
+			t.Fatalf("bucket at %d of %d groups, want each at %d with one group: %+v", b.Start, len(b.Groups), start, reqs[0].Payload.Buckets)
+		}
+		got[b.Groups[0].Type] += b.Groups[0].Hits
+	}
+	if len(reqs[0].Payload.Buckets) != 3 || got["web"] != 1 || got["sql"] != 5 || got["http"] != 4 {
+		t.Fatalf("%d buckets, hits by Type %v; want 3 buckets: web 1, sql 5, http 4", len(reqs[0].Payload.Buckets), got)
+	}
+}
+
+// TestForwardCarriesRelayRuntimeIDAndSequence: every request carries the
+// relay's own runtime id, not a sender's (it merges many), and a sequence
+// that counts the relay's payloads 1, 2, 3 … across identities and rounds;
+// the container headers only when a container id is known.
+func TestForwardCarriesRelayRuntimeIDAndSequence(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond})
+	defer stop()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	seq := uint64(0)
+	for round := range 2 {
+		seq++
+		start := uint64(time.Now().Truncate(time.Second).UnixNano())
+		for _, env := range []string{"a", "b"} { // two identities: two requests a round
+			g := writer.Group{}
+			g.Service, g.Name, g.Hits, g.Duration = "web", "op", 2, 20
+			pl := writer.Payload{Header: writer.Header{Service: "web", Env: env, RuntimeID: "sender-" + env, Sequence: 9},
+				Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+			if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq}))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "a round's two requests", func() bool { return len(ag.Requests()) == 2*(round+1) })
+	}
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	id := reqs[0].Payload.RuntimeID
+	seqs := map[uint64]bool{}
+	for _, r := range reqs {
+		if r.Payload.RuntimeID != id || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+			t.Fatalf("runtime ids %q and %q: want the relay's one, 32 hex digits", id, r.Payload.RuntimeID)
+		}
+		seqs[r.Payload.Sequence] = true
+		// A UDP sender has no origin: no container headers, not empty ones.
+		for _, h := range []string{"Datadog-Container-ID", "Datadog-Entity-ID"} {
+			if _, ok := r.Header[h]; ok {
+				t.Fatalf("header %s %q on a request without a container id", h, r.Header.Get(h))
+			}
+		}
+	}
+	if !seqs[1] || !seqs[2] || !seqs[3] || !seqs[4] {
+		t.Fatalf("sequences %v, want 1, 2, 3, 4", seqs)
+	}
+}
+
+// TestAgentPeerTagList: the agent's /info peer_tags list applies to what
+// the relay merges, as an SDK posting itself applies it: tags of other keys
+// are left out, and groups that differed only in them merge.
+func TestAgentPeerTagList(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"},
+		"peer_tags": []string{"peer.service", "db.instance"}})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 2 })
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	for i := range 3 {
+		g := writer.Group{}
+		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "pg.query", "client", 5, 50
+		g.PeerTags = []string{"peer.hostname:pg-" + strconv.Itoa(i), "peer.service:users-db", "db.instance:users", "nokey"}
+		pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r" + strconv.Itoa(i)},
+			Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+		if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "three datagrams", func() bool { return srv.Relay().Stats().SpansReceived == 15 })
+	stop()
+	reqs := statstest.Accepted(ag.Requests())
+	if len(reqs) != 1 || len(reqs[0].Payload.Buckets) != 1 || len(reqs[0].Payload.Buckets[0].Groups) != 1 {
+		t.Fatalf("want one request of one merged group, got %+v", reqs)
+	}
+	g := reqs[0].Payload.Buckets[0].Groups[0]
+	if g.Hits != 15 || strings.Join(g.PeerTags, ",") != "db.instance:users,peer.service:users-db" {
+		t.Fatalf("merged group: %d hits, peer tags %q; want 15 hits under the listed keys only", g.Hits, g.PeerTags)
+	}
+}
+
+// TestAgentPeerTagListKeepsBaseService: as the agent (and the SDK posting
+// itself) does, the one _dd.base_service tag of a span that is not a
+// client, producer or consumer span is kept whether the agent's list holds
+// its key or not; a client span's is cut like any key not in the list.
+func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"},
+		"peer_tags": []string{"peer.service"}})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 1 })
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	var groups []writer.Group
+	for _, kind := range []string{"internal", "", "Client"} {
+		g := writer.Group{}
+		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "op", kind, 2, 20
+		g.PeerTags = []string{"_dd.base_service:orig-" + kind, "peer.service:svc"}
+		if kind != "Client" {
+			g.PeerTags = g.PeerTags[:1]
+		}
+		groups = append(groups, g)
+	}
+	pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r"},
+		Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: groups}}}
+	if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 6 })
+	stop()
+	got := map[string]string{}
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				got[g.SpanKind] = strings.Join(g.PeerTags, ",")
+			}
+		}
+	}
+	want := map[string]string{"internal": "_dd.base_service:orig-internal", "": "_dd.base_service:orig-", "Client": "peer.service:svc"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("peer tags by kind at the agent %q, want %q", got, want)
+	}
+}
+
+// TestAgentPeerTagListReread: while the agent takes stats, the relay reads
+// /info again every ten InfoRefresh: a list the agent changed (a restart
+// with another configuration fails no request) takes effect.
+func TestAgentPeerTagListReread(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	info := func(keys ...string) map[string]any {
+		return map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"}, "peer_tags": keys}
+	}
+	ag.SetInfo(info("peer.service", "db.instance"))
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		Grace: 10 * time.Millisecond, InfoRefresh: 100 * time.Millisecond})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 2 })
+	ag.SetInfo(info("peer.service", "db.instance", "peer.hostname"))
+	waitFor(t, "the relay to read the new list", func() bool { return srv.Relay().Stats().PeerTagKeys == 3 })
+}
+
+// TestForwardParallel: a forward round has ForwardParallel requests in
+// flight at once, not one: while the agent holds the first ones, the
+// other identities' requests are already out, up to the bound and no
+// further; once it answers, every span is forwarded.
+func TestForwardParallel(t *testing.T) {
+	const parallel, identities, hits = 3, 7, 5
+	ag := statstest.New()
+	defer ag.Close()
+	var inFlight, peak, started atomic.Int64
+	release := make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		started.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return false // then the agent takes it as usual
+	})
+	var log bytes.Buffer // read once the relay stopped
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	defer stop() // a second stop returns at once
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Early in a second, so that every identity lands in the same round.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
+	sendIdentities(t, conn, "par-", identities, hits)
+	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*hits })
+	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
+	// Room for a request beyond the bound to show, and a round longer than
+	// half the interval, which the relay reports.
+	const held = 600 * time.Millisecond
+	time.Sleep(held)
+	if n := started.Load(); n != parallel {
+		t.Errorf("%d requests started while the agent held %d, want %d", n, parallel, parallel)
+	}
+	close(release)
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*hits })
+	if p := peak.Load(); p != parallel {
+		t.Errorf("peak requests in flight %d, want %d", p, parallel)
+	}
+	if reqs := statstest.Accepted(ag.Requests()); len(reqs) != identities {
+		t.Errorf("agent accepted %d requests, want one per identity: %d", len(reqs), identities)
+	}
+	checkIdentity(t, s.Relay().Stats())
+	text := scrape(s)
+	var last float64
+	if v, ok := metricValue(text, "statsrelay_forward_last_round_seconds"); ok {
+		last, _ = strconv.ParseFloat(v, 64)
+	}
+	rounds, ok := metricValue(text, "statsrelay_forward_rounds_total")
+	if !ok {
+		rounds = "missing"
+	}
+	// The round that waited on the agent is the last one unless another
+	// boundary passed since: then the latest round is short.
+	switch {
+	case rounds == "missing" || rounds == "0":
+		t.Errorf("statsrelay_forward_rounds_total %s, want at least 1", rounds)
+	case rounds == "1" && last < held.Seconds():
+		t.Errorf("statsrelay_forward_last_round_seconds %g after the one round, held %s", last, held)
+	}
+	if !strings.Contains(text, "\nstatsrelay_forward_slow_rounds_total 1\n") {
+		t.Errorf("statsrelay_forward_slow_rounds_total is not 1 after the one slow round:\n%s", text)
+	}
+	stop()
+	if !strings.Contains(log.String(), "forward rounds took more than half the interval") || !strings.Contains(log.String(), " rounds=1") {
+		t.Errorf("no warning of the %s round (last round metric %gs) in the log:\n%s", held, last, log.String())
+	}
+}
+
+// TestForwardInChunks: with -forward-parallel 1 a round is encoded and sent
+// four payloads at a time; nine identities still reach the agent once each,
+// every span forwarded.
+func TestForwardInChunks(t *testing.T) {
+	const identities, hits = 9, 3
+	ag := statstest.New()
+	defer ag.Close()
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sendIdentities(t, conn, "chunk-", identities, hits)
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*hits })
+	envs := map[string]int{}
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		envs[r.Payload.Env]++
+	}
+	if len(envs) != identities {
+		t.Errorf("agent got identities %v, want %d, one request each", envs, identities)
+	}
+	for env, n := range envs {
+		if n != 1 {
+			t.Errorf("%s: %d requests, want 1", env, n)
+		}
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
+
+// TestForwardParallelUnderAgentLimit: the agent's /info gives a body limit
+// below the relay's MaxPayloadBytes, and each identity's payload is over
+// it. The payloads are packed to the agent's limit, so they go out
+// ForwardParallel at once, as any others; split after packing, the client
+// would post the parts one at a time, a round taking ForwardParallel
+// times as long.
+func TestForwardParallelUnderAgentLimit(t *testing.T) {
+	const parallel, identities, groups, limit = 3, 4, 40, 1500
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetMaxRequestBytes(limit)
+	var inFlight, peak atomic.Int64
+	release := make(chan struct{})
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return false
+	})
+	s, stop := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(),
+		Interval: time.Second, Grace: 50 * time.Millisecond, ForwardParallel: parallel})
+	defer stop()
+	conn, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range identities {
+		h := writer.Header{Service: "web", Env: "env-" + strconv.Itoa(i), RuntimeID: "lim-" + strconv.Itoa(i), Lang: "go"}
+		var es []*aggregate.Entry
+		for g := range groups {
+			es = append(es, &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "resource-" + strconv.Itoa(g)}, Hits: 1, Duration: 10})
+		}
+		b := writer.AppendPayload(nil, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: es}})
+		if len(b) < 2*limit {
+			t.Fatalf("a payload of %d bytes: want it over twice the agent's limit %d", len(b), limit)
+		}
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the datagrams", func() bool { return s.Relay().Stats().SpansReceived == identities*groups })
+	waitFor(t, "requests in flight", func() bool { return inFlight.Load() == parallel })
+	close(release)
+	waitFor(t, "every span forwarded", func() bool { return s.Relay().Stats().SpansForwarded == identities*groups })
+	if p := peak.Load(); p != parallel {
+		t.Errorf("peak requests in flight %d, want %d", p, parallel)
+	}
+	for _, r := range ag.Requests() {
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Errorf("the agent answered %d (%v)", r.Status, r.Err)
+		}
+	}
+	checkIdentity(t, s.Relay().Stats())
+}
