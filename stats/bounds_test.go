@@ -1,14 +1,11 @@
 // This file tests the bounds on what one span and one group hold: sums that
-// saturate, labels cut at the agent's limits, and a group's heap; and one
-// retry after a timeout.
+// saturate, labels cut at the agent's limits, and a group's heap.
 
 package stats
 
 import (
-	"bytes"
 	"fmt"
 	"math"
-	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,36 +55,6 @@ func TestDurationSaturates(t *testing.T) {
 	}
 	if g.Ok == nil || g.Ok.Count() != g.Hits {
 		t.Fatalf("ok sketch %v, want a count of %d", g.Ok, g.Hits)
-	}
-}
-
-// TestRetriesAfterTimeout: the agent reads the payload, then answers only
-// after HTTPTimeout; the SDK retries and the agent receives the body twice
-// (at-least-once). Health counts exactly that one retry after a timeout.
-func TestRetriesAfterTimeout(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
-		if n == 1 { // accepted, but the answer comes after the SDK gave up
-			<-r.Context().Done()
-			return true
-		}
-		return false
-	})
-	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 500 * time.Millisecond, RetryBackoff: time.Millisecond})
-	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
-	if err := flushWithin(a, 5*time.Second); err != nil {
-		t.Fatalf("Flush: %v", err)
-	}
-	stop(t, a)
-	h := a.Health()
-	if h.RetriesAfterTimeout != 1 || h.PayloadsRetried != 1 || h.PayloadsSent != 1 || h.SpansSent != 1 {
-		t.Fatalf("retries after a timeout %d, retries %d, payloads sent %d, spans sent %d; want 1 1 1 1",
-			h.RetriesAfterTimeout, h.PayloadsRetried, h.PayloadsSent, h.SpansSent)
-	}
-	reqs := ag.Requests()
-	if len(reqs) != 2 || !bytes.Equal(reqs[0].Body, reqs[1].Body) {
-		t.Fatalf("the agent received %d requests, want the same body twice", len(reqs))
 	}
 }
 

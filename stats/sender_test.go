@@ -5,6 +5,7 @@
 package stats
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -1199,5 +1200,35 @@ func TestHTTPSendJitteredAfterBoundary(t *testing.T) {
 	// in 5 000.
 	if hi-lo < 5*time.Millisecond {
 		t.Fatalf("reports arrived %v past their boundary: no jitter", offs)
+	}
+}
+
+// TestRetriesAfterTimeout: the agent reads the payload, then answers only
+// after HTTPTimeout; the SDK retries and the agent receives the body twice
+// (at-least-once). Health counts exactly that one retry after a timeout.
+func TestRetriesAfterTimeout(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n == 1 { // accepted, but the answer comes after the SDK gave up
+			<-r.Context().Done()
+			return true
+		}
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 500 * time.Millisecond, RetryBackoff: time.Millisecond})
+	a.Publish(&Span{Service: "s", Name: "n", Resource: "r", Duration: 5, TopLevel: true})
+	if err := flushWithin(a, 5*time.Second); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	stop(t, a)
+	h := a.Health()
+	if h.RetriesAfterTimeout != 1 || h.PayloadsRetried != 1 || h.PayloadsSent != 1 || h.SpansSent != 1 {
+		t.Fatalf("retries after a timeout %d, retries %d, payloads sent %d, spans sent %d; want 1 1 1 1",
+			h.RetriesAfterTimeout, h.PayloadsRetried, h.PayloadsSent, h.SpansSent)
+	}
+	reqs := ag.Requests()
+	if len(reqs) != 2 || !bytes.Equal(reqs[0].Body, reqs[1].Body) {
+		t.Fatalf("the agent received %d requests, want the same body twice", len(reqs))
 	}
 }

@@ -1,4 +1,6 @@
-// This file tests what the relay keeps of a rejected datagram's envelope.
+// This file tests how the relay reads a datagram's envelope: its flags
+// (unknown ones and the reserved bytes ignored, a header-only final
+// datagram) and what it keeps of a rejected datagram's.
 
 package relay
 
@@ -62,5 +64,55 @@ func TestRejectedDatagramKeepsItsEnvelope(t *testing.T) {
 	}
 	if st.SeqGaps != 0 || st.SeqLate != 0 {
 		t.Errorf("sequence gaps %d, late %d; want 0 and 0: sequence 2 arrived, and is counted rejected", st.SeqGaps, st.SeqLate)
+	}
+}
+
+// TestUnknownFlagsAndReservedIgnored: envelope bits other than final, and
+// the reserved bytes, change nothing: a later sender may set them.
+func TestUnknownFlagsAndReservedIgnored(t *testing.T) {
+	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
+	send := func(seq uint64, flags uint8) {
+		t.Helper()
+		d := datagram(seq, header("a"), bucket(w0, 10*sec, entry(key("r"), 3, 0)))
+		d[4] = flags
+		d[5], d[6], d[7] = 0xff, 0x01, 0x80
+		mustAccept(t, r, d, 0, Unix)
+	}
+	send(1, 0xfe) // every bit but final
+	send(2, 0x02)
+	r.Harvest(now.Add(10 * time.Second))
+	now = now.Add(10 * time.Second)
+	if s := checkAccounting(t, r); s.SpansReceived != 6 || s.Senders != 1 || s.SeqGaps != 0 || s.Rejected != [NumReasons]uint64{} {
+		t.Fatalf("not final: %d spans, %d senders, %d gaps, rejected %v; want 6 1 0 none", s.SpansReceived, s.Senders, s.SeqGaps, s.Rejected)
+	}
+	send(3, 0xff) // final, with the unknown bits
+	r.Harvest(now.Add(10 * time.Second))
+	if s := checkAccounting(t, r); s.SpansReceived != 9 || s.Senders != 0 || s.SeqGaps != 0 {
+		t.Fatalf("final: %d spans, %d senders, %d gaps; want 9 0 0", s.SpansReceived, s.Senders, s.SeqGaps)
+	}
+}
+
+// TestHeaderOnlyFinal: the SDK's last datagram when Stop has no group left
+// to send (a Flush just before): the header alone, flagged final. It is
+// accepted, merges nothing, holds no group, and its sender is forgotten at
+// the next harvest with no gap counted.
+func TestHeaderOnlyFinal(t *testing.T) {
+	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
+	h := header("a")
+	d := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	mustAccept(t, r, writer.AppendPayload(d, &h, []writer.Bucket{bucket(w0, 10*sec, entry(key("r"), 4, 0))}), 0, Unix)
+	d = writer.AppendEnvelope(nil, writer.Envelope{Sequence: 2, Flags: writer.FlagFinal})
+	mustAccept(t, r, writer.AppendPayload(d, &h, nil), 0, Unix)
+	s := checkAccounting(t, r)
+	if s.SpansReceived != 4 || s.Groups != 1 || s.Senders != 1 || s.Datagrams[Unix] != 2 {
+		t.Fatalf("received %d spans, %d groups, %d senders, %d datagrams; want 4 1 1 2", s.SpansReceived, s.Groups, s.Senders, s.Datagrams[Unix])
+	}
+	r.Harvest(now.Add(10 * time.Second))
+	if s = checkAccounting(t, r); s.Senders != 0 || s.SeqGaps != 0 {
+		t.Fatalf("after a harvest: %d senders, %d gaps; want 0 0", s.Senders, s.SeqGaps)
 	}
 }

@@ -404,3 +404,100 @@ func TestLongIntervalKeepsItsSenders(t *testing.T) {
 		t.Fatalf("gaps %d, senders %d, restarts %d; want the lost datagram as 1 gap of the one sender", st.SeqGaps, st.Senders, st.SeqRestarts)
 	}
 }
+
+// TestSequences: a sequence missing at two harvests in a row is a gap, so
+// datagrams the decode workers merge out of order count none; a sender
+// first seen mid-stream counts nothing below its lowest sequence at the
+// second harvest, its sequences merged below the first until then; a
+// sequence received twice is a restart; a stopping sender is forgotten at
+// the next harvest, after its late datagrams; an idle one after
+// SenderIdle, counting what it missed.
+func TestSequences(t *testing.T) {
+	r := newTestRelay(Config{})
+	now := t0
+	r.now = func() time.Time { return now }
+	send := func(id string, e writer.Envelope) {
+		t.Helper()
+		d := writer.AppendEnvelope(nil, e)
+		h := header(id)
+		mustAccept(t, r, writer.AppendPayload(d, &h, []writer.Bucket{bucket(w0, 10*sec, entry(key("r"), 1, 0))}), 0, Unix)
+	}
+	seqs := func(id string, flags uint8, seqs ...uint64) {
+		t.Helper()
+		for _, q := range seqs {
+			send(id, writer.Envelope{Sequence: q, Flags: flags})
+		}
+	}
+	late := uint64(0)
+	expect := func(what string, gaps, restarts uint64, senders int) {
+		t.Helper()
+		s := checkAccounting(t, r)
+		if s.SeqGaps != gaps || s.SeqRestarts != restarts || s.Senders != senders || s.SeqLate != late {
+			t.Fatalf("%s: gaps %d restarts %d senders %d late %d, want %d %d %d %d", what,
+				s.SeqGaps, s.SeqRestarts, s.Senders, s.SeqLate, gaps, restarts, senders, late)
+		}
+	}
+	harvest := func() { now = now.Add(10 * time.Second); r.Harvest(now) }
+
+	seqs("a", 0, 1, 2)
+	send("a", writer.Envelope{Sequence: 5, DroppedPayloads: 2, DroppedSpans: 40}) // 3, 4 lost; 2 reported dropped
+	seqs("b", 0, 9)                                                               // first seen mid-stream: no reference, no gap
+	send("b", writer.Envelope{Sequence: 10, DroppedPayloads: 1, DroppedSpans: 2})
+	seqs("b", 0, 13, 12, 11, 8) // out of order, and one merged after its first: not late
+	expect("before a harvest", 0, 0, 2)
+	harvest()
+	expect("3 and 4 missing at one harvest", 0, 0, 2)
+	seqs("b", 0, 7) // below its lowest after one harvest: merged late by a worker, not late
+	expect("b's 7 extends it", 0, 0, 2)
+	seqs("a", 0, 7, 6)
+	harvest()
+	expect("3 and 4 missing at two", 2, 0, 2)
+	seqs("b", 0, 6) // below its lowest after two harvests: from before it was seen
+	late++
+	expect("b's 6 late", 2, 0, 2)
+	if s := r.Stats(); s.SenderDroppedPayloads != 3 || s.SenderDroppedSpans != 42 {
+		t.Fatalf("senders' own drops %d/%d, want 3/42", s.SenderDroppedPayloads, s.SenderDroppedSpans)
+	}
+
+	seqs("a", 0, 1)                // seen before: restarted
+	seqs("a", writer.FlagFinal, 3) // and stops, its 2 still in flight
+	seqs("a", 0, 2)                // merged after the final one
+	expect("a restarted and stopping", 2, 1, 2)
+	harvest()
+	expect("a stopped", 2, 1, 1)
+
+	const jump = 300
+	seqs("c", 0, 1, jump) // 2..jump-1 missing
+	expect("a jump", 2, 1, 2)
+	harvest()
+	expect("a jump's hole at one harvest", 2, 1, 2)
+	harvest()
+	expect("a jump's hole at two", 2+jump-2, 1, 2)
+
+	seqs("d", 0, 1, 3)
+	now = now.Add(SenderIdle)
+	r.Harvest(now)
+	expect("idle senders forgotten, their missing counted", 2+jump-2+1, 1, 0)
+
+	// A datagram delayed past two harvests, after its sequence was counted
+	// as a gap, and a duplicate: late, neither a restart nor a reason to
+	// count the sequences since as gaps.
+	gaps := uint64(2 + jump - 2 + 1)
+	seqs("e", 0, 1, 2, 4, 5)
+	harvest()
+	harvest()
+	expect("3 missing at two harvests", gaps+1, 1, 1)
+	seqs("e", 0, 3, 6, 5, 7)
+	late += 2
+	expect("3 late, 5 twice", gaps+1, 1, 1)
+	harvest()
+	harvest()
+	expect("nothing missing since", gaps+1, 1, 1)
+	seqs("e", 0, 1) // the SDK counts from 1: a restart
+	expect("e restarted", gaps+1, 2, 1)
+	seqs("f", 0, 3, 1, 2) // a new sender's 1 merged after its 3: no restart
+	expect("f reordered from its start", gaps+1, 2, 2)
+	harvest()
+	harvest()
+	expect("f complete", gaps+1, 2, 2)
+}
