@@ -6,6 +6,7 @@
 //
 //	statsrelay [flags]
 //	statsrelay -demo    # an embedded fake agent, the relay and four SDKs; ends by itself
+//	statsrelay -version # the build: module version, VCS revision, Go version
 //
 // Every flag can also be given as an environment variable STATSRELAY_<NAME>
 // (upper case, "-" → "_", e.g. STATSRELAY_MAX_GROUPS); the flag wins. A
@@ -35,7 +36,7 @@
 // host's SDKs offer it needs a fraction of one, and on one a read batch
 // reaches a decode worker without waking a thread.
 //
-// Exit status: 0 after a stop; 2 for a flag or STATSRELAY_*/DD_* value it
+// Exit status: 0 after a stop or -version; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
 // path that is not a datagram socket's included), -proc-root is not a
 // directory (found only at start), or -demo lost spans.

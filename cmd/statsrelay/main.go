@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,6 +39,7 @@ type options struct {
 	procs       int  // GOMAXPROCS to run on; 0: the Go runtime's
 	spinGiven   bool // -spin-wait or its variable was given
 	demo        bool
+	version     bool
 	fromEnv     map[string]string // flag name → the variable that set it
 }
 
@@ -46,6 +48,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "statsrelay:", err)
 		os.Exit(2)
+	}
+	if o.version {
+		printVersion(os.Stdout)
+		return
 	}
 	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {
 		slog.Warn("statsrelay: ignoring environment variables that name no flag (see statsrelay -h)", "variables", strings.Join(unknown, ","))
@@ -102,6 +108,16 @@ func signalContext() (context.Context, func()) {
 	}
 }
 
+// printVersion writes the build -version reports, as the start log line and
+// statsrelay_build_info give it.
+func printVersion(w io.Writer) {
+	version, revision := relay.Build()
+	if revision == "" {
+		revision = "unknown"
+	}
+	fmt.Fprintf(w, "statsrelay %s (revision %s, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 // agentFromEnv is -agent's default, found as the tracers find the agent:
 // DD_TRACE_AGENT_URL, else DD_AGENT_HOST and DD_TRACE_AGENT_PORT (a relay
 // deployed with its pods' environment reaches the node's agent), else
@@ -156,6 +172,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM/SIGHUP, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
+	fs.BoolVar(&o.version, "version", false, "print the build (module version, VCS revision, Go version) and exit")
 	fs.Usage = func() {
 		// -h is where an operator looks: the variables must be said there
 		// too, not only in the package documentation.
@@ -184,6 +201,11 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 			fromEnv[f.Name] = env
 		}
 	})
+	if o.version {
+		// Whatever else is set, or set wrong: an operator asking which
+		// build runs gets the answer, not a configuration error.
+		return o, nil
+	}
 	if err := errors.Join(errs...); err != nil {
 		return o, err
 	}

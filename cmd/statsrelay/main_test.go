@@ -517,6 +517,7 @@ func TestEveryFlagFromItsVariable(t *testing.T) {
 		"agent-timeout":    {"2s", "3s", func(o options) any { return o.cfg.AgentTimeout }},
 		"stop-timeout":     {"20s", "30s", func(o options) any { return o.stopTimeout }},
 		"demo":             {"true", "false", func(o options) any { return o.demo }},
+		"version":          {"true", "false", func(o options) any { return o.version }},
 	}
 	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
 	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {

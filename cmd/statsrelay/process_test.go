@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -598,4 +599,35 @@ func TestBinaryReportsItsBuild(t *testing.T) {
 		t.Errorf("/metrics lacks %q", want[1:len(want)-1])
 	}
 	b.stop(t, syscall.SIGTERM)
+}
+
+// TestBinaryVersion: -version prints the build on stdout, as the start line
+// and statsrelay_build_info give it, and exits 0 without starting: no
+// socket file, and a variable set wrong (which would stop a start) does
+// not stand in the way.
+func TestBinaryVersion(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	args, err := json.Marshal([]string{"-version", "-unix", sock, "-udp", "", "-http", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(args), "STATSRELAY_MAX_GROUPS=many")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("statsrelay -version: %v\n%s", err, stderr.String())
+	}
+	version, revision := relay.Build() // the same binary
+	if revision == "" {
+		revision = "unknown"
+	}
+	want := fmt.Sprintf("statsrelay %s (revision %s, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if string(out) != want || stderr.Len() != 0 {
+		t.Errorf("statsrelay -version wrote %q and on stderr %q; want %q and nothing", out, stderr.String(), want)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-version left a socket file: %v", err)
+	}
 }
