@@ -20,7 +20,9 @@
 // shell's background job) stays ignored. /metrics (Prometheus text: the
 // relay's statsrelay_* counters, then the process's process_* and the Go
 // runtime's go_* figures), /healthz (503 "stopping" once a stop begins) and /debug/pprof/ are
-// served on -http.
+// served on -http. The log goes to stderr, as text or, with -log-format
+// json, one JSON object per line; -log-level (info) sets the least severe
+// line written.
 //
 // The Unix socket file is checked every -socket-check (1s). Removed while
 // the relay runs (a /tmp cleaner such as systemd-tmpfiles, an rm), it is

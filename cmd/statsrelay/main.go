@@ -40,6 +40,9 @@ type options struct {
 	spinGiven   bool // -spin-wait or its variable was given
 	demo        bool
 	version     bool
+	logFormat   string            // -log-format: text or json
+	levelName   string            // -log-level as given
+	logLevel    slog.Level        // parsed from levelName by check
 	fromEnv     map[string]string // flag name → the variable that set it
 }
 
@@ -53,6 +56,7 @@ func main() {
 		printVersion(os.Stdout)
 		return
 	}
+	setupLog(o, os.Stderr)
 	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {
 		slog.Warn("statsrelay: ignoring environment variables that name no flag (see statsrelay -h)", "variables", strings.Join(unknown, ","))
 	}
@@ -67,7 +71,7 @@ func main() {
 		err = serve(ctx, o, slog.Default())
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "statsrelay:", err)
+		slog.Error("statsrelay: " + err.Error())
 		os.Exit(1)
 	}
 }
@@ -97,7 +101,8 @@ func signalContext() (context.Context, func()) {
 		}
 		cancel()
 		if s, ok := <-sigs; ok {
-			fmt.Fprintf(os.Stderr, "statsrelay: second signal (%v): exiting without the final forward\n", s)
+			// A log line, in -log-format: the relay's stderr is its log.
+			slog.Error(fmt.Sprintf("statsrelay: second signal (%v): exiting without the final forward", s))
 			os.Exit(128 + int(s.(syscall.Signal)))
 		}
 	}()
@@ -106,6 +111,27 @@ func signalContext() (context.Context, func()) {
 		close(sigs)
 		cancel()
 	}
+}
+
+// setupLog points slog's default logger, which main and the relay log
+// through, at -log-format and -log-level, writing to w. Text keeps the
+// default handler's lines ("2006/01/02 15:04:05 INFO msg key=value").
+func setupLog(o options, w io.Writer) {
+	if o.logFormat == "json" {
+		opts := &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: durationText}
+		slog.SetDefault(slog.New(slog.NewJSONHandler(w, opts)))
+		return
+	}
+	slog.SetLogLoggerLevel(o.logLevel)
+}
+
+// durationText writes a duration as the text lines and the flags say it
+// ("10s"), not as a JSON number of nanoseconds.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // printVersion writes the build -version reports, as the start log line and
@@ -172,6 +198,8 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM/SIGHUP, how long the final forward to the agent may take; what it does not send is dropped and counted")
 	fs.BoolVar(&o.demo, "demo", false, "run an embedded fake agent, the relay and four SDKs for a few intervals, then exit")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object per line, for a log pipeline)")
+	fs.StringVar(&o.levelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the build (module version, VCS revision, Go version) and exit")
 	fs.Usage = func() {
 		// -h is where an operator looks: the variables must be said there
@@ -321,6 +349,12 @@ func check(o *options) error {
 		return fmt.Errorf("-socket-mode %q: grants no write permission, which senders need to send (e.g. 0660)", o.mode)
 	}
 	c.SocketMode = os.FileMode(mode)
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return fmt.Errorf("-log-format %q: want text or json", o.logFormat)
+	}
+	if err := o.logLevel.UnmarshalText([]byte(o.levelName)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", o.levelName)
+	}
 	if _, err := agentclient.ParseURL(c.AgentURL); err != nil {
 		return fmt.Errorf("-agent: %w", err)
 	}

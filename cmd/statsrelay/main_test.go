@@ -518,6 +518,8 @@ func TestEveryFlagFromItsVariable(t *testing.T) {
 		"stop-timeout":     {"20s", "30s", func(o options) any { return o.stopTimeout }},
 		"demo":             {"true", "false", func(o options) any { return o.demo }},
 		"version":          {"true", "false", func(o options) any { return o.version }},
+		"log-format":       {"json", "text", func(o options) any { return o.logFormat }},
+		"log-level":        {"warn", "error", func(o options) any { return o.logLevel }},
 	}
 	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
 	if _, err := parseFlags(fs, nil, func(string) (string, bool) { return "", false }); err != nil {

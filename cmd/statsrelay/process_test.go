@@ -631,3 +631,80 @@ func TestBinaryVersion(t *testing.T) {
 		t.Errorf("-version left a socket file: %v", err)
 	}
 }
+
+// TestBinaryLogsJSON: with -log-format json every line statsrelay writes,
+// from the start line through a warning to the stop line, is one JSON
+// object with time, level and msg, its durations as the flags write them.
+func TestBinaryLogsJSON(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	t.Setenv("STATSRELAY_INTERVL", "5s") // a typo: warned of
+	b := startBinary(t, "-log-format", "json", "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(),
+		"-http", "", "-interval", "1h")
+	var start map[string]any
+	if err := json.Unmarshal([]byte(b.startedLine(t)), &start); err != nil {
+		t.Fatalf("start line: %v:\n%s", err, b.output())
+	}
+	udp, _ := start["udp"].(string)
+	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || udp == "" {
+		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", the UDP address", start)
+	}
+	sendOverUDP(t, udp, stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
+	b.stop(t, syscall.SIGTERM)
+	levels := map[string]int{}
+	var stopped map[string]any
+	for line := range strings.Lines(b.output()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("a line that is not JSON (%v): %q", err, line)
+		}
+		level, _ := m["level"].(string)
+		msg, _ := m["msg"].(string)
+		if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["time"])); err != nil || level == "" || msg == "" {
+			t.Errorf("line %q lacks time, level or msg", line)
+		}
+		levels[level]++
+		if msg == "statsrelay stopped" {
+			stopped = m
+		}
+		if level == "WARN" && strings.Contains(msg, "name no flag") && m["variables"] != "STATSRELAY_INTERVL" {
+			t.Errorf("warning %q names %v, want STATSRELAY_INTERVL", msg, m["variables"])
+		}
+	}
+	if levels["WARN"] < 1 || stopped == nil || stopped["spans_received"] != 1.0 || stopped["spans_forwarded"] != 1.0 {
+		t.Fatalf("levels %v, stop line %v: want the warning and a stop line with 1 span received and forwarded:\n%s",
+			levels, stopped, b.output())
+	}
+}
+
+// TestBinaryLogLevel: -log-level warn leaves out the info lines (start,
+// stop) and keeps the warnings, in the default text lines.
+func TestBinaryLogLevel(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	t.Setenv("STATSRELAY_INTERVL", "5s")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := ln.Addr().String()
+	ln.Close() // for the binary to take: with no start line, /healthz says it runs
+	b := startBinary(t, "-log-level", "warn", "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", httpAddr)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not ok in 20 s:\n%s", b.output())
+		}
+	}
+	b.stop(t, syscall.SIGTERM)
+	out := b.output()
+	if !regexp.MustCompile(`(?m)^\S+ \S+ WARN statsrelay: ignoring environment variables`).MatchString(out) ||
+		strings.Contains(out, " INFO ") {
+		t.Fatalf("-log-level warn wrote:\n%s\nwant the warning and no INFO line", out)
+	}
+}
