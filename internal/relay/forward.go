@@ -188,11 +188,16 @@ func (f *forwarder) forward(boundary time.Time) {
 		clear(ps)
 		ps = ps[:0]
 	}
+	var identities, requests int
+	var spans, unattributable uint64
 	for _, b := range f.s.relay.Harvest(boundary) {
 		if f.s.selfContained && !b.HasContainer() && !b.Local {
 			f.s.relay.Dropped(b.Hits, DropUnattributable)
+			unattributable += b.Hits
 			continue
 		}
+		identities++
+		spans += b.Hits
 		h := &agentclient.Headers{Lang: b.Lang, TracerVersion: b.TracerVersion, ContainerID: b.ContainerID}
 		if b.ContainerID != "" {
 			h.EntityID = "ci-" + b.ContainerID
@@ -200,6 +205,7 @@ func (f *forwarder) forward(boundary time.Time) {
 		b.RuntimeID = f.runtimeID
 		f.packer.PackPayload(&b.Payload, func(body []byte, hits uint64) {
 			ps = append(ps, &agentclient.Payload{Body: body, Hits: hits, Headers: h})
+			requests++
 			if len(ps) == chunk {
 				send()
 			}
@@ -212,6 +218,12 @@ func (f *forwarder) forward(boundary time.Time) {
 	if took > f.s.cfg.Interval/2 { // the trouble log says so, at most once a minute
 		f.s.slowRounds.Add(1)
 	}
+	// What each round did, for an operator following the relay at debug
+	// level (-log-level debug); its losses are the trouble log's, at warn.
+	// all_held: every window went, ended or not (the stop, a clock step).
+	f.s.log.Debug("statsrelay: forward round", "all_held", boundary.Equal(allWindows),
+		"identities", identities, "requests", requests, "spans", spans,
+		"spans_unattributable", unattributable, "took", took)
 }
 
 // infoRecheck × InfoRefresh (5 minutes by default) is how often the relay

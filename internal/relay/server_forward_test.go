@@ -439,3 +439,41 @@ func TestForwardParallelUnderAgentLimit(t *testing.T) {
 	}
 	checkIdentity(t, s.Relay().Stats())
 }
+
+// TestForwardRoundLoggedAtDebug: at debug level each forward round logs
+// what it sent: here the stop's round, every window held, one identity in
+// one request of the 7 spans received.
+func TestForwardRoundLoggedAtDebug(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var buf bytes.Buffer // read after the stop, the handler's last write
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	stop()
+	var rounds []string
+	for l := range strings.Lines(buf.String()) {
+		if strings.Contains(l, `msg="statsrelay: forward round"`) {
+			rounds = append(rounds, l)
+		}
+	}
+	if len(rounds) != 1 {
+		t.Fatalf("%d forward round lines, want the stop's one:\n%s", len(rounds), buf.String())
+	}
+	for _, want := range []string{"level=DEBUG", " all_held=true", " identities=1", " requests=1", " spans=7 ", " spans_unattributable=0", " took="} {
+		if !strings.Contains(rounds[0], want) {
+			t.Errorf("round line %q lacks %q", rounds[0], want)
+		}
+	}
+	if got := srv.Relay().Stats().SpansForwarded; got != 7 {
+		t.Errorf("forwarded %d spans, want 7", got)
+	}
+}
