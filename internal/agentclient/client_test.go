@@ -1,6 +1,6 @@
-// This file tests the agent client: retries and their budget, splits of
-// payloads too large, the off state and /info polls, Final's window, and
-// the HTTP side (URLs, headers, the agent's answers).
+// This file tests the agent client's retry machine: retries and their
+// budget, splits of payloads too large, the off state and /info polls,
+// Final's window; and holds TestMain and the counting Observer.
 
 package agentclient
 
@@ -22,11 +22,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 	"go.uber.org/goleak"
 )
@@ -106,102 +104,6 @@ func TestRetryBackoff(t *testing.T) {
 	}
 	if obs.retried != 300 {
 		t.Fatalf("Retried %d times, want 300", obs.retried)
-	}
-}
-
-// TestRedirectIsNotFollowed: a 307 to another host is a refused payload,
-// not retried, and the other host receives nothing (neither the stats nor
-// the container id).
-func TestRedirectIsNotFollowed(t *testing.T) {
-	var elsewhere atomic.Int32
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
-	defer other.Close()
-	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
-	}))
-	defer agent.Close()
-	obs := &counting{}
-	c := New(context.Background(), testConfig(agent.URL), obs)
-	defer c.Close()
-	done := make(chan error, 1)
-	c.Send(&Payload{Body: []byte{0x80}, Hits: 3, Headers: &Headers{ContainerID: "abc"}, Waiter: NewWaiter(done, 1, nil)})
-	var ae *AgentError
-	if err := <-done; !errors.As(err, &ae) || ae.StatusCode != http.StatusTemporaryRedirect {
-		t.Fatalf("outcome %v, want the 307 as an AgentError", err)
-	}
-	if obs.sent != 0 || obs.failed != 1 || obs.dropped != 1 || obs.retried != 0 || elsewhere.Load() != 0 {
-		t.Fatalf("sent %d failed %d dropped %d retried %d, other host hit %d times; want 0 1 1 0 0",
-			obs.sent, obs.failed, obs.dropped, obs.retried, elsewhere.Load())
-	}
-	c.ReadInfo() // /info is redirected too: an error, the state unchanged
-	if obs.info != 0 || c.Off() || elsewhere.Load() != 0 {
-		t.Fatalf("/info redirect: info reads %d, off %v, other host hit %d", obs.info, c.Off(), elsewhere.Load())
-	}
-}
-
-func TestParseURL(t *testing.T) {
-	for _, tc := range []struct {
-		raw, base, sock string
-		ok              bool
-	}{
-		{"http://127.0.0.1:8126", "http://127.0.0.1:8126", "", true},
-		{"http://agent:8126/", "http://agent:8126", "", true},
-		{"http://user:pw@agent:8126", "http://user:pw@agent:8126", "", true}, // sent as Basic authorization
-		{"unix:///var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
-		{"unix://", "", "", false},
-		{"unix://var/run/datadog/apm.socket", "", "", false}, // two slashes: "var" is a host
-		{"unix://localhost/var/run/datadog/apm.socket", "http://localhost", "/var/run/datadog/apm.socket", true},
-		{"http://", "", "", false},
-		{"ftp://x", "", "", false},
-		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath), "", "", false}, // too long for a socket
-		{"unix:///" + strings.Repeat("s", dgram.MaxUnixPath-1), "http://localhost", "/" + strings.Repeat("s", dgram.MaxUnixPath-1), true},
-		{"http://[fe80::1%25lo]:8126", "http://[fe80::1%25lo]:8126", "", true}, // the zone stays escaped
-		{"http://localhost:99999", "", "", false},
-		{"http://localhost:0", "", "", false},
-		{"http://localhost:80a", "", "", false},
-		// url.Parse cuts a path at "?" and "#": refused, not addressed by
-		// the part before; escaped, they belong to the path.
-		{"unix:///var/run/apm#1.socket", "", "", false},
-		{"unix:///var/run/apm?.socket", "", "", false},
-		{"unix:///var/run/apm?", "", "", false},
-		{"unix:///var/run/apm%231.socket", "http://localhost", "/var/run/apm#1.socket", true},
-		{"unix:apm%231.socket", "http://localhost", "apm#1.socket", true}, // relative: url.Parse leaves it escaped
-		{"unix:apm%zz.socket", "", "", false},
-	} {
-		ep, err := ParseURL(tc.raw)
-		if (err == nil) != tc.ok || ep.Base != tc.base || ep.UnixSocket != tc.sock {
-			t.Errorf("ParseURL(%q) = %+v, %v", tc.raw, ep, err)
-		}
-		if _, perr := url.Parse(ep.Base + StatsPath); tc.ok && perr != nil {
-			t.Errorf("ParseURL(%q): a request URL on its Base does not parse: %v", tc.raw, perr)
-		}
-	}
-}
-
-// TestRedact: a password is hidden whether the URL parses or not, and
-// nothing else changes: a URL without one is returned as is.
-func TestRedact(t *testing.T) {
-	for _, tc := range []struct{ raw, want string }{
-		{"http://user:pw@agent:8126", "http://user:xxxxx@agent:8126"},
-		{"http://agent:8126", "http://agent:8126"},
-		{"unix:///tmp/a@b.sock", "unix:///tmp/a@b.sock"},
-		{"http://user:pw@bad host:8126", "http://xxxxx@bad host:8126"},
-		{"http://user:p@w@[::1:8126", "http://xxxxx@[::1:8126"},
-		{"user:pw@bad host", "user:xxxxx@bad host"},
-		{"http://bad host", "http://bad host"},
-		// An "@" with nothing before it hides nothing: the URL is quoted
-		// as given (a relay's abstract name, refused by stats.New).
-		{"unixgram:@relay", "unixgram:@relay"},
-		{"http://@bad host", "http://@bad host"},
-	} {
-		if got := Redact(tc.raw); got != tc.want {
-			t.Errorf("Redact(%q) = %q, want %q", tc.raw, got, tc.want)
-		}
-	}
-	for _, raw := range []string{"http://user:pw9@bad host:8126", "http://user:pw9@agent:99999", "ftp://user:pw9@agent"} {
-		if _, err := ParseURL(raw); err == nil || strings.Contains(err.Error(), "pw9") {
-			t.Errorf("ParseURL(%q) = %v; want an error without the password", raw, err)
-		}
 	}
 }
 
@@ -1290,46 +1192,6 @@ func TestTimeoutWhileWritingIsNotMaybeDelivered(t *testing.T) {
 	}
 }
 
-// TestAgentErrorText: an answer without a body reads "agent answered 404",
-// not "agent answered 404: " with nothing after the colon.
-func TestAgentErrorText(t *testing.T) {
-	for e, want := range map[*AgentError]string{
-		{StatusCode: 404}:                   "agent answered 404",
-		{StatusCode: 400, Body: "bad msgp"}: "agent answered 400: bad msgp",
-	} {
-		if got := e.Error(); got != want {
-			t.Errorf("%+v: %q, want %q", *e, got, want)
-		}
-	}
-}
-
-// TestUnixURLToDatagramSocket: an agent URL unix:// naming a datagram
-// socket (statsrelay's, or DogStatsD's dsd.socket) fails every request:
-// the error the payload is dropped with says which scheme is for which
-// socket, as the relay side does for the opposite mistake, and keeps the
-// errno for errors.Is.
-func TestUnixURLToDatagramSocket(t *testing.T) {
-	sock := t.TempDir() + "/relay.sock"
-	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	cfg := testConfig("unix://" + sock)
-	cfg.MaxRetries = 0
-	obs := &counting{}
-	c := New(context.Background(), cfg, obs)
-	defer c.Close()
-	done := make(chan error, 1)
-	c.Send(&Payload{Body: []byte{0x80}, Hits: 2, Waiter: NewWaiter(done, 1, nil)})
-	err = <-done
-	if obs.failed != 1 || obs.dropped != 1 || !errors.Is(err, syscall.EPROTOTYPE) ||
-		!strings.Contains(err.Error(), "unixgram://") || !strings.Contains(err.Error(), sock) {
-		t.Fatalf("failed %d, dropped %d, outcome %v; want 1, 1 and an EPROTOTYPE error naming %s and unixgram://",
-			obs.failed, obs.dropped, err, sock)
-	}
-}
-
 // TestReadInfoFailureIsReported: each /info read that fails (a 5xx, a body
 // that is not /info's JSON, no agent) is told to the Observer with its
 // cause, and leaves /info stale for the polls; a 404 (an agent too old for
@@ -1419,87 +1281,5 @@ func TestFinalPollsAnAgentBackFromOff(t *testing.T) {
 	if _, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || c.Off() {
 		t.Fatalf("sent %d dropped %d (%v), taken %d, off %v; want the held payload delivered by Final",
 			obs.sent, obs.dropped, obs.lastErr, taken, c.Off())
-	}
-}
-
-// TestStatsHeaders: the DESIGN §7 headers carry the payload's identity,
-// and an unknown value is left out rather than sent empty, so the agent
-// never tags a payload with an empty container or entity.
-func TestStatsHeaders(t *testing.T) {
-	for _, tc := range []struct {
-		h    Headers
-		want map[string]string // header → value; "" means absent
-	}{
-		{Headers{Lang: "go", LangVersion: "go1.26", TracerVersion: "v9", ContainerID: "cid", EntityID: "ci-cid"},
-			map[string]string{"Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "go1.26",
-				"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-ID": "cid", "Datadog-Entity-ID": "ci-cid"}},
-		{Headers{Lang: "go", TracerVersion: "v9"},
-			map[string]string{"Datadog-Meta-Lang": "go", "Datadog-Meta-Lang-Version": "",
-				"Datadog-Meta-Tracer-Version": "v9", "Datadog-Container-ID": "", "Datadog-Entity-ID": ""}},
-	} {
-		got := make(chan http.Header, 1)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == StatsPath {
-				got <- r.Header.Clone()
-			}
-		}))
-		c := New(context.Background(), testConfig(srv.URL), &counting{})
-		done := make(chan error, 1)
-		h := tc.h
-		c.Send(&Payload{Body: []byte{0x80}, Hits: 1, Headers: &h, Waiter: NewWaiter(done, 1, nil)})
-		if err := <-done; err != nil {
-			t.Fatalf("%+v: send: %v", tc.h, err)
-		}
-		c.Close()
-		srv.Close()
-		hd := <-got
-		if ct := hd.Values("Content-Type"); len(ct) != 1 || ct[0] != "application/msgpack" {
-			t.Errorf("%+v: Content-Type %q, want application/msgpack", tc.h, ct)
-		}
-		for k, v := range tc.want {
-			vs := hd.Values(k)
-			if v == "" && len(vs) != 0 || v != "" && (len(vs) != 1 || vs[0] != v) {
-				t.Errorf("%+v: header %s = %q, want %q", tc.h, k, vs, v)
-			}
-		}
-	}
-}
-
-// TestRetryableAnswers: DESIGN §7 makes 408 and 5xx retryable (429 too, as
-// the tracers do): one such answer, then 200, delivers the payload once
-// after one retry, nothing dropped.
-func TestRetryableAnswers(t *testing.T) {
-	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
-		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
-		var posts atomic.Int32
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == StatsPath && posts.Add(1) == 1 {
-				w.WriteHeader(code)
-			}
-		}))
-		obs := &counting{}
-		c := New(context.Background(), testConfig(srv.URL), obs)
-		done := make(chan error, 1)
-		c.Send(&Payload{Body: []byte{0x80}, Hits: 5, Waiter: NewWaiter(done, 1, nil)})
-		for obs.sent == 0 && obs.dropped == 0 { // the owner's loop: run the retry when due
-			d, ok := c.NextDue()
-			if !ok {
-				break
-			}
-			time.Sleep(time.Until(d))
-			c.RunDue(time.Now())
-		}
-		var err error
-		select {
-		case err = <-done:
-		default:
-			err = errors.New("no outcome")
-		}
-		c.Close()
-		srv.Close()
-		if err != nil || posts.Load() != 2 || obs.failed != 1 || obs.retried != 1 || obs.sent != 1 || obs.dropped != 0 {
-			t.Errorf("%d then 200: outcome %v, %d posts, failed %d retried %d sent %d dropped %d; want nil, 2, 1 1 1 0",
-				code, err, posts.Load(), obs.failed, obs.retried, obs.sent, obs.dropped)
-		}
 	}
 }
