@@ -1,5 +1,6 @@
-// This file tests a socket reader's handling of failed reads: it retries,
-// it does not stop reading the socket for good.
+// This file tests what the Server sets up around its socket readers: failed
+// reads retried (a reader never stops for good), the wait on a full decode
+// queue measured, the UDP receive buffer, and the -proc-root start checks.
 
 package relay
 
