@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,15 +41,7 @@ func TestMetricsExposition(t *testing.T) {
 	conn.Write([]byte{0xc1})
 	conn.Close()
 	waitFor(t, "two datagrams", func() bool { return srv.Relay().Stats().Datagrams[relay.UDP] == 2 })
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	resp, err := http.Get(hs.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	text := scrape(srv)
 	for _, line := range []string{
 		`statsrelay_datagrams_received_total{transport="udp"} 2`,
 		`statsrelay_datagrams_received_total{transport="unix"} 0`,
@@ -119,14 +110,7 @@ func TestMetricsTypedAndHelped(t *testing.T) {
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
 	defer stop()
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	resp, err := http.Get(hs.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(srv)
 	type family struct {
 		help, typ string
 		samples   int
@@ -134,7 +118,7 @@ func TestMetricsTypedAndHelped(t *testing.T) {
 	fams := map[string]*family{}
 	var order []string
 	var cur string
-	for _, line := range strings.Split(strings.TrimSuffix(string(body), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
 		switch {
 		case strings.HasPrefix(line, "# HELP "):
 			name, text, _ := strings.Cut(strings.TrimPrefix(line, "# HELP "), " ")
@@ -188,7 +172,7 @@ func TestMetricsTypedAndHelped(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Log(string(body))
+		t.Log(body)
 	}
 }
 
