@@ -14,7 +14,8 @@
 // the aggregator (which sends the last interval, waiting at most 10 s for
 // the agent), then the fake agent. The first SIGINT or SIGTERM while
 // publishing starts that stop; any signal once it has started ends the
-// process at once.
+// process at once, with exit status 1, even for a process started with
+// SIGINT ignored.
 //
 // Design: each producer draws a key out of -keys (service × resource, with
 // a span kind and, for non-server spans, a peer tag), an error with
@@ -24,6 +25,7 @@
 // output checks the whole pipeline: inbox, table, encoder, HTTP and decoder.
 //
 // Exit status: 0 when every counted span was delivered (spans the inbox shed
-// under load are counted, not lost); 1 when some were not, or the embedded
-// agent decoded another number; 2 for a flag it refuses.
+// under load are counted, not lost); 1 when some were not, the embedded
+// agent decoded another number, or a signal ended the stop; 2 for a flag
+// it refuses.
 package main

@@ -148,11 +148,30 @@ func run(o options, out io.Writer) error {
 	}
 	agg.Start()
 
+	// From the first signal on, and once publishing is over, a signal ends
+	// the process at once (exit status 1), without waiting for Stop. That
+	// is a Notify of its own, not the handling NotifyContext's stop leaves:
+	// for a process started with SIGINT ignored (a script's background
+	// job), that is "ignore", and a kill -INT while Stop waits on a silent
+	// agent was swallowed, though the first one stopped publishing.
+	halt, halted := make(chan os.Signal, 1), make(chan struct{})
+	defer close(halted)
+	defer signal.Stop(halt)
+	haltOnSignal := sync.OnceFunc(func() {
+		signal.Notify(halt, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			select {
+			case s := <-halt:
+				fmt.Fprintf(os.Stderr, "statsgen: %v while stopping: exiting without waiting for the last interval's send\n", s)
+				os.Exit(1)
+			case <-halted:
+			}
+		}()
+	})
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	// After the first signal the default handling is back: a second one
-	// ends the process at once, without waiting for Stop.
-	context.AfterFunc(ctx, cancel)
+	// Watched before NotifyContext lets go: no signal falls between.
+	context.AfterFunc(ctx, func() { haltOnSignal(); cancel() })
 	ctx, cancelRun := context.WithTimeout(ctx, o.run)
 	defer cancelRun()
 	// %.4g: -errors 0.001 is "0.1%", not "0%"; 0.07 is "7%", not its float's 7.000000000000001.
@@ -214,6 +233,7 @@ loop:
 	// under way, so from here a signal ends the process at once. Without
 	// this, a Ctrl-C while Stop waits (up to 10 s) on an agent that does
 	// not answer was taken as the first signal and silently swallowed.
+	haltOnSignal()
 	cancel()
 	fmt.Fprintf(out, "\nstopping: sending the last interval (at most %s; a signal ends the wait)\n", stopTimeout)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), stopTimeout)

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,8 +35,15 @@ import (
 // main with the command-line arguments the variable holds (a JSON list).
 const mainArgsEnv = "STATSGEN_TEST_MAIN_ARGS"
 
+// ignoreIntEnv, when set with mainArgsEnv, starts statsgen with SIGINT
+// ignored, as a shell starts a script's background job.
+const ignoreIntEnv = "STATSGEN_TEST_IGNORE_SIGINT"
+
 func TestMain(m *testing.M) {
 	if args := os.Getenv(mainArgsEnv); args != "" {
+		if os.Getenv(ignoreIntEnv) != "" {
+			signal.Ignore(os.Interrupt)
+		}
 		var a []string
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
 			fmt.Fprintln(os.Stderr, "bad", mainArgsEnv, err)
@@ -331,8 +339,15 @@ func TestBadAgentNamesTheFlagNotThePassword(t *testing.T) {
 // TestSignalDuringStopEndsAtOnce: once -run is over, Stop may wait up to
 // 10 s for an agent that does not answer; a Ctrl-C then must end the
 // process at once, not be taken as a first "stop gracefully" signal that
-// is already under way and silently swallowed.
+// is already under way and silently swallowed. So too for a process
+// started with SIGINT ignored (whatever this test process inherited),
+// which the first SIGINT stops as well.
 func TestSignalDuringStopEndsAtOnce(t *testing.T) {
+	t.Run("default", func(t *testing.T) { signalDuringStop(t, false) })
+	t.Run("ignored at start", func(t *testing.T) { signalDuringStop(t, true) })
+}
+
+func signalDuringStop(t *testing.T, ignoreInt bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +372,9 @@ func TestSignalDuringStopEndsAtOnce(t *testing.T) {
 	a, _ := json.Marshal([]string{"-agent", "http://" + ln.Addr().String(), "-run", "300ms", "-rate", "100", "-interval", "1s"})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(a))
+	if ignoreInt {
+		cmd.Env = append(cmd.Env, ignoreIntEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -396,8 +414,8 @@ func TestSignalDuringStopEndsAtOnce(t *testing.T) {
 	go func() { <-read; done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Fatalf("exit status 0 after an interrupted Stop:\n%s", out.String())
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Fatalf("exit status %d (%v) after an interrupted Stop, want 1:\n%s", code, err, out.String())
 		}
 		if took := time.Since(sent); took > 2*time.Second {
 			t.Fatalf("ended %s after the interrupt, want at once", took)
