@@ -8,7 +8,6 @@ package bench
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -42,7 +42,7 @@ func BenchmarkRelayIdle(b *testing.B) {
 	time.Sleep(settle)
 	without := cputime.ShareWhileSleeping(b.N, relayIdleStretch)
 
-	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: filepath.Join(b.TempDir(), "relay.sock"),
+	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: sockdir.Path(b, "relay.sock"),
 		UDPAddr: "127.0.0.1:0", AgentURL: agent.URL(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)

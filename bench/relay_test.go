@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -101,7 +101,7 @@ func listenBench(b *testing.B, name, kind string) *dgram.Conn {
 	var err error
 	switch kind {
 	case "unixgram":
-		c, err = dgram.ListenUnixgram(filepath.Join(b.TempDir(), name+".sock"), 0o600)
+		c, err = dgram.ListenUnixgram(sockdir.Path(b, name+".sock"), 0o600)
 	case "udp":
 		c, err = dgram.ListenUDP("127.0.0.1:0", relay.DefaultUDPRcvBuf)
 	}
@@ -194,7 +194,7 @@ func openRelayWith(b *testing.B, name, kind string, d []byte, reject bool, rate 
 	set(&cfg)
 	t := relay.UDP
 	if kind == "unixgram" {
-		cfg.UnixPath, cfg.Origin, t = filepath.Join(b.TempDir(), "relay.sock"), true, relay.Unix
+		cfg.UnixPath, cfg.Origin, t = sockdir.Path(b, "relay.sock"), true, relay.Unix
 	} else {
 		cfg.UDPAddr = "127.0.0.1:0"
 	}

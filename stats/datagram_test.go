@@ -25,6 +25,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -44,7 +45,7 @@ func listenRelay(t *testing.T, network string) *relaySocket {
 		url string
 	)
 	if network == "unixgram" {
-		path := filepath.Join(t.TempDir(), "relay.sock")
+		path := sockdir.Path(t, "relay.sock")
 		c, err = dgram.ListenUnixgram(path, 0o600)
 		url = "unixgram://" + path
 	} else {
@@ -288,7 +289,7 @@ func TestAbstractRelayNameRefused(t *testing.T) {
 		}
 	}
 
-	path := filepath.Join(t.TempDir(), name)
+	path := filepath.Join(sockdir.Dir(t), name)
 	c, err := dgram.ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestAbstractRelayNameRefused(t *testing.T) {
 // TestDatagramNoRelay: with nothing listening, a report is retried for at
 // most datagramPatience, then dropped and counted; Flush says why.
 func TestDatagramNoRelay(t *testing.T) {
-	a := newStarted(t, Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock")})
+	a := newStarted(t, Config{AgentURL: "unixgram://" + sockdir.Path(t, "none.sock")})
 	publishN(a, 3, "r")
 	start := time.Now()
 	err := a.Flush(context.Background())
@@ -335,7 +336,7 @@ func TestDatagramNoRelay(t *testing.T) {
 // dials again when the old socket refuses), nothing is dropped, and the
 // sequence goes on where it was, so the new relay counts no gap.
 func TestDatagramRelayRestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	old, err := dgram.ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -622,7 +623,7 @@ func TestDatagramFinalFlag(t *testing.T) {
 // long it took.
 func flushHeldToMissingRelay(t *testing.T, own []part) (*Aggregator, time.Duration, error) {
 	t.Helper()
-	a, err := New(Config{AgentURL: "unixgram://" + filepath.Join(t.TempDir(), "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
+	a, err := New(Config{AgentURL: "unixgram://" + sockdir.Path(t, "none.sock"), BucketInterval: time.Hour, SendJitter: 20 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1211,7 +1212,7 @@ func TestFinalFlagRetriesMissingRelay(t *testing.T) {
 			final: true, fallback: header()},
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "relay.sock")
+			path := sockdir.Path(t, "relay.sock")
 			to, err := parseAgentURL("unixgram://" + path)
 			if err != nil {
 				t.Fatal(err)
@@ -1423,11 +1424,11 @@ func TestDatagramRelayBackTellsEveryDrop(t *testing.T) {
 		gone func(t *testing.T) (url string, up func() *relaySocket)
 	}{
 		{"unixgram no file", func(t *testing.T) (string, func() *relaySocket) {
-			path := filepath.Join(t.TempDir(), "relay.sock")
+			path := sockdir.Path(t, "relay.sock")
 			return "unixgram://" + path, func() *relaySocket { return listenRelayAt(t, "unixgram", path) }
 		}},
 		{"unixgram stale file", func(t *testing.T) (string, func() *relaySocket) {
-			path := filepath.Join(t.TempDir(), "relay.sock")
+			path := sockdir.Path(t, "relay.sock")
 			c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 			if err != nil {
 				t.Fatal(err)

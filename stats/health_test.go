@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -70,7 +71,7 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 // relay never shows more PayloadsRetried than PayloadsFailed (a monitor
 // computing the attempts given up, Failed − Retried, must not wrap).
 func TestHealthRetriedNeverExceedsFailed(t *testing.T) {
-	a := newStarted(t, Config{AgentURL: "unixgram://" + t.TempDir() + "/none.sock", SendJitter: -1}, func(a *Aggregator) {
+	a := newStarted(t, Config{AgentURL: "unixgram://" + sockdir.Path(t, "none.sock"), SendJitter: -1}, func(a *Aggregator) {
 		a.snd.out.(*datagramOut).sleep = func(time.Duration) {} // retry as fast as the dial fails
 	})
 	var done atomic.Bool

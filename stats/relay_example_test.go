@@ -23,7 +23,9 @@ import (
 // final flag of Stop's last report). Here a socket of the example's own
 // stands in for the relay and decodes what reaches it.
 func ExampleConfig_relay() {
-	dir, err := os.MkdirTemp("", "spanstats-example")
+	// Under /tmp, not $TMPDIR: a Unix socket path holds at most 107 bytes
+	// (103 on macOS), which a long $TMPDIR leaves no room for.
+	dir, err := os.MkdirTemp("/tmp", "spanstats-example")
 	if err != nil {
 		panic(err)
 	}

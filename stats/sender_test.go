@@ -28,13 +28,14 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/agentclient"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // TestUnixFakeAgentURL: the URL of a fake agent on a Unix socket is the
 // AgentURL that reaches it, as New's is for TCP, relative path included.
 func TestUnixFakeAgentURL(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	t.Chdir(dir)
 	ag, err := statstest.NewUnix("apm.socket")
 	if err != nil {
@@ -55,7 +56,7 @@ func TestUnixFakeAgentURL(t *testing.T) {
 // TestHeadersAndPayloadIdentity checks the request headers and payload
 // fields the agent relies on, over a Unix socket.
 func TestHeadersAndPayloadIdentity(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "apm.socket")
+	sock := sockdir.Path(t, "apm.socket")
 	ag, err := statstest.NewUnix(sock)
 	if err != nil {
 		t.Fatal(err)

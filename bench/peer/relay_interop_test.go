@@ -10,7 +10,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -43,7 +43,7 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 		phases      = 2
 	)
 	rec := newStatsRecorder(t)
-	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: filepath.Join(t.TempDir(), "relay.sock"),
+	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"),
 		UDPAddr: "127.0.0.1:0", AgentURL: rec.srv.URL, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

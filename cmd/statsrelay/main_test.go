@@ -16,7 +16,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -28,6 +27,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -268,7 +268,7 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busyTCP.Close()
-	notSocket := filepath.Join(t.TempDir(), "stats.sock")
+	notSocket := sockdir.Path(t, "stats.sock")
 	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +284,11 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		{map[string]string{"STATSRELAY_UNIX": notSocket}, nil, "-unix " + notSocket + ": "},
 		{map[string]string{"STATSRELAY_UNIX": notSocket}, nil, "not replacing it (set by STATSRELAY_UNIX)"},
 		{map[string]string{"STATSRELAY_UNIX": notSocket}, []string{"-udp", ""}, "(set by STATSRELAY_UNIX)"},
-		{map[string]string{"STATSRELAY_PROC_ROOT": notSocket, "STATSRELAY_UNIX": filepath.Join(t.TempDir(), "r.sock")}, nil,
+		{map[string]string{"STATSRELAY_PROC_ROOT": notSocket, "STATSRELAY_UNIX": sockdir.Path(t, "r.sock")}, nil,
 			"-proc-root " + notSocket + ": "},
-		{nil, []string{"-proc-root", notSocket, "-unix", filepath.Join(t.TempDir(), "r.sock")}, "-proc-root " + notSocket + ": "},
+		{nil, []string{"-proc-root", notSocket, "-unix", sockdir.Path(t, "r.sock")}, "-proc-root " + notSocket + ": "},
 		// What to do, in the command's terms: relay's "turn it off" names no flag.
-		{nil, []string{"-proc-root", notSocket, "-unix", filepath.Join(t.TempDir(), "r.sock")}, "turn origin detection off): -origin=false"},
+		{nil, []string{"-proc-root", notSocket, "-unix", sockdir.Path(t, "r.sock")}, "turn origin detection off): -origin=false"},
 	} {
 		env := maps.Clone(base)
 		maps.Copy(env, tc.env)

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -185,7 +185,7 @@ func TestBinaryForwardsWhatItHoldsOnSignal(t *testing.T) {
 func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 	ag := statstest.New()
 	defer ag.Close()
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	stale, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 func TestBinaryStartErrors(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	notSocket := filepath.Join(t.TempDir(), "stats.sock")
+	notSocket := sockdir.Path(t, "stats.sock")
 	if err := os.WriteFile(notSocket, []byte("an operator's file\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestBinaryStartErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -498,7 +498,7 @@ func TestBinaryFailedRequestsSayWhy(t *testing.T) {
 func TestBinaryRebindsRemovedSocket(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	b := startBinary(t, "-unix", path, "-udp", "", "-agent", ag.URL(), "-http", "127.0.0.1:0", "-socket-check", "20ms")
 	addr := b.startedAddr(t, "http")
 	if err := os.Remove(path); err != nil {
@@ -557,7 +557,7 @@ func TestBinarySocketMode(t *testing.T) {
 		args []string
 		want fs.FileMode
 	}{{nil, 0o660}, {[]string{"-socket-mode", "0602"}, 0o602}} {
-		sock := filepath.Join(t.TempDir(), "relay.sock")
+		sock := sockdir.Path(t, "relay.sock")
 		b := startBinary(t, append([]string{"-unix", sock, "-udp", "", "-agent", ag.URL(), "-http", ""}, tc.args...)...)
 		b.startedLine(t)
 		fi, err := os.Lstat(sock)
@@ -606,7 +606,7 @@ func TestBinaryReportsItsBuild(t *testing.T) {
 // socket file, and a variable set wrong (which would stop a start) does
 // not stand in the way.
 func TestBinaryVersion(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	args, err := json.Marshal([]string{"-version", "-unix", sock, "-udp", "", "-http", ""})
 	if err != nil {
 		t.Fatal(err)

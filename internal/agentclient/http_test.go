@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 // TestRedirectIsNotFollowed: a 307 to another host is a refused payload,
@@ -135,7 +136,7 @@ func TestAgentErrorText(t *testing.T) {
 // socket, as the relay side does for the opposite mistake, and keeps the
 // errno for errors.Is.
 func TestUnixURLToDatagramSocket(t *testing.T) {
-	sock := t.TempDir() + "/relay.sock"
+	sock := sockdir.Path(t, "relay.sock")
 	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 func TestReadBatchReadsQueuedDatagramsAtOnce(t *testing.T) {
@@ -300,7 +302,7 @@ func TestDrain(t *testing.T) {
 func TestSocketNeverWiderThanMode(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	const mode = 0o660
 	var wider os.FileMode
 	for range 200 {
@@ -392,7 +394,7 @@ func listenUnix(t *testing.T, path string, typ, backlog int) int {
 // socket whose backlog is full, a seqpacket socket) is another service's
 // and stays.
 func TestListenUnixgramKeepsLiveSocketsItCannotProbe(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	busy := filepath.Join(dir, "busy.sock")
 	listenUnix(t, busy, unix.SOCK_STREAM, 0)
 	// Backlog 0 holds one connection: the second is refused with EAGAIN.
@@ -520,7 +522,7 @@ func TestCountDropsConcurrent(t *testing.T) {
 func TestChmodNeverThroughLinkPutInPlace(t *testing.T) {
 	old := syscall.Umask(0o022) // takes 0o044 from the mode: a chmod follows bind
 	defer syscall.Umask(old)
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	path := filepath.Join(dir, "relay.sock")
 	target := filepath.Join(dir, "secret")
 	if err := os.WriteFile(target, []byte("x"), 0o600); err != nil {
@@ -576,7 +578,7 @@ func TestListenUnixgramRefusesAbstractName(t *testing.T) {
 func TestFailedChmodKeepsSuccessorsSocket(t *testing.T) {
 	old := syscall.Umask(0o022) // takes 0o044 from the mode: a chmod follows bind
 	defer syscall.Umask(old)
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	var successor *net.UnixConn
 	testHook = func(stage string) {
 		if stage != "chmod" || successor != nil {
@@ -653,7 +655,7 @@ func TestDialUnixgramOnlyRaisesSendBuffer(t *testing.T) {
 // replacing the link would delete what an operator put there, and
 // following it would take over a socket elsewhere.
 func TestListenUnixgramRefusesLinksAndFIFOs(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,7 +36,7 @@ type relay struct {
 
 func listenUnixgram(t testing.TB) relay {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	c, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +139,7 @@ func TestOversizedDatagramIsTruncated(t *testing.T) {
 }
 
 func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +173,7 @@ func TestListenUnixgramReplacesStaleSocket(t *testing.T) {
 // listens on (the agent's apm.socket at a mistyped path) is refused and
 // left in place; a stale one is replaced.
 func TestListenUnixgramRefusesLiveStreamSocket(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "apm.socket")
+	path := sockdir.Path(t, "apm.socket")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +200,7 @@ func TestListenUnixgramRefusesLiveStreamSocket(t *testing.T) {
 // running is replaced too, and TookOver says so; senders that dial the
 // path now reach the new socket.
 func TestListenUnixgramTakesOverLiveSocket(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	old, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +228,7 @@ func TestListenUnixgramTakesOverLiveSocket(t *testing.T) {
 }
 
 func TestListenUnixgramRefusesOtherFiles(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
@@ -251,7 +253,7 @@ func TestListenUnixgramRefusesOtherFiles(t *testing.T) {
 
 func TestListenUnixgramMode(t *testing.T) {
 	for _, mode := range []os.FileMode{0o600, 0o620, 0o666} {
-		path := filepath.Join(t.TempDir(), "relay.sock")
+		path := sockdir.Path(t, "relay.sock")
 		c, err := ListenUnixgram(path, mode)
 		if err != nil {
 			t.Fatal(err)
@@ -268,7 +270,7 @@ func TestListenUnixgramMode(t *testing.T) {
 }
 
 func TestCloseRemovesOnlyItsSocketFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	first, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +317,7 @@ func TestCloseUnblocksReadBatch(t *testing.T) {
 }
 
 func TestSenderNoRelay(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	missing := filepath.Join(dir, "missing.sock")
 	if _, err := DialUnixgram(missing, 0); !errors.Is(err, ErrNoRelay) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("dial a missing path: %v, want ErrNoRelay and ENOENT", err)
@@ -442,7 +444,7 @@ func TestUnixPathTooLong(t *testing.T) {
 // TestDialStreamSocket: dialing a stream socket (the agent's apm.socket
 // given for the relay's) fails saying which scheme is for which.
 func TestDialStreamSocket(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "apm.socket")
+	path := sockdir.Path(t, "apm.socket")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +517,7 @@ func TestDrainTakesEveryQueuedDatagram(t *testing.T) {
 // while the stale socket there is probed is not the socket probed: it is
 // neither removed nor replaced.
 func TestListenUnixgramKeepsFilePutInPlaceOfStaleSocket(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	path := filepath.Join(dir, "relay.sock")
 	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
@@ -549,7 +551,7 @@ func TestListenUnixgramKeepsFilePutInPlaceOfStaleSocket(t *testing.T) {
 // one closes may get the inode number just freed (ext4 hands it out again
 // at once); Close must still not take that socket file for its own.
 func TestCloseKeepsSuccessorReusingInode(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	first, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)

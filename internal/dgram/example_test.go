@@ -13,10 +13,11 @@ import (
 	"runtime"
 
 	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 func Example() {
-	dir, _ := os.MkdirTemp("", "dgram")
+	dir, _ := sockdir.MkdirTemp("dgram") // $TMPDIR, or /tmp where it is too long for a socket path
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "statsrelay.sock")
 

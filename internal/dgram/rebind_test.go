@@ -10,13 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 // TestCheckFile: the path names the bound socket, then nothing once
 // removed, then another process's socket or another file: each is told
 // apart, and the check itself removes nothing.
 func TestCheckFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	c, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,7 @@ func TestCheckFile(t *testing.T) {
 // sender reaches it; where any file is, it refuses with ErrPathTaken and
 // leaves that file as it was, a live socket included.
 func TestRebindUnixgram(t *testing.T) {
-	dir := t.TempDir()
+	dir := sockdir.Dir(t)
 	path := filepath.Join(dir, "relay.sock")
 	c, err := RebindUnixgram(path, 0o620)
 	if err != nil {
@@ -114,7 +116,7 @@ func TestRebindUnixgram(t *testing.T) {
 // relay's check find the path free in between and bind it again, the
 // starting relay must not fail on EADDRINUSE: it takes over that socket too.
 func TestListenUnixgramWinsOverRebindInItsWindow(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	running, err := ListenUnixgram(path, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -8,12 +8,12 @@ package dgram
 import (
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/spanstats/spanstats/internal/cputime"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 var sinkN int
@@ -63,7 +63,7 @@ func benchRelay(b *testing.B, kind string, size int) (*Conn, func()) {
 	case "udp":
 		c, err = ListenUDP("127.0.0.1:0", 4<<20)
 	case "unixgram":
-		c, err = ListenUnixgram(filepath.Join(b.TempDir(), "relay.sock"), 0o600)
+		c, err = ListenUnixgram(sockdir.Path(b, "relay.sock"), 0o600)
 	}
 	if err != nil {
 		b.Fatal(err)

@@ -6,10 +6,10 @@ package relay
 
 import (
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -19,7 +19,7 @@ import (
 // whose body names its sender is counted rejected, not a second time as a
 // sequence gap.
 func TestRejectedDatagramKeepsItsEnvelope(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	s := runServer(t, ServerConfig{UnixPath: path, UDPAddr: "-"})
 	conn, err := net.Dial("unixgram", path)
 	if err != nil {

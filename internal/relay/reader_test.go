@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 // runServer runs a Server of cfg, forwarding to an agent that is not
@@ -95,7 +96,7 @@ func TestUDPRcvBufSystemDefault(t *testing.T) {
 // than finding no sender's container.
 func TestProcRootMissing(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "prco")
-	_, err := NewServer(ServerConfig{UnixPath: filepath.Join(t.TempDir(), "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1", Origin: true, ProcRoot: missing,
+	_, err := NewServer(ServerConfig{UnixPath: sockdir.Path(t, "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1", Origin: true, ProcRoot: missing,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("NewServer with proc root %s: %v, want an error naming it", missing, err)
@@ -191,7 +192,7 @@ func waitBlocked(t *testing.T, fn, state string) {
 func TestProcRootWithoutSelfWarns(t *testing.T) {
 	for root, warns := range map[string]bool{t.TempDir(): true, "/proc": false} {
 		var log bytes.Buffer
-		s, err := NewServer(ServerConfig{UnixPath: filepath.Join(t.TempDir(), "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1",
+		s, err := NewServer(ServerConfig{UnixPath: sockdir.Path(t, "r.sock"), UDPAddr: "-", AgentURL: "http://127.0.0.1:1",
 			Origin: true, ProcRoot: root, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			t.Fatal(err)

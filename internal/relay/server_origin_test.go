@@ -20,6 +20,7 @@ import (
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -83,7 +84,7 @@ func TestOriginReachesAgent(t *testing.T) {
 func TestUnixAgentNeverMisfiles(t *testing.T) {
 	for _, origin := range []bool{true, false} {
 		t.Run(fmt.Sprintf("origin=%v", origin), func(t *testing.T) {
-			sock := filepath.Join(t.TempDir(), "apm.socket")
+			sock := sockdir.Path(t, "apm.socket")
 			ag, err := statstest.NewUnix(sock)
 			if err != nil {
 				t.Fatal(err)
@@ -158,7 +159,7 @@ func ownCgroupRoot(t *testing.T) string {
 // are dropped as unattributable, never sent.
 func TestUnixAgentDropsHostSender(t *testing.T) {
 	root := procRoot(t) // the relay runs in testContainer
-	sock := filepath.Join(t.TempDir(), "apm.socket")
+	sock := sockdir.Path(t, "apm.socket")
 	ag, err := statstest.NewUnix(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestUnixAgentDropsHostSender(t *testing.T) {
 // (counted as unattributable).
 func TestUnixAgentSameContainerSender(t *testing.T) {
 	root := ownCgroupRoot(t)
-	sock := filepath.Join(t.TempDir(), "apm.socket")
+	sock := sockdir.Path(t, "apm.socket")
 	ag, err := statstest.NewUnix(sock)
 	if err != nil {
 		t.Fatal(err)

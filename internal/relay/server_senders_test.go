@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -40,7 +40,7 @@ func TestBurstOfThousandSenders(t *testing.T) {
 	const senders = 1000
 	ag := statstest.New()
 	defer ag.Close()
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	proc := startRelayProcess(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: sock, UDPAddr: "-"})
 	aggs := make([]*stats.Aggregator, senders)
 	for i := range aggs {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -92,7 +92,7 @@ func TestStopDrainIsBounded(t *testing.T) {
 func TestStopLosesNothingSilently(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: path, AgentURL: ag.URL(),
 		BatchSize: 1, Workers: 1, Queue: 1, StopDrain: 3 * time.Second, SpinWait: -1,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -238,7 +238,7 @@ func TestStopRetriesWhatItHolds(t *testing.T) {
 func TestFailedStartKeepsLiveSocket(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	first, stop := startServer(t, relay.ServerConfig{UnixPath: sock, AgentURL: ag.URL(), Logger: slog.New(slog.DiscardHandler)})
 	defer stop()
 	before, err := os.Lstat(sock)

@@ -13,7 +13,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -32,7 +32,7 @@ import (
 func startServer(t *testing.T, cfg relay.ServerConfig) (s *relay.Server, stop func()) {
 	t.Helper()
 	if cfg.UnixPath == "" {
-		cfg.UnixPath = filepath.Join(t.TempDir(), "relay.sock")
+		cfg.UnixPath = sockdir.Path(t, "relay.sock")
 	}
 	if cfg.UDPAddr == "" {
 		cfg.UDPAddr = "127.0.0.1:0"
@@ -187,7 +187,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 // sockets on Close: the socket file is gone, the UDP port can be bound
 // again, and a second Close, or one after Run returned, is a no-op.
 func TestServerCloseWithoutRun(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "relay.sock")
+	sock := sockdir.Path(t, "relay.sock")
 	s, err := relay.NewServer(relay.ServerConfig{UnixPath: sock, UDPAddr: "127.0.0.1:0", AgentURL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)

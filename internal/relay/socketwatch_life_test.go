@@ -10,13 +10,13 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
 // unixFDs is how many Unix sockets the process has open: the agent
@@ -64,7 +64,7 @@ func readers() int {
 // the relay with one reader, the Unix sockets it had and none held as
 // replaced, and every datagram sent to each socket counted.
 func TestSocketRebindsLeakNothing(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, _, stop := startWatched(t, path, -1)
 	defer stop()
 	if err := sendUnix(path, []byte{0xc1}); err != nil {
@@ -96,7 +96,7 @@ func TestSocketRebindsLeakNothing(t *testing.T) {
 // queued there after its file was removed is read and counted once the
 // check binds a new one, and then the old socket is closed.
 func TestSocketRebindDrainsOld(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, _, stop := startWatched(t, path, -1)
 	defer stop()
 	conn, err := net.Dial("unixgram", path)
@@ -130,7 +130,7 @@ func TestSocketRebindDrainsOld(t *testing.T) {
 // running (goleak), and the stop leaves no socket file behind.
 func TestSocketRebindRacesStop(t *testing.T) {
 	for i := range 20 {
-		path := filepath.Join(t.TempDir(), "relay.sock")
+		path := sockdir.Path(t, "relay.sock")
 		srv, _, stop := startWatched(t, path, time.Millisecond)
 		t.Cleanup(stop) // a second call returns at once
 		os.Remove(path)

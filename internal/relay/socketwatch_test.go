@@ -21,6 +21,7 @@ import (
 
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
@@ -113,7 +114,7 @@ const (
 // counts go on from where they were, one line says what happened, and the
 // stop removes the new file.
 func TestSocketRemovedIsRebound(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, logs, stop := startWatched(t, path, -1)
 	defer stop()
 	sdk, err := dgram.DialUnixgram(path, 0)
@@ -165,7 +166,7 @@ func TestSocketRemovedIsRebound(t *testing.T) {
 // bound again; that is logged once, not at every check, and the first
 // check after the directory is back binds it.
 func TestSocketRebindRetries(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "run")
+	dir := filepath.Join(sockdir.Dir(t), "run")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestSocketRebindRetries(t *testing.T) {
 // not taken back, neither by the check nor by the stop; the metrics and
 // one log line say so, and senders reach that socket.
 func TestSocketTakenIsLeftAlone(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, logs, stop := startWatched(t, path, -1)
 	defer stop()
 	if err := os.Remove(path); err != nil {
@@ -238,7 +239,7 @@ func TestSocketTakenIsLeftAlone(t *testing.T) {
 // TestSocketCheckTicks: with SocketCheck set, the relay finds the removed
 // file by itself and a sender reaches it again.
 func TestSocketCheckTicks(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, _, stop := startWatched(t, path, 5*time.Millisecond)
 	defer stop()
 	if err := os.Remove(path); err != nil {
@@ -254,7 +255,7 @@ func TestSocketCheckTicks(t *testing.T) {
 // statsrelay_unix_socket_bound 0 must fire when the file is removed or
 // taken, not read 1 for ever.
 func TestSocketBoundWithCheckOff(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "relay.sock")
+	path := sockdir.Path(t, "relay.sock")
 	srv, _, stop := startWatched(t, path, -1)
 	defer stop()
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1")

@@ -11,13 +11,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -154,7 +154,7 @@ func TestSetHandlerAndInfo(t *testing.T) {
 
 // TestUnix: NewUnix serves the same API on a Unix socket.
 func TestUnix(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "apm.socket")
+	path := sockdir.Path(t, "apm.socket")
 	a, err := NewUnix(path)
 	if err != nil {
 		t.Fatal(err)
