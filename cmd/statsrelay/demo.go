@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -29,7 +30,9 @@ const demoRate = 20_000
 func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, demoIntervals int) error {
 	ag := statstest.New()
 	defer ag.Close()
-	dir, err := os.MkdirTemp("", "statsrelay-demo")
+	// $TMPDIR, unless too long for the socket's path (macOS's is ~50
+	// bytes of the 103 a path holds; some CI runners' longer): then /tmp.
+	dir, err := sockdir.MkdirTemp("statsrelay-demo")
 	if err != nil {
 		return err
 	}

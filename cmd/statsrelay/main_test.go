@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -233,8 +234,15 @@ func TestUsageNamesTheVariables(t *testing.T) {
 }
 
 // TestDemo: the demo ends by itself and its summary shows every span
-// counted by the aggregators reaching the agent through the relay.
+// counted by the aggregators reaching the agent through the relay, also
+// where $TMPDIR is too long to hold its Unix socket (a path holds at most
+// 107 bytes): this one is, whatever the caller's.
 func TestDemo(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", sockdir.MaxPath))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), &out, stats.MinBucketInterval, 2); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
