@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 )
 
@@ -69,6 +70,10 @@ func NewUnix(path string) (*Agent, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
+	}
+	// The kernel's bare "invalid argument" says nothing of the length.
+	if err := dgram.CheckUnixPath(abs); err != nil {
+		return nil, fmt.Errorf("statstest: %w", err)
 	}
 	l, err := net.Listen("unix", abs)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,6 +151,26 @@ func TestSetHandlerAndInfo(t *testing.T) {
 	a.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}, "peer_tags": []string{"db.system"}})
 	if m := info(); len(m["endpoints"].([]any)) != 1 || m["peer_tags"].([]any)[0] != "db.system" {
 		t.Fatalf("/info after SetInfo: %v", m)
+	}
+}
+
+// TestUnixPathTooLong: a socket path longer than a Unix socket path holds
+// is refused naming the path and the limit, not with the kernel's bare
+// "invalid argument"; a relative path is measured as the absolute one it
+// is bound at.
+func TestUnixPathTooLong(t *testing.T) {
+	dir := sockdir.Dir(t)
+	t.Chdir(dir)
+	rel := strings.Repeat("s", sockdir.MaxPath-len(dir)) // fits; absolute, it does not
+	for _, path := range []string{filepath.Join(dir, rel), rel} {
+		a, err := NewUnix(path)
+		if err == nil {
+			a.Close()
+			t.Fatalf("NewUnix(%q) succeeded", path)
+		}
+		if want := fmt.Sprintf("%q is %d bytes; a Unix socket path holds at most %d", filepath.Join(dir, rel), len(dir)+1+len(rel), sockdir.MaxPath); !strings.Contains(err.Error(), want) {
+			t.Errorf("NewUnix(%q) = %v, want it to say %s", path, err, want)
+		}
 	}
 }
 
