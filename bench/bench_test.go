@@ -9,12 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
 )
 
 // The benchmarks start aggregators, senders and loopback agents; all of
 // them must be gone when the package's tests end.
 func TestMain(m *testing.M) {
+	testenv.Clear() // the developer's DD_*, OTEL_* and SPANSTATS_* settings are not the benchmarks'
 	goleak.VerifyTestMain(m)
 }
 

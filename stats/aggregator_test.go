@@ -20,11 +20,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
 )
 
 func TestMain(m *testing.M) {
+	testenv.Clear() // the developer's DD_*, OTEL_* and SPANSTATS_* settings are not the tests'
 	goleak.VerifyTestMain(m)
 }
 

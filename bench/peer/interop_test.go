@@ -32,11 +32,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/writer"
 )
 
 func TestMain(m *testing.M) {
+	testenv.Clear() // the developer's DD_*, OTEL_* and SPANSTATS_* settings are not the tests'
 	goleak.VerifyTestMain(m)
 }
 

@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -53,6 +54,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0) // main returned: the binary's exit status
 	}
+	testenv.Clear() // the developer's DD_*, OTEL_* and SPANSTATS_* settings are not the tests'
 	goleak.VerifyTestMain(m)
 }
 

@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/internal/sockdir"
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -49,6 +50,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0) // main returned: the binary's exit status
 	}
+	// The developer's STATSRELAY_* settings would reach every statsrelay
+	// the tests start (and DD_* every agent URL): the tests set their own.
+	testenv.Clear()
 	// Run under nohup or as a shell's background job, this process inherits
 	// SIGHUP or SIGINT ignored, and so would every statsrelay it starts,
 	// which keeps them ignored by design (TestBinaryKeepsIgnoredSignalsIgnored):

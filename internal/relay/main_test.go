@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/testenv"
 )
 
 // childEnv, when set, makes the test binary a relay process: senders in the
@@ -39,6 +40,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(senderEnv); path != "" {
 		os.Exit(runSender(path))
 	}
+	testenv.Clear() // the developer's DD_*, SPANSTATS_* and STATSRELAY_* settings are not the tests'
 	goleak.VerifyTestMain(m)
 }
 

@@ -21,11 +21,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Clear() // the developer's DD_*, OTEL_* and SPANSTATS_* settings are not the tests'
+	goleak.VerifyTestMain(m)
+}
 
 // recorder keeps the spans that end.
 type recorder struct{ spans []sdktrace.ReadOnlySpan }
