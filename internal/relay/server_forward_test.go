@@ -449,15 +449,7 @@ func TestForwardRoundLoggedAtDebug(t *testing.T) {
 	var buf bytes.Buffer // read after the stop, the handler's last write
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	mergeOverUDP(t, srv, 7)
 	stop()
 	var rounds []string
 	for l := range strings.Lines(buf.String()) {

@@ -372,15 +372,7 @@ func TestHealthzSaysStopping(t *testing.T) {
 	if code, body := health(); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("serving: /healthz %d %q, want 200 \"ok\\n\"", code, body)
 	}
-	conn, err := net.Dial("udp", s.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write(validDatagram(1, 3)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	mergeOverUDP(t, s, 3)
 	cancel()
 	waitFor(t, "the final forward to reach the agent", func() bool { return inFlight.Load() > 0 })
 	if code, body := health(); code != http.StatusServiceUnavailable || body != "stopping\n" {

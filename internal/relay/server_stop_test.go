@@ -211,15 +211,7 @@ func TestStopRetriesWhatItHolds(t *testing.T) {
 	defer ag.Close()
 	ag.FailNext(2, http.StatusServiceUnavailable)
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Minute})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write(validDatagram(1, 9)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 9 })
+	mergeOverUDP(t, srv, 9)
 	stop()
 	st := srv.Relay().Stats()
 	checkIdentity(t, st)
@@ -300,15 +292,7 @@ func TestStopPollsAnAgentBackFromOff(t *testing.T) {
 	}()
 	// Polls at 0.2, 0.6, 1.4, 3.0 s; the next one 3.2 s later.
 	time.Sleep(3100 * time.Millisecond)
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	mergeOverUDP(t, srv, 7)
 	time.Sleep(1200 * time.Millisecond) // a round holds it: the agent is off
 	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"}})
 	cancel()

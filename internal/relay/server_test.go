@@ -320,3 +320,18 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+// mergeOverUDP sends srv a valid datagram of hits spans (sequence 1) over
+// UDP and waits until the relay has merged it.
+func mergeOverUDP(t *testing.T, srv *relay.Server, hits uint64) {
+	t.Helper()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, hits)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == hits })
+}
