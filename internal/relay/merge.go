@@ -286,7 +286,11 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 	byteLimit := s.maxBytes - bytesReserve(s.maxBytes)
 	for bi := range pp.p.Buckets {
 		b := &pp.p.Buckets[bi]
-		ws := windowOf(b.Start, s.interval)
+		// The window of the bucket's end (Duration > 0, checked): by its
+		// start, a bucket longer than the interval or across a boundary
+		// would be in a window forwarded before the bucket even closed,
+		// and every span of it late whatever the grace.
+		ws := windowOf(b.Start+b.Duration-1, s.interval)
 		late := ws+s.interval <= s.harvested // its round has forwarded this window
 		var w *window
 		if id != nil {

@@ -692,3 +692,52 @@ func TestLateWindowIsCounted(t *testing.T) {
 		t.Fatalf("next round forwarded %v by bucket start, want 3 at w0 and 4 at w0+10s", starts)
 	}
 }
+
+// TestLongBucketIsNotLate: a bucket longer than the interval, or one that
+// crosses a window's boundary (an SDK's BucketInterval that the -interval
+// is no multiple of), is merged by the window its end falls in: reported
+// within the grace after its end, it is not late, and the round of that
+// window forwards it whole. Windows of its start, forwarded before the
+// bucket had even closed, made every such span late however long -grace.
+func TestLongBucketIsNotLate(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		interval, bucket time.Duration
+	}{
+		{"30s buckets, 10s interval", 10 * time.Second, 30 * time.Second},
+		{"2s buckets, 5s interval", 5 * time.Second, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			iv, bl := uint64(tc.interval), uint64(tc.bucket)
+			// A bucket that ends a few windows after t0 and crosses a
+			// window's boundary (or is longer than a window).
+			end := windowOf(uint64(t0.UnixNano()), iv) + 3*iv
+			for end%bl != 0 || windowOf(end-bl, iv) == windowOf(end-1, iv) {
+				end += sec
+			}
+			start := end - bl
+			clock := time.Unix(0, int64(end)) // the SDK reports at its end, well within the grace
+			r := newTestRelay(Config{Interval: tc.interval, Now: func() time.Time { return clock }})
+			// The rounds before the bucket's end have run: every boundary
+			// up to the last one before it.
+			for b := windowOf(start, iv) + iv; b < end; b += iv {
+				if out := r.Harvest(time.Unix(0, int64(b))); len(out) != 0 {
+					t.Fatalf("round at +%v harvested %d batches of nothing merged", time.Duration(b-start), len(out))
+				}
+			}
+			mustAccept(t, r, datagram(1, header("rt"), bucket(start, bl, entry(key("a"), 5, 0))), 0, UDP)
+			if got := r.Stats().LateSpans; got != 0 {
+				t.Fatalf("LateSpans %d, want 0: the bucket came right at its end", got)
+			}
+			out := r.Harvest(time.Unix(0, int64(windowOf(end-1, iv)+iv)))
+			if len(out) != 1 || out[0].Hits != 5 || len(out[0].Buckets) != 1 {
+				t.Fatalf("the round after its end: %+v, want one batch of 5 spans", out)
+			}
+			if bk := out[0].Buckets[0]; bk.Start != start || bk.Duration != bl {
+				t.Fatalf("bucket at %d for %v, want %d for %v", bk.Start, time.Duration(bk.Duration), start, tc.bucket)
+			}
+			r.Forwarded(out[0].Hits)
+			checkAccounting(t, r)
+		})
+	}
+}
