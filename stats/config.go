@@ -414,7 +414,7 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	}
 	switch {
 	case c.SendJitter == 0:
-		c.SendJitter = min(c.BucketInterval/5, c.BucketInterval/graceDivisor+maxSendSpread)
+		c.SendJitter = DefaultSendJitter(c.BucketInterval)
 	case c.SendJitter < 0:
 		c.SendJitter = 0
 	}
@@ -543,6 +543,13 @@ func controlAt(v string) int {
 		}
 	}
 	return -1
+}
+
+// DefaultSendJitter is Config.SendJitter's default for a BucketInterval of
+// bucketInterval: the most a report is sent past its boundary, which a
+// relay's wait for its senders (statsrelay's -grace) must cover.
+func DefaultSendJitter(bucketInterval time.Duration) time.Duration {
+	return min(bucketInterval/5, bucketInterval/graceDivisor+maxSendSpread)
 }
 
 // maxSendSpread caps how far past its close the default SendJitter spreads

@@ -559,7 +559,8 @@ func TestEntityIDThroughRelayWarns(t *testing.T) {
 // TestDefaultSendJitterSpreads: at every interval the default SendJitter
 // leaves a random spread past the bucket's close (BucketInterval/10), so
 // a host's processes do not all send in the same millisecond: min(BI/5,
-// BI/10 + 1 s), which is 2 s at the default interval.
+// BI/10 + 1 s), which is 2 s at the default interval; DefaultSendJitter,
+// which statsrelay's -grace follows, says the same.
 func TestDefaultSendJitterSpreads(t *testing.T) {
 	for _, tc := range []struct{ interval, want time.Duration }{
 		{time.Second, 200 * time.Millisecond},
@@ -572,8 +573,8 @@ func TestDefaultSendJitterSpreads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.SendJitter != tc.want {
-			t.Errorf("interval %v: default SendJitter %v, want %v", tc.interval, c.SendJitter, tc.want)
+		if c.SendJitter != tc.want || DefaultSendJitter(tc.interval) != tc.want {
+			t.Errorf("interval %v: default SendJitter %v, DefaultSendJitter %v, want %v", tc.interval, c.SendJitter, DefaultSendJitter(tc.interval), tc.want)
 		}
 		if spread := c.SendJitter - tc.interval/graceDivisor; spread <= 0 {
 			t.Errorf("interval %v: no spread past the close (%v)", tc.interval, spread)

@@ -38,6 +38,7 @@ type options struct {
 	stopTimeout time.Duration
 	procs       int  // GOMAXPROCS to run on; 0: the Go runtime's
 	spinGiven   bool // -spin-wait or its variable was given
+	graceGiven  bool // -grace or its variable was given
 	demo        bool
 	version     bool
 	logFormat   string            // -log-format: text or json
@@ -184,7 +185,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
 	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+")")
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
-	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding")
+	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding; not given, it follows -interval: the SDKs' default send delay plus a tenth of it, at most 1s (600ms at 2s, 3s at 10s, 5s at 30s)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")
 	fs.BoolVar(&c.Origin, "origin", true, "read each Unix sender's container id from <proc-root>/<pid>/cgroup")
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "where <pid>/cgroup is read")
@@ -244,6 +245,8 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	_, spinEnv := fromEnv["spin-wait"]
 	o.spinGiven = set["spin-wait"] || spinEnv
+	_, graceEnv := fromEnv["grace"]
+	o.graceGiven = set["grace"] || graceEnv
 	if o.demo {
 		// Checked with the variables applied: a STATSRELAY_DEMO left in a
 		// relay's environment must not turn it into the demo unnoticed.
@@ -380,6 +383,9 @@ func check(o *options) error {
 	if c.UDPAddr == "" {
 		c.UDPAddr = "-"
 	}
+	if !o.graceGiven && c.Interval >= time.Second && c.Interval <= time.Hour {
+		c.Grace = defaultGrace(c.Interval)
+	}
 	switch {
 	case c.MaxDatagram < stats.MinDatagramBytes || c.MaxDatagram > stats.MaxMaxDatagramBytes:
 		// Below the SDK's smallest datagram, its large reports would all
@@ -426,6 +432,16 @@ func check(o *options) error {
 		c.UDPRcvBuf = -1 // ServerConfig's "the system's"; its zero is the default
 	}
 	return nil
+}
+
+// defaultGrace is -grace's default for a forwarding period of interval:
+// the latest an SDK on that BucketInterval sends by default
+// (stats.DefaultSendJitter), plus a tenth of the interval, at most 1 s,
+// for the datagrams' way and the relay's reading. It is relay.DefaultGrace
+// at the default interval; a fixed 3 s would refuse a short -interval and
+// count as late the reports of SDKs on a long one.
+func defaultGrace(interval time.Duration) time.Duration {
+	return stats.DefaultSendJitter(interval) + min(interval/10, time.Second)
 }
 
 // defaultProcs is -procs' default. The relay's work at the loads a host's

@@ -28,6 +28,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats"
@@ -95,6 +96,40 @@ func TestProcsAndSpinWait(t *testing.T) {
 		o, err := parse(tc.args, tc.env)
 		if err != nil || o.procs != tc.procs || o.cfg.SpinWait != tc.spin {
 			t.Errorf("%q %v: procs %d spin-wait %v, %v; want %d, %v", tc.args, tc.env, o.procs, o.cfg.SpinWait, err, tc.procs, tc.spin)
+		}
+	}
+}
+
+// TestGraceFollowsInterval: -grace not given covers the SDKs' default
+// send delay at -interval (stats.DefaultSendJitter) plus a tenth of it, at
+// most 1 s: 3 s at the default 10 s, so a short -interval alone is valid
+// and a long one waits for its senders; given, by flag or variable, it is
+// taken as is, and checked against the interval.
+func TestGraceFollowsInterval(t *testing.T) {
+	if g := defaultGrace(relay.DefaultInterval); g != relay.DefaultGrace {
+		t.Fatalf("defaultGrace(%s) = %s, want relay.DefaultGrace %s", relay.DefaultInterval, g, relay.DefaultGrace)
+	}
+	for _, tc := range []struct {
+		args  []string
+		env   map[string]string
+		grace time.Duration
+	}{
+		{nil, nil, 3 * time.Second},
+		{[]string{"-interval", "1s"}, nil, 300 * time.Millisecond}, // sent within 200 ms
+		{[]string{"-interval", "2s"}, nil, 600 * time.Millisecond},
+		{[]string{"-interval", "5s"}, nil, 1500 * time.Millisecond},
+		{nil, map[string]string{"STATSRELAY_INTERVAL": "30s"}, 5 * time.Second}, // sent within 4 s
+		{[]string{"-interval", "1h"}, nil, 362 * time.Second},
+		{[]string{"-interval", "2s", "-grace", "0s"}, nil, 0},
+		{[]string{"-interval", "30s"}, map[string]string{"STATSRELAY_GRACE": "1s"}, time.Second},
+		{[]string{"-grace", "4s"}, nil, 4 * time.Second},
+	} {
+		o, err := parse(tc.args, tc.env) // checked, defaults applied
+		if err != nil || o.cfg.Grace != tc.grace {
+			t.Errorf("%q %v: grace %s, %v; want %s", tc.args, tc.env, o.cfg.Grace, err, tc.grace)
+		}
+		if err == nil && !o.graceGiven && tc.grace < stats.DefaultSendJitter(o.cfg.Interval) {
+			t.Errorf("%q %v: grace %s shorter than the SDKs' send delay %s", tc.args, tc.env, tc.grace, stats.DefaultSendJitter(o.cfg.Interval))
 		}
 	}
 }
@@ -176,7 +211,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{nil, map[string]string{"STATSRELAY_ORIGIN": "yes"}, `STATSRELAY_ORIGIN="yes": want true or false (as -origin)`},
 		{[]string{"-socket-mode", "rw"}, nil, "-socket-mode"},
 		{[]string{"-grace", "20s"}, nil, "-grace"},
-		{[]string{"-interval", "2s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
+		{[]string{"-interval", "2s", "-grace", "3s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
 		{[]string{"-interval", "10ms"}, nil, "-interval"},
 		{[]string{"-max-datagram", "10"}, nil, "-max-datagram"},
 		// Below the SDK's smallest datagram: its large reports would all
@@ -200,8 +235,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-udp-rcvbuf", "1073741824"}, nil, "-udp-rcvbuf 1073741824: want 0..1073741823"},
 		{nil, map[string]string{"STATSRELAY_STOP_TIMEOUT": "-1s"}, "-stop-timeout -1s: want 0 < stop-timeout <= 10m (set by STATSRELAY_STOP_TIMEOUT)"},
 		{nil, map[string]string{"STATSRELAY_MAX_DATAGRAM": "10"}, "(set by STATSRELAY_MAX_DATAGRAM)"},
-		// The error names -grace, whose default the variable's interval trips.
-		{nil, map[string]string{"STATSRELAY_INTERVAL": "2s"}, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it) (set by STATSRELAY_INTERVAL)"},
+		// The error names the variable that set the interval -grace trips.
+		{[]string{"-grace", "3s"}, map[string]string{"STATSRELAY_INTERVAL": "2s"}, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it) (set by STATSRELAY_INTERVAL)"},
 		{nil, map[string]string{"STATSRELAY_INTERVAL": "2s", "STATSRELAY_GRACE": "5s"}, "(set by STATSRELAY_GRACE, STATSRELAY_INTERVAL)"},
 		{nil, map[string]string{"STATSRELAY_SOCKET_MODE": "7777"}, "(set by STATSRELAY_SOCKET_MODE)"},
 		// A pod's tracer setting, pointing at the relay itself.
