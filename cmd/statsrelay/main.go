@@ -395,8 +395,8 @@ func check(o *options) error {
 	case c.Interval < time.Second || c.Interval > time.Hour:
 		return fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
 	case c.Grace < 0 || c.Grace >= c.Interval:
-		// Named with the interval: -grace's default trips a short -interval
-		// the operator set alone.
+		// Named with the interval: a -grace given for one interval trips
+		// a shorter one set elsewhere (a variable, say).
 		return fmt.Errorf("-grace %s: want 0 <= grace < -interval %s (give a shorter -grace with it)", c.Grace, c.Interval)
 	case c.MaxGroups < 1:
 		return fmt.Errorf("-max-groups %d: want > 0", c.MaxGroups)
