@@ -18,11 +18,12 @@
 // RuntimeID and Sequence, the container id corrected from the sender's
 // credentials), then by window (buckets that end in the same
 // interval-aligned window merge; the merged bucket runs from the earliest
-// start to the latest end), then by group (every label field, tag lists
-// as sets). Counts add and sketches merge exactly. Held groups are bounded
-// by Config.MaxGroups and what they take by Config.MaxHeldBytes: beyond
-// either, spans fold into one overflow group per identity and window whose
-// labels are aggregate.BlockedValue. Every span of an accepted payload is
+// start to the latest end; its AgentTimeShift, a shift only the agent
+// records and agent v0.85.4 ignores on intake, is forwarded as 0), then by
+// group (every label field, tag lists as sets). Counts add and sketches
+// merge exactly. Held groups are bounded by Config.MaxGroups and what they
+// take by Config.MaxHeldBytes: beyond either, spans fold into one overflow
+// group per identity and window whose labels are aggregate.BlockedValue. Every span of an accepted payload is
 // counted once received and then once as forwarded, dropped or still
 // pending, so received = forwarded + dropped + pending holds at every Stats
 // snapshot.
