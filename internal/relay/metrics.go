@@ -16,6 +16,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,7 +77,11 @@ func (s *Server) Handler() http.Handler {
 // keeps its own counters (its accounting identity needs them under one
 // lock), so the metrics are a view of them, not a second count.
 func (s *Server) snapshot(set *metrics.Set) {
-	st := s.relay.Stats()
+	var open [NumTransports]bool
+	for t := range NumTransports {
+		open[t] = s.conn(t) != nil
+	}
+	statsMetrics(set, s.relay.Stats(), open)
 	counter := func(name string, v uint64) { set.GetOrCreateCounter(name).Set(v) }
 	gauge := func(name string, v float64) { set.GetOrCreateGauge(name, nil).Set(v) }
 	for t := range NumTransports {
@@ -85,8 +90,6 @@ func (s *Server) snapshot(set *metrics.Set) {
 			continue
 		}
 		l := fmt.Sprintf(`{transport=%q}`, t.String())
-		counter("statsrelay_datagrams_received_total"+l, st.Datagrams[t])
-		counter("statsrelay_bytes_received_total"+l, st.Bytes[t])
 		counter("statsrelay_kernel_drops_total"+l, c.KernelDrops())
 		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(time.Duration(s.wait[t].Load()).Seconds())
 		if t == UDP {
@@ -102,6 +105,43 @@ func (s *Server) snapshot(set *metrics.Set) {
 			counter("statsrelay_unix_socket_taken_total", s.sock.taken.Load())
 		}
 	}
+	s.requests.Range(func(code, n any) bool {
+		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
+		return true
+	})
+	version, revision := Build()
+	gauge(fmt.Sprintf(`statsrelay_build_info{version=%q,revision=%q,goversion=%q}`, version, revision, runtime.Version()), 1)
+	gauge("statsrelay_forward_last_round_seconds", time.Duration(s.lastRound.Load()).Seconds())
+	counter("statsrelay_forward_rounds_total", uint64(s.rounds.Load()))
+	counter("statsrelay_forward_slow_rounds_total", s.slowRounds.Load())
+	counter("statsrelay_spans_dropped_after_timeout_total", s.droppedAfterTimeout.Load())
+	counter("statsrelay_agent_info_failures_total", s.infoFailures.Load())
+	counter("statsrelay_clock_steps_back_total", s.clockStepsBack.Load())
+	off := 0.0
+	if s.agentOff.Load() {
+		off = 1
+	}
+	gauge("statsrelay_agent_off", off)
+}
+
+// dropReasons are the reasons statsrelay_spans_dropped_total always shows,
+// at 0 until a span is dropped so.
+var dropReasons = []string{DropMaxGroups, DropMaxBytes, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable}
+
+// statsMetrics sets in set the metric of every Stats field (a field without
+// one would be a count no operator sees: TestEveryStatIsAMetric); the
+// per-transport ones for the transports open. A drop reason not in
+// dropReasons still gets its series.
+func statsMetrics(set *metrics.Set, st Stats, open [NumTransports]bool) {
+	counter := func(name string, v uint64) { set.GetOrCreateCounter(name).Set(v) }
+	gauge := func(name string, v float64) { set.GetOrCreateGauge(name, nil).Set(v) }
+	for t := range NumTransports {
+		if open[t] {
+			l := fmt.Sprintf(`{transport=%q}`, t.String())
+			counter("statsrelay_datagrams_received_total"+l, st.Datagrams[t])
+			counter("statsrelay_bytes_received_total"+l, st.Bytes[t])
+		}
+	}
 	for r := range NumReasons {
 		counter(fmt.Sprintf(`statsrelay_datagrams_rejected_total{reason=%q}`, r.String()), st.Rejected[r])
 	}
@@ -114,31 +154,20 @@ func (s *Server) snapshot(set *metrics.Set) {
 	counter("statsrelay_sender_dropped_spans_total", st.SenderDroppedSpans)
 	counter("statsrelay_spans_received_total", st.SpansReceived)
 	counter("statsrelay_spans_forwarded_total", st.SpansForwarded)
-	for _, reason := range []string{DropMaxGroups, DropMaxBytes, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable} {
+	for _, reason := range dropReasons {
 		counter(fmt.Sprintf(`statsrelay_spans_dropped_total{reason=%q}`, reason), st.SpansDropped[reason])
+	}
+	for reason, n := range st.SpansDropped {
+		if !slices.Contains(dropReasons, reason) {
+			counter(fmt.Sprintf(`statsrelay_spans_dropped_total{reason=%q}`, reason), n)
+		}
 	}
 	gauge("statsrelay_spans_pending", float64(st.SpansPending))
 	counter("statsrelay_spans_folded_total", st.FoldedSpans)
+	counter("statsrelay_overflow_groups_total", st.OverflowGroups)
 	counter("statsrelay_spans_late_total", st.LateSpans)
 	counter("statsrelay_container_mismatches_total", st.ContainerMismatches)
-	s.requests.Range(func(code, n any) bool {
-		counter(fmt.Sprintf(`statsrelay_forward_requests_total{code=%q}`, code), n.(*atomic.Uint64).Load())
-		return true
-	})
-	version, revision := Build()
-	gauge(fmt.Sprintf(`statsrelay_build_info{version=%q,revision=%q,goversion=%q}`, version, revision, runtime.Version()), 1)
-	gauge("statsrelay_forward_last_round_seconds", time.Duration(s.lastRound.Load()).Seconds())
-	counter("statsrelay_forward_rounds_total", uint64(s.rounds.Load()))
-	counter("statsrelay_forward_slow_rounds_total", s.slowRounds.Load())
-	counter("statsrelay_spans_dropped_after_timeout_total", s.droppedAfterTimeout.Load())
 	gauge("statsrelay_agent_peer_tag_keys", float64(st.PeerTagKeys))
-	counter("statsrelay_agent_info_failures_total", s.infoFailures.Load())
-	counter("statsrelay_clock_steps_back_total", s.clockStepsBack.Load())
-	off := 0.0
-	if s.agentOff.Load() {
-		off = 1
-	}
-	gauge("statsrelay_agent_off", off)
 	gauge("statsrelay_groups", float64(st.Groups))
 	gauge("statsrelay_held_bytes", float64(st.HeldBytes))
 	gauge("statsrelay_senders", float64(st.Senders))
@@ -189,6 +218,7 @@ var help = map[string]string{
 	"statsrelay_spans_dropped_after_timeout_total": "Spans dropped after a request timed out or was cut by the stop, which the agent may have taken.",
 	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, stopped, unattributable.",
 	"statsrelay_spans_folded_total":                "Spans folded into an overflow group at the -max-groups or -max-held-bytes bound.",
+	"statsrelay_overflow_groups_total":             "Overflow groups created at the -max-groups or -max-held-bytes bound (one per identity and window).",
 	"statsrelay_spans_forwarded_total":             "Spans the agent accepted.",
 	"statsrelay_spans_late_total":                  "Spans of a window already forwarded, forwarded at the next round.",
 	"statsrelay_spans_pending":                     "Spans held, not yet forwarded or dropped.",
