@@ -298,7 +298,7 @@ type Config struct {
 	// MaxMaxRetryBackoff).
 	StopRetryWindow time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
-	// counts (datadog.tracer.stats.*) after each report, and after the
+	// counts and gauges (datadog.tracer.stats.*) after each report, and after the
 	// retries and /info polls the sender runs meanwhile, from the sender
 	// goroutine. MetricsNamespace is the namespace that client already
 	// prepends (e.g. "datadog.tracer.", with or without the trailing dot),

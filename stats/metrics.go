@@ -16,8 +16,8 @@ type MetricsClient interface {
 	// Count adds value to the counter name: each Health counter's growth
 	// since the previous report. Its error is ignored.
 	Count(name string, value int64, tags []string, rate float64) error
-	// Gauge sets name to value: the groups the table holds. Its error is
-	// ignored.
+	// Gauge sets name to value: the groups the table holds, the spans
+	// pending, whether the agent is off. Its error is ignored.
 	Gauge(name string, value float64, tags []string, rate float64) error
 }
 
@@ -66,7 +66,9 @@ func (m *emitter) emit(h Health) {
 	count("spans.dropped", h.AggregateDropped, l.AggregateDropped, "reason:aggregate")
 	count("spans.dropped", h.StopUndrained, l.StopUndrained, "reason:stop_deadline")
 	count("spans.overflowed", h.Overflowed, l.Overflowed)
+	count("spans.collapsed", h.CollapsedSpans, l.CollapsedSpans)
 	count("spans.cleared", h.Cleared, l.Cleared)
+	count("entries.recycled", h.Recycled, l.Recycled)
 	count("spans.late", h.LateSpans, l.LateSpans)
 	count("clock.steps_back", h.ClockStepsBack, l.ClockStepsBack)
 	count("peer_tags.cut", h.PeerTagsCut, l.PeerTagsCut)
@@ -86,6 +88,16 @@ func (m *emitter) emit(h Health) {
 	count("spans.unsent", h.SpansUnsent, l.SpansUnsent)
 	count("spans.unsent_after_timeout", h.UnsentAfterTimeout, l.UnsentAfterTimeout)
 	count("bytes.sent", h.BytesSent, l.BytesSent)
-	_ = m.client.Gauge(metricName(m.namespace, "entries"), float64(h.Entries), nil, 1)
+	count("agent.switched_off", h.AgentOffTimes, l.AgentOffTimes)
+	count("info.reads", h.InfoReads, l.InfoReads)
+	count("info.failures", h.InfoFailures, l.InfoFailures)
+	gauge := func(name string, v float64) { _ = m.client.Gauge(metricName(m.namespace, name), v, nil, 1) }
+	gauge("entries", float64(h.Entries))
+	gauge("spans.pending", float64(h.Pending))
+	off := 0.0
+	if h.AgentOff {
+		off = 1
+	}
+	gauge("agent.off", off)
 	m.last = h
 }

@@ -7,6 +7,7 @@ package stats
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +167,72 @@ func TestMetricsWhileAgentOff(t *testing.T) {
 			t.Fatalf("%s = %d during the outage, want 10 (Health: %d)", name, got, a.Health().AgentOffSpans)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEveryHealthCountIsAMetric changes each Health field alone, found by
+// reflection (each field of Collapsed too), and requires the DogStatsD
+// client to see it: a count or gauge that emitting the unchanged Health
+// does not send. A count Health gains without its metric fails here,
+// naming it; the errors and their times are for Health and the log only.
+func TestEveryHealthCountIsAMetric(t *testing.T) {
+	notMetrics := map[string]bool{"InfoError": true, "InfoErrorAt": true, "LastSendError": true, "LastSendErrorAt": true}
+	sent := func(h Health) map[string]float64 {
+		r := &recordingStatsd{counts: map[string]int64{}, gauges: map[string]float64{}}
+		(&emitter{client: r}).emit(h)
+		out := map[string]float64{}
+		for k, v := range r.counts {
+			out["count "+k] = float64(v)
+		}
+		for k, v := range r.gauges {
+			out["gauge "+k] = v
+		}
+		return out
+	}
+	base := sent(Health{})
+	changes := func(h Health) bool {
+		got := sent(h)
+		for k, v := range got {
+			if base[k] != v {
+				return true
+			}
+		}
+		return len(got) != len(base)
+	}
+	typ := reflect.TypeFor[Health]()
+	numbers := 0
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if notMetrics[f.Name] {
+			continue
+		}
+		var h Health
+		v := reflect.ValueOf(&h).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.Uint64:
+			v.SetUint(5)
+			if !changes(h) {
+				t.Errorf("Health.%s reaches no metric", f.Name)
+			}
+		case reflect.Bool:
+			v.SetBool(true)
+			if !changes(h) {
+				t.Errorf("Health.%s reaches no metric", f.Name)
+			}
+		case reflect.Array:
+			for j := range v.Len() {
+				var h Health
+				reflect.ValueOf(&h).Elem().Field(i).Index(j).SetUint(5)
+				if !changes(h) {
+					t.Errorf("Health.%s[%d] reaches no metric", f.Name, j)
+				}
+			}
+		default:
+			t.Errorf("Health.%s is a %s: give it a metric here, or say why it has none", f.Name, f.Type)
+		}
+		numbers++
+	}
+	if numbers < 30 {
+		t.Fatalf("only %d Health fields walked", numbers)
 	}
 }
