@@ -494,7 +494,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	buildVersion, buildRevision := relay.Build()
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
-		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "http", httpAddr,
+		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "grace", o.cfg.Grace, "http", httpAddr,
 		"procs", runtime.GOMAXPROCS(0), "version", buildVersion, "revision", buildRevision, "go", runtime.Version())
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()

@@ -633,8 +633,9 @@ func TestBinaryVersion(t *testing.T) {
 }
 
 // TestBinaryLogsJSON: with -log-format json every line statsrelay writes,
-// from the start line through a warning to the stop line, is one JSON
-// object with time, level and msg, its durations as the flags write them.
+// from the start line (with the -grace the interval gave) through a
+// warning to the stop line, is one JSON object with time, level and msg,
+// its durations as the flags write them.
 func TestBinaryLogsJSON(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
@@ -646,8 +647,9 @@ func TestBinaryLogsJSON(t *testing.T) {
 		t.Fatalf("start line: %v:\n%s", err, b.output())
 	}
 	udp, _ := start["udp"].(string)
-	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || udp == "" {
-		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", the UDP address", start)
+	// -grace not given follows -interval: 1 h sends within 6 min 1 s.
+	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || start["grace"] != "6m2s" || udp == "" {
+		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", grace \"6m2s\", the UDP address", start)
 	}
 	sendOverUDP(t, udp, stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
 	b.stop(t, syscall.SIGTERM)
