@@ -32,10 +32,16 @@ var grpcNames = [...]struct{ name, code string }{
 // with or without underscores or a "StatusCode." prefix, becomes the
 // code's number ("NOT_FOUND", "NotFound", "StatusCode.NOT_FOUND" and "05"
 // all give "5"); anything else gives "", as the agent's concentrator has
-// it. Publish applies it; it does not allocate.
+// it. A value longer than 25 000 bytes gives "" too: the agent cuts such a
+// tag value and appends "..." before its concentrator reads it, and
+// reading it whole would cost Publish a millisecond a megabyte. Publish
+// applies it; it does not allocate.
 func CanonicalGRPCCode(s string) string {
 	if s == "" || canonicalNumber(s) {
 		return s
+	}
+	if len(s) > agentMaxMetaValLen {
+		return ""
 	}
 	if n, ok := decimal32(s); ok {
 		if n <= 16 {
@@ -53,6 +59,11 @@ func CanonicalGRPCCode(s string) string {
 	}
 	return ""
 }
+
+// agentMaxMetaValLen is the longest tag value the agent (v0.85.4,
+// MaxMetaValLen in pkg/trace/agent's truncator) keeps whole: a longer one
+// is cut there and ends in "...", which is no gRPC code.
+const agentMaxMetaValLen = 25_000
 
 // codeIndex is, for each code 0..16, an index in grpcNames of its name.
 var codeIndex = func() (ix [17]int) {

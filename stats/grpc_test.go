@@ -4,6 +4,7 @@
 package stats
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spanstats/spanstats/stats/statstest"
@@ -26,6 +27,18 @@ func TestCanonicalGRPCCode(t *testing.T) {
 		if got := CanonicalGRPCCode(in); got != want {
 			t.Errorf("CanonicalGRPCCode(%q) = %q, want %q", in, got, want)
 		}
+	}
+	// The agent reads a tag value of up to 25 000 bytes whole; a longer
+	// one it cuts and ends in "...", no code: a megabyte of zeros before a
+	// 5 is not read to the end.
+	for n, want := range map[int]string{agentMaxMetaValLen: "5", agentMaxMetaValLen + 1: "", 1 << 20: ""} {
+		in := strings.Repeat("0", n-1) + "5"
+		if got := CanonicalGRPCCode(in); got != want {
+			t.Errorf("CanonicalGRPCCode(%d zero-padded bytes ending in 5) = %q, want %q", n, got, want)
+		}
+	}
+	if got := CanonicalGRPCCode(strings.Repeat("x", agentMaxMetaValLen+1)); got != "" {
+		t.Errorf("CanonicalGRPCCode(25 001 bytes) = %q, want \"\"", got)
 	}
 	for _, in := range []string{"5", "NOT_FOUND", "notfound", "05", "0170", "StatusCode.Unavailable", "bogus", "\u0131nternal"} {
 		if n := testing.AllocsPerRun(100, func() { _ = CanonicalGRPCCode(in) }); n != 0 {
