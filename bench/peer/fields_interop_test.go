@@ -6,14 +6,12 @@
 package peer
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -176,16 +174,8 @@ func TestRelayKeepsEveryAgentField(t *testing.T) {
 	}
 
 	rec := newStatsRecorder(t)
-	srv, err := relay.NewServer(relay.ServerConfig{UDPAddr: "127.0.0.1:0", AgentURL: rec.srv.URL,
+	srv, stopRelay := runRelay(t, relay.ServerConfig{UDPAddr: "127.0.0.1:0", AgentURL: rec.srv.URL,
 		Interval: interval, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- srv.Run(ctx, 10*time.Second) }()
-	stopRelay := sync.OnceValue(func() error { cancel(); return <-relayDone })
-	t.Cleanup(func() { _ = stopRelay() })
 
 	body, err := sent.MarshalMsg(nil)
 	if err != nil {

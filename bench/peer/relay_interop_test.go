@@ -43,16 +43,8 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 		phases      = 2
 	)
 	rec := newStatsRecorder(t)
-	srv, err := relay.NewServer(relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"),
+	srv, stopRelay := runRelay(t, relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"),
 		UDPAddr: "127.0.0.1:0", AgentURL: rec.srv.URL, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- srv.Run(ctx, 10*time.Second) }()
-	stopRelay := sync.OnceValue(func() error { cancel(); return <-relayDone })
-	t.Cleanup(func() { _ = stopRelay() })
 
 	base := stats.Config{Env: "interop", Service: "web", Version: "1.2.3", Hostname: "peer-host",
 		TracerVersion: "v0.0.1-peer", ContainerID: "cid-42", Tags: []string{"team:apm", "region:eu"},
@@ -64,6 +56,7 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 	for i, u := range urls {
 		cfg := base
 		cfg.AgentURL, cfg.RuntimeID = u, "sdk-"+string(rune('a'+i))
+		var err error
 		if aggs[i], err = stats.New(cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +105,7 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			if phase < phases-1 {
-				if err := aggs[i].Flush(ctx); err != nil {
+				if err := aggs[i].Flush(context.Background()); err != nil {
 					t.Fatalf("Flush: %v", err)
 				}
 			}
@@ -268,4 +261,21 @@ func TestRelayForwardsDecodeWithAgent(t *testing.T) {
 	if err := sameSketch(foreign.ok, referenceSketch(t, append(slices.Clone(foreignVals[0]), foreignVals[1]...))); err != nil {
 		t.Errorf("foreign ok sketch: %v", err)
 	}
+}
+
+// runRelay starts a relay.Server with cfg and returns it with its stop,
+// which forwards what it holds and returns Run's error; the test's cleanup
+// stops it too.
+func runRelay(t *testing.T, cfg relay.ServerConfig) (*relay.Server, func() error) {
+	t.Helper()
+	srv, err := relay.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, 10*time.Second) }()
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { _ = stop() })
+	return srv, stop
 }
