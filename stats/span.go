@@ -25,13 +25,19 @@ type Span struct {
 	// Service, Name (the operation, e.g. "http.request"), Resource (e.g.
 	// "GET /users/{id}") and Type (e.g. "web", "db") are grouped by as the
 	// tracer set them, cut to MaxServiceLen, MaxNameLen, MaxResourceLen and
-	// MaxTypeLen.
+	// MaxTypeLen. The agent obfuscates the resource of a "sql", "cassandra",
+	// "redis" or "valkey" span on receipt, after this cut; from a trace it
+	// obfuscates first, so such a resource over MaxResourceLen (a long IN
+	// list) may group otherwise there.
 	Service, Name, Resource, Type string
 	// SpanKind is "server", "client", "producer", "consumer", "internal" or
 	// empty; compared case-insensitively.
 	SpanKind string
 	// HTTPStatusCode is the response's status code, 0 for a span that is
-	// not an HTTP request.
+	// not an HTTP request. Grouped by as given, as dd-trace-go's
+	// concentrator does; the agent's normalizer drops a http.status_code
+	// tag outside 100–599 before it counts a trace, so pass 0 for those to
+	// get its group.
 	HTTPStatusCode uint32
 	// HTTPMethod and HTTPEndpoint (the route template, e.g. "/users/{id}",
 	// from http.route or http.endpoint) are grouped by as the agent groups
@@ -47,7 +53,12 @@ type Span struct {
 	// consumer spans, as a set (order does not matter). Of an internal span
 	// or one without kind, only "_dd.base_service:<service>" is kept (with
 	// a value): the agent's one peer tag for a span whose service was
-	// overridden, naming the service it would otherwise have had.
+	// overridden, naming the service it would otherwise have had. Values
+	// are grouped by as given, IP addresses quantized; the agent's
+	// normalizer also normalizes peer.service and _dd.base_service values
+	// (normalize.NormalizePeerService: lower case, "_" for other
+	// characters, 100 bytes) before it counts a trace, so pass them
+	// normalized to get its groups.
 	PeerTags []string
 	// Start is the span's start (unix ns); Duration its length (ns). Spans
 	// with Duration <= 0 are not counted. A span is counted in the bucket
