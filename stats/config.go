@@ -298,9 +298,9 @@ type Config struct {
 	// MaxMaxRetryBackoff).
 	StopRetryWindow time.Duration
 	// Metrics, when set, receives the aggregator's own health as DogStatsD
-	// counts and gauges (datadog.tracer.stats.*) after each report, and after the
-	// retries and /info polls the sender runs meanwhile, from the sender
-	// goroutine. MetricsNamespace is the namespace that client already
+	// counts and gauges (datadog.tracer.stats.*) after each report, and
+	// after the retries and /info polls the sender runs meanwhile, from the
+	// sender goroutine. MetricsNamespace is the namespace that client already
 	// prepends (e.g. "datadog.tracer.", with or without the trailing dot),
 	// so the prefix is never doubled.
 	Metrics          MetricsClient

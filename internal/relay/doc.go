@@ -23,8 +23,8 @@
 // group (every label field, tag lists as sets). Counts add and sketches
 // merge exactly. Held groups are bounded by Config.MaxGroups and what they
 // take by Config.MaxHeldBytes: beyond either, spans fold into one overflow
-// group per identity and window whose labels are aggregate.BlockedValue. Every span of an accepted payload is
-// counted once received and then once as forwarded, dropped or still
-// pending, so received = forwarded + dropped + pending holds at every Stats
-// snapshot.
+// group per identity and window whose labels are aggregate.BlockedValue.
+// Every span of an accepted payload is counted once received and then once
+// as forwarded, dropped or still pending, so that received = forwarded +
+// dropped + pending holds at every Stats snapshot.
 package relay
