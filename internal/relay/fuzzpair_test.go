@@ -92,7 +92,7 @@ func modelAdd(m map[pairCellWin]*pairSums, body []byte, interval uint64) (hits u
 			if g.Hits == 0 {
 				continue // nothing counted: whether it is held is not a promise
 			}
-			c := pairCellWin{pairCell{id, modelGroup(g, true)}, b.Start - b.Start%interval}
+			c := pairCellWin{pairCell{id, modelGroup(g, true)}, bucketWindow(&b, interval)}
 			if m[c] == nil {
 				m[c] = new(pairSums)
 			}
@@ -101,6 +101,12 @@ func modelAdd(m map[pairCellWin]*pairSums, body []byte, interval uint64) (hits u
 		}
 	}
 	return hits, true
+}
+
+// bucketWindow is the window the relay merges b in: the one holding its
+// end, where a merged bucket's latest end is too.
+func bucketWindow(b *writer.DecodedBucket, interval uint64) uint64 {
+	return windowOf(b.Start+b.Duration-1, interval)
 }
 
 // pairKey is key("r") of another kind, type or peer tags.
@@ -217,7 +223,7 @@ func FuzzAcceptPair(f *testing.F) {
 					if g.Err != nil {
 						bad = g.Err.Count()
 					}
-					c := pairCellWin{pairCell{modelIdentity(&bt.Header), modelGroup(g, true)}, bk.Start - bk.Start%interval}
+					c := pairCellWin{pairCell{modelIdentity(&bt.Header), modelGroup(g, true)}, bucketWindow(&bk, interval)}
 					if m := model[c]; m == nil || m.ok != ok || m.bad != bad {
 						t.Fatalf("held sketches of %v: %d ok, %d errors; inputs' %+v", c, ok, bad, m)
 					}
@@ -238,7 +244,7 @@ func FuzzAcceptPair(f *testing.F) {
 						} else {
 							typeless[k] = typed
 						}
-						c := pairCellWin{pairCell{id, modelGroup(g, true)}, bk.Start - bk.Start%interval}
+						c := pairCellWin{pairCell{id, modelGroup(g, true)}, bucketWindow(&bk, interval)}
 						if got[c] != nil {
 							t.Fatalf("%v forwarded twice", c)
 						}

@@ -408,9 +408,9 @@ func (s *state) hold(w *window, n int) {
 	s.bytes += n
 }
 
-// windowOf is the start of the window holding start (unix ns): aligned on
-// the epoch, as the agent aligns buckets and the forwarder's boundaries
+// windowOf is the start of the window holding t (unix ns): aligned on the
+// epoch, as the agent aligns buckets and the forwarder's boundaries
 // (boundaryAfter) end windows.
-func windowOf(start, interval uint64) uint64 {
-	return start - start%interval
+func windowOf(t, interval uint64) uint64 {
+	return t - t%interval
 }
