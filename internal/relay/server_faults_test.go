@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -138,10 +137,7 @@ func TestAgentFaultsSettleEverySpan(t *testing.T) {
 	})
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
 		Grace: 50 * time.Millisecond})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	sent := map[statstest.GroupKey]uint64{}
 	var total uint64
@@ -273,10 +269,7 @@ func TestAgentOffThenBack(t *testing.T) {
 	if g := gauge(); g != "0" {
 		t.Fatalf("statsrelay_agent_off %s at the start", g)
 	}
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	seq := uint64(0)
 	send := func(hits uint64) {
@@ -346,10 +339,7 @@ func TestAgentOffHoldsUntilBack(t *testing.T) {
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
 		Grace: 50 * time.Millisecond, InfoRefresh: time.Hour})
 	defer stop()
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	if _, err := conn.Write(validDatagram(1, 5)); err != nil {
 		t.Fatal(err)
@@ -389,10 +379,7 @@ func TestDroppedAfterTimeout(t *testing.T) {
 			srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
 				Grace: 50 * time.Millisecond, AgentTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 			defer stop()
-			conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialUDP(t, srv)
 			defer conn.Close()
 			sendIdentities(t, conn, "late-", 1, 3)
 			waitFor(t, "the spans dropped", func() bool { return srv.Relay().Stats().SpansDropped[relay.DropRetryBudget] == 3 })

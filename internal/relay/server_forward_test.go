@@ -30,10 +30,7 @@ func TestForwardKeepsFieldsTheSDKNeverSets(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
 	for i, tags := range [][]string{{"a:1", "b:2"}, {"b:2", "a:1"}} {
 		g := writer.Group{DBType: "postgres", SpanDerivedPrimaryTags: tags, AdditionalMetricTags: []string{"team:core"}}
@@ -66,10 +63,7 @@ func TestTypeTwinsReachAgentInSeparateBuckets(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
 	for i, types := range [][]string{{"web", "sql"}, {"sql", "http"}} {
 		var gs []writer.Group
@@ -115,10 +109,7 @@ func TestForwardCarriesRelayRuntimeIDAndSequence(t *testing.T) {
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
 		Grace: 50 * time.Millisecond})
 	defer stop()
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	seq := uint64(0)
 	for round := range 2 {
@@ -170,10 +161,7 @@ func TestAgentPeerTagList(t *testing.T) {
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
 	defer stop()
 	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 2 })
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
 	for i := range 3 {
@@ -210,10 +198,7 @@ func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
 	defer stop()
 	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 1 })
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
 	var groups []writer.Group

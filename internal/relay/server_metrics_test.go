@@ -33,10 +33,7 @@ func TestMetricsExposition(t *testing.T) {
 	// forwarded at a boundary that falls between the send and the scrape.
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Interval: time.Hour})
 	defer stop()
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	conn.Write(validDatagram(1, 4))
 	conn.Write([]byte{0xc1})
 	conn.Close()
@@ -248,10 +245,7 @@ func TestTroubleIsLogged(t *testing.T) {
 	// split a kind's counts over two.
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	for _, d := range [][]byte{{0xc1}, {0xc1, 1}, {0xc1, 2}, validDatagram(1, 7)} {
 		if _, err := conn.Write(d); err != nil {

@@ -104,10 +104,7 @@ func TestHostileInput(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", MaxDatagram: maxDatagram})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	runtime.GC()
 	var before runtime.MemStats
@@ -231,10 +228,7 @@ func TestTruncatedLineSaysWhatToChange(t *testing.T) {
 	var buf bytes.Buffer
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Hour,
 		MaxDatagram: 4096, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
-	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	if _, err := conn.Write(make([]byte, 4097)); err != nil {
 		t.Fatal(err)

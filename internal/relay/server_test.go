@@ -321,14 +321,21 @@ func canceled() context.Context {
 	return ctx
 }
 
-// mergeOverUDP sends srv a valid datagram of hits spans (sequence 1) over
-// UDP and waits until the relay has merged it.
-func mergeOverUDP(t *testing.T, srv *relay.Server, hits uint64) {
+// dialUDP connects a UDP socket to srv's.
+func dialUDP(t *testing.T, srv *relay.Server) net.Conn {
 	t.Helper()
 	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// mergeOverUDP sends srv a valid datagram of hits spans (sequence 1) over
+// UDP and waits until the relay has merged it.
+func mergeOverUDP(t *testing.T, srv *relay.Server, hits uint64) {
+	t.Helper()
+	conn := dialUDP(t, srv)
 	defer conn.Close()
 	if _, err := conn.Write(validDatagram(1, hits)); err != nil {
 		t.Fatal(err)
