@@ -17,6 +17,12 @@
 //     wire contract (package writer) — and what statsrelay forwards, merged
 //     from SDKs' datagrams and agent-encoded payloads, must decode with the
 //     agent's decoder into exactly what was published;
+//   - the agent's own HTTP receiver (pkg/trace/api, started as the
+//     trace-agent starts it, with a recording stats processor): the SDK
+//     reads its /info (peer_tags, max_request_bytes) and its stats handler
+//     takes every report; the relay forwards to it over its Unix socket,
+//     and each payload is filed under the sender's container, never the
+//     relay's (agentreceiver_test.go);
 //   - BenchmarkPaced, the headline: both implementations at fixed offered
 //     loads (20 k, 200 k and 1 M spans/s from 8 producers, in 1 ms bursts and
 //     spread), CPU per span less the pacing driver's (bench.RunPaced);

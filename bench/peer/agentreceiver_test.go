@@ -1,0 +1,353 @@
+// This file runs the agent's own HTTP receiver (pkg/trace/api, v0.85.4, as
+// the trace-agent starts it) in place of a stand-in: the SDK reads its
+// /info and posts to its /v0.6/stats handler, the relay forwards to it over
+// its Unix socket, and the test checks what the receiver hands its stats
+// processor: every payload, and the language, tracer version and container
+// it files each under.
+
+package peer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DataDog/datadog-agent/comp/core/tagger/origindetection"
+	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
+	"github.com/DataDog/datadog-agent/pkg/trace/api"
+	"github.com/DataDog/datadog-agent/pkg/trace/config"
+	"github.com/DataDog/datadog-agent/pkg/trace/sampler"
+	"github.com/DataDog/datadog-agent/pkg/trace/telemetry"
+	"github.com/DataDog/datadog-agent/pkg/trace/timing"
+	"github.com/DataDog/datadog-go/v5/statsd"
+
+	"github.com/spanstats/spanstats/internal/relay"
+	"github.com/spanstats/spanstats/internal/sockdir"
+	"github.com/spanstats/spanstats/stats"
+)
+
+// received is one call of the receiver's stats processor: a decoded
+// payload and what the receiver read from the request around it.
+type received struct {
+	p                                *pb.ClientStatsPayload
+	lang, tracerVersion, containerID string
+}
+
+// agentReceiver is the agent's HTTPReceiver serving on loopback TCP or a
+// Unix socket, recording what its stats handler passes on.
+type agentReceiver struct {
+	r   *api.HTTPReceiver
+	url string // for stats.Config.AgentURL and relay.ServerConfig.AgentURL
+
+	mu  sync.Mutex
+	got []received
+}
+
+// ProcessStats is the receiver's StatsProcessor: the trace-agent's own
+// passes the same arguments to its client stats aggregator.
+func (a *agentReceiver) ProcessStats(_ context.Context, p *pb.ClientStatsPayload, lang, tracerVersion, containerID, _ string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, received{p: p, lang: lang, tracerVersion: tracerVersion, containerID: containerID})
+	return nil
+}
+
+func (a *agentReceiver) received() []received {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
+}
+
+// startAgentReceiver starts the agent's receiver with config.New()'s
+// defaults as edit leaves them, on loopback TCP, or on a Unix socket at
+// socket (no TCP) when socket is not empty. Container features are on, as
+// in a containerized agent: the receiver reads the container headers, and
+// over its Unix socket the sender's credentials.
+func startAgentReceiver(t *testing.T, socket string, edit func(*config.AgentConfig)) *agentReceiver {
+	t.Helper()
+	conf := config.New()
+	conf.HasContainerFeatures = true
+	conf.ContainerProcRoot = "/proc"
+	conf.ReceiverHost = "127.0.0.1"
+	// config.New leaves it 0, which the receiver's listeners take as one
+	// connection at a time; the trace-agent's configuration sets 1000
+	// unless apm_config.max_connections says otherwise.
+	conf.MaxConnections = 1000
+	if edit != nil {
+		edit(conf)
+	}
+	client := &statsd.NoOpClient{}
+	tm := timing.New(client)
+	a := &agentReceiver{}
+	a.r = api.NewHTTPReceiver(conf, sampler.NewDynamicConfig(), make(chan *api.Payload, 8), make(chan *api.PayloadV1, 8),
+		a, telemetry.NewNoopCollector(), client, tm)
+	if socket != "" {
+		conf.ReceiverPort = 0
+		conf.ReceiverSocket = socket
+		a.url = "unix://" + socket
+	} else {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf.ReceiverPort = ln.Addr().(*net.TCPAddr).Port
+		a.r.SetTCPListener(ln)
+		a.url = "http://" + ln.Addr().String()
+	}
+	a.r.Start()
+	t.Cleanup(func() {
+		if err := a.r.Stop(); err != nil {
+			t.Errorf("agent receiver Stop: %v", err)
+		}
+		tm.Stop()
+	})
+	return a
+}
+
+// TestAgentReceiverTakesSDKReports: the SDK against the agent's receiver
+// over TCP, which lists three more peer-tag keys than its defaults and takes
+// bodies of at most 24 KiB. The SDK reads that /info (before any span is
+// published), keeps of each client span's peer tags those the list names,
+// and splits its report into bodies under the limit: the handler decodes
+// every one (a longer one it would refuse), files each under the language,
+// tracer version and container the SDK's headers give, and the hits of every
+// group are those published.
+func TestAgentReceiverTakesSDKReports(t *testing.T) {
+	const (
+		resources = 400 // groups of ~120 bytes: a report of ~50 KiB
+		perGroup  = 3
+		maxBody   = 24 << 10
+	)
+	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) {
+		c.PeerTags = []string{"team.shard", "tenant", "zone.name"}
+		c.MaxRequestBytes = maxBody
+	})
+	agg, err := stats.New(stats.Config{AgentURL: ag.url, Env: "interop", Service: "web", Version: "1.2.3",
+		Hostname: "peer-host", TracerVersion: "v0.0.1-receiver", ContainerID: "cid-42", InfoRefresh: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	t.Cleanup(func() { _ = agg.Stop(context.Background()) })
+	for deadline := time.Now().Add(10 * time.Second); agg.Health().InfoReads == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the SDK never read the agent's /info: %+v", agg.Health())
+		}
+	}
+	now := time.Now()
+	for i := range resources {
+		for range perGroup {
+			agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /items/" + strconv.Itoa(i),
+				SpanKind: "client", Start: now.Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond),
+				PeerTags: []string{"peer.service:billing", "tenant:acme", "unlisted.key:dropped", "team.shard:7"}})
+		}
+	}
+	if err := agg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h := agg.Health(); h.Counted != resources*perGroup || h.SpansSent != resources*perGroup || h.PayloadsDropped != 0 || h.InfoFailures != 0 {
+		t.Fatalf("health %+v; want %d spans counted and sent, nothing dropped, no /info failure", h, resources*perGroup)
+	}
+	got := ag.received()
+	if len(got) < 3 { // the smallest split of ~50 KiB under 24 KiB
+		t.Fatalf("the receiver took %d payloads; want the report split in at least 3", len(got))
+	}
+	wantTags := []string{"peer.service:billing", "team.shard:7", "tenant:acme"}
+	hits := map[string]uint64{}
+	for _, r := range got {
+		if r.lang != "go" || r.tracerVersion != "v0.0.1-receiver" || r.containerID != "cid-42" {
+			t.Fatalf("payload filed under lang %q, tracer version %q, container %q; want go, v0.0.1-receiver, cid-42", r.lang, r.tracerVersion, r.containerID)
+		}
+		if b, err := r.p.MarshalMsg(nil); err != nil || len(b) > maxBody {
+			t.Fatalf("a payload of %d bytes (%v) came through a %d-byte limit", len(b), err, maxBody)
+		}
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				tags := slices.Sorted(slices.Values(g.PeerTags))
+				if !slices.Equal(tags, wantTags) {
+					t.Fatalf("group %q has peer tags %q; want %q (the keys the agent's /info lists)", g.Resource, tags, wantTags)
+				}
+				hits[g.Resource] += g.Hits
+			}
+		}
+	}
+	if len(hits) != resources {
+		t.Fatalf("%d resources reached the agent; want %d", len(hits), resources)
+	}
+	for res, n := range hits {
+		if n != perGroup {
+			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
+		}
+	}
+}
+
+// Container ids of TestAgentReceiverFilesRelayedStats: the relay's own,
+// as the agent's tagger resolves the pid of its socket's peer and as the
+// relay reads its cgroup, and one a UDP sender claims.
+const (
+	relayContainer   = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
+	claimedContainer = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+)
+
+// TestAgentReceiverFilesRelayedStats: the trap of DESIGN §8 in the agent's
+// own receiver, and the relay keeping out of it. Over the agent's Unix
+// socket a request without a container header is filed under the container
+// of the socket's peer (here the agent's tagger, given the pid from the
+// credentials, answers relayContainer), with one under the header's. A
+// relay in relayContainer then forwards three SDKs' reports there: the
+// Unix sender's (this process: the relay's container, read from
+// -proc-root) and a UDP sender's claiming claimedContainer reach the agent
+// filed under those, and a UDP sender's that names no container, which the
+// agent would file under the relay's, is dropped and counted, never sent.
+func TestAgentReceiverFilesRelayedStats(t *testing.T) {
+	sock := sockdir.Path(t, "apm.socket")
+	pid := uint32(os.Getpid())
+	ag := startAgentReceiver(t, sock, func(c *config.AgentConfig) {
+		c.ContainerIDFromOriginInfo = func(o origindetection.OriginInfo) (string, error) {
+			if o.LocalData.ProcessID == pid {
+				return relayContainer, nil
+			}
+			return "", fmt.Errorf("no container known for pid %d", o.LocalData.ProcessID)
+		}
+	})
+	unixClient := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	defer unixClient.CloseIdleConnections()
+
+	// The trap itself, with a payload the agent's encoder wrote.
+	body, err := (&pb.ClientStatsPayload{Env: "trap", Service: "host-app", Stats: []*pb.ClientStatsBucket{{
+		Start: uint64(time.Now().Truncate(10 * time.Second).UnixNano()), Duration: uint64(10 * time.Second),
+		Stats: []*pb.ClientGroupedStats{{Service: "host-app", Name: "op", Resource: "r", Hits: 1, Duration: 5}}}}}).MarshalMsg(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, header := range []string{"", claimedContainer} {
+		req, err := http.NewRequest(http.MethodPost, "http://agent/v0.6/stats", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Datadog-Meta-Lang", "go")
+		if header != "" {
+			req.Header.Set("Datadog-Container-ID", header)
+		}
+		resp, err := unixClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("agent answered %d", resp.StatusCode)
+		}
+	}
+	trap := ag.received()
+	if len(trap) != 2 || trap[0].containerID != relayContainer || trap[1].containerID != claimedContainer {
+		t.Fatalf("the agent filed the two direct posts under %v; want %s (the socket peer's) then %s (the header's)",
+			containers(trap), relayContainer, claimedContainer)
+	}
+
+	root := t.TempDir() // -proc-root: this process, the relay, runs in relayContainer
+	dir := filepath.Join(root, strconv.Itoa(int(pid)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cgroup := "0::/system.slice/docker-" + relayContainer + ".scope\n"
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, stopRelay := runRelay(t, relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"), UDPAddr: "127.0.0.1:0",
+		AgentURL: ag.url, Origin: true, ProcRoot: root, Logger: slog.New(slog.DiscardHandler)})
+	senders := []struct {
+		url, service, claim, wantContainer string
+		spans                              int
+	}{
+		{"unixgram://" + srv.Addr(relay.Unix), "unix-app", "", relayContainer, 5},
+		{"udp://" + srv.Addr(relay.UDP), "udp-claiming", claimedContainer, claimedContainer, 7},
+		{"udp://" + srv.Addr(relay.UDP), "udp-anonymous", "", "", 11},
+	}
+	var sent uint64
+	for _, s := range senders {
+		agg, err := stats.New(stats.Config{AgentURL: s.url, Service: s.service, TracerVersion: "v0.0.1-" + s.service,
+			ContainerID: s.claim, SendJitter: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agg.Start()
+		for range s.spans {
+			agg.Publish(&stats.Span{Service: s.service, Name: "op", SpanKind: "server",
+				Start: time.Now().Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond)})
+		}
+		if err := agg.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h := agg.Health(); h.SpansSent != uint64(s.spans) {
+			t.Fatalf("%s sent %d spans; want %d (%+v)", s.service, h.SpansSent, s.spans, h)
+		}
+		sent += uint64(s.spans)
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().SpansReceived != sent; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay received %d spans; want %d", srv.Relay().Stats().SpansReceived, sent)
+		}
+	}
+	if err := stopRelay(); err != nil {
+		t.Fatal(err)
+	}
+
+	byService := map[string]received{}
+	hits := map[string]uint64{}
+	for _, r := range ag.received()[len(trap):] {
+		if len(r.p.Stats) == 0 || len(r.p.Stats[0].Stats) == 0 {
+			t.Fatalf("an empty payload reached the agent: %+v", r.p)
+		}
+		svc := r.p.Service
+		if prev, ok := byService[svc]; ok && prev.containerID != r.containerID {
+			t.Fatalf("%s filed under %q and %q", svc, prev.containerID, r.containerID)
+		}
+		byService[svc] = r
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				hits[svc] += g.Hits
+			}
+		}
+	}
+	for _, s := range senders {
+		r, ok := byService[s.service]
+		switch {
+		case s.wantContainer == "" && ok:
+			t.Fatalf("%s reached the agent, filed under %q: the relay's container, not the sender's", s.service, r.containerID)
+		case s.wantContainer == "":
+		case !ok:
+			t.Fatalf("%s never reached the agent (it took %v; relay %+v)", s.service, slices.Sorted(maps.Keys(byService)), srv.Relay().Stats())
+		case r.containerID != s.wantContainer || r.lang != "go" || r.tracerVersion != "v0.0.1-"+s.service || hits[s.service] != uint64(s.spans):
+			t.Fatalf("%s: %d hits filed under container %q, lang %q, tracer version %q; want %d under %q, go, v0.0.1-%s",
+				s.service, hits[s.service], r.containerID, r.lang, r.tracerVersion, s.spans, s.wantContainer, s.service)
+		}
+	}
+	st := srv.Relay().Stats()
+	if st.SpansDropped[relay.DropUnattributable] != uint64(senders[2].spans) || st.SpansForwarded != sent-uint64(senders[2].spans) {
+		t.Fatalf("relay forwarded %d spans, dropped %v; want %d forwarded and the anonymous UDP sender's %d unattributable",
+			st.SpansForwarded, st.SpansDropped, sent-uint64(senders[2].spans), senders[2].spans)
+	}
+}
+
+// containers lists the containers the receiver filed payloads under.
+func containers(rs []received) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = strconv.Quote(r.containerID)
+	}
+	return "[" + strings.Join(ids, " ") + "]"
+}
