@@ -1,9 +1,10 @@
 // This file runs the agent's own HTTP receiver (pkg/trace/api, v0.85.4, as
 // the trace-agent starts it) in place of a stand-in: the SDK reads its
-// /info and posts to its /v0.6/stats handler, the relay forwards to it over
-// its Unix socket, and the test checks what the receiver hands its stats
-// processor: every payload, and the language, tracer version and container
-// it files each under.
+// /info and posts to its /v0.6/stats handler, which may time out as a
+// backed-up trace-agent's does, the relay forwards to it over its Unix
+// socket, and the tests check what the receiver hands its stats processor:
+// every payload, and the language, tracer version and container it files
+// each under.
 
 package peer
 
@@ -51,14 +52,27 @@ type agentReceiver struct {
 	r   *api.HTTPReceiver
 	url string // for stats.Config.AgentURL and relay.ServerConfig.AgentURL
 
-	mu  sync.Mutex
-	got []received
+	mu   sync.Mutex
+	got  []received
+	busy int // payloads still to refuse as a backed-up trace-agent does
+	// refused counts the payloads refused so.
+	refused int
 }
 
 // ProcessStats is the receiver's StatsProcessor: the trace-agent's own
-// passes the same arguments to its client stats aggregator.
-func (a *agentReceiver) ProcessStats(_ context.Context, p *pb.ClientStatsPayload, lang, tracerVersion, containerID, _ string) error {
+// passes the same arguments to its client stats aggregator. While busy, it
+// does what the trace-agent's does when that aggregator's queue stays full:
+// waits out the request's timeout and returns the context's error, which
+// the receiver answers with 408.
+func (a *agentReceiver) ProcessStats(ctx context.Context, p *pb.ClientStatsPayload, lang, tracerVersion, containerID, _ string) error {
 	a.mu.Lock()
+	if a.busy > 0 {
+		a.busy--
+		a.refused++
+		a.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	defer a.mu.Unlock()
 	a.got = append(a.got, received{p: p, lang: lang, tracerVersion: tracerVersion, containerID: containerID})
 	return nil
@@ -190,6 +204,49 @@ func TestAgentReceiverTakesSDKReports(t *testing.T) {
 		if n != perGroup {
 			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
 		}
+	}
+}
+
+// TestAgentReceiverTimeoutIsRetried: a trace-agent whose client stats
+// aggregator is backed up lets the stats handler's timeout (here 50 ms)
+// expire and answers 408 without taking the payload. The SDK retries it,
+// after its backoff, and every span reaches the agent once: nothing dropped,
+// no retry counted as one after a timeout of its own (the answer came).
+func TestAgentReceiverTimeoutIsRetried(t *testing.T) {
+	const spans = 25
+	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) { c.ReceiverTimeoutDuration = 50 * time.Millisecond })
+	ag.busy = 2
+	agg, err := stats.New(stats.Config{AgentURL: ag.url, Service: "web", RetryBackoff: 10 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	t.Cleanup(func() { _ = agg.Stop(context.Background()) })
+	for range spans {
+		agg.Publish(&stats.Span{Service: "web", Name: "op", SpanKind: "server",
+			Start: time.Now().Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond)})
+	}
+	if err := agg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := agg.Health()
+	got := ag.received()
+	var hits uint64
+	for _, r := range got {
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				hits += g.Hits
+			}
+		}
+	}
+	ag.mu.Lock()
+	refused := ag.refused
+	ag.mu.Unlock()
+	if refused != 2 || len(got) != 1 || hits != spans || h.SpansSent != spans || h.PayloadsFailed != 2 ||
+		h.PayloadsRetried != 2 || h.RetriesAfterTimeout != 0 || h.PayloadsDropped != 0 {
+		t.Fatalf("agent refused %d and took %d payloads of %d spans; SDK health %+v; want 2 refused (408), then 1 taken with all %d spans, 2 failed and retried, none dropped",
+			refused, len(got), hits, h, spans)
 	}
 }
 
