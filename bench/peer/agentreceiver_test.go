@@ -11,6 +11,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -268,6 +269,8 @@ const (
 // -proc-root) and a UDP sender's claiming claimedContainer reach the agent
 // filed under those, and a UDP sender's that names no container, which the
 // agent would file under the relay's, is dropped and counted, never sent.
+// The relay reads the receiver's /info over that socket: it holds as many
+// peer-tag keys as the list there.
 func TestAgentReceiverFilesRelayedStats(t *testing.T) {
 	sock := sockdir.Path(t, "apm.socket")
 	pid := uint32(os.Getpid())
@@ -308,6 +311,18 @@ func TestAgentReceiverFilesRelayedStats(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("agent answered %d", resp.StatusCode)
 		}
+	}
+	resp, err := unixClient.Get("http://agent/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		PeerTags []string `json:"peer_tags"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || len(info.PeerTags) == 0 {
+		t.Fatalf("the agent's /info: %v, peer_tags %q", err, info.PeerTags)
 	}
 	trap := ag.received()
 	if len(trap) != 2 || trap[0].containerID != relayContainer || trap[1].containerID != claimedContainer {
@@ -354,9 +369,16 @@ func TestAgentReceiverFilesRelayedStats(t *testing.T) {
 		}
 		sent += uint64(s.spans)
 	}
-	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().SpansReceived != sent; time.Sleep(5 * time.Millisecond) {
+	// The relay reads the agent's /info over its socket too: its peer_tags
+	// list, which the relay applies to what it merges as the SDK does.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st := srv.Relay().Stats()
+		if st.SpansReceived == sent && st.PeerTagKeys == len(info.PeerTags) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("relay received %d spans; want %d", srv.Relay().Stats().SpansReceived, sent)
+			t.Fatalf("relay received %d spans and holds %d peer-tag keys; want %d and the %d of the agent's /info",
+				st.SpansReceived, st.PeerTagKeys, sent, len(info.PeerTags))
 		}
 	}
 	if err := stopRelay(); err != nil {
