@@ -17,6 +17,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -248,6 +249,100 @@ func TestAgentReceiverTimeoutIsRetried(t *testing.T) {
 		h.PayloadsRetried != 2 || h.RetriesAfterTimeout != 0 || h.PayloadsDropped != 0 {
 		t.Fatalf("agent refused %d and took %d payloads of %d spans; SDK health %+v; want 2 refused (408), then 1 taken with all %d spans, 2 failed and retried, none dropped",
 			refused, len(got), hits, h, spans)
+	}
+}
+
+// TestAgentReceiverTakesRelayedReportsUnderItsLimit: the relay, forwarding
+// over TCP to the agent's receiver that lists three more peer-tag keys and
+// takes bodies of at most 24 KiB, reads that /info: it keeps of the groups'
+// peer tags those the list names, and packs a report of ~50 KiB merged
+// from an SDK's datagrams into bodies under the limit, each taken at the
+// first attempt (no 413 among its requests), the hits of every group exact.
+func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
+	const (
+		resources = 400
+		perGroup  = 3
+		maxBody   = 24 << 10
+	)
+	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) {
+		c.PeerTags = []string{"team.shard", "tenant", "zone.name"}
+		c.MaxRequestBytes = maxBody
+	})
+	srv, stopRelay := runRelay(t, relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.url,
+		Logger: slog.New(slog.DiscardHandler)})
+	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().PeerTagKeys < 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never read the agent's /info")
+		}
+	}
+	agg, err := stats.New(stats.Config{AgentURL: "udp://" + srv.Addr(relay.UDP), Service: "web",
+		TracerVersion: "v0.0.1-relayed", ContainerID: claimedContainer, SendJitter: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	t.Cleanup(func() { _ = agg.Stop(context.Background()) })
+	now := time.Now()
+	for i := range resources {
+		for range perGroup {
+			agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /items/" + strconv.Itoa(i),
+				SpanKind: "client", Start: now.Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond),
+				PeerTags: []string{"peer.service:billing", "tenant:acme", "unlisted.key:dropped", "team.shard:7"}})
+		}
+	}
+	if err := agg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h := agg.Health(); h.SpansSent != resources*perGroup {
+		t.Fatalf("the SDK sent %d spans; want %d (%+v)", h.SpansSent, resources*perGroup, h)
+	}
+	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().SpansReceived != resources*perGroup; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay received %d spans; want %d", srv.Relay().Stats().SpansReceived, resources*perGroup)
+		}
+	}
+	if err := stopRelay(); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var requests []string
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, "statsrelay_forward_requests_total{") {
+			requests = append(requests, line)
+		}
+	}
+
+	got := ag.received()
+	wantTags := []string{"peer.service:billing", "team.shard:7", "tenant:acme"}
+	hits := map[string]uint64{}
+	for _, r := range got {
+		if r.containerID != claimedContainer || r.tracerVersion != "v0.0.1-relayed" {
+			t.Fatalf("payload filed under container %q, tracer version %q; want %s, v0.0.1-relayed", r.containerID, r.tracerVersion, claimedContainer)
+		}
+		if b, err := r.p.MarshalMsg(nil); err != nil || len(b) > maxBody {
+			t.Fatalf("a payload of %d bytes (%v) came through a %d-byte limit", len(b), err, maxBody)
+		}
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				if tags := slices.Sorted(slices.Values(g.PeerTags)); !slices.Equal(tags, wantTags) {
+					t.Fatalf("group %q has peer tags %q; want %q (the keys the agent's /info lists)", g.Resource, tags, wantTags)
+				}
+				hits[g.Resource] += g.Hits
+			}
+		}
+	}
+	want := fmt.Sprintf(`statsrelay_forward_requests_total{code="2xx"} %d`, len(got))
+	if len(got) < 3 || !slices.Equal(requests, []string{want}) {
+		t.Fatalf("the receiver took %d payloads; the relay's requests: %q; want at least 3, each taken at once (%s)", len(got), requests, want)
+	}
+	if len(hits) != resources {
+		t.Fatalf("%d resources reached the agent; want %d", len(hits), resources)
+	}
+	for res, n := range hits {
+		if n != perGroup {
+			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
+		}
 	}
 }
 
