@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,9 +33,12 @@ import (
 	"github.com/DataDog/datadog-agent/pkg/trace/api"
 	"github.com/DataDog/datadog-agent/pkg/trace/config"
 	"github.com/DataDog/datadog-agent/pkg/trace/sampler"
+	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
 	"github.com/DataDog/datadog-agent/pkg/trace/telemetry"
 	"github.com/DataDog/datadog-agent/pkg/trace/timing"
 	"github.com/DataDog/datadog-go/v5/statsd"
+	"github.com/DataDog/sketches-go/ddsketch"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/internal/sockdir"
@@ -59,6 +63,9 @@ type agentReceiver struct {
 	busy int // payloads still to refuse as a backed-up trace-agent does
 	// refused counts the payloads refused so.
 	refused int
+	// forward, when set, gets every payload taken, as the trace-agent's
+	// ProcessStats hands it to its client stats aggregator.
+	forward chan<- *pb.ClientStatsPayload
 }
 
 // ProcessStats is the receiver's StatsProcessor: the trace-agent's own
@@ -75,8 +82,16 @@ func (a *agentReceiver) ProcessStats(ctx context.Context, p *pb.ClientStatsPaylo
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	defer a.mu.Unlock()
 	a.got = append(a.got, received{p: p, lang: lang, tracerVersion: tracerVersion, containerID: containerID})
+	forward := a.forward
+	a.mu.Unlock()
+	if forward != nil {
+		select {
+		case forward <- proto.Clone(p).(*pb.ClientStatsPayload):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
@@ -343,6 +358,156 @@ func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
 		if n != perGroup {
 			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
 		}
+	}
+}
+
+// statsWriter records what the agent's client stats aggregator flushes.
+type statsWriter struct {
+	mu  sync.Mutex
+	got []*pb.StatsPayload
+}
+
+func (w *statsWriter) Write(p *pb.StatsPayload) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, p)
+}
+
+// TestAgentAggregatorMergesSDKs: the trace-agent's path past its receiver.
+// Its stats processor hands each payload to the agent's own
+// ClientStatsAggregator (pkg/trace/stats), as Agent.ProcessStats does, and
+// three SDKs of one identity (their runtime ids apart) report the same keys
+// in one bucket to that agent. The aggregator merges the three payloads into
+// one per key: hits, top-level hits, errors and durations add, and its
+// merged latency sketches have exactly the bins of the agent's own sketch
+// of every duration published (as its concentrator cuts them), the SDKs'
+// sketches merged without re-mapping.
+func TestAgentAggregatorMergesSDKs(t *testing.T) {
+	const (
+		sdks      = 3
+		keys      = 4
+		perKey    = 60 // per SDK
+		errorEach = 7  // one span in errorEach is an error
+	)
+	w := &statsWriter{}
+	ag := startAgentReceiver(t, "", nil)
+	csa := agentstats.NewClientStatsAggregator(config.New(), w, &statsd.NoOpClient{})
+	csa.Start()
+	stopped := false
+	defer func() {
+		if !stopped {
+			csa.Stop()
+		}
+	}()
+	ag.forward = csa.In
+
+	// Every SDK publishes the same durations per key, spread over six
+	// decades, so that the merged sketches hold many bins.
+	durs := spread(perKey, 2e4, 2e10)
+	for i, d := range durs {
+		durs[i] = math.Trunc(d) // what a Span's Duration holds
+	}
+	// Every span ends mid-bucket, of a bucket all three SDKs run in: not
+	// one they start after its end, as a run across a boundary would be.
+	if left := time.Until(time.Now().Truncate(10 * time.Second).Add(10 * time.Second)); left < time.Second {
+		time.Sleep(left)
+	}
+	end := time.Now().Truncate(10 * time.Second).Add(5 * time.Second)
+	for i := range sdks {
+		agg, err := stats.New(stats.Config{AgentURL: ag.url, Env: "interop", Service: "web", Version: "1.2.3",
+			Hostname: "peer-host", RuntimeID: "sdk-" + strconv.Itoa(i), TracerVersion: "v0.0.1-agg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agg.Start()
+		for k := range keys {
+			for j, d := range durs {
+				agg.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "GET /k/" + strconv.Itoa(k),
+					SpanKind: "server", TopLevel: true, Error: j%errorEach == 0,
+					Start: end.UnixNano() - int64(d), Duration: int64(d)})
+			}
+		}
+		if err := agg.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h := agg.Health(); h.SpansSent != keys*perKey {
+			t.Fatalf("SDK %d sent %d spans; want %d (%+v)", i, h.SpansSent, keys*perKey, h)
+		}
+	}
+	if n := len(ag.received()); n != sdks {
+		t.Fatalf("the agent took %d payloads; want %d", n, sdks)
+	}
+	// Stop may end the aggregator's loop with payloads still queued: a
+	// sentinel of another identity, taken from the queue only once the
+	// payloads before it are added, is left to that race instead.
+	csa.In <- &pb.ClientStatsPayload{Env: "sentinel"}
+	for deadline := time.Now().Add(10 * time.Second); len(csa.In) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's aggregator never took its queue")
+		}
+	}
+	csa.Stop() // flushes every bucket
+	stopped = true
+
+	var okVals, errVals []float64
+	var errs, dur uint64
+	for j, d := range durs {
+		dur += uint64(d)
+		if v := concentratorValue(int64(d)); j%errorEach == 0 {
+			errs++
+			errVals = append(errVals, v)
+		} else {
+			okVals = append(okVals, v)
+		}
+	}
+	var all []float64
+	for range sdks {
+		all = append(all, okVals...)
+	}
+	wantOK := referenceSketch(t, all)
+	all = all[:0]
+	for range sdks {
+		all = append(all, errVals...)
+	}
+	wantErr := referenceSketch(t, all)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]bool{}
+	for _, sp := range w.got {
+		for _, p := range sp.Stats {
+			if p.Env == "sentinel" {
+				continue
+			}
+			for _, b := range p.Stats {
+				for _, g := range b.Stats {
+					if seen[g.Resource] {
+						t.Fatalf("%s flushed twice: the agent did not merge the SDKs' payloads", g.Resource)
+					}
+					seen[g.Resource] = true
+					if g.Hits != sdks*perKey || g.TopLevelHits != sdks*perKey || g.Errors != sdks*errs || g.Duration != sdks*dur {
+						t.Fatalf("%s: hits %d, top-level %d, errors %d, duration %d; want %d, %d, %d, %d",
+							g.Resource, g.Hits, g.TopLevelHits, g.Errors, g.Duration, sdks*perKey, sdks*perKey, sdks*errs, sdks*dur)
+					}
+					for _, c := range []struct {
+						name string
+						enc  []byte
+						want *ddsketch.DDSketch
+					}{{"ok", g.OkSummary, wantOK}, {"error", g.ErrorSummary, wantErr}} {
+						got, err := decodeSummary(c.enc)
+						if err != nil {
+							t.Fatalf("%s: the agent's merged %s sketch: %v", g.Resource, c.name, err)
+						}
+						if err := sameSketch(got, c.want); err != nil {
+							t.Fatalf("%s: the agent's merged %s sketch: %v", g.Resource, c.name, err)
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(seen) != keys {
+		t.Fatalf("the agent flushed %d keys; want %d", len(seen), keys)
 	}
 }
 
