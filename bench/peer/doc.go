@@ -20,9 +20,11 @@
 //   - the agent's own HTTP receiver (pkg/trace/api, started as the
 //     trace-agent starts it, with a recording stats processor): the SDK
 //     reads its /info (peer_tags, max_request_bytes) and its stats handler
-//     takes every report; the relay forwards to it over its Unix socket,
-//     and each payload is filed under the sender's container, never the
-//     relay's (agentreceiver_test.go);
+//     takes every report, retried after its 408; the relay forwards to it
+//     over TCP within its body limit and over its Unix socket, each payload
+//     filed under the sender's container, never the relay's; and the
+//     agent's ClientStatsAggregator behind it merges SDKs' reports, their
+//     sketches exactly (agentreceiver_test.go);
 //   - BenchmarkPaced, the headline: both implementations at fixed offered
 //     loads (20 k, 200 k and 1 M spans/s from 8 producers, in 1 ms bursts and
 //     spread), CPU per span less the pacing driver's (bench.RunPaced);
