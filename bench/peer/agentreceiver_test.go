@@ -1,10 +1,11 @@
 // This file runs the agent's own HTTP receiver (pkg/trace/api, v0.85.4, as
 // the trace-agent starts it) in place of a stand-in: the SDK reads its
 // /info and posts to its /v0.6/stats handler, which may time out as a
-// backed-up trace-agent's does, the relay forwards to it over its Unix
-// socket, and the tests check what the receiver hands its stats processor:
-// every payload, and the language, tracer version and container it files
-// each under.
+// backed-up trace-agent's does, the relay forwards to it over TCP and its
+// Unix socket, and the tests check what the receiver hands its stats
+// processor (every payload, and the language, tracer version and container
+// it files each under) and what the agent's ClientStatsAggregator, fed as
+// the trace-agent feeds it, makes of the SDKs' reports.
 
 package peer
 
