@@ -512,9 +512,67 @@ func TestAgentAggregatorMergesSDKs(t *testing.T) {
 	}
 }
 
-// Container ids of TestAgentReceiverFilesRelayedStats: the relay's own,
-// as the agent's tagger resolves the pid of its socket's peer and as the
-// relay reads its cgroup, and one a UDP sender claims.
+// inContainer has the agent's tagger place this process in container id,
+// as the trace-agent's resolves the pid its Unix socket's credentials give.
+func inContainer(id string) func(*config.AgentConfig) {
+	pid := uint32(os.Getpid())
+	return func(c *config.AgentConfig) {
+		c.ContainerIDFromOriginInfo = func(o origindetection.OriginInfo) (string, error) {
+			if o.LocalData.ProcessID == pid {
+				return id, nil
+			}
+			return "", fmt.Errorf("no container known for pid %d", o.LocalData.ProcessID)
+		}
+	}
+}
+
+// TestAgentReceiverFilesSDKOverItsSocket: SDKs posting to the agent's Unix
+// socket themselves. One that names no container is filed under its own,
+// found from the socket's credentials (this process, in relayContainer to
+// the agent's tagger); one given ContainerID under that id; one given only
+// EntityID "ci-<id>" under that id too, the agent's origin detection
+// reading it.
+func TestAgentReceiverFilesSDKOverItsSocket(t *testing.T) {
+	sock := sockdir.Path(t, "apm.socket")
+	ag := startAgentReceiver(t, sock, inContainer(relayContainer))
+	const other = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00"
+	sdks := []struct {
+		service, containerID, entityID, want string
+	}{
+		{"credentials", "", "", relayContainer},
+		{"container-id", claimedContainer, "", claimedContainer},
+		{"entity-id", "", "ci-" + other, other},
+	}
+	for _, c := range sdks {
+		agg, err := stats.New(stats.Config{AgentURL: ag.url, Service: c.service, ContainerID: c.containerID, EntityID: c.entityID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agg.Start()
+		agg.Publish(&stats.Span{Service: c.service, Name: "op", SpanKind: "server",
+			Start: time.Now().Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond)})
+		if err := agg.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h := agg.Health(); h.SpansSent != 1 {
+			t.Fatalf("%s sent %d spans; want 1 (%+v)", c.service, h.SpansSent, h)
+		}
+	}
+	got := ag.received()
+	if len(got) != len(sdks) {
+		t.Fatalf("the agent took %d payloads; want %d", len(got), len(sdks))
+	}
+	for i, c := range sdks {
+		if r := got[i]; r.p.Service != c.service || r.containerID != c.want {
+			t.Fatalf("payload %d (%s) filed under %q; want %s's %q", i, r.p.Service, r.containerID, c.service, c.want)
+		}
+	}
+}
+
+// Container ids of the tests over the agent's socket: this process's (the
+// relay's, and an SDK's posting there itself), as the agent's tagger
+// resolves the pid of its socket's peer (inContainer) and as the relay
+// reads its cgroup; and one a sender claims.
 const (
 	relayContainer   = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
 	claimedContainer = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -535,14 +593,7 @@ const (
 func TestAgentReceiverFilesRelayedStats(t *testing.T) {
 	sock := sockdir.Path(t, "apm.socket")
 	pid := uint32(os.Getpid())
-	ag := startAgentReceiver(t, sock, func(c *config.AgentConfig) {
-		c.ContainerIDFromOriginInfo = func(o origindetection.OriginInfo) (string, error) {
-			if o.LocalData.ProcessID == pid {
-				return relayContainer, nil
-			}
-			return "", fmt.Errorf("no container known for pid %d", o.LocalData.ProcessID)
-		}
-	})
+	ag := startAgentReceiver(t, sock, inContainer(relayContainer))
 	unixClient := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
