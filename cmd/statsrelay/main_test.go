@@ -547,6 +547,7 @@ func TestEveryFlagFromItsVariable(t *testing.T) {
 		"socket-mode":      {"0600", "0620", func(o options) any { return o.cfg.SocketMode }},
 		"udp":              {"127.0.0.1:1", "127.0.0.1:2", func(o options) any { return o.cfg.UDPAddr }},
 		"udp-rcvbuf":       {"1048576", "2097152", func(o options) any { return o.cfg.UDPRcvBuf }},
+		"udp-reuseport":    {"true", "false", func(o options) any { return o.cfg.UDPReusePort }},
 		"max-datagram":     {"50000", "60000", func(o options) any { return o.cfg.MaxDatagram }},
 		"agent":            {"http://e:1", "unix:///run/f.socket", func(o options) any { return o.cfg.AgentURL }},
 		"interval":         {"20s", "30s", func(o options) any { return o.cfg.Interval }},

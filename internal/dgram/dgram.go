@@ -316,12 +316,22 @@ const MaxRcvBuf = math.MaxInt32 / 2
 // ListenUDP binds a UDP socket at addr ("host:port") with a receive buffer of
 // rcvbuf bytes (the system default if rcvbuf <= 0; more than MaxRcvBuf is an
 // error); see ReadBuffer for the size the kernel granted.
-func ListenUDP(addr string, rcvbuf int) (*Conn, error) {
+func ListenUDP(addr string, rcvbuf int) (*Conn, error) { return listenUDPOn(addr, rcvbuf, false) }
+
+// ListenUDPShared is ListenUDP with SO_REUSEPORT: other sockets of the same
+// user that set it too may bind addr while this one is open, and the kernel
+// spreads the senders between them, each sender's datagrams to one socket
+// while the group stays as it is. A relay taking over from another binds
+// its port so, and the other then drains and closes. Linux only: elsewhere
+// SO_REUSEPORT does not spread unicast datagrams, and this is an error.
+func ListenUDPShared(addr string, rcvbuf int) (*Conn, error) { return listenUDPOn(addr, rcvbuf, true) }
+
+func listenUDPOn(addr string, rcvbuf int, shared bool) (*Conn, error) {
 	if rcvbuf > MaxRcvBuf {
 		return nil, fmt.Errorf("dgram: receive buffer of %d bytes: at most %d", rcvbuf, MaxRcvBuf)
 	}
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
-		return controlUDP(raw, rcvbuf)
+		return controlUDP(raw, rcvbuf, shared)
 	}}
 	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
 	if err != nil {

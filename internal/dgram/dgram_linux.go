@@ -84,9 +84,16 @@ func chmodSocket(path string, bound os.FileInfo, mode os.FileMode) error {
 // reportedPerGranted: Linux reports SO_RCVBUF at twice the size it granted.
 const reportedPerGranted = 2
 
-func controlUDP(raw syscall.RawConn, rcvbuf int) error {
+// controlUDP runs before bind: kernel drop counts, the port shared
+// (ListenUDPShared), the receive buffer.
+func controlUDP(raw syscall.RawConn, rcvbuf int, shared bool) error {
 	if err := setsockopt(raw, unix.SO_RXQ_OVFL, 1); err != nil {
 		return err
+	}
+	if shared {
+		if err := setsockopt(raw, unix.SO_REUSEPORT, 1); err != nil {
+			return err
+		}
 	}
 	if rcvbuf <= 0 {
 		return nil

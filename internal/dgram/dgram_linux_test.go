@@ -372,6 +372,74 @@ func TestUDPRelayGoneRefused(t *testing.T) {
 	}
 }
 
+// TestListenUDPShared: two shared sockets bind one port, where a plain
+// ListenUDP is refused; senders' datagrams reach one socket or the other,
+// each exactly once, and once one socket closes they all reach the other.
+func TestListenUDPShared(t *testing.T) {
+	const senders = 16
+	a, err := ListenUDPShared("127.0.0.1:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr := a.LocalAddr().(*net.UDPAddr)
+	b, err := ListenUDPShared(addr.String(), 0)
+	if err != nil {
+		t.Fatalf("a second shared socket on %s: %v", addr, err)
+	}
+	defer b.Close()
+	if c, err := ListenUDP(addr.String(), 0); !errors.Is(err, syscall.EADDRINUSE) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("a plain socket on the shared port: %v, want EADDRINUSE", err)
+	}
+	snd := make([]*Sender, senders)
+	for i := range snd {
+		if snd[i], err = DialUDP(addr.AddrPort()); err != nil {
+			t.Fatal(err)
+		}
+		defer snd[i].Close()
+	}
+	round := func(conns ...*Conn) map[string]int {
+		t.Helper()
+		for i, s := range snd {
+			if err := s.Write([]byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[string]int{}
+		bt := NewBatch(16, 64)
+		for n, deadline := 0, time.Now().Add(5*time.Second); n < senders && time.Now().Before(deadline); {
+			for _, c := range conns {
+				c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+				k, err := c.ReadBatch(bt)
+				if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal(err)
+				}
+				for _, d := range bt.Datagrams()[:k] {
+					got[string(d.Data)]++
+				}
+				n += k
+			}
+		}
+		return got
+	}
+	got := round(a, b)
+	if len(got) != senders {
+		t.Fatalf("both sockets read %d distinct datagrams (%v); want the %d sent", len(got), got, senders)
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Fatalf("datagram %s read %d times", k, n)
+		}
+	}
+	a.Close()
+	if got := round(b); len(got) != senders {
+		t.Fatalf("after the first socket closed, the other read %d distinct datagrams (%v); want all %d", len(got), got, senders)
+	}
+}
+
 // listenUnix binds a socket of type typ at path and listens with backlog.
 func listenUnix(t *testing.T, path string, typ, backlog int) int {
 	t.Helper()

@@ -25,7 +25,16 @@ func chmodSocket(path string, _ os.FileInfo, mode os.FileMode) error {
 	return os.Chmod(path, mode)
 }
 
-func controlUDP(_ syscall.RawConn, _ int) error { return nil }
+func controlUDP(_ syscall.RawConn, _ int, shared bool) error {
+	if shared {
+		return errSharedUDP
+	}
+	return nil
+}
+
+// errSharedUDP: ListenUDPShared needs Linux's SO_REUSEPORT, which spreads
+// unicast datagrams over the sockets bound; the BSDs' gives them to one.
+var errSharedUDP = errors.New("dgram: a shared UDP port (SO_REUSEPORT) is supported on Linux only")
 
 // reportedPerGranted: ReadBuffer is the size taken (see connSys.init).
 const reportedPerGranted = 1

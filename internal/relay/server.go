@@ -71,10 +71,15 @@ type ServerConfig struct {
 	UDPAddr    string
 	// UDPRcvBuf is the UDP socket's SO_RCVBUF (0: DefaultUDPRcvBuf;
 	// negative: the system's default; at most MaxUDPRcvBuf).
-	UDPRcvBuf   int
-	MaxDatagram int
-	AgentURL    string
-	Interval    time.Duration
+	UDPRcvBuf int
+	// UDPReusePort binds the UDP port with SO_REUSEPORT (Linux only), so
+	// that a relay taking over from this one can bind it while this one
+	// still runs; the kernel then spreads the senders between them until
+	// this one stops (see dgram.ListenUDPShared).
+	UDPReusePort bool
+	MaxDatagram  int
+	AgentURL     string
+	Interval     time.Duration
 	// Grace is the wait after each boundary for late senders (zero: none,
 	// unlike the other fields; statsrelay's -grace defaults to
 	// DefaultGrace).
@@ -326,7 +331,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	// UDP first: a start that fails must not have replaced a socket file
 	// that another relay still receives on.
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
-		if s.conns[UDP], err = dgram.ListenUDP(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
+		listen := dgram.ListenUDP
+		if cfg.UDPReusePort {
+			listen = dgram.ListenUDPShared
+		}
+		if s.conns[UDP], err = listen(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
 			return nil, &SettingError{"UDPAddr", cfg.UDPAddr, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)}
 		}
 		if got := s.conns[UDP].GrantedBuffer(); cfg.UDPRcvBuf > 0 && got < cfg.UDPRcvBuf {
