@@ -244,6 +244,77 @@ func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// TestBinaryHandsOver: a restart without a gap, as the README describes it.
+// A second statsrelay starts on the first's socket path and, both with
+// -udp-reuseport, its UDP port; SIGTERM then stops the first, which
+// forwards what it received and leaves the second's socket file in place.
+// A Unix and a UDP SDK report before, during and after: the agent gets
+// every span, and each relay's stop line drops none.
+func TestBinaryHandsOver(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	sock := sockdir.Path(t, "relay.sock")
+	args := []string{"-unix", sock, "-udp-reuseport", "-agent", ag.URL(), "-http", "", "-interval", "1h", "-origin=false"}
+	first := startBinary(t, append(args, "-udp", "127.0.0.1:0")...)
+	udp := first.startedAddr(t, "udp")
+	var aggs []*stats.Aggregator
+	for _, url := range []string{"unixgram://" + sock, "udp://" + udp} {
+		a, err := stats.New(stats.Config{AgentURL: url, Service: "web", SendJitter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Start()
+		t.Cleanup(func() { _ = a.Stop(context.Background()) })
+		aggs = append(aggs, a)
+	}
+	report := func(n int) {
+		t.Helper()
+		for _, a := range aggs {
+			for range n {
+				a.Publish(&stats.Span{Service: "web", Name: "op", SpanKind: "server", Duration: int64(time.Millisecond)})
+			}
+			if err := a.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	report(3)
+	second := startBinary(t, append(args, "-udp", udp)...)
+	second.startedLine(t)
+	report(5)
+	first.stop(t, syscall.SIGTERM)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		t.Fatalf("the second relay's socket file after the first stopped: %v, %v", fi, err)
+	}
+	report(7)
+	for _, a := range aggs {
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h := a.Health(); h.SpansSent != 15 || h.PayloadsDropped != 0 {
+			t.Fatalf("an SDK sent %d spans and dropped %d payloads; want 15 sent, none dropped", h.SpansSent, h.PayloadsDropped)
+		}
+	}
+	second.stop(t, syscall.SIGTERM)
+	if _, hits := statstest.Sum(ag.Requests()); hits != 30 {
+		t.Fatalf("the agent received %d hits; want 30", hits)
+	}
+	stopLine := regexp.MustCompile(`statsrelay stopped spans_received=(\d+) spans_forwarded=(\d+) spans_dropped=map\[\] spans_pending=0`)
+	total := 0
+	for _, b := range []*binary{first, second} {
+		m := stopLine.FindStringSubmatch(b.output())
+		if m == nil || m[1] != m[2] {
+			t.Fatalf("a relay's stop line does not forward all it received, dropping none:\n%s", b.output())
+		}
+		var n int
+		fmt.Sscan(m[1], &n)
+		total += n
+	}
+	if total != 30 {
+		t.Fatalf("the relays received %d spans between them; want 30", total)
+	}
+}
+
 // TestBinaryStartErrors: a bad flag exits 2 naming it; a file at the socket
 // path that is not a socket exits 1 naming the path, and is left as it was.
 func TestBinaryStartErrors(t *testing.T) {
