@@ -1,6 +1,6 @@
 // This file holds the Linux side of the sockets: recvmmsg batches,
-// sender credentials, SO_RXQ_OVFL drop counts, SO_RCVBUFFORCE and
-// MSG_DONTWAIT sends.
+// sender credentials, SO_RXQ_OVFL drop counts, SO_RCVBUFFORCE,
+// SO_REUSEPORT and MSG_DONTWAIT sends.
 
 package dgram
 

@@ -21,7 +21,9 @@
 // reaches a relay that restarted after the Sender was dialled. A relay whose
 // socket file is removed while it runs (rebind.go) sees it with
 // Conn.CheckFile and binds again with RebindUnixgram, which never replaces a
-// file another process put at the path. Elsewhere
-// (dgram_other.go) ReadBatch reads one datagram per call, and there are no
-// credentials and no kernel drop counts.
+// file another process put at the path. ListenUDPShared lets a relay
+// taking over from another bind its UDP port while the other still runs
+// (SO_REUSEPORT). Elsewhere (dgram_other.go) ReadBatch reads one datagram
+// per call, and there are no credentials, no kernel drop counts and no
+// shared UDP port.
 package dgram
