@@ -148,24 +148,84 @@ func startAgentReceiver(t *testing.T, socket string, edit func(*config.AgentConf
 	return a
 }
 
-// TestAgentReceiverTakesSDKReports: the SDK against the agent's receiver
-// over TCP, which lists three more peer-tag keys than its defaults and takes
-// bodies of at most 24 KiB. The SDK reads that /info (before any span is
+// The agent of the two limit tests lists three more peer-tag keys than its
+// defaults and takes bodies of at most limitBody bytes; they report
+// limitResources groups of ~120 bytes (~50 KiB) of limitPerGroup spans.
+const (
+	limitResources = 400
+	limitPerGroup  = 3
+	limitBody      = 24 << 10
+)
+
+func limitedAgent(c *config.AgentConfig) {
+	c.PeerTags = []string{"team.shard", "tenant", "zone.name"}
+	c.MaxRequestBytes = limitBody
+}
+
+// publishLimited publishes the limit tests' client spans, with peer tags
+// the agent lists and one it does not, and stops agg.
+func publishLimited(t *testing.T, agg *stats.Aggregator) {
+	t.Helper()
+	now := time.Now()
+	for i := range limitResources {
+		for range limitPerGroup {
+			agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /items/" + strconv.Itoa(i),
+				SpanKind: "client", Start: now.Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond),
+				PeerTags: []string{"peer.service:billing", "tenant:acme", "unlisted.key:dropped", "team.shard:7"}})
+		}
+	}
+	if err := agg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkLimited checks what the limited agent took: at least 3 bodies (the
+// smallest split under its limit), each under it and filed under
+// container and tracerVersion (lang go), every group with the listed peer
+// tags only, and every resource's hits.
+func checkLimited(t *testing.T, got []received, container, tracerVersion string) {
+	t.Helper()
+	if len(got) < 3 {
+		t.Fatalf("the receiver took %d payloads; want the report split in at least 3", len(got))
+	}
+	wantTags := []string{"peer.service:billing", "team.shard:7", "tenant:acme"}
+	hits := map[string]uint64{}
+	for _, r := range got {
+		if r.lang != "go" || r.tracerVersion != tracerVersion || r.containerID != container {
+			t.Fatalf("payload filed under lang %q, tracer version %q, container %q; want go, %s, %s",
+				r.lang, r.tracerVersion, r.containerID, tracerVersion, container)
+		}
+		if b, err := r.p.MarshalMsg(nil); err != nil || len(b) > limitBody {
+			t.Fatalf("a payload of %d bytes (%v) came through a %d-byte limit", len(b), err, limitBody)
+		}
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				if tags := slices.Sorted(slices.Values(g.PeerTags)); !slices.Equal(tags, wantTags) {
+					t.Fatalf("group %q has peer tags %q; want %q (the keys the agent's /info lists)", g.Resource, tags, wantTags)
+				}
+				hits[g.Resource] += g.Hits
+			}
+		}
+	}
+	if len(hits) != limitResources {
+		t.Fatalf("%d resources reached the agent; want %d", len(hits), limitResources)
+	}
+	for res, n := range hits {
+		if n != limitPerGroup {
+			t.Fatalf("%s: %d hits; want %d", res, n, limitPerGroup)
+		}
+	}
+}
+
+// TestAgentReceiverTakesSDKReports: the SDK against the limited agent's
+// receiver over TCP. The SDK reads that /info (before any span is
 // published), keeps of each client span's peer tags those the list names,
 // and splits its report into bodies under the limit: the handler decodes
 // every one (a longer one it would refuse), files each under the language,
 // tracer version and container the SDK's headers give, and the hits of every
 // group are those published.
 func TestAgentReceiverTakesSDKReports(t *testing.T) {
-	const (
-		resources = 400 // groups of ~120 bytes: a report of ~50 KiB
-		perGroup  = 3
-		maxBody   = 24 << 10
-	)
-	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) {
-		c.PeerTags = []string{"team.shard", "tenant", "zone.name"}
-		c.MaxRequestBytes = maxBody
-	})
+	ag := startAgentReceiver(t, "", limitedAgent)
 	agg, err := stats.New(stats.Config{AgentURL: ag.url, Env: "interop", Service: "web", Version: "1.2.3",
 		Hostname: "peer-host", TracerVersion: "v0.0.1-receiver", ContainerID: "cid-42", InfoRefresh: time.Minute})
 	if err != nil {
@@ -178,51 +238,12 @@ func TestAgentReceiverTakesSDKReports(t *testing.T) {
 			t.Fatalf("the SDK never read the agent's /info: %+v", agg.Health())
 		}
 	}
-	now := time.Now()
-	for i := range resources {
-		for range perGroup {
-			agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /items/" + strconv.Itoa(i),
-				SpanKind: "client", Start: now.Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond),
-				PeerTags: []string{"peer.service:billing", "tenant:acme", "unlisted.key:dropped", "team.shard:7"}})
-		}
+	publishLimited(t, agg)
+	const spans = limitResources * limitPerGroup
+	if h := agg.Health(); h.Counted != spans || h.SpansSent != spans || h.PayloadsDropped != 0 || h.InfoFailures != 0 {
+		t.Fatalf("health %+v; want %d spans counted and sent, nothing dropped, no /info failure", h, spans)
 	}
-	if err := agg.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if h := agg.Health(); h.Counted != resources*perGroup || h.SpansSent != resources*perGroup || h.PayloadsDropped != 0 || h.InfoFailures != 0 {
-		t.Fatalf("health %+v; want %d spans counted and sent, nothing dropped, no /info failure", h, resources*perGroup)
-	}
-	got := ag.received()
-	if len(got) < 3 { // the smallest split of ~50 KiB under 24 KiB
-		t.Fatalf("the receiver took %d payloads; want the report split in at least 3", len(got))
-	}
-	wantTags := []string{"peer.service:billing", "team.shard:7", "tenant:acme"}
-	hits := map[string]uint64{}
-	for _, r := range got {
-		if r.lang != "go" || r.tracerVersion != "v0.0.1-receiver" || r.containerID != "cid-42" {
-			t.Fatalf("payload filed under lang %q, tracer version %q, container %q; want go, v0.0.1-receiver, cid-42", r.lang, r.tracerVersion, r.containerID)
-		}
-		if b, err := r.p.MarshalMsg(nil); err != nil || len(b) > maxBody {
-			t.Fatalf("a payload of %d bytes (%v) came through a %d-byte limit", len(b), err, maxBody)
-		}
-		for _, b := range r.p.Stats {
-			for _, g := range b.Stats {
-				tags := slices.Sorted(slices.Values(g.PeerTags))
-				if !slices.Equal(tags, wantTags) {
-					t.Fatalf("group %q has peer tags %q; want %q (the keys the agent's /info lists)", g.Resource, tags, wantTags)
-				}
-				hits[g.Resource] += g.Hits
-			}
-		}
-	}
-	if len(hits) != resources {
-		t.Fatalf("%d resources reached the agent; want %d", len(hits), resources)
-	}
-	for res, n := range hits {
-		if n != perGroup {
-			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
-		}
-	}
+	checkLimited(t, ag.received(), "cid-42", "v0.0.1-receiver")
 }
 
 // TestAgentReceiverTimeoutIsRetried: a trace-agent whose client stats
@@ -269,21 +290,13 @@ func TestAgentReceiverTimeoutIsRetried(t *testing.T) {
 }
 
 // TestAgentReceiverTakesRelayedReportsUnderItsLimit: the relay, forwarding
-// over TCP to the agent's receiver that lists three more peer-tag keys and
-// takes bodies of at most 24 KiB, reads that /info: it keeps of the groups'
-// peer tags those the list names, and packs a report of ~50 KiB merged
-// from an SDK's datagrams into bodies under the limit, each taken at the
-// first attempt (no 413 among its requests), the hits of every group exact.
+// over TCP to the limited agent's receiver, reads that /info: it keeps of
+// the groups' peer tags those the list names, and packs a report of ~50 KiB
+// merged from an SDK's datagrams into bodies under the limit, each taken at
+// the first attempt (no 413 among its requests), the hits of every group
+// exact.
 func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
-	const (
-		resources = 400
-		perGroup  = 3
-		maxBody   = 24 << 10
-	)
-	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) {
-		c.PeerTags = []string{"team.shard", "tenant", "zone.name"}
-		c.MaxRequestBytes = maxBody
-	})
+	ag := startAgentReceiver(t, "", limitedAgent)
 	srv, stopRelay := runRelay(t, relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.url,
 		Logger: slog.New(slog.DiscardHandler)})
 	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().PeerTagKeys < 0; time.Sleep(5 * time.Millisecond) {
@@ -298,23 +311,14 @@ func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
 	}
 	agg.Start()
 	t.Cleanup(func() { _ = agg.Stop(context.Background()) })
-	now := time.Now()
-	for i := range resources {
-		for range perGroup {
-			agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /items/" + strconv.Itoa(i),
-				SpanKind: "client", Start: now.Add(-time.Millisecond).UnixNano(), Duration: int64(time.Millisecond),
-				PeerTags: []string{"peer.service:billing", "tenant:acme", "unlisted.key:dropped", "team.shard:7"}})
-		}
+	publishLimited(t, agg)
+	const spans = limitResources * limitPerGroup
+	if h := agg.Health(); h.SpansSent != spans {
+		t.Fatalf("the SDK sent %d spans; want %d (%+v)", h.SpansSent, spans, h)
 	}
-	if err := agg.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if h := agg.Health(); h.SpansSent != resources*perGroup {
-		t.Fatalf("the SDK sent %d spans; want %d (%+v)", h.SpansSent, resources*perGroup, h)
-	}
-	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().SpansReceived != resources*perGroup; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); srv.Relay().Stats().SpansReceived != spans; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("relay received %d spans; want %d", srv.Relay().Stats().SpansReceived, resources*perGroup)
+			t.Fatalf("relay received %d spans; want %d", srv.Relay().Stats().SpansReceived, spans)
 		}
 	}
 	if err := stopRelay(); err != nil {
@@ -328,38 +332,11 @@ func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
 			requests = append(requests, line)
 		}
 	}
-
 	got := ag.received()
-	wantTags := []string{"peer.service:billing", "team.shard:7", "tenant:acme"}
-	hits := map[string]uint64{}
-	for _, r := range got {
-		if r.containerID != claimedContainer || r.tracerVersion != "v0.0.1-relayed" {
-			t.Fatalf("payload filed under container %q, tracer version %q; want %s, v0.0.1-relayed", r.containerID, r.tracerVersion, claimedContainer)
-		}
-		if b, err := r.p.MarshalMsg(nil); err != nil || len(b) > maxBody {
-			t.Fatalf("a payload of %d bytes (%v) came through a %d-byte limit", len(b), err, maxBody)
-		}
-		for _, b := range r.p.Stats {
-			for _, g := range b.Stats {
-				if tags := slices.Sorted(slices.Values(g.PeerTags)); !slices.Equal(tags, wantTags) {
-					t.Fatalf("group %q has peer tags %q; want %q (the keys the agent's /info lists)", g.Resource, tags, wantTags)
-				}
-				hits[g.Resource] += g.Hits
-			}
-		}
+	if want := fmt.Sprintf(`statsrelay_forward_requests_total{code="2xx"} %d`, len(got)); !slices.Equal(requests, []string{want}) {
+		t.Fatalf("the relay's requests: %q; want each of the %d taken at once (%s)", requests, len(got), want)
 	}
-	want := fmt.Sprintf(`statsrelay_forward_requests_total{code="2xx"} %d`, len(got))
-	if len(got) < 3 || !slices.Equal(requests, []string{want}) {
-		t.Fatalf("the receiver took %d payloads; the relay's requests: %q; want at least 3, each taken at once (%s)", len(got), requests, want)
-	}
-	if len(hits) != resources {
-		t.Fatalf("%d resources reached the agent; want %d", len(hits), resources)
-	}
-	for res, n := range hits {
-		if n != perGroup {
-			t.Fatalf("%s: %d hits; want %d", res, n, perGroup)
-		}
-	}
+	checkLimited(t, got, claimedContainer, "v0.0.1-relayed")
 }
 
 // statsWriter records what the agent's client stats aggregator flushes.
