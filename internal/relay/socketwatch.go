@@ -134,7 +134,8 @@ func (s *Server) checkSocket() (ran bool) {
 	if state == dgram.FileReplaced && w.state != dgram.FileReplaced {
 		w.taken.Add(1)
 		s.log.Error("statsrelay: the Unix socket path now names another file (a second relay started on it?); not taking it back: "+
-			"senders reach that file's owner, not this relay, until it is removed (stop one relay, or give each its own -unix)", "path", path)
+			"senders reach that file's owner, not this relay, until it is removed (stop one relay, or give each its own -unix; "+
+			"a relay taking over for a restart without a gap: stop this one now)", "path", path)
 	}
 	w.state = state
 	w.failed = ""
