@@ -293,8 +293,9 @@ func TestAgentReceiverTimeoutIsRetried(t *testing.T) {
 // over TCP to the limited agent's receiver, reads that /info: it keeps of
 // the groups' peer tags those the list names, and packs a report of ~50 KiB
 // merged from an SDK's datagrams into bodies under the limit, each taken at
-// the first attempt (no 413 among its requests), the hits of every group
-// exact.
+// the first attempt (every request 2xx: this handler answers a body over
+// the limit with 400, its msgp error wrapping the read limit's), the hits
+// of every group exact.
 func TestAgentReceiverTakesRelayedReportsUnderItsLimit(t *testing.T) {
 	ag := startAgentReceiver(t, "", limitedAgent)
 	srv, stopRelay := runRelay(t, relay.ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", AgentURL: ag.url,
