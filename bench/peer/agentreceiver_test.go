@@ -247,13 +247,13 @@ func TestAgentReceiverTakesSDKReports(t *testing.T) {
 }
 
 // TestAgentReceiverTimeoutIsRetried: a trace-agent whose client stats
-// aggregator is backed up lets the stats handler's timeout (here 50 ms)
+// aggregator is backed up lets the stats handler's timeout (here 250 ms)
 // expire and answers 408 without taking the payload. The SDK retries it,
 // after its backoff, and every span reaches the agent once: nothing dropped,
 // no retry counted as one after a timeout of its own (the answer came).
 func TestAgentReceiverTimeoutIsRetried(t *testing.T) {
 	const spans = 25
-	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) { c.ReceiverTimeoutDuration = 50 * time.Millisecond })
+	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) { c.ReceiverTimeoutDuration = 250 * time.Millisecond })
 	ag.busy = 2
 	agg, err := stats.New(stats.Config{AgentURL: ag.url, Service: "web", RetryBackoff: 10 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
