@@ -182,7 +182,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.StringVar(&o.mode, "socket-mode", "0660", "file mode of the Unix socket (octal)")
 	fs.StringVar(&c.UDPAddr, "udp", relay.DefaultUDPAddr, "UDP address to listen on; empty disables")
 	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted); 0 keeps the system's default")
-	fs.BoolVar(&c.UDPReusePort, "udp-reuseport", false, "bind the UDP port with SO_REUSEPORT (Linux), so that a new relay started on the same -udp (with this flag, as the same user) shares it while this one stops: a restart that loses no UDP datagram")
+	fs.BoolVar(&c.UDPReusePort, "udp-reuseport", false, "bind the UDP port with SO_REUSEPORT (Linux), so that a new relay started on the same -udp (with this flag, as the same user) shares it while this one stops: a restart without a gap (see the README)")
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
 	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+")")
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
