@@ -339,7 +339,7 @@ func (o *options) setBy(err error) error {
 }
 
 // settingFlags names the flag behind each relay.SettingError field.
-var settingFlags = map[string]string{"UnixPath": "unix", "UDPAddr": "udp", "ProcRoot": "proc-root"}
+var settingFlags = map[string]string{"UnixPath": "unix", "UDPAddr": "udp", "UDPReusePort": "udp-reuseport", "ProcRoot": "proc-root"}
 
 // check validates the parsed options; each error names its flag first.
 func check(o *options) error {

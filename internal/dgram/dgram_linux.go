@@ -27,6 +27,9 @@ var (
 	ctrlSlot     = max(ctrlUnixgram, ctrlUDP)
 )
 
+// SharedUDP: ListenUDPShared works here (see dgram_other.go).
+const SharedUDP = true
+
 // abstractNames: a socket path starting with "@" names an abstract socket,
 // which the net package binds without a file.
 const abstractNames = true

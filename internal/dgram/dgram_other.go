@@ -32,8 +32,10 @@ func controlUDP(_ syscall.RawConn, _ int, shared bool) error {
 	return nil
 }
 
-// errSharedUDP: ListenUDPShared needs Linux's SO_REUSEPORT, which spreads
+// SharedUDP: ListenUDPShared needs Linux's SO_REUSEPORT, which spreads
 // unicast datagrams over the sockets bound; the BSDs' gives them to one.
+const SharedUDP = false
+
 var errSharedUDP = errors.New("dgram: a shared UDP port (SO_REUSEPORT) is supported on Linux only")
 
 // reportedPerGranted: ReadBuffer is the size taken (see connSys.init).

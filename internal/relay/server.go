@@ -333,6 +333,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
 		listen := dgram.ListenUDP
 		if cfg.UDPReusePort {
+			if !dgram.SharedUDP {
+				return nil, &SettingError{"UDPReusePort", "true",
+					fmt.Errorf("relay: a shared UDP port (SO_REUSEPORT) is supported on Linux only, not %s", runtime.GOOS)}
+			}
 			listen = dgram.ListenUDPShared
 		}
 		if s.conns[UDP], err = listen(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {

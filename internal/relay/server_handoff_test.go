@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
@@ -22,6 +23,9 @@ import (
 // it held. Every span reaches the agent once, through one relay or the
 // other, and neither relay nor SDK drops any.
 func TestHandoffLosesNothing(t *testing.T) {
+	if !dgram.SharedUDP {
+		t.Skip("a shared UDP port (SO_REUSEPORT) is Linux only")
+	}
 	ag := statstest.New()
 	defer ag.Close()
 	cfg := relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"), UDPAddr: "127.0.0.1:0", UDPReusePort: true,
