@@ -246,15 +246,19 @@ func testForwardsOnSignal(t *testing.T, sig syscall.Signal) {
 
 // TestBinaryHandsOver: a restart without a gap, as the README describes it.
 // A second statsrelay starts on the first's socket path and, both with
-// -udp-reuseport, its UDP port; SIGTERM then stops the first, which
-// forwards what it received and leaves the second's socket file in place.
+// -udp-reuseport, its UDP port (each on its own -http address: that port
+// is not shared); SIGTERM then stops the first, which forwards what it
+// received and leaves the second's socket file in place.
 // A Unix and a UDP SDK report before, during and after: the agent gets
 // every span, and each relay's stop line drops none.
 func TestBinaryHandsOver(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a shared UDP port (SO_REUSEPORT) is Linux only")
+	}
 	ag := statstest.New()
 	defer ag.Close()
 	sock := sockdir.Path(t, "relay.sock")
-	args := []string{"-unix", sock, "-udp-reuseport", "-agent", ag.URL(), "-http", "", "-interval", "1h", "-origin=false"}
+	args := []string{"-unix", sock, "-udp-reuseport", "-agent", ag.URL(), "-http", "127.0.0.1:0", "-interval", "1h", "-origin=false"}
 	first := startBinary(t, append(args, "-udp", "127.0.0.1:0")...)
 	udp := first.startedAddr(t, "udp")
 	var aggs []*stats.Aggregator
