@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spanstats/spanstats/internal/agentclient"
@@ -339,8 +340,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			}
 			listen = dgram.ListenUDPShared
 		}
+		// Whether another socket holds the port already: a plain bind
+		// fails then. Shared, the kernel would say nothing of it.
+		joined := false
+		if cfg.UDPReusePort {
+			if probe, err := net.ListenPacket("udp", cfg.UDPAddr); err == nil {
+				probe.Close()
+			} else {
+				joined = errors.Is(err, syscall.EADDRINUSE)
+			}
+		}
 		if s.conns[UDP], err = listen(cfg.UDPAddr, cfg.UDPRcvBuf); err != nil {
 			return nil, &SettingError{"UDPAddr", cfg.UDPAddr, fmt.Errorf("relay: udp %s: %w", cfg.UDPAddr, err)}
+		}
+		if joined {
+			s.log.Warn("statsrelay: shares its UDP port with a socket already bound there (-udp-reuseport), "+
+				"which takes its share of the UDP senders while it runs: a relay this one replaces, to stop now, "+
+				"or a second relay started by mistake", "addr", cfg.UDPAddr)
 		}
 		if got := s.conns[UDP].GrantedBuffer(); cfg.UDPRcvBuf > 0 && got < cfg.UDPRcvBuf {
 			// Silently capped by the kernel: bursts the operator sized for

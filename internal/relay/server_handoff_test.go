@@ -7,6 +7,7 @@ package relay_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // new relay starts, while both run (the Unix path is the new one's, the
 // UDP port both relays'), and after the old one stopped, forwarding what
 // it held. Every span reaches the agent once, through one relay or the
-// other, and neither relay nor SDK drops any.
+// other, and neither relay nor SDK drops any. The new relay logs that it
+// shares the port; the old one, which bound it alone, does not.
 func TestHandoffLosesNothing(t *testing.T) {
 	if !dgram.SharedUDP {
 		t.Skip("a shared UDP port (SO_REUSEPORT) is Linux only")
@@ -29,7 +31,9 @@ func TestHandoffLosesNothing(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	cfg := relay.ServerConfig{UnixPath: sockdir.Path(t, "relay.sock"), UDPAddr: "127.0.0.1:0", UDPReusePort: true,
-		AgentURL: ag.URL(), Logger: slog.New(slog.DiscardHandler)}
+		AgentURL: ag.URL()}
+	var oldLog, nextLog syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&oldLog, nil))
 	old, stopOld := startServer(t, cfg)
 	cfg.UDPAddr = old.Addr(relay.UDP)
 
@@ -70,7 +74,13 @@ func TestHandoffLosesNothing(t *testing.T) {
 
 	report(3)
 	waitFor(t, "the old relay to receive the first reports", received(old))
+	cfg.Logger = slog.New(slog.NewTextHandler(&nextLog, nil))
 	next, stopNext := startServer(t, cfg)
+	// Only the relay that joins a port already bound says so.
+	const shares = "shares its UDP port with a socket already bound there"
+	if strings.Contains(oldLog.String(), shares) || !strings.Contains(nextLog.String(), shares) {
+		t.Fatalf("the port's sharing logged by the first relay:\n%s\nby the second:\n%s\nwant by the second only", oldLog.String(), nextLog.String())
+	}
 	report(5)
 	waitFor(t, "the two relays to receive the reports sent while both ran", received(old, next))
 	if n := next.Relay().Stats().Datagrams[relay.Unix]; n == 0 {
