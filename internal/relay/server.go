@@ -333,17 +333,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	// that another relay still receives on.
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
 		listen := dgram.ListenUDP
+		joined := false // another socket holds the port already
 		if cfg.UDPReusePort {
 			if !dgram.SharedUDP {
 				return nil, &SettingError{"UDPReusePort", "true",
 					fmt.Errorf("relay: a shared UDP port (SO_REUSEPORT) is supported on Linux only, not %s", runtime.GOOS)}
 			}
 			listen = dgram.ListenUDPShared
-		}
-		// Whether another socket holds the port already: a plain bind
-		// fails then. Shared, the kernel would say nothing of it.
-		joined := false
-		if cfg.UDPReusePort {
+			// A plain bind fails on a port held; shared, the kernel would
+			// say nothing of it.
 			if probe, err := net.ListenPacket("udp", cfg.UDPAddr); err == nil {
 				probe.Close()
 			} else {
