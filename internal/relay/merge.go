@@ -307,6 +307,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 			}
 			return c
 		}
+		merged := false // a bucket that adds no span to w leaves its times alone
 		for gi := range b.Groups {
 			g := &b.Groups[gi]
 			if g.Hits == 0 {
@@ -366,6 +367,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				}
 				s.folded += g.Hits
 			}
+			merged = true
 			held := &w.groups[i]
 			before := sketchBytes(held.Ok) + sketchBytes(held.Err)
 			held.Merge(&g.Entry)
@@ -379,7 +381,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 				s.late += g.Hits
 			}
 		}
-		if w != nil {
+		if merged {
 			w.start = min(w.start, b.Start)
 			w.end = max(w.end, b.Start+b.Duration)
 		}

@@ -132,6 +132,25 @@ func TestMergedBucketRunsEarliestToLatest(t *testing.T) {
 	}
 }
 
+// TestSpanlessBucketLeavesWindowAlone: a bucket that adds no span to a
+// window (zero-hit groups, or none) leaves the merged bucket's times as
+// they are: any sender of the identity could otherwise misdate every other
+// sender's spans by up to MaxBucketDuration.
+func TestSpanlessBucketLeavesWindowAlone(t *testing.T) {
+	r := newTestRelay(Config{})
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("GET /"), 5, 0))), 0, UDP)
+	early := w0 + 5*sec - 3540*sec // ends in w0's window, started 59 minutes before
+	mustAccept(t, r, datagram(1, header("b"), bucket(early, 3540*sec, entry(key("z"), 0, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("c"), bucket(early, 3540*sec)), 0, UDP)
+	out := harvestAll(t, r)
+	if len(out) != 1 || len(out[0].Buckets) != 1 {
+		t.Fatalf("harvest = %+v", out)
+	}
+	if bk := out[0].Buckets[0]; bk.Start != w0 || bk.Duration != 10*sec || bk.Groups[0].Hits != 5 {
+		t.Fatalf("bucket %+d s for %d s, %d hits; want +0 s for 10 s, 5 hits", (int64(bk.Start)-int64(w0))/int64(sec), bk.Duration/sec, bk.Groups[0].Hits)
+	}
+}
+
 func TestPeerTagsAreASet(t *testing.T) {
 	r := newTestRelay(Config{})
 	k1, k2 := key("GET /"), key("GET /")

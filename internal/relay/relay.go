@@ -335,7 +335,10 @@ func (r *Relay) merge(pp *prepared, env writer.Envelope, sequenced bool, sender 
 // rejectedEnvelope keeps what the envelope of a rejected datagram says:
 // the drops its sender reports there, which it reports once, and, when the
 // body named the sender (runtimeID), its sequence, so that the datagram
-// the reject counts does not count again as a gap.
+// the reject counts does not count again as a gap. A truncated or
+// undecodable body names none (a payload's RuntimeID follows its
+// buckets): its sequence, missing from no known sender, counts as a gap
+// too, as README says.
 func (r *Relay) rejectedEnvelope(env writer.Envelope, runtimeID string, now int64) {
 	var sender uint64
 	if runtimeID != "" {
