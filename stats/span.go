@@ -218,7 +218,7 @@ func spanEnd(start, duration int64) int64 {
 // Snapshot writes into r what Publish queues in the inbox for s: its key
 // fields and measurements, its end, the peer tags of a client, producer or
 // consumer span up to MaxPeerTags (of an internal span, its base service
-// tag), and each label cut to its limit. r must
+// tag among the first MaxPeerTags), and each label cut to its limit. r must
 // be zero, as a claimed inbox slot is: fields that stay zero are not
 // written. It returns how many peer tags it left out and how many labels it
 // cut (Health.PeerTagsCut, Health.LabelsTruncated). It is for feeding an
@@ -266,7 +266,11 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 			cut.labels += truncatePeerTags(r.ExtraPeerTags)
 		}
 	default:
-		if t, ok := baseServiceTag(s.SpanKind, s.PeerTags); ok {
+		tags := s.PeerTags
+		if len(tags) > MaxPeerTags { // looked at as a client span's are
+			cut.peerTags, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
+		}
+		if t, ok := baseServiceTag(s.SpanKind, tags); ok {
 			r.PeerTags[0], r.NumPeerTags = t, 1
 			cut.labels += truncatePeerTags(r.PeerTags[:1])
 		}
@@ -302,7 +306,9 @@ func truncatePeerTags(vs []string) (n int) {
 		if len(v) <= MaxTagLen {
 			continue
 		}
-		if c := strings.IndexByte(v, ':'); c >= 0 {
+		// A colon past the cut leaves no value in the cut tag: the search
+		// stops there, so that a long tag without one costs no more.
+		if c := strings.IndexByte(v[:MaxTagLen], ':'); c >= 0 {
 			if q := aggregate.QuantizeIPsTo(v[c+1:], MaxTagLen-c-1); q != v[c+1:] {
 				v = v[:c+1] + q
 			}

@@ -100,6 +100,30 @@ func TestBaseServicePeerTag(t *testing.T) {
 	}
 }
 
+// TestBaseServiceTagPastTheCap: of an internal span, as of a client one,
+// only the first MaxPeerTags peer tags are looked at, so that a span's
+// tags cost Publish a bounded search; the rest are counted as cut. A tag
+// whose key alone is past MaxTagLen is cut to its key's first bytes.
+func TestBaseServiceTagPastTheCap(t *testing.T) {
+	tags := make([]string, MaxPeerTags, MaxPeerTags+1)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("peer.tag%d:v", i)
+	}
+	var r aggregate.Record
+	if cut := (&Span{SpanKind: "internal", PeerTags: append(tags, "_dd.base_service:web")}).snapshot(&r); cut.peerTags != 1 || r.NumPeerTags != 0 {
+		t.Errorf("base service tag after %d others: cut %d, kept %q; want 1 cut, none kept", MaxPeerTags, cut.peerTags, r.PeerTags[:r.NumPeerTags])
+	}
+	r = aggregate.Record{}
+	tags[MaxPeerTags-1] = "_dd.base_service:web"
+	if cut := (&Span{PeerTags: tags}).snapshot(&r); cut.peerTags != 0 || r.NumPeerTags != 1 || r.PeerTags[0] != "_dd.base_service:web" {
+		t.Errorf("base service tag last of %d: cut %d, kept %q", MaxPeerTags, cut.peerTags, r.PeerTags[:r.NumPeerTags])
+	}
+	long := []string{strings.Repeat("k", MaxTagLen+100) + ":10.0.0.1"}
+	if n := truncatePeerTags(long); n != 1 || long[0] != strings.Repeat("k", MaxTagLen) {
+		t.Errorf("a key past MaxTagLen: %d cut, %d bytes %q...", n, len(long[0]), long[0][:min(len(long[0]), 8)])
+	}
+}
+
 // TestPeerTagsAreCapped: a span with 10 000 peer tags keeps MaxPeerTags of
 // them, costs Publish a bounded copy, and the cut is counted; the span is
 // counted once.
