@@ -211,8 +211,16 @@ func newHTTPClient(ep Endpoint, timeout time.Duration, parallel int) *http.Clien
 		Transport: tr,
 		Timeout:   timeout,
 		// A redirect would carry the stats and the container id to another
-		// host: the first answer is the outcome.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		// host: the first answer is the outcome. For a 307 or 308 net/http
+		// has already opened the next hop's body (a hold on the payload),
+		// and closes it only if it sends it: closed here, it releases the
+		// hold, and the body goes back to PutBuf.
+		CheckRedirect: func(next *http.Request, _ []*http.Request) error {
+			if next.Body != nil {
+				next.Body.Close()
+			}
+			return http.ErrUseLastResponse
+		},
 	}
 }
 

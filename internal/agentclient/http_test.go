@@ -51,6 +51,36 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	}
 }
 
+// TestRedirectReleasesBody: whatever the redirect, the payload's body goes
+// back to PutBuf once its outcome is known (a 307 or 308 has net/http open
+// the next hop's body before it asks whether to follow).
+func TestRedirectReleasesBody(t *testing.T) {
+	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", "/elsewhere")
+			w.WriteHeader(code)
+		}))
+		cfg := testConfig(agent.URL)
+		returned := make(chan []byte, 1)
+		cfg.PutBuf = func(b []byte) { returned <- b }
+		obs := &counting{}
+		c := New(context.Background(), cfg, obs)
+		done := make(chan error, 1)
+		c.Send(&Payload{Body: []byte("0123456789"), Hits: 1, Waiter: NewWaiter(done, 1, nil)})
+		<-done
+		select {
+		case b := <-returned:
+			if string(b) != "0123456789" {
+				t.Errorf("%d: PutBuf got %q", code, b)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%d: the body never went back to PutBuf (dropped %d)", code, obs.dropped)
+		}
+		c.Close()
+		agent.Close()
+	}
+}
+
 func TestParseURL(t *testing.T) {
 	for _, tc := range []struct {
 		raw, base, sock string
