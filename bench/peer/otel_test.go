@@ -42,7 +42,8 @@ type otelRow struct {
 	attrs []attribute.KeyValue
 	res   []attribute.KeyValue
 	// "": a root; "local": a child of a local span; "remote": of a remote
-	// parent; "dropped": of a local span the sampler dropped.
+	// parent; "dropped": of a local span the sampler dropped; "detached":
+	// of a local span, through a context holding its SpanContext alone.
 	under  string
 	parent []attribute.KeyValue // the local parent's attributes
 	err    bool
@@ -119,6 +120,11 @@ var otelRows = []otelRow{
 	// the child's parent outside the chunk.
 	{name: "handler", kind: trace.SpanKindClient, under: "dropped"},
 	{name: "step", kind: trace.SpanKindInternal, under: "dropped", attrs: []attribute.KeyValue{num("_dd.measured", 1)}},
+	// A sampled local parent known by its context alone, as work detached
+	// from a request's cancellation has: exported, found in the chunk.
+	{name: "GET", kind: trace.SpanKindClient, under: "detached", attrs: []attribute.KeyValue{str("http.request.method", "GET")}},
+	{name: "async work", kind: trace.SpanKindInternal, under: "detached"},
+	{name: "call", kind: trace.SpanKindClient, under: "detached", parent: []attribute.KeyValue{str("service.name", "Worker")}},
 	// A db.system that normalizes to nothing is no db.system.
 	{name: "a", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "!!!")}},
 	// Float peer tags, formatted as pdata formats them.
@@ -192,6 +198,9 @@ func endRows(rows []otelRow, proc sdktrace.SpanProcessor) []sdktrace.ReadOnlySpa
 			ctx, parent = tr.Start(ctx, "parent "+r.name, trace.WithAttributes(r.parent...))
 		case "dropped":
 			ctx, parent = tr.Start(ctx, droppedPrefix+r.name)
+		case "detached":
+			ctx, parent = tr.Start(ctx, "parent "+r.name, trace.WithAttributes(r.parent...))
+			ctx = trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(ctx))
 		}
 		start := time.Now()
 		_, s := tr.Start(ctx, r.name, trace.WithSpanKind(r.kind), trace.WithTimestamp(start))

@@ -12,7 +12,9 @@
 // Redis resources obfuscated as the agent obfuscates them, and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
-// of another TracerProvider or one the sampler dropped, or one whose own
+// of another TracerProvider or one the sampler dropped — a parent known by
+// its context alone, trace.ContextWithSpanContext, is taken as one of the
+// same TracerProvider when sampled, as one dropped when not — or one whose own
 // service.name gives it another service than its local parent's: the
 // parent's own service.name when it had one at its start — read once a
 // span has ended with its own service.name, or from the first with
@@ -46,7 +48,14 @@
 // is counted. With a sampler that drops spans, wrap it in RecordDropped:
 // dropped spans are then recorded, counted here, and still not exported.
 // Spans that a remote parent marked as not sampled are dropped by
-// ParentBased too; RecordDropped counts those as well. A span whose end is
+// ParentBased too; RecordDropped counts those as well. The agent, which
+// sees only sampled spans, weights each by its trace's sampling
+// probability (a _sample_rate attribute, or the W3C tracestate's ot=th:
+// threshold) to estimate the spans dropped upstream; this package counts
+// each span it is given once. With RecordDropped that is every span, and
+// the two agree in expectation; without it, and with a probability
+// sampler upstream, the agent's estimate counts spans this package never
+// sees. A span whose end is
 // not after its start is not counted (the SDK counts positive durations
 // only, as dd-trace-java does), where the agent's OTLP path counts it with
 // a duration of 0: only spans given equal timestamps, as imported ones may

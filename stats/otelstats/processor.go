@@ -132,18 +132,26 @@ func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 		}
 	}
 	parent := trace.SpanFromContext(ctx)
-	if psc := parent.SpanContext(); !psc.IsValid() || psc.IsRemote() || psc.SpanID() != s.Parent().SpanID() {
+	psc := parent.SpanContext()
+	if !psc.IsValid() || psc.IsRemote() || psc.SpanID() != s.Parent().SpanID() {
 		return // no local parent (none, remote, or WithNewRoot)
 	}
 	if _, ok := parent.(sdktrace.ReadOnlySpan); !ok {
-		// A local parent not recorded (a sampler dropped it) is exported
-		// by no one: the agent finds the parent outside the chunk.
-		p.crossed.mark(id)
-		return
-	}
-	// The provider, not the resource: providers built without WithResource
-	// share resource.Default()'s pointer, yet each exports its own spans.
-	if parent.TracerProvider() != s.TracerProvider() {
+		if !psc.IsSampled() {
+			// A local parent not recorded and not sampled (a sampler
+			// dropped it) is exported by no one: the agent finds the
+			// parent outside the chunk.
+			p.crossed.mark(id)
+			return
+		}
+		// A sampled parent known by its context alone
+		// (trace.ContextWithSpanContext, as code detaches work from a
+		// request's cancellation): its span lives on and is exported, by
+		// this provider as far as the context tells.
+	} else if parent.TracerProvider() != s.TracerProvider() {
+		// The provider, not the resource: providers built without
+		// WithResource share resource.Default()'s pointer, yet each
+		// exports its own spans.
 		p.crossed.mark(id)
 		return
 	}

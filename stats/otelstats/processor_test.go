@@ -335,6 +335,48 @@ func TestParentNotRecorded(t *testing.T) {
 	}
 }
 
+// TestDetachedParent: a span started under a sampled parent's context
+// alone (trace.ContextWithSpanContext, to outlive the request's
+// cancellation) has that parent in its export, as any child has: not
+// top-level under a parent of its service, where a parent the sampler
+// dropped (TestParentNotRecorded) leaves it top-level; and the parent's
+// own service.name still decides.
+func TestDetachedParent(t *testing.T) {
+	p := newProcessor(nil, WithSpanServiceNames())
+	rec := &startOnly{p: p}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	ctx, h := tr.Start(context.Background(), "handler", trace.WithSpanKind(trace.SpanKindServer))
+	detached := trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(ctx))
+	_, c := tr.Start(detached, "GET", trace.WithSpanKind(trace.SpanKindClient))
+	c.End()
+	_, w := tr.Start(detached, "async work")
+	w.End()
+	h.End()
+	octx, o := tr.Start(context.Background(), "other", trace.WithAttributes(attribute.String("service.name", "worker")))
+	_, oc := tr.Start(trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(octx)), "GET", trace.WithSpanKind(trace.SpanKindClient))
+	oc.End()
+	o.End()
+	want := map[string]bool{"GET": false, "async work": false, "handler": true, "other": true}
+	if len(rec.spans) != 5 {
+		t.Fatalf("%d spans recorded, want 5", len(rec.spans))
+	}
+	for i, s := range rec.spans {
+		var sp stats.Span
+		var b [scratchSize]byte
+		p.fill(&sp, s, b[:])
+		top, ok := want[s.Name()]
+		if i == 3 { // the client span under "other", whose service.name is worker
+			top, ok = true, true
+		}
+		if !ok || sp.TopLevel != top {
+			t.Errorf("span %d %q: top-level %v, want %v", i, s.Name(), sp.TopLevel, top)
+		}
+	}
+}
+
 // startsOnly passes a Processor the starts of spans only, and keeps none.
 type startsOnly struct{ startOnly }
 

@@ -19,6 +19,10 @@ import (
 // the agent files the stats under its default env, and, over TCP, under no
 // container (so without the container's tags), while the spans go under the
 // resource's. A value set here is not replaced by DD_ENV or DD_VERSION.
+// Hostname is left to c: the agent names an OTLP span's host from several
+// resource attributes by cloud provider (datadog.host.name, host.id,
+// host.name, k8s.node.name, ...), which this does not follow; an empty
+// Hostname files the stats under the agent's own host.
 func ConfigFromResource(c stats.Config, r *resource.Resource) stats.Config {
 	if r == nil {
 		return c
