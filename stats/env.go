@@ -106,7 +106,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// The fallbacks are consulted only then: their warning that the
 	// Datadog variable wins would be wrong where the config does.
 	if !serviceFromConfig {
-		if raw, ok := otelFallback(EnvService, EnvOtelService, getenv, log); ok {
+		if raw, ok := otelFallback(EnvService, EnvOtelService, c.Service != "", getenv, log); ok {
 			if v := strings.TrimSpace(raw); controlAt(v) >= 0 {
 				ignore(EnvOtelService, raw, "has a control character")
 			} else {
@@ -117,15 +117,17 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// Set by the config or their own variable (a usable value: not blank,
 	// no control character): DD_TAGS does not replace them.
 	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != ""
+	ddTags := false // DD_TAGS is set and used
 	if c.Tags == nil {
 		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
 			ignore(EnvTags, raw, "has a control character")
 		} else {
 			c.Tags = parseTags(raw)
+			ddTags = strings.TrimSpace(raw) != ""
 		}
 	}
 	if !tagsFromConfig {
-		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, getenv, log); ok {
+		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, ddTags, getenv, log); ok {
 			c.Tags = otelTags(raw, log, ignore)
 		}
 	}
@@ -235,12 +237,13 @@ func urlReason(want string, err error) string {
 
 // otelFallback returns the OpenTelemetry variable ot, which stands in
 // for the Datadog variable dd as in dd-trace-go: ok only when ot is set
-// and dd is not; when both are, dd wins, with a warning naming both.
-func otelFallback(dd, ot string, getenv func(string) string, log *slog.Logger) (raw string, ok bool) {
+// and dd is not used (ddUsed: set, and not ignored for a control
+// character); when both are, dd wins, with a warning naming both.
+func otelFallback(dd, ot string, ddUsed bool, getenv func(string) string, log *slog.Logger) (raw string, ok bool) {
 	if raw = getenv(ot); strings.TrimSpace(raw) == "" {
 		return "", false
 	}
-	if getenv(dd) != "" {
+	if ddUsed {
 		log.Warn("spanstats: both "+dd+" and "+ot+" are set; using "+dd, "name", ot)
 		return "", false
 	}

@@ -348,4 +348,14 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 	if c.Tags != nil || c.Service != "" || len(logs) != 2 {
 		t.Fatalf("control characters: tags %q service %q logs %q; want both ignored with a warning", c.Tags, c.Service, logs)
 	}
+	// A DD_ variable ignored for one is not used: the OTEL_ one stands in,
+	// and no warning says the DD_ one won (it used to, leaving no service).
+	c, logs = envCase(Config{}, map[string]string{
+		EnvService: "dd\x01web", EnvOtelService: "otel-web",
+		EnvTags: "team:d\x01d", EnvOtelResourceAttributes: "team=otel",
+	}, false)
+	if c.Service != "otel-web" || !slices.Equal(c.Tags, []string{"team:otel"}) || len(logs) != 2 ||
+		!strings.Contains(logs[0]+logs[1], "control character") || strings.Contains(logs[0]+logs[1], "are set") {
+		t.Fatalf("DD_ ignored: service %q tags %q logs %q; want otel-web [team:otel], a warning for each ignored DD_ variable alone", c.Service, c.Tags, logs)
+	}
 }
