@@ -33,6 +33,10 @@ const (
 // ErrTrailingBytes: the input continues after the payload's map.
 var ErrTrailingBytes = errors.New("writer: trailing bytes after the payload")
 
+// ErrEmptyKey: a map of the payload, a bucket or a group has an empty key,
+// which the agent's decoder refuses.
+var ErrEmptyKey = errors.New("writer: an empty map key")
+
 // Group is one decoded ClientGroupedStats: the entry's labels and values plus
 // the fields the SDK never sets. Empty summaries decode as nil sketches and
 // empty arrays as nil slices.

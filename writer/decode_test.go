@@ -67,6 +67,29 @@ func TestDecodeRejectsEveryTruncation(t *testing.T) {
 	}
 }
 
+// TestDecodeRejectsEmptyKeys: an empty key, in the payload's map, a
+// bucket's or a group's (as fixstr or str8), is refused by both decoders,
+// as the agent's decoder refuses it; a known key after it would decode.
+func TestDecodeRejectsEmptyKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+	}{
+		{"payload", mp(nil).m(2).str("", "x").str("Env", "prod")},
+		{"payload, str8", mp(nil).m(2).raw(0xd9, 0x00).key("x").u64("Sequence", 1)}, // key(): the value "x"
+		{"bucket", mp(nil).m(1).key("Stats").a(1).m(2).u64("", 1).u64("Start", 5)},
+		{"group", oneGroup(2, mp(nil).u64("", 1).u64("Hits", 1))},
+	} {
+		if _, err := DecodePayload(tc.in); !errors.Is(err, ErrEmptyKey) {
+			t.Errorf("%s: DecodePayload = %v, want ErrEmptyKey", tc.name, err)
+		}
+		dec := Decoder{}
+		if _, err := dec.Decode(tc.in, 16); !errors.Is(err, ErrEmptyKey) {
+			t.Errorf("%s: Decode = %v, want ErrEmptyKey", tc.name, err)
+		}
+	}
+}
+
 func TestDecodeRejectsTrailingBytes(t *testing.T) {
 	for _, extra := range [][]byte{{0xc0}, {0x00}, smallPayload()} {
 		_, err := DecodePayload(append(smallPayload(), extra...))

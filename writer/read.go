@@ -41,14 +41,22 @@ func (d *decoder) readString(b []byte) (string, []byte, error) {
 	return msgp.UnsafeString(v), b, err
 }
 
+// readMapKey reads a map key that is not the one expected next (see
+// decodeMap). An empty key is refused, as the agent's decoder refuses it
+// (msgp's ReadMapKeyPtr): the relay must not forward what the agent
+// answers with a 400.
 func readMapKey(b []byte) ([]byte, []byte, error) {
-	if v, rest, ok := shortStr(b); ok {
+	if v, rest, ok := shortStr(b); ok && len(v) > 0 {
 		return v, rest, nil
 	}
 	if err := fits(b); err != nil {
 		return nil, b, err
 	}
-	return msgp.ReadMapKeyZC(b)
+	v, rest, err := msgp.ReadMapKeyZC(b)
+	if err == nil && len(v) == 0 {
+		return nil, b, ErrEmptyKey
+	}
+	return v, rest, err
 }
 
 // shortStr reads a whole fixstr at the start of b, what every key and

@@ -8,6 +8,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -969,6 +970,32 @@ func sameAsAgentSketch(got *aggregate.Sketch, want *ddsketch.DDSketch) error {
 		}
 	}
 	return nil
+}
+
+// TestEmptyKeyRefusedLikeAgent: a payload, bucket or group map with an
+// empty key is refused by the agent's streaming decoder (its HTTP
+// receiver's) and by writer's, so the relay rejects what the agent would
+// answer with a 400 rather than forward it.
+func TestEmptyKeyRefusedLikeAgent(t *testing.T) {
+	str, u64 := msgp.AppendString, msgp.AppendUint64
+	stats := func(b []byte) []byte { // {"Stats": [ ... ]} around b, a map
+		return append(msgp.AppendArrayHeader(str(msgp.AppendMapHeader(nil, 1), "Stats"), 1), b...)
+	}
+	payload := str(str(msgp.AppendMapHeader(nil, 2), ""), "x")
+	payload = str(str(payload, "Env"), "prod")
+	bucket := u64(str(msgp.AppendMapHeader(nil, 2), ""), 1)
+	bucket = u64(str(bucket, "Start"), 5)
+	group := u64(str(msgp.AppendMapHeader(nil, 2), ""), 1)
+	group = u64(str(group, "Hits"), 1)
+	for name, in := range map[string][]byte{"payload": payload, "bucket": stats(bucket), "group": stats(stats(group))} {
+		var p pb.ClientStatsPayload
+		if err := msgp.Decode(bytes.NewReader(in), &p); err == nil {
+			t.Errorf("%s: the agent's decoder took an empty key", name)
+		}
+		if _, err := writer.DecodePayload(in); !errors.Is(err, writer.ErrEmptyKey) {
+			t.Errorf("%s: writer.DecodePayload = %v, want ErrEmptyKey", name, err)
+		}
+	}
 }
 
 // TestAgentPayloadDecodesWithWriter is the other direction: a payload built
