@@ -25,15 +25,25 @@ const (
 // recentPeers is how many peer tags a cached span may carry.
 const recentPeers = 4
 
+// recentPinBytes bounds the bytes of label strings each recent-span cache
+// keeps alive. A slot holds a span's own strings, which a tracer that
+// builds them per span would otherwise free: 1024 spans of labels at
+// Publish's limits, fresh on every span, kept about 9 MiB alive. A span
+// whose strings would take the cache past the bound is not cached (it is
+// found by its key, hashed), where a few hundred keys of long interned
+// strings (SQL resources) still fit (TestRecentCachesPinBoundedBytes).
+const recentPinBytes = 1 << 20
+
 // recentSlot maps one span's label fields (raw, or collapsed by the budgets)
 // to the entry they hit. It is validated by the fields' string data (their
 // identity, see same, or their contents, as its cache decides), the entry's
 // key generation (recycling changes it) and the entry's interval (budgets
 // are decided per interval).
 type recentSlot struct {
-	span recentKey
-	e    *Entry
-	gen  uint32
+	span  recentKey
+	e     *Entry
+	gen   uint32
+	bytes int32 // of span's strings, counted in spanCache.pinned
 }
 
 // recentKey is the key part of a Record, peer tags in the tracer's order.
@@ -47,8 +57,21 @@ type recentKey struct {
 
 func (k *recentKey) setKey(s *Record) {
 	k.fields = *s.labels()
-	copy(k.peers[:], s.PeerTags[:s.NumPeerTags])
+	n := copy(k.peers[:], s.PeerTags[:s.NumPeerTags])
+	clear(k.peers[n:]) // a previous key's tags, kept alive for nothing
 	k.numPeers, k.flags, k.httpStatusCode = s.NumPeerTags, s.flags(), s.HTTPStatusCode
+}
+
+// keyBytes is the bytes of the label strings setKey would keep of s.
+func keyBytes(s *Record) int {
+	n := 0
+	for _, v := range s.labels() {
+		n += len(v)
+	}
+	for _, v := range s.PeerTags[:min(s.NumPeerTags, recentPeers)] {
+		n += len(v)
+	}
+	return n
 }
 
 func (k *recentKey) sameKey(s *Record) bool {
@@ -163,9 +186,10 @@ func addr(v string) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.StringD
 // contentIndex). The tags, 4 KiB that stay in the L1 cache, turn away most
 // misses before a slot (a few cache lines) or its entry is read.
 type spanCache struct {
-	slots [recentSpans]recentSlot
-	tags  [recentSpans]uint32 // 0: empty slot
-	lru   [recentSets]uint8   // per set: the way to replace next
+	slots  [recentSpans]recentSlot
+	tags   [recentSpans]uint32 // 0: empty slot
+	lru    [recentSets]uint8   // per set: the way to replace next
+	pinned int                 // the slots' bytes, at most recentPinBytes
 }
 
 // find returns the entry of s's key in the set at i with tag, or nil. A slot
@@ -195,20 +219,26 @@ func (c *spanCache) find(i uint, tag uint32, s *Record, epoch uint32, byContent 
 }
 
 // put puts s's key, counted in e, in the least recently used way of the set
-// at i.
+// at i, unless its strings would take the cache past recentPinBytes.
 func (c *spanCache) put(i uint, tag uint32, s *Record, e *Entry) {
 	lru := &c.lru[i/recentWays]
 	w := uint(*lru)
-	*lru = uint8(w ^ 1)
 	slot := &c.slots[i+w]
+	n := keyBytes(s)
+	if c.pinned-int(slot.bytes)+n > recentPinBytes {
+		return
+	}
+	*lru = uint8(w ^ 1)
+	c.pinned += n - int(slot.bytes)
 	slot.span.setKey(s)
-	slot.e, slot.gen = e, e.gen
+	slot.e, slot.gen, slot.bytes = e, e.gen, int32(n)
 	c.tags[i+w] = tag
 }
 
 func (c *spanCache) clear() {
 	clear(c.slots[:])
 	clear(c.tags[:])
+	c.pinned = 0
 }
 
 // cachedEntry returns the entry one of the recent-span caches holds for s's

@@ -5,6 +5,7 @@ package aggregate
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -193,4 +194,60 @@ func TestContentCacheBareBlockedPeer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecentCachesPinBoundedBytes: spans whose labels are at Publish's
+// length limits and fresh on every span, over several intervals of new
+// keys, keep no more than recentPinBytes of their strings alive in each
+// recent-span cache (they kept about 9 MiB), and a slot keeps no peer tag
+// of the key it held before.
+func TestRecentCachesPinBoundedBytes(t *testing.T) {
+	pad := func(p string, n int) string { return p + strings.Repeat("x", n-len(p)) }
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	for iv := range 4 {
+		for i := range 1024 {
+			s := &Record{Resource: pad(fmt.Sprint(iv, "-", i, "-"), 5000), Service: pad("s", 100), Name: pad("n", 100),
+				Type: pad("t", 100), SpanKind: strings.Clone("client"), HTTPMethod: pad("m", 200),
+				HTTPEndpoint: pad("e", 200), ServiceSource: pad("x", 200), Duration: 1000}
+			s.SetPeerTags([]string{pad("a:", 200), pad("b:", 200), pad("c:", 200), pad("d:", 200)})
+			tb.Add(s)
+		}
+		tb.Rotate()
+	}
+	for _, c := range []*spanCache{&tb.recent, &tb.seen} {
+		n := 0
+		for i := range c.slots {
+			n += int(c.slots[i].bytes)
+		}
+		if c.pinned > recentPinBytes || n != c.pinned {
+			t.Errorf("a cache counts %d bytes pinned, its slots %d; bound %d", c.pinned, n, recentPinBytes)
+		}
+	}
+	before := heapNow()
+	tb.forgetRecent()
+	freed := int64(before) - int64(heapNow())
+	t.Logf("emptying the caches freed %d B", freed)
+	if freed > 2*recentPinBytes+256<<10 {
+		t.Errorf("emptying the caches freed %d B; they may pin %d B of strings", freed, 2*recentPinBytes)
+	}
+	runtime.KeepAlive(tb)
+
+	var k recentKey
+	s := &Record{Resource: "r"}
+	s.SetPeerTags([]string{"a:1", "b:2", "c:3"})
+	k.setKey(s)
+	s = &Record{Resource: "r"}
+	s.SetPeerTags([]string{"a:1"})
+	if k.setKey(s); k.peers[1] != "" || k.peers[2] != "" {
+		t.Errorf("a slot kept %q of the key it held before", k.peers[1:])
+	}
+}
+
+// heapNow is the live heap after a collection.
+func heapNow() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

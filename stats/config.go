@@ -230,8 +230,11 @@ type Config struct {
 	// memory: a group keeps up to about 40 KiB (labels at their length
 	// limits with MaxPeerTags peer tags; two sketches of aggregate.MaxBins
 	// bins, which spans of 1 ns and of 20 years fill) and a table up to
-	// 2 MiB besides, so about 160 MiB at the default at worst
-	// (TestGroupHeapWorstCase); groups are kept for reuse, not freed.
+	// 2 MiB besides (TestGroupHeapWorstCase), up to 2 MiB of the tracer's
+	// label strings its recent-span caches keep alive
+	// (TestRecentCachesPinBoundedBytes) and up to about 1.2 MiB of quantized
+	// peer tags, so about 170 MiB at the default at worst; groups are
+	// kept for reuse, not freed.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
 	// none exceeds it (default DefaultMaxPayloadBytes, at most
