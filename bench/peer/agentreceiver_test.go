@@ -23,6 +23,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -46,6 +47,7 @@ import (
 	"github.com/spanstats/spanstats/internal/relay"
 	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/stats"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // received is one call of the receiver's stats processor: a decoded
@@ -257,6 +259,40 @@ func TestAgentReceiverTakesSDKReports(t *testing.T) {
 		t.Fatalf("health %+v; want %d spans counted and sent, no attempt failed, no /info failure", h, spans)
 	}
 	checkLimited(t, ag.received(), "cid-42", "v0.0.1-receiver")
+}
+
+// TestFakeAgentInfoIsTheAgents: the /info of statstest's fake agent has the
+// shape of a default agent's where the SDK reads it: the same peer_tags
+// list (which decides the peer tags the SDK keeps), client_drop_p0s, the
+// stats endpoint and no /info among the endpoints.
+func TestFakeAgentInfoIsTheAgents(t *testing.T) {
+	ag := startAgentReceiver(t, "", nil)
+	fake := statstest.New()
+	defer fake.Close()
+	info := func(base string) map[string]any {
+		resp, err := http.Get(base + "/info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	agent, got := info(ag.url), info(fake.URL())
+	for _, k := range []string{"peer_tags", "client_drop_p0s"} {
+		if !reflect.DeepEqual(got[k], agent[k]) {
+			t.Errorf("%s: fake %v, agent %v", k, got[k], agent[k])
+		}
+	}
+	for _, m := range []map[string]any{agent, got} {
+		eps, _ := m["endpoints"].([]any)
+		if !slices.Contains(eps, any("/v0.6/stats")) || slices.Contains(eps, any("/info")) {
+			t.Errorf("endpoints %v", eps)
+		}
+	}
 }
 
 // TestAgentReceiverTimeoutIsRetried: a trace-agent whose client stats

@@ -307,6 +307,22 @@ func drainClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
+// DefaultPeerTags is the peer_tags list of an agent (v0.85.4) left at its
+// defaults (config ConfiguredPeerTags, sorted): the keys it aggregates
+// peer tags of, which it also reads from OTLP spans. Checked against the
+// agent's own in bench/peer.
+var DefaultPeerTags = []string{
+	"_dd.base_service", "active_record.db.vendor", "amqp.destination", "amqp.exchange", "amqp.queue",
+	"aws.queue.name", "aws.s3.bucket", "bucketname", "cassandra.keyspace", "db.cassandra.contact.points",
+	"db.couchbase.seed.nodes", "db.hostname", "db.instance", "db.name", "db.namespace", "db.system",
+	"db.system.name", "db.type", "dns.hostname", "grpc.host", "hostname", "http.host", "http.server_name",
+	"messaging.destination", "messaging.destination.name", "messaging.kafka.bootstrap.servers",
+	"messaging.rabbitmq.exchange", "messaging.system", "mongodb.db", "msmq.queue.path", "net.peer.name",
+	"network.destination.ip", "network.destination.name", "out.host", "peer.hostname", "peer.service",
+	"queuename", "rpc.service", "rpc.system", "sequel.db.vendor", "server.address", "streamname",
+	"tablename", "topicname",
+}
+
 // Info is what the agent's /info says about stats.
 type Info struct {
 	Endpoints []string `json:"endpoints"`

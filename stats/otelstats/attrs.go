@@ -5,11 +5,14 @@ package otelstats
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
+
+	"github.com/spanstats/spanstats/internal/agentclient"
 )
 
 // attr names an attribute key the mapping reads.
@@ -72,17 +75,7 @@ var keyNames = [firstPeerOnly]string{
 // DefaultPeerTagKeys are the attribute keys the agent (v0.85.4) reads as
 // peer tags from OTLP spans: every source key of its peer-tag concepts,
 // sorted. The tag is "key:value" with the attribute's own key.
-var DefaultPeerTagKeys = []string{
-	"_dd.base_service", "active_record.db.vendor", "amqp.destination", "amqp.exchange", "amqp.queue",
-	"aws.queue.name", "aws.s3.bucket", "bucketname", "cassandra.keyspace", "db.cassandra.contact.points",
-	"db.couchbase.seed.nodes", "db.hostname", "db.instance", "db.name", "db.namespace", "db.system",
-	"db.system.name", "db.type", "dns.hostname", "grpc.host", "hostname", "http.host", "http.server_name",
-	"messaging.destination", "messaging.destination.name", "messaging.kafka.bootstrap.servers",
-	"messaging.rabbitmq.exchange", "messaging.system", "mongodb.db", "msmq.queue.path", "net.peer.name",
-	"network.destination.ip", "network.destination.name", "out.host", "peer.hostname", "peer.service",
-	"queuename", "rpc.service", "rpc.system", "sequel.db.vendor", "server.address", "streamname",
-	"tablename", "topicname",
-}
+var DefaultPeerTagKeys = slices.Clone(agentclient.DefaultPeerTags)
 
 // keyIndex maps an attribute key to its attr; built per Processor because
 // the peer-tag keys are an option.

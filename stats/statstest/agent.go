@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/dgram"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -98,10 +99,15 @@ func newAgent() *Agent {
 		notify:  make(chan struct{}, 1),
 		changed: make(chan struct{}),
 		maxBody: DefaultMaxRequestBytes,
+		// Shaped as a default agent's (v0.85.4): /info is not among its
+		// endpoints, and its peer_tags list decides which peer tags the
+		// SDK keeps, as in production.
 		info: map[string]any{
-			"version":   "7.99.0-fake",
-			"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"},
-			"config":    map[string]any{"max_request_bytes": DefaultMaxRequestBytes},
+			"version":         "7.99.0-fake",
+			"endpoints":       []string{"/v0.3/traces", "/v0.4/traces", "/v0.5/traces", "/v0.7/traces", "/v0.6/stats"},
+			"client_drop_p0s": true,
+			"peer_tags":       slices.Clone(agentclient.DefaultPeerTags),
+			"config":          map[string]any{"max_request_bytes": DefaultMaxRequestBytes},
 		},
 	}
 }
@@ -128,6 +134,7 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
+		a.record(Request{Header: r.Header.Clone(), Err: err, Status: http.StatusBadRequest})
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -199,7 +206,10 @@ func (a *Agent) URL() string { return a.url }
 
 // SetHandler installs h; it sees each stats request (n counts them from 1),
 // its body readable, and returns true if it wrote the answer. The request is recorded once h
-// returns, with the status h answered.
+// returns, with the status h answered. Requests FailNext answers, and those
+// over the body limit or whose body could not be read (answered 400
+// first, as the agent does), are recorded without reaching h, nor being
+// counted in n.
 func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int) bool) {
 	a.mu.Lock()
 	a.handler = h

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/internal/agentclient"
 	"github.com/spanstats/spanstats/internal/sockdir"
 	"github.com/spanstats/spanstats/writer"
 )
@@ -145,8 +148,14 @@ func TestSetHandlerAndInfo(t *testing.T) {
 		}
 		return m
 	}
-	if eps, _ := info()["endpoints"].([]any); len(eps) != 3 || eps[1] != "/v0.6/stats" {
-		t.Fatalf("default /info endpoints %v", eps)
+	// A default agent's: stats among the endpoints, /info not; its
+	// peer_tags list, and client_drop_p0s.
+	m := info()
+	eps, _ := m["endpoints"].([]any)
+	peers, _ := m["peer_tags"].([]any)
+	if !slices.Contains(eps, any("/v0.6/stats")) || slices.Contains(eps, any("/info")) ||
+		len(peers) != len(agentclient.DefaultPeerTags) || peers[0] != "_dd.base_service" || m["client_drop_p0s"] != true {
+		t.Fatalf("default /info %v", m)
 	}
 	a.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}, "peer_tags": []string{"db.system"}})
 	if m := info(); len(m["endpoints"].([]any)) != 1 || m["peer_tags"].([]any)[0] != "db.system" {
@@ -526,5 +535,21 @@ func TestSumExactWholeKey(t *testing.T) {
 	}
 	if PeerTagsKey("db.instance:b,peer.service:a") == PeerTagsKey("db.instance:b", "peer.service:a") {
 		t.Fatal("PeerTagsKey spells one tag holding a comma as the two tags around it")
+	}
+}
+
+// TestQuantileOfTheLongestSpans: a quantile past what a Duration holds
+// (spans of math.MaxInt64 ns, whose sketch bin reads above it) prints as
+// a bound, not as a negative duration.
+func TestQuantileOfTheLongestSpans(t *testing.T) {
+	var s aggregate.Sketch
+	s.Add(float64(math.MaxInt64))
+	if got := quantile(&s, 0.5); !strings.HasPrefix(got, ">2562047h") {
+		t.Fatalf("quantile of MaxInt64 ns = %q", got)
+	}
+	s = aggregate.Sketch{}
+	s.Add(float64(3 * time.Millisecond))
+	if got := quantile(&s, 0.5); got != "2.989ms" { // the bin's value, within 1 %
+		t.Fatalf("quantile of 3 ms = %q", got)
 	}
 }

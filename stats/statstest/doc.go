@@ -1,7 +1,8 @@
 // Package statstest is a fake Datadog agent for tests of code that uses
 // package stats: it accepts POST /v0.6/stats on loopback (TCP, or a Unix
-// socket with NewUnix), decodes and keeps every payload, answers GET /info,
-// and can be told to fail.
+// socket with NewUnix), decodes and keeps every payload, answers GET /info
+// as an agent left at its defaults does (its peer_tags list, which decides
+// the peer tags the SDK keeps), and can be told to fail.
 //
 //	agent := statstest.New()
 //	defer agent.Close()

@@ -66,6 +66,9 @@ func quantile(s *aggregate.Sketch, q float64) string {
 	if math.IsNaN(v) {
 		return "-"
 	}
+	if v >= math.MaxInt64 { // a float64 past it converts to a negative Duration
+		return ">" + time.Duration(math.MaxInt64).Truncate(time.Second).String()
+	}
 	return time.Duration(v).Round(time.Microsecond).String()
 }
 
