@@ -617,18 +617,25 @@ func TestSketchMergeCountsSaturatedBins(t *testing.T) {
 // TestHeapBytesIsTheAllocation: a store's capacity is all of the memory the
 // runtime gives it (its allocation rounded up to a size class), so
 // HeapBytes and StoreBytes say what a sketch holds. A store of 1025 bins
-// asked 4164 bytes and got 4864, which HeapBytes did not count.
+// asked 4164 bytes and got 4864, which HeapBytes did not count. The
+// process's allocations are counted: a goroutine of the runtime or of
+// another test may add to one attempt (a 17-bin store once read 256 bytes
+// for 144 under -race), never take away, so the least of a few counts.
 func TestHeapBytesIsTheAllocation(t *testing.T) {
 	storeCaps() // probed once, allocating
 	for _, n := range []int{17, 100, 500, 1025, 1500, 2000, MaxBins} {
-		s := new(Sketch)
-		s.AddIndex(0, 1)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		s.AddIndex(n-1, 1) // one resize, to n bins
-		runtime.ReadMemStats(&after)
-		store := s.HeapBytes() - int(unsafe.Sizeof(*s))
-		if got := int(after.TotalAlloc - before.TotalAlloc); got != store {
+		var s *Sketch
+		got := math.MaxInt
+		for range 5 {
+			s = new(Sketch)
+			s.AddIndex(0, 1)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			s.AddIndex(n-1, 1) // one resize, to n bins
+			runtime.ReadMemStats(&after)
+			got = min(got, int(after.TotalAlloc-before.TotalAlloc))
+		}
+		if store := s.HeapBytes() - int(unsafe.Sizeof(*s)); got != store {
 			t.Errorf("%d bins: the store's allocation took %d bytes, HeapBytes counts %d", n, got, store)
 		}
 		if got := StoreBytes(n); got != s.HeapBytes() {
