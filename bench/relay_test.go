@@ -355,11 +355,12 @@ func (r *receiver) report(b *testing.B, kind string) {
 // reader feeding workers); the relay and the relay rejecting run on the
 // benchmark's processors (statsrelay -procs 2 on this project's host) and
 // again on one, as statsrelay runs by default (relay-1p, relay-reject-1p:
-// GOMAXPROCS 1 during their rounds, one decode worker, no polling). A
+// GOMAXPROCS 1 during their rounds, one decode worker, no polling), beside
+// the drain on one processor too (drain-1p), their baseline. A
 // sender process (see TestRelaySender) writes each side's socket as fast
-// as it takes. The seven sides run in alternating rounds in one process,
+// as it takes. The eight sides run in alternating rounds in one process,
 // b.N datagrams each in all, so that a change of the host's speed hits
-// them alike; ns/op and allocs/op add the seven up and are not the
+// them alike; ns/op and allocs/op add the eight up and are not the
 // figures to read. Per side it reports datagrams/s, MB/s and cpu-ns/datagram
 // (this process's user+sys CPU: the receiver and its runtime, not the
 // sender), sender-cpu-ns/datagram, and for UDP lost/sent (sent but dropped
@@ -367,8 +368,8 @@ func (r *receiver) report(b *testing.B, kind string) {
 // 0.9), reject-ratio (relay rejecting ÷ drain), batch-ratio (drain ÷
 // drain1), handoff-ratio (handoff ÷ drain), reject-handoff-ratio (relay
 // rejecting ÷ handoff: what the receive path adds to the bare hand-over),
-// and relay-1p-ratio and reject-1p-ratio (the same on one processor ÷
-// drain).
+// relay-1p-ratio and reject-1p-ratio (the same on one processor ÷ the
+// drain on one processor) and drain-1p-ratio (drain-1p ÷ drain).
 //
 // A Unix datagram socket queues net.unix.max_dgram_qlen datagrams (10 by
 // default) before its sender blocks, so each recvmmsg there returns at most
@@ -388,8 +389,9 @@ func BenchmarkRelayReceive(b *testing.B) {
 					// (TestSpinWaitDefault).
 					openRelayWith(b, "relay-1p", kind, d, false, 0, oneProc),
 					openRelayWith(b, "relay-reject-1p", kind, d, true, 0, oneProc),
+					openDrain(b, "drain-1p", kind, dgram.DefaultBatchSize, d),
 				}
-				sides[5].procs, sides[6].procs = 1, 1
+				sides[5].procs, sides[6].procs, sides[7].procs = 1, 1, 1
 				runRounds(b, sides)
 				for _, s := range sides {
 					s.close(b)
@@ -402,8 +404,9 @@ func BenchmarkRelayReceive(b *testing.B) {
 					b.ReportMetric(rate(sides[3])/rate(sides[0]), "reject-ratio")
 					b.ReportMetric(rate(sides[4])/rate(sides[0]), "handoff-ratio")
 					b.ReportMetric(rate(sides[3])/rate(sides[4]), "reject-handoff-ratio")
-					b.ReportMetric(rate(sides[5])/rate(sides[0]), "relay-1p-ratio")
-					b.ReportMetric(rate(sides[6])/rate(sides[0]), "reject-1p-ratio")
+					b.ReportMetric(rate(sides[5])/rate(sides[7]), "relay-1p-ratio")
+					b.ReportMetric(rate(sides[6])/rate(sides[7]), "reject-1p-ratio")
+					b.ReportMetric(rate(sides[7])/rate(sides[0]), "drain-1p-ratio")
 				}
 			})
 		}
