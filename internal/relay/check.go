@@ -61,11 +61,11 @@ const (
 	// interval (10 s by default) or shorter.
 	MaxBucketDuration = time.Hour
 	// MaxClockSkew is how far in the future (by the relay's clock) a bucket
-	// may end: senders on other hosts (UDP) may run slightly ahead, and a
-	// sender reports a bucket once it has ended. By its end, not its start:
-	// the relay holds a bucket in the window of its end, and a bucket
-	// ending an hour ahead would hold its groups, against -max-groups,
-	// for that hour.
+	// may start: senders on other hosts (UDP) may run slightly ahead. Its
+	// end may be further: an SDK whose Flush finds its clock a little
+	// behind the bucket's start sends the bucket to its nominal end, up to
+	// an interval ahead; the relay holds such a bucket in the window of
+	// its clock, not of that end (see state.merge).
 	MaxClockSkew = time.Minute
 	// maxPayloadHits bounds the hits of one payload: more than a process
 	// can count in an interval, and far enough below 2^64 that no sum of
@@ -81,7 +81,7 @@ var (
 	errSketchGtHits = errors.New("sketch counts > hits")
 	errZeroDuration = errors.New("bucket of zero duration")
 	errLongBucket   = errors.New("bucket longer than MaxBucketDuration")
-	errFutureBucket = errors.New("bucket ends in the future")
+	errFutureBucket = errors.New("bucket starts in the future")
 	errTooManyHits  = errors.New("more hits than a payload can hold")
 	errHeaderValue  = errors.New("a control character in a field sent as an HTTP header")
 )
@@ -139,7 +139,7 @@ func check(p *writer.Payload, now uint64) error {
 			return fmt.Errorf("%w at Stats/%d", errZeroDuration, bi)
 		case b.Duration > uint64(MaxBucketDuration):
 			return fmt.Errorf("%w at Stats/%d", errLongBucket, bi)
-		case b.Start > future || b.Start+b.Duration > future: // no wrap: Duration <= MaxBucketDuration
+		case b.Start > future:
 			return fmt.Errorf("%w at Stats/%d", errFutureBucket, bi)
 		}
 		for gi := range b.Groups {

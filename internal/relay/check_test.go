@@ -90,9 +90,6 @@ func TestRejectReasons(t *testing.T) {
 		{"zero duration", datagram(1, header("a"), bucket(w0, 0, entry(key("r"), 1, 0))), Invalid, errZeroDuration},
 		{"absurd duration", datagram(1, header("a"), bucket(w0, uint64(MaxBucketDuration)+1, entry(key("r"), 1, 0))), Invalid, errLongBucket},
 		{"future", datagram(1, header("a"), bucket(future, 10*sec, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
-		// Held in the window of its end: accepted, it would hold its
-		// groups against -max-groups until then.
-		{"ends in the future", datagram(1, header("a"), bucket(future-10*sec, 10*sec+1, entry(key("r"), 1, 0))), Invalid, errFutureBucket},
 		// Sent on as HTTP headers: net/http would refuse every request.
 		{"CR LF in Lang", hdr(func(h *writer.Header) { h.Lang = "go\r\nX-Injected: 1" }), Invalid, errHeaderValue},
 		{"NUL in TracerVersion", hdr(func(h *writer.Header) { h.TracerVersion = "v1\x00" }), Invalid, errHeaderValue},

@@ -17,7 +17,8 @@
 // payload is merged three levels deep: by identity (every payload field but
 // RuntimeID and Sequence, the container id corrected from the sender's
 // credentials), then by window (buckets that end in the same
-// interval-aligned window merge; the merged bucket runs from the earliest
+// interval-aligned window merge, an end past the relay's clock counting
+// as that clock; the merged bucket runs from the earliest
 // start to the latest end; its AgentTimeShift, a shift only the agent
 // records and agent v0.85.4 ignores on intake, is forwarded as 0), then by
 // group (every label field, tag lists as sets). Counts add and sketches

@@ -276,7 +276,7 @@ func (s *state) identity(pp *prepared, create bool) *identity {
 // only then too; otherwise the group's spans fold into its identity and
 // window's overflow group, created below the full bounds. What even that
 // cannot take is dropped.
-func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBytes uint64) {
+func (s *state) merge(pp *prepared, ov overflowHashes, now uint64) (droppedGroups, droppedBytes uint64) {
 	if s.ids == nil {
 		s.ids = make(map[uint64]*identity)
 	}
@@ -289,8 +289,11 @@ func (s *state) merge(pp *prepared, ov overflowHashes) (droppedGroups, droppedBy
 		// The window of the bucket's end (Duration > 0, checked): by its
 		// start, a bucket longer than the interval or across a boundary
 		// would be in a window forwarded before the bucket even closed,
-		// and every span of it late whatever the grace.
-		ws := windowOf(b.Start+b.Duration-1, s.interval)
+		// and every span of it late whatever the grace. An end past now
+		// (a sender's clock behind, or a hostile bucket an hour long)
+		// counts as now: such a bucket is not held, against -max-groups,
+		// until a window that far ahead closes.
+		ws := windowOf(max(min(b.Start+b.Duration-1, now), b.Start), s.interval)
 		late := ws+s.interval <= s.harvested // its round has forwarded this window
 		var w *window
 		if id != nil {

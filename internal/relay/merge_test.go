@@ -132,6 +132,37 @@ func TestMergedBucketRunsEarliestToLatest(t *testing.T) {
 	}
 }
 
+// TestFutureEndIsNotHeld: a bucket that starts now and ends an hour ahead
+// (a hostile one; an SDK's whose clock is behind ends up to an interval
+// ahead) is accepted and forwarded at the next round, in the window of the
+// relay's clock: held until its end, its groups would count against
+// -max-groups for the hour, pushing other senders' into the overflow.
+func TestFutureEndIsNotHeld(t *testing.T) {
+	clock := t0
+	r := newTestRelay(Config{MaxGroups: 64, Now: func() time.Time { return clock }})
+	var es []*aggregate.Entry
+	for i := range 62 {
+		es = append(es, entry(key(fmt.Sprint("long", i)), 1, 0))
+	}
+	now := uint64(t0.UnixNano())
+	mustAccept(t, r, datagram(1, header("a"), bucket(now, uint64(MaxBucketDuration), es...)), 0, UDP)
+	clock = t0.Add(10 * time.Second)
+	out := r.Harvest(clock)
+	hits := uint64(0)
+	for _, b := range out {
+		hits += b.Hits
+		r.Forwarded(b.Hits)
+	}
+	if s := checkAccounting(t, r); hits != 62 || s.Groups != 0 || s.SpansPending != 0 {
+		t.Fatalf("the next round forwarded %d spans, holds %d groups, %d pending; want 62, 0, 0", hits, s.Groups, s.SpansPending)
+	}
+	// Every other sender's groups find room at once.
+	mustAccept(t, r, datagram(1, header("b"), bucket(uint64(clock.UnixNano())-10*sec, 10*sec, entry(key("GET /"), 10, 0))), 0, UDP)
+	if s := r.Stats(); s.FoldedSpans != 0 || s.Groups != 1 {
+		t.Fatalf("after it: %d spans folded, %d groups; want 0, 1", s.FoldedSpans, s.Groups)
+	}
+}
+
 // TestSpanlessBucketLeavesWindowAlone: a bucket that adds no span to a
 // window (zero-hit groups, or none) leaves the merged bucket's times as
 // they are: any sender of the identity could otherwise misdate every other

@@ -323,7 +323,7 @@ func (r *Relay) merge(pp *prepared, env writer.Envelope, sequenced bool, sender 
 	s.droppedPayloads += uint64(env.DroppedPayloads)
 	s.droppedSpans += uint64(env.DroppedSpans)
 	r.received += pp.hits
-	groups, bytes := r.st.merge(pp, r.ov)
+	groups, bytes := r.st.merge(pp, r.ov, uint64(max(now, 0)))
 	if groups > 0 {
 		r.dropped[DropMaxGroups] += groups
 	}
