@@ -25,13 +25,16 @@ const (
 // recentPeers is how many peer tags a cached span may carry.
 const recentPeers = 4
 
-// recentPinBytes bounds the bytes of label strings each recent-span cache
-// keeps alive. A slot holds a span's own strings, which a tracer that
+// recentPinBytes bounds the length of the label strings each recent-span
+// cache holds. A slot holds a span's own strings, which a tracer that
 // builds them per span would otherwise free: 1024 spans of labels at
 // Publish's limits, fresh on every span, kept about 9 MiB alive. A span
 // whose strings would take the cache past the bound is not cached (it is
 // found by its key, hashed), where a few hundred keys of long interned
-// strings (SQL resources) still fit (TestRecentCachesPinBoundedBytes).
+// strings (SQL resources) still fit; Rotate empties the caches, whose
+// slots no longer hit then (TestRecentCachesPinBoundedBytes). Lengths,
+// not memory: a label sliced out of a larger string keeps all of it
+// alive, as the tracer's span did.
 const recentPinBytes = 1 << 20
 
 // recentSlot maps one span's label fields (raw, or collapsed by the budgets)
@@ -219,15 +222,18 @@ func (c *spanCache) find(i uint, tag uint32, s *Record, epoch uint32, byContent 
 }
 
 // put puts s's key, counted in e, in the least recently used way of the set
-// at i, unless its strings would take the cache past recentPinBytes.
+// at i, or in the other if only replacing that one keeps the cache within
+// recentPinBytes, or nowhere.
 func (c *spanCache) put(i uint, tag uint32, s *Record, e *Entry) {
 	lru := &c.lru[i/recentWays]
 	w := uint(*lru)
-	slot := &c.slots[i+w]
 	n := keyBytes(s)
-	if c.pinned-int(slot.bytes)+n > recentPinBytes {
-		return
+	if c.pinned-int(c.slots[i+w].bytes)+n > recentPinBytes {
+		if w ^= 1; c.pinned-int(c.slots[i+w].bytes)+n > recentPinBytes {
+			return
+		}
 	}
+	slot := &c.slots[i+w]
 	*lru = uint8(w ^ 1)
 	c.pinned += n - int(slot.bytes)
 	slot.span.setKey(s)

@@ -197,23 +197,25 @@ func TestContentCacheBareBlockedPeer(t *testing.T) {
 }
 
 // TestRecentCachesPinBoundedBytes: spans whose labels are at Publish's
-// length limits and fresh on every span, over several intervals of new
-// keys, keep no more than recentPinBytes of their strings alive in each
-// recent-span cache (they kept about 9 MiB), and a slot keeps no peer tag
-// of the key it held before.
+// length limits and fresh on every span, 4096 new keys in one interval,
+// keep no more than recentPinBytes of their strings alive in each
+// recent-span cache (they kept about 9 MiB); Rotate empties the caches,
+// whose slots no longer hit then, so that the keys of the next interval,
+// 64 long ones used again and again, are all cached; and a slot keeps no
+// peer tag of the key it held before.
 func TestRecentCachesPinBoundedBytes(t *testing.T) {
 	pad := func(p string, n int) string { return p + strings.Repeat("x", n-len(p)) }
+	span := func(resource string) *Record {
+		s := &Record{Resource: resource, Service: pad("s", 100), Name: pad("n", 100),
+			Type: pad("t", 100), SpanKind: strings.Clone("client"), HTTPMethod: pad("m", 200),
+			HTTPEndpoint: pad("e", 200), ServiceSource: pad("x", 200), Duration: 1000}
+		s.SetPeerTags([]string{pad("a:", 200), pad("b:", 200), pad("c:", 200), pad("d:", 200)})
+		return s
+	}
 	tb := NewTable(0)
 	tb.SetLimits(Limits{})
-	for iv := range 4 {
-		for i := range 1024 {
-			s := &Record{Resource: pad(fmt.Sprint(iv, "-", i, "-"), 5000), Service: pad("s", 100), Name: pad("n", 100),
-				Type: pad("t", 100), SpanKind: strings.Clone("client"), HTTPMethod: pad("m", 200),
-				HTTPEndpoint: pad("e", 200), ServiceSource: pad("x", 200), Duration: 1000}
-			s.SetPeerTags([]string{pad("a:", 200), pad("b:", 200), pad("c:", 200), pad("d:", 200)})
-			tb.Add(s)
-		}
-		tb.Rotate()
+	for i := range 4096 {
+		tb.Add(span(pad(fmt.Sprint(i, "-"), 5000)))
 	}
 	for _, c := range []*spanCache{&tb.recent, &tb.seen} {
 		n := 0
@@ -225,11 +227,21 @@ func TestRecentCachesPinBoundedBytes(t *testing.T) {
 		}
 	}
 	before := heapNow()
-	tb.forgetRecent()
+	tb.Rotate()
 	freed := int64(before) - int64(heapNow())
 	t.Logf("emptying the caches freed %d B", freed)
-	if freed > 2*recentPinBytes+256<<10 {
-		t.Errorf("emptying the caches freed %d B; they may pin %d B of strings", freed, 2*recentPinBytes)
+	if freed > 2*recentPinBytes+256<<10 || tb.recent.pinned != 0 || tb.seen.pinned != 0 {
+		t.Errorf("Rotate freed %d B and left %d and %d pinned; the caches may pin %d B of strings", freed, tb.recent.pinned, tb.seen.pinned, 2*recentPinBytes)
+	}
+	hot := make([]*Record, 64)
+	for i := range hot {
+		hot[i] = span(pad(fmt.Sprint("hot-", i, "-"), 4000))
+		tb.Add(hot[i])
+	}
+	for i, s := range hot {
+		if tb.recentEntry(s) == nil || tb.contentEntry(span(strings.Clone(s.Resource))) == nil {
+			t.Fatalf("hot key %d of 64 (4 KB each) is not cached by identity and by contents", i)
+		}
 	}
 	runtime.KeepAlive(tb)
 

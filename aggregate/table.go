@@ -324,6 +324,11 @@ func (t *Table) Rotate() {
 	if t.overflow != nil {
 		t.overflow.reset()
 	}
+	// A cached span is found only in the interval it was cached in (its
+	// entry's epoch): emptied now, the caches lose no hit and keep none of
+	// the last interval's strings alive, nor count them against
+	// recentPinBytes.
+	t.forgetRecent()
 	t.nextEpoch()
 }
 
