@@ -153,10 +153,14 @@ func keepsPeerTags(kind string) bool {
 // one without kind, as the agent's peerTagKeysToAggregateForSpan does.
 const baseServicePrefix = "_dd.base_service:"
 
+// keepsBaseService reports whether a span of kind keeps its base service
+// tag as its one peer tag: an internal span, or one without kind.
+func keepsBaseService(kind string) bool { return kind == "" || kindWord(kind) == kindInternal }
+
 // baseServiceTag returns the first "_dd.base_service:" tag with a value of
 // an internal span, or one without kind, and whether there is one.
 func baseServiceTag(kind string, tags []string) (string, bool) {
-	if kind != "" && kindWord(kind) != kindInternal {
+	if !keepsBaseService(kind) {
 		return "", false
 	}
 	for _, t := range tags {
@@ -265,7 +269,7 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 			r.ExtraPeerTags = append([]string(nil), tags[n:]...)
 			cut.labels += truncatePeerTags(r.ExtraPeerTags)
 		}
-	default:
+	case keepsBaseService(s.SpanKind):
 		tags := s.PeerTags
 		if len(tags) > MaxPeerTags { // looked at as a client span's are
 			cut.peerTags, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]

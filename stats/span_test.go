@@ -114,6 +114,10 @@ func TestBaseServiceTagPastTheCap(t *testing.T) {
 		t.Errorf("base service tag after %d others: cut %d, kept %q; want 1 cut, none kept", MaxPeerTags, cut.peerTags, r.PeerTags[:r.NumPeerTags])
 	}
 	r = aggregate.Record{}
+	// A server span keeps none, and looks at none: nothing counts as cut.
+	if cut := (&Span{SpanKind: "server", PeerTags: append(tags, "_dd.base_service:web")}).snapshot(&r); cut.peerTags != 0 || r.NumPeerTags != 0 {
+		t.Errorf("server span of %d tags: cut %d, kept %d; want 0, 0", MaxPeerTags+1, cut.peerTags, r.NumPeerTags)
+	}
 	tags[MaxPeerTags-1] = "_dd.base_service:web"
 	if cut := (&Span{PeerTags: tags}).snapshot(&r); cut.peerTags != 0 || r.NumPeerTags != 1 || r.PeerTags[0] != "_dd.base_service:web" {
 		t.Errorf("base service tag last of %d: cut %d, kept %q", MaxPeerTags, cut.peerTags, r.PeerTags[:r.NumPeerTags])
