@@ -74,8 +74,10 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 		// service. A local parent of the same provider is under its own
 		// service.name (OnStart marked it), else the resource's; so is the
 		// span, unless its own service.name overrides.
+		// The span's own service mark (owners) stays: a child detached
+		// from it (trace.ContextWithSpanContext) may start after it ended;
+		// the next span of its slot replaces it.
 		id := s.SpanContext().SpanID()
-		p.owners.take(id) // its children have started
 		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(id)
 		if !sp.TopLevel {
 			if svc, ok := p.parents.take(id); ok {

@@ -25,7 +25,7 @@ type Processor struct {
 	keys           *keyIndex
 	res            resCache
 	crossed        crossings
-	// owners: a span's own service.name at start, until it ends;
+	// owners: a span's own service.name at start, until a span of its slot replaces it;
 	// parents: the parent's, for a span whose parent had one.
 	owners, parents serviceMarks
 	// spanServices: a span has ended with its own service.name, so OnStart

@@ -359,9 +359,16 @@ func TestDetachedParent(t *testing.T) {
 	_, oc := tr.Start(trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(octx)), "GET", trace.WithSpanKind(trace.SpanKindClient))
 	oc.End()
 	o.End()
-	want := map[string]bool{"GET": false, "async work": false, "handler": true, "other": true}
-	if len(rec.spans) != 5 {
-		t.Fatalf("%d spans recorded, want 5", len(rec.spans))
+	// Detached work that starts after its parent has ended, and been
+	// mapped (OnEnd), still compares with the parent's own service.
+	var sp stats.Span
+	var b [scratchSize]byte
+	p.fill(&sp, rec.spans[len(rec.spans)-1], b[:]) // "other"
+	_, late := tr.Start(trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(octx)), "late", trace.WithSpanKind(trace.SpanKindClient))
+	late.End()
+	want := map[string]bool{"GET": false, "async work": false, "handler": true, "other": true, "late": true}
+	if len(rec.spans) != 6 {
+		t.Fatalf("%d spans recorded, want 6", len(rec.spans))
 	}
 	for i, s := range rec.spans {
 		var sp stats.Span
