@@ -79,7 +79,7 @@ func EnvCardinalityLimit(f aggregate.Field) string {
 func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
 	ignore := func(name, value, why string) {
 		value = agentclient.Redact(strings.TrimSpace(value)) // a password in a URL stays out of the logs
-		log.Warn("spanstats: ignoring an environment variable; using the default", "name", name, "value", value, "reason", why)
+		log.Warn("spanstats: ignoring an environment variable, as if it were unset", "name", name, "value", value, "reason", why)
 	}
 	if c.AgentURL == "" {
 		c.AgentURL = agentURLFromEnv(getenv, exists, ignore)
