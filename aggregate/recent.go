@@ -31,8 +31,8 @@ const recentPeers = 4
 // Publish's limits, fresh on every span, kept about 9 MiB alive. A span
 // whose strings would take the cache past the bound is not cached (it is
 // found by its key, hashed), where a few hundred keys of long interned
-// strings (SQL resources) still fit; Rotate empties the caches, whose
-// slots no longer hit then (TestRecentCachesPinBoundedBytes). Lengths,
+// strings (SQL resources) still fit; Rotate empties the caches
+// (TestRecentCachesPinBoundedBytes). Lengths,
 // not memory: a label sliced out of a larger string keeps all of it
 // alive, as the tracer's span did.
 const recentPinBytes = 1 << 20

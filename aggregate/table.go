@@ -324,10 +324,12 @@ func (t *Table) Rotate() {
 	if t.overflow != nil {
 		t.overflow.reset()
 	}
-	// A cached span is found only in the interval it was cached in (its
-	// entry's epoch): emptied now, the caches lose no hit and keep none of
-	// the last interval's strings alive, nor count them against
-	// recentPinBytes.
+	// A slot hits only once its entry is hit again in the new interval
+	// (its epoch): emptied now, the caches keep none of the last
+	// interval's strings alive, nor count them against recentPinBytes.
+	// What it costs: a key whose spans come with two string identities
+	// finds the second by contents, no longer by identity, once the first
+	// has refreshed the entry.
 	t.forgetRecent()
 	t.nextEpoch()
 }

@@ -64,8 +64,9 @@ const (
 	// may start: senders on other hosts (UDP) may run slightly ahead. Its
 	// end may be further: an SDK whose Flush finds its clock a little
 	// behind the bucket's start sends the bucket to its nominal end, up to
-	// an interval ahead; the relay holds such a bucket in the window of
-	// its clock, not of that end (see state.merge).
+	// an interval ahead; the relay windows such a bucket by its clock
+	// (or the bucket's start, if later), not by that end (see
+	// state.merge).
 	MaxClockSkew = time.Minute
 	// maxPayloadHits bounds the hits of one payload: more than a process
 	// can count in an interval, and far enough below 2^64 that no sum of

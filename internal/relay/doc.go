@@ -18,7 +18,8 @@
 // RuntimeID and Sequence, the container id corrected from the sender's
 // credentials), then by window (buckets that end in the same
 // interval-aligned window merge, an end past the relay's clock counting
-// as that clock; the merged bucket runs from the earliest
+// as that clock, or as the bucket's start if that is later; the merged
+// bucket runs from the earliest
 // start to the latest end; its AgentTimeShift, a shift only the agent
 // records and agent v0.85.4 ignores on intake, is forwarded as 0), then by
 // group (every label field, tag lists as sets). Counts add and sketches

@@ -103,10 +103,13 @@ func modelAdd(m map[pairCellWin]*pairSums, body []byte, interval uint64) (hits u
 	return hits, true
 }
 
-// bucketWindow is the window the relay merges b in: the one holding its
-// end, where a merged bucket's latest end is too.
+// bucketWindow is the window the relay merges b in, on the test relay's
+// clock (t0): the one holding its end, but no later than the clock's or
+// its start's. A merged bucket, from the earliest start to the latest end
+// of buckets of one window, gives that window again.
 func bucketWindow(b *writer.DecodedBucket, interval uint64) uint64 {
-	return windowOf(b.Start+b.Duration-1, interval)
+	now := uint64(t0.UnixNano())
+	return windowOf(max(min(b.Start+b.Duration-1, now), b.Start), interval)
 }
 
 // pairKey is key("r") of another kind, type or peer tags.
@@ -170,6 +173,10 @@ func FuzzAcceptPair(f *testing.F) {
 		datagram(2, header("a"), bucket(w0+3*sec, 7*sec, entry(r1, 5, 1, 2, 3), entry(s1, 1, 0))))
 	f.Add(datagram(1, header("a"), bucket(w0-10*sec, 10*sec, entry(r1, 2, 0, 1))),
 		datagram(1, header("b"), bucket(w0, 10*sec, entry(r1, 5, 1, 2)), bucket(w0-10*sec+5*sec, 5*sec, entry(r1, 1, 0, 4))))
+	// A bucket ending past the relay's clock, windowed by the clock, beside
+	// a short one of the same window.
+	now := uint64(t0.UnixNano())
+	f.Add(datagram(1, header("a"), bucket(now, sec, entry(r1, 2, 0))), datagram(1, header("b"), bucket(now, 20*sec, entry(r1, 3, 0))))
 	// Another identity; a bare body beside an enveloped one.
 	h3 := header("c")
 	h3.Env = "staging"
