@@ -27,9 +27,7 @@ const recentPeers = 4
 
 // recentPinBytes bounds the length of the label strings each recent-span
 // cache holds. A slot holds a span's own strings, which a tracer that
-// builds them per span would otherwise free: 1024 spans of labels at
-// Publish's limits, fresh on every span, kept about 9 MiB alive. A span
-// whose strings would take the cache past the bound is not cached (it is
+// builds them per span would otherwise free. A span whose strings would take the cache past the bound is not cached (it is
 // found by its key, hashed), where a few hundred keys of long interned
 // strings (SQL resources) still fit; Rotate empties the caches
 // (TestRecentCachesPinBoundedBytes). Lengths,

@@ -199,7 +199,7 @@ func TestContentCacheBareBlockedPeer(t *testing.T) {
 // TestRecentCachesPinBoundedBytes: spans whose labels are at Publish's
 // length limits and fresh on every span, 4096 new keys in one interval,
 // keep no more than recentPinBytes of their strings alive in each
-// recent-span cache (they kept about 9 MiB); Rotate empties the caches,
+// recent-span cache; Rotate empties the caches,
 // whose slots no longer hit then, so that the keys of the next interval,
 // 64 long ones used again and again, are all cached; and a slot keeps no
 // peer tag of the key it held before.

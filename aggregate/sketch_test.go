@@ -619,8 +619,8 @@ func TestSketchMergeCountsSaturatedBins(t *testing.T) {
 // HeapBytes and StoreBytes say what a sketch holds. A store of 1025 bins
 // asked 4164 bytes and got 4864, which HeapBytes did not count. The
 // process's allocations are counted: a goroutine of the runtime or of
-// another test may add to one attempt (a 17-bin store once read 256 bytes
-// for 144 under -race), never take away, so the least of a few counts.
+// another test may add to one attempt, never take away, so the least of
+// a few counts.
 func TestHeapBytesIsTheAllocation(t *testing.T) {
 	storeCaps() // probed once, allocating
 	for _, n := range []int{17, 100, 500, 1025, 1500, 2000, MaxBins} {

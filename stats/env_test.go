@@ -349,7 +349,7 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 		t.Fatalf("control characters: tags %q service %q logs %q; want both ignored with a warning", c.Tags, c.Service, logs)
 	}
 	// A DD_ variable ignored for one is not used: the OTEL_ one stands in,
-	// and no warning says the DD_ one won (it used to, leaving no service).
+	// and no warning says the DD_ one won.
 	c, logs = envCase(Config{}, map[string]string{
 		EnvService: "dd\x01web", EnvOtelService: "otel-web",
 		EnvTags: "team:d\x01d", EnvOtelResourceAttributes: "team=otel",

@@ -157,12 +157,9 @@ const baseServicePrefix = "_dd.base_service:"
 // tag as its one peer tag: an internal span, or one without kind.
 func keepsBaseService(kind string) bool { return kind == "" || kindWord(kind) == kindInternal }
 
-// baseServiceTag returns the first "_dd.base_service:" tag with a value of
-// an internal span, or one without kind, and whether there is one.
-func baseServiceTag(kind string, tags []string) (string, bool) {
-	if !keepsBaseService(kind) {
-		return "", false
-	}
+// baseServiceTag returns the first "_dd.base_service:" tag with a value
+// among tags, and whether there is one.
+func baseServiceTag(tags []string) (string, bool) {
 	for _, t := range tags {
 		if len(t) > len(baseServicePrefix) && strings.HasPrefix(t, baseServicePrefix) {
 			return t, true
@@ -274,7 +271,7 @@ func (s *Span) snapshot(r *aggregate.Record) (cut cuts) {
 		if len(tags) > MaxPeerTags { // looked at as a client span's are
 			cut.peerTags, tags = len(tags)-MaxPeerTags, tags[:MaxPeerTags]
 		}
-		if t, ok := baseServiceTag(s.SpanKind, tags); ok {
+		if t, ok := baseServiceTag(tags); ok {
 			r.PeerTags[0], r.NumPeerTags = t, 1
 			cut.labels += truncatePeerTags(r.PeerTags[:1])
 		}
