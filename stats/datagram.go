@@ -135,13 +135,25 @@ func (d *datagramOut) dial(patience *time.Duration) error {
 		d.conn, err = dgram.DialUnixgram(d.to.address, 2*d.limit)
 		return err
 	}
-	if d.host != "" && (d.relookup || !d.addr.IsValid()) && time.Since(d.lookedUp) >= d.lookupGap {
+	if d.host != "" && (d.relookup || !d.addr.IsValid() || time.Since(d.lookedUp) >= d.lookupEvery) &&
+		time.Since(d.lookedUp) >= d.lookupGap {
 		d.lookup(patience)
 	}
 	if !d.addr.IsValid() {
 		return d.lookErr
 	}
 	d.conn, err = dgram.DialUDP(d.addr)
+	if err != nil && d.host != "" {
+		// An address of the name that cannot be dialed (::1 on a host
+		// without IPv6, a route gone) is one refused: the next one is
+		// tried, within the report's patience, and the name looked up again.
+		d.conn = nil
+		d.relookup = true
+		d.nextAddr()
+		if !errors.Is(err, dgram.ErrNoRelay) {
+			err = fmt.Errorf("%w: %w", dgram.ErrNoRelay, err)
+		}
+	}
 	return err
 }
 

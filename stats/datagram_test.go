@@ -1307,6 +1307,69 @@ func TestDatagramRelayNameWithTwoFamilies(t *testing.T) {
 	}
 }
 
+// undialable is an address whose connect fails on Linux (link-local
+// without a zone: EINVAL), as ::1 does on a host without IPv6.
+var undialable = netip.MustParseAddr("fe80::1")
+
+// TestDatagramRelayNameUndialableAddress: a name whose first address cannot
+// be dialed (an /etc/hosts answer, which the resolver does not sort) moves
+// on to the next within the report's patience: the first report reaches
+// the relay on 127.0.0.1, and none is dropped.
+func TestDatagramRelayNameUndialableAddress(t *testing.T) {
+	relay := listenRelay(t, "udp")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(relay.url, "udp://"))
+	p, _ := strconv.ParseUint(port, 10, 16)
+	r, _ := fakeDNS(t, func() netip.Addr { return netip.MustParseAddr("127.0.0.1") })
+	a := startWithResolver(t, Config{AgentURL: "udp://relay.invalid-test:" + port, SendJitter: -1}, r, func(d *datagramOut) {
+		d.addrs = []netip.Addr{undialable, netip.MustParseAddr("127.0.0.1")}
+		d.addr = netip.AddrPortFrom(undialable, uint16(p))
+		d.lookedUp = time.Now()
+	})
+	publishN(a, 2, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if got := relay.read(t); len(got) != 1 || got[0].hits != 2 || got[0].env.Sequence != 1 {
+		t.Fatalf("relay on 127.0.0.1 got %+v; want one datagram of 2 spans, sequence 1", got)
+	}
+	stop(t, a)
+	if h := a.Health(); h.SpansSent != 2 || h.PayloadsDropped != 0 || h.PayloadsRetried != 1 {
+		t.Fatalf("sent %d spans, dropped %d payloads, retried %d; want 2, 0, 1 (the undialable address)",
+			h.SpansSent, h.PayloadsDropped, h.PayloadsRetried)
+	}
+}
+
+// TestDatagramRelayNameLookedUpWithoutSocket: the name is looked up again
+// every relayLookupEvery even while no socket is open (the address in use
+// could not be dialed), so a relay that moved is found.
+func TestDatagramRelayNameLookedUpWithoutSocket(t *testing.T) {
+	relay := listenRelay(t, "udp")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(relay.url, "udp://"))
+	p, _ := strconv.ParseUint(port, 10, 16)
+	r, queries := fakeDNS(t, func() netip.Addr { return netip.MustParseAddr("127.0.0.1") })
+	a := startWithResolver(t, Config{AgentURL: "udp://relay.invalid-test:" + port, SendJitter: -1}, r, func(d *datagramOut) {
+		// What an earlier look-up gave, the relay since gone from it.
+		d.addrs = []netip.Addr{undialable}
+		d.addr = netip.AddrPortFrom(undialable, uint16(p))
+		d.lookedUp = time.Now().Add(-time.Hour)
+		d.lookupEvery = time.Minute
+	})
+	publishN(a, 3, "r")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if got := relay.read(t); len(got) != 1 || got[0].hits != 3 {
+		t.Fatalf("relay on 127.0.0.1 got %+v; want one datagram of 3 spans", got)
+	}
+	stop(t, a)
+	if n := queries.Load(); n < 1 {
+		t.Fatalf("%d DNS queries; want the name looked up again", n)
+	}
+	if h := a.Health(); h.SpansSent != 3 || h.PayloadsDropped != 0 {
+		t.Fatalf("sent %d spans, dropped %d payloads; want 3, 0", h.SpansSent, h.PayloadsDropped)
+	}
+}
+
 // TestMinDatagramRoom pins what MinDatagramBytes leaves room for: a group
 // with both sketches at their bin cap and every label at its length limit
 // (no peer tags) fits beside a header of 1 KiB, and not beside one of
