@@ -79,6 +79,23 @@ func TestAgentURLWithSpaces(t *testing.T) {
 	}
 }
 
+// TestAgentURLWithoutScheme: a bare host:port or socket path, the likeliest
+// mistake, is refused saying a scheme is missing and how to write one,
+// not that "localhost" is an unsupported scheme; a URL with an unknown
+// scheme is still refused naming it.
+func TestAgentURLWithoutScheme(t *testing.T) {
+	for _, raw := range []string{"localhost:8126", "127.0.0.1:8126", "/var/run/datadog/apm.socket", "[::1]:8126"} {
+		_, err := New(Config{AgentURL: raw})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "has no scheme: write http://host:port") {
+			t.Errorf("New(%q) = %v, want ErrBadConfig saying the scheme is missing", raw, err)
+		}
+	}
+	_, err := New(Config{AgentURL: "tcp://localhost:8126"})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), `scheme "tcp" is not supported`) {
+		t.Errorf("New(tcp://) = %v, want ErrBadConfig naming the scheme", err)
+	}
+}
+
 // TestSocketURLWithHost: a socket URL written with two slashes reads its
 // first path segment as a host; New refuses it naming the three-slash
 // form, rather than sending to a path that is not there. "localhost" is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spanstats/spanstats/internal/agentclient"
@@ -28,6 +29,13 @@ func parseAgentURL(raw string) (target, error) {
 		return target{}, fmt.Errorf("%w: AgentURL %q has spaces around it", ErrBadConfig, agentclient.Redact(raw))
 	}
 	u, err := url.Parse(raw)
+	known := err == nil && slices.Contains([]string{"http", "https", "unix", "unixgram", "udp"}, u.Scheme)
+	if !known && !strings.Contains(raw, "://") {
+		// A bare host:port or socket path (as DD_AGENT_HOST is written):
+		// url.Parse would name "localhost" a scheme, or a colon in a path.
+		return target{}, fmt.Errorf("%w: AgentURL %q has no scheme: write http://host:port, unix:///path/to/apm.socket, "+
+			"unixgram:///path/to/relay.sock or udp://host:port", ErrBadConfig, agentclient.Redact(raw))
+	}
 	if err == nil {
 		raw := agentclient.Redact(raw) // quoted in errors
 		switch u.Scheme {

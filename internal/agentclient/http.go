@@ -74,6 +74,11 @@ func Redact(raw string) string {
 // "unix:///path/to/apm.socket". Its errors quote raw redacted (Redact).
 func ParseURL(raw string) (Endpoint, error) {
 	u, err := url.Parse(raw)
+	if (err != nil || u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") && !strings.Contains(raw, "://") {
+		// A bare host:port or socket path: url.Parse would name "localhost"
+		// a scheme, or a colon in a path.
+		return Endpoint{}, fmt.Errorf("agent URL %q has no scheme: write http://host:port or unix:///path/to/apm.socket", Redact(raw))
+	}
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

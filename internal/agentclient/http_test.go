@@ -120,6 +120,19 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestParseURLWithoutScheme: a bare host:port or socket path (as
+// DD_AGENT_HOST is written) is refused saying the scheme is missing, with
+// the password hidden.
+func TestParseURLWithoutScheme(t *testing.T) {
+	for _, raw := range []string{"localhost:8126", "127.0.0.1:8126", "/var/run/datadog/apm.socket", "user:pw9@agent:8126"} {
+		_, err := ParseURL(raw)
+		if err == nil || !strings.Contains(err.Error(), "has no scheme: write http://host:port or unix:///") ||
+			strings.Contains(err.Error(), "pw9") {
+			t.Errorf("ParseURL(%q) = %v; want an error saying the scheme is missing, without the password", raw, err)
+		}
+	}
+}
+
 // TestRedact: a password is hidden whether the URL parses or not, and
 // nothing else changes: a URL without one is returned as is.
 func TestRedact(t *testing.T) {
