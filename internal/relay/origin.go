@@ -144,6 +144,11 @@ type Origins struct {
 	// attribution of a request by the relay's credentials is the sender's
 	// own (see Batch.Local).
 	self []byte
+	// contained: the relay runs in a container (InContainer). Only then
+	// may a local sender's claim stand: in a host cgroup (a supervisor
+	// running the relay and the apps) credentials that name no container
+	// are the truth.
+	contained bool
 
 	mu        sync.Mutex
 	m         map[int32]origin
@@ -154,6 +159,7 @@ type origin struct {
 	id      string
 	known   bool
 	local   bool  // known, no container id, and the relay's own cgroup file
+	gone    bool  // id kept from before the process exited (see originAt)
 	expires int64 // unix ns
 }
 
@@ -168,6 +174,12 @@ func (e *origin) fresh(now int64) bool {
 // now is its clock (nil: time.Now). It reads the relay's own cgroup file
 // there (else in /proc/self), to tell the senders that share it.
 func NewOrigins(procRoot string, now func() time.Time) *Origins {
+	return newOrigins(procRoot, now, containerMarks)
+}
+
+// newOrigins is NewOrigins telling whether the relay is in a container by
+// its cgroup files and the runtime marks given.
+func newOrigins(procRoot string, now func() time.Time, marks []string) *Origins {
 	if now == nil {
 		now = time.Now
 	}
@@ -178,6 +190,7 @@ func NewOrigins(procRoot string, now func() time.Time) *Origins {
 			break
 		}
 	}
+	o.contained = containerCgroup(o.self) || hasMark(marks)
 	return o
 }
 
@@ -214,6 +227,7 @@ func (o *Origins) originAt(pid int32, now int64) origin {
 	if ok && e.fresh(now) {
 		return e
 	}
+	prev := e
 	// Read outside the lock: two workers may both read a new pid, which is
 	// cheaper than making every lookup wait for a file read.
 	e = origin{expires: now + int64(OriginTTL)}
@@ -228,6 +242,13 @@ func (o *Origins) originAt(pid int32, now int64) origin {
 			e.id = ""
 		}
 		e.local = e.known && id == "" && o.self != nil && bytes.Equal(b, o.self)
+	}
+	if !e.known && ok && prev.known && prev.id != "" && !prev.gone {
+		// Expired just as the process exited after its last datagrams (a
+		// final report at Stop): no process holds the pid, so none took it
+		// into another container since; its container is kept, once, for
+		// another OriginTTL (TestOriginOutlivesExit).
+		e.id, e.known, e.gone = prev.id, true, true
 	}
 	o.mu.Lock()
 	if len(o.m) >= MaxOrigins {
@@ -293,10 +314,21 @@ func inContainer(cgroups, marks []string) bool {
 		if err != nil || len(b) > maxCgroupFile {
 			continue
 		}
-		if ContainerIDFromCgroup(bytes.NewReader(b)) != "" || string(bytes.TrimSpace(b)) == "0::/" {
+		if containerCgroup(b) {
 			return true
 		}
 	}
+	return hasMark(marks)
+}
+
+// containerCgroup tells whether a cgroup file is a container's: it names
+// one, or it is a private cgroup namespace's root.
+func containerCgroup(b []byte) bool {
+	return len(b) > 0 && (ContainerIDFromCgroup(bytes.NewReader(b)) != "" || string(bytes.TrimSpace(b)) == "0::/")
+}
+
+// hasMark tells whether one of the runtime marks is there.
+func hasMark(marks []string) bool {
 	for _, m := range marks {
 		if _, err := os.Stat(m); err == nil {
 			return true

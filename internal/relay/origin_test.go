@@ -439,3 +439,59 @@ func TestOriginsKeepOnlyTheID(t *testing.T) {
 	}
 	runtime.KeepAlive(o)
 }
+
+// TestOriginOutlivesExit: a sender's pid cached in a container, the entry
+// expired just as the process exited (its final report read after the
+// exit): the report keeps the container, once, for another OriginTTL;
+// past that, a pid still gone is in no known container.
+func TestOriginOutlivesExit(t *testing.T) {
+	const pid = 4242
+	root := fakeProc(t, map[int32]string{pid: cgroups["docker"]})
+	now := t0
+	clock := func() time.Time { return now }
+	r := New(Config{Origins: NewOrigins(root, clock), Now: clock})
+	send := func(seq, hits uint64) {
+		t.Helper()
+		start := uint64(now.UnixNano()) - uint64(now.UnixNano())%(10*sec)
+		mustAccept(t, r, datagram(seq, header("rt"), bucket(start, 10*sec, entry(key("a"), hits, 0))), pid, Unix)
+	}
+	send(1, 3)
+	now = t0.Add(OriginTTL + time.Second)
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+	send(2, 5)
+	now = now.Add(OriginTTL + time.Second)
+	send(3, 7)
+	got := map[string]uint64{}
+	for _, b := range r.Harvest(now.Add(time.Hour)) {
+		got[b.ContainerID] += b.Hits
+		r.Forwarded(b.Hits)
+	}
+	if len(got) != 2 || got[dockerID] != 8 || got[""] != 7 {
+		t.Fatalf("hits by container %v; want 8 in %s (before the exit and just after), 7 in none (a minute after)", got, dockerID[:12])
+	}
+}
+
+// TestHostLocalSenderClaimOverridden: a relay on a host sharing its cgroup
+// with a sender (a supervisor running both): the sender's claim of a
+// container loses to its credentials, which name none, and is counted; in
+// a relay in a container its cgroup does not name ("0::/"), the same
+// claim stands (TestLocalClaimIsOneIdentity).
+func TestHostLocalSenderClaimOverridden(t *testing.T) {
+	const pid = 4343
+	host := "0::/system.slice/supervisor.service\n"
+	root := fakeProc(t, map[int32]string{int32(os.Getpid()): host, pid: host})
+	o := newOrigins(root, nil, nil) // no runtime's mark
+	if o.contained {
+		t.Fatal("a relay in a host cgroup taken as in a container")
+	}
+	r := newTestRelay(Config{Origins: o})
+	h := header("rt")
+	h.ContainerID = dockerID
+	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("a"), 3, 0))), pid, Unix)
+	out := harvestAll(t, r)
+	if len(out) != 1 || out[0].ContainerID != "" || out[0].Hits != 3 || r.Stats().ContainerMismatches != 1 {
+		t.Fatalf("forwarded %+v (mismatches %d); want 3 hits in no container, one mismatch", out, r.Stats().ContainerMismatches)
+	}
+}
