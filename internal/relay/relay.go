@@ -279,10 +279,10 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {
 		if o := r.origins.originAt(pid, now.UnixNano()); o.known {
-			// Credentials win, but for a sender in the relay's own
-			// cgroup when that names no container: they cannot
-			// contradict its claim (the container the relay runs in).
-			if o.id != "" || !o.local {
+			// Credentials win, but for a sender in the cgroup of a
+			// relay in a container that its cgroup does not name: they
+			// cannot contradict its claim (that very container).
+			if o.id != "" || !o.local || !r.origins.contained {
 				mismatch = claimed != "" && claimed != o.id
 				p.ContainerID = o.id
 			}
