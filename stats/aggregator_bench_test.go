@@ -111,6 +111,30 @@ func BenchmarkPublish8Producers(b *testing.B) {
 	b.Run("default", func(b *testing.B) { benchPublish8(b, Config{}) })
 	b.Run("yield-every-shed", func(b *testing.B) { benchPublish8(b, Config{ShedYieldEvery: 1}) })
 	b.Run("shed-without-yield", func(b *testing.B) { benchPublish8(b, Config{ShedWithoutYield: true}) })
+	b.Run("ineligible", benchPublishIneligible)
+}
+
+// benchPublishIneligible: 8 producers publishing internal spans, which
+// Publish counts in Health.Ineligible (a striped counter) and nothing else:
+// most spans of a tracer that sends them all.
+func benchPublishIneligible(b *testing.B) {
+	a, done := benchAggregator(b)
+	defer done()
+	span := Span{Service: "web-store", Name: "template.render", Resource: "index", SpanKind: "internal", Duration: 1000}
+	b.SetParallelism((8 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var ok bool
+		for pb.Next() {
+			ok = a.Publish(&span)
+		}
+		sinkBool = ok
+	})
+	b.StopTimer()
+	if h := a.Health(); h.Ineligible != uint64(b.N) {
+		b.Fatalf("Ineligible %d, want %d", h.Ineligible, b.N)
+	}
 }
 
 func benchPublish8(b *testing.B, cfg Config) {

@@ -243,7 +243,10 @@ func (c *counters) noteErrorAt(err error, at time.Time) {
 
 // stripes is the number of cells of a striped counter: enough that 8–16
 // publishing goroutines rarely share a cache line.
-const stripes = 16
+const (
+	stripeBits = 4
+	stripes    = 1 << stripeBits
+)
 
 // striped is a counter written by many producers: each adds to the cell
 // its goroutine's stack address picks, so concurrent writers seldom share a
@@ -259,9 +262,11 @@ type striped struct {
 // value.
 func (c *striped) Add(n uint64) uint64 {
 	var marker byte
-	// Goroutine stacks are at least 8 KiB apart: bits above 13 tell them
-	// apart, and a stack that moves just picks another cell.
-	i := (uintptr(unsafe.Pointer(&marker)) >> 13) % stripes
+	// Goroutine stacks start at 2 KiB, often side by side: bits above 11
+	// tell them apart, and Fibonacci hashing spreads neighbours over the
+	// cells (TestStripedCellsSpread). A stack that moves just picks
+	// another cell.
+	i := (uint64(uintptr(unsafe.Pointer(&marker))) >> 11) * 0x9E3779B97F4A7C15 >> (64 - stripeBits)
 	return c.cells[i].Add(n)
 }
 

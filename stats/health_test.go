@@ -123,3 +123,30 @@ func TestLastSendErrorKeepsTheLater(t *testing.T) {
 		t.Fatalf("last send error %v; want the newest", e.err)
 	}
 }
+
+// TestStripedCellsSpread: goroutines started together, whose 2 KiB stacks
+// lie side by side, add to different cells of a striped counter (with
+// addresses above 8 KiB, 16 of them shared 4–5 cells), and the cells sum
+// to what was added.
+func TestStripedCellsSpread(t *testing.T) {
+	var c striped
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 16 {
+		wg.Go(func() {
+			<-start
+			c.Add(3)
+		})
+	}
+	close(start)
+	wg.Wait()
+	used := 0
+	for i := range c.cells {
+		if c.cells[i].Load() != 0 {
+			used++
+		}
+	}
+	if used < 8 || c.Load() != 48 {
+		t.Fatalf("16 goroutines added %d in %d of %d cells; want 48 in at least 8", c.Load(), used, stripes)
+	}
+}
