@@ -149,7 +149,8 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 		period:    drainPeriod,
 	}
 	c.grace, c.clock = c.interval/graceDivisor, now
-	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq}
+	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq, Halt: c.halt.Load}
+	c.twins.Halt = c.halt.Load
 	for _, t := range []*aggregate.Table{c.table, c.prev} {
 		t.SetLimits(cfg.CardinalityLimits)
 		t.SetHalt(&c.halt)

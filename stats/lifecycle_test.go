@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,48 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	}
 	if h.Counted+h.StopUndrained != n {
 		t.Fatalf("counted %d + undrained %d != %d", h.Counted, h.StopUndrained, n)
+	}
+	checkConservation(t, h)
+}
+
+// TestStopGivesUpWhileEncoding: Stop's deadline passing while the last
+// report is encoded (a full table of long resources: ~130 MB, a third of
+// a second to lay out and pack) ends the encoding within a thousand groups:
+// Stop returns soon after its deadline, the report dropped and counted
+// whole. Wall-clock, so not under -race, which stretches both sides.
+func TestStopGivesUpWhileEncoding(t *testing.T) {
+	if raceEnabled {
+		t.Skip("timed against a deadline; the race detector stretches the encoding tenfold")
+	}
+	const n = MaxMaxAggregates
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour,
+		MaxAggregates: n, CardinalityLimits: unlimited, InboxSize: MaxInboxSize, Logger: slog.New(slog.DiscardHandler)})
+	long := strings.Repeat("x", 2000)
+	for i := 0; i < n; {
+		s := Span{Service: "s", Name: "op", Resource: long + strconv.Itoa(i), SpanKind: "server", Duration: int64(1 + i%5000)}
+		if a.Publish(&s) {
+			i++
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitLong(t, "all counted", func() bool { return a.Health().Counted == n })
+	const deadline = 20 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := a.Stop(ctx)
+	took := time.Since(start)
+	// Encoding it all takes ~15× the deadline here: a bound of 7× still
+	// tells an encoding cut short from one run to its end.
+	if !errors.Is(err, context.DeadlineExceeded) || took > deadline+120*time.Millisecond {
+		t.Fatalf("Stop = %v after %s; want the deadline's error soon after %s", err, took, deadline)
+	}
+	h := a.Health()
+	if h.SpansSent != 0 || h.SpansUnsent != n || !errors.Is(h.LastSendError, errStopDeadline) {
+		t.Fatalf("sent %d, unsent %d of %d spans, last error %v; want all unsent for Stop's deadline", h.SpansSent, h.SpansUnsent, n, h.LastSendError)
 	}
 	checkConservation(t, h)
 }

@@ -51,17 +51,11 @@ func (c *consumer) report(n int, done chan error) {
 		}
 		err = ErrAgentOff
 	case c.stopping && c.halt.Load(): // no time left to encode it
-		var hits uint64
-		for _, b := range c.buckets[:m] {
-			for _, e := range b.Groups {
-				hits += e.Hits
-			}
-		}
-		c.ctr.noteError(errStopDeadline) // the log line and Health say why
-		c.ctr.droppedReport(hits)
+		c.dropUnencoded(m)
 	default:
-		c.send(m, done)
-		return
+		if c.send(m, done) {
+			return
+		}
 	}
 	if done != nil {
 		// Through the sender, not answered here: it may hold an earlier
@@ -70,16 +64,41 @@ func (c *consumer) report(n int, done chan error) {
 	}
 }
 
-// send packs c.buckets[:m] and queues the payloads for the sender.
-func (c *consumer) send(m int, done chan error) {
+// dropUnencoded counts c.buckets[:m] dropped: Stop gave up before they
+// were encoded.
+func (c *consumer) dropUnencoded(m int) {
+	var hits uint64
+	for _, b := range c.buckets[:m] {
+		for _, e := range b.Groups {
+			hits += e.Hits
+		}
+	}
+	c.ctr.noteError(errStopDeadline) // the log line and Health say why
+	c.ctr.droppedReport(hits)
+}
+
+// send packs c.buckets[:m] and queues the payloads for the sender; it
+// reports false, having dropped and counted them, when Stop gave up while
+// they were being encoded (a table of many long keys takes a good part of
+// a second: TestStopGivesUpWhileEncoding).
+func (c *consumer) send(m int, done chan error) bool {
 	r := &report{done: done, final: c.final}
-	c.finalSent = c.finalSent || c.final
 	c.laid = c.twins.Split(c.laid[:0], c.buckets[:m])
-	c.packer.Pack(&c.header, c.laid, func(body []byte, hits uint64) {
-		r.parts = append(r.parts, part{body: body, hits: hits})
-	})
+	if !c.halt.Load() {
+		c.packer.Pack(&c.header, c.laid, func(body []byte, hits uint64) {
+			r.parts = append(r.parts, part{body: body, hits: hits})
+		})
+	}
 	c.twins.Release()
 	clear(c.laid) // do not pin entries the table may discard
+	if c.halt.Load() {
+		for _, p := range r.parts {
+			c.bufs.put(p.body)
+		}
+		c.dropUnencoded(m)
+		return false
+	}
+	c.finalSent = c.finalSent || c.final
 	if c.final && c.packer.Reserve > 0 {
 		// To a relay: should the last part not be written (one group over
 		// the limit, the relay gone), the final flag and the drops go out
@@ -87,6 +106,7 @@ func (c *consumer) send(m int, done chan error) {
 		r.fallback = c.headerOnly()
 	}
 	c.queue(r)
+	return true
 }
 
 // sendFinal queues, when Stop found nothing left to report, a payload of

@@ -38,7 +38,15 @@ type Packer struct {
 	// caller to fill (the datagram envelope); the emitted body starts with
 	// them. Limit does not count them.
 	Reserve int
+	// Halt, if not nil, is asked every haltEvery groups whether to give up:
+	// Pack then returns at once, the payloads emitted so far emitted, the
+	// rest not (a caller out of time, whose report is dropped whole).
+	Halt func() bool
 }
+
+// haltEvery is how many groups Pack and TypeSplitter.Split lay out between
+// two looks at Halt: a few hundred microseconds of work.
+const haltEvery = 1024
 
 // Pack packs the SDK's entries: the buckets' groups under the header h.
 // emit is called once per payload, in order, with its body (from Alloc,
@@ -101,12 +109,16 @@ func pack[S groupSource](p *Packer, h *Header, src S, emit func([]byte, uint64))
 		}
 		from, size, hits, groups, buckets = to, fixed, 0, 0, 0
 	}
+	seen := 0
 	for i := range src.buckets() {
 		inPart := false // bucket i has a group in the current payload
 		for j := range src.groups(i) {
 			e, g := src.group(i, j)
 			if e == nil {
 				continue
+			}
+			if seen++; seen%haltEvery == 0 && p.Halt != nil && p.Halt() {
+				return
 			}
 			gs := groupSize(e, g)
 			if !inPart {

@@ -368,3 +368,50 @@ func TestPackBucketLimit(t *testing.T) {
 	}
 	checkParts(t, split, parts[0].p.Buckets, &testHeader, len(parts[0].body))
 }
+
+// TestPackHalt: a Packer whose Halt says to give up returns within
+// haltEvery groups of the look that said so, having emitted only whole
+// payloads before it; without Halt, or with one that never says so, every
+// group is packed.
+func TestPackHalt(t *testing.T) {
+	const n = 4 * haltEvery
+	es := make([]*aggregate.Entry, n)
+	for i := range es {
+		e := &aggregate.Entry{Hits: 1}
+		e.Service, e.Name, e.Resource = "web", "op", fmt.Sprintf("r%d", i)
+		es[i] = e
+	}
+	buckets := []Bucket{{Start: 10, Duration: 10, Groups: es}}
+	for _, tc := range []struct {
+		name       string
+		halt       func() bool
+		wantGroups int
+	}{
+		{"nil", nil, n},
+		{"never", func() bool { return false }, n},
+		{"second look", func() func() bool {
+			looks := 0
+			return func() bool { looks++; return looks == 2 }
+		}(), 2*haltEvery - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var parts []part
+			limit := 40 * 64 // some tens of groups a payload
+			p := Packer{Limit: limit, Halt: tc.halt}
+			p.Pack(&testHeader, buckets, collect(t, &parts))
+			groups, hits := 0, uint64(0)
+			for _, pt := range parts {
+				for _, b := range pt.p.Buckets {
+					groups += len(b.Groups)
+				}
+				hits += pt.hits
+			}
+			if tc.wantGroups == n && (groups != n || hits != n) {
+				t.Fatalf("%d groups, %d hits packed; want all %d", groups, hits, n)
+			}
+			if tc.wantGroups < n && (groups > tc.wantGroups || groups < tc.wantGroups-limit/20 || hits != uint64(groups)) {
+				t.Fatalf("%d groups (%d hits) packed; want the whole payloads before group %d", groups, hits, tc.wantGroups+1)
+			}
+		})
+	}
+}

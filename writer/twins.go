@@ -31,6 +31,10 @@ type TypeSplitter struct {
 	layers     [][]*aggregate.Entry
 	d          xxhash.Digest
 	buf        []byte
+	// Halt, if not nil, is asked every thousand groups or so whether to
+	// give up: Split then returns what it laid out so far, which the
+	// caller drops (see Packer.Halt).
+	Halt func() bool
 }
 
 // typedKey is a typeless key hash and one Type of its groups.
@@ -57,12 +61,17 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 		s.types = make(map[uint64]int)
 		s.layerOf = make(map[typedKey]int)
 	}
+	seen := 0
 	for _, b := range src {
 		clear(s.obfuscated)
 		s.keys = s.keys[:0]
 		for _, e := range b.Groups {
 			if e == nil { // skipped, as Pack skips it
 				continue
+			}
+			if seen++; seen%haltEvery == 0 && s.Halt != nil && s.Halt() {
+				clear(s.layerOf)
+				return dst
 			}
 			bare, full := s.typeless(e)
 			s.keys = append(s.keys, [2]uint64{bare, full})

@@ -202,3 +202,29 @@ func TestTypeSplitterPeerTagsAsTheAgentHashes(t *testing.T) {
 		t.Fatalf("peer tags %q and %q: %d buckets, want 2 (the agent merges them)", two.PeerTags, one.PeerTags, len(got))
 	}
 }
+
+// TestTypeSplitterHalt: a TypeSplitter whose Halt says to give up returns
+// at once with the buckets laid out before, and lays out the next Split
+// whole.
+func TestTypeSplitterHalt(t *testing.T) {
+	bucket := func(start uint64) Bucket {
+		b := Bucket{Start: start, Duration: 10}
+		for i := range haltEvery {
+			e := &aggregate.Entry{Hits: 1}
+			e.Service, e.Name, e.Resource, e.Type = "web", "op", fmt.Sprintf("r%d", i), "web"
+			b.Groups = append(b.Groups, e)
+		}
+		return b
+	}
+	src := []Bucket{bucket(10), bucket(20), bucket(30)}
+	looks := 0
+	s := TypeSplitter{Halt: func() bool { looks++; return looks == 2 }}
+	if got := s.Split(nil, src); len(got) != 1 || got[0].Start != 10 {
+		t.Fatalf("halted on the second look: %d buckets laid out; want the first alone", len(got))
+	}
+	s.Release()
+	looks = -100
+	if got := s.Split(nil, src); len(got) != 3 {
+		t.Fatalf("%d buckets laid out after a halt; want 3", len(got))
+	}
+}
