@@ -49,14 +49,14 @@ const idleYields = 4
 // default inbox), not one per burst (see BenchmarkPaced in bench/peer). The
 // mark leaves the producers the rest of the inbox while the consumer gets
 // a processor; a period whose drain finds nothing makes the consumer wait
-// for the first push instead, so an idle process does not wake at all (see
-// BenchmarkIdle). Each drain first pulls the table back into caches the
-// application has used meanwhile, a fixed cost its spans share
-// (BenchmarkConsumerCold in bench): the mark
-// is half the inbox, not less, so that a drain takes many (BenchmarkPaced,
-// rate=200k), and the period is long enough that a slow stream fills most
-// of the mark too (20 k spans/s: 4000 spans a drain; BenchmarkPaced,
-// rate=20k). Spans wait for it in the inbox, not for the buckets: a
+// for the first push instead, so an idle process wakes only at its
+// buckets' boundaries and closes, twice an interval (see BenchmarkIdle).
+// Each drain first pulls the table back into caches the application has
+// used meanwhile, a fixed cost its spans share (BenchmarkConsumerCold in
+// bench): the mark is half the inbox, not less, so that a drain takes
+// many (BenchmarkPaced, rate=200k), and the period is long enough that a
+// slow stream fills most of the mark too (20 k spans/s: 4000 spans a
+// drain; BenchmarkPaced, rate=20k). Spans wait for it in the inbox, not for the buckets: a
 // bucket's close drains the inbox first.
 const (
 	drainPeriod  = 200 * time.Millisecond

@@ -86,7 +86,8 @@ type Health struct {
 	// client stats when they were published (see AgentOff).
 	AgentOffSpans uint64
 
-	// PayloadsSent were accepted by the agent (2xx).
+	// PayloadsSent were accepted by the agent (2xx), or, toward a relay
+	// (unixgram://, udp://), written to its socket whole.
 	PayloadsSent uint64
 	// PayloadsFailed counts failed attempts: an error or a non-2xx answer.
 	// A payload retried three times and then sent adds 3 here and 1 to
@@ -115,9 +116,12 @@ type Health struct {
 	// included: a payload the agent answered 404 is held within the budget
 	// for /info to list the stats endpoint again), refused by the agent
 	// (400 and other 4xx), send queue full, or still unsent at the end of
-	// Stop. Their spans are in SpansUnsent.
+	// Stop; toward a relay, also no relay listening or its socket full
+	// for the report's patience, or a payload over MaxDatagramBytes
+	// (ErrDatagramTooLarge). Their spans are in SpansUnsent.
 	PayloadsDropped uint64
-	// BytesSent is the total body size of PayloadsSent.
+	// BytesSent is the total body size of PayloadsSent (toward a relay,
+	// each datagram's envelope included).
 	BytesSent uint64
 	// SpansSent is the sum of hits in PayloadsSent; SpansUnsent the sum of
 	// hits in dropped payloads.
