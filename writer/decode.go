@@ -85,9 +85,13 @@ type Payload struct {
 // untrusted input decodes with a Decoder with WireSketches set, whose
 // memory stays a small multiple of the input (the relay's
 // TestWideSketchesCannotAmplify).
-func DecodePayload(b []byte) (*Payload, error) {
+func DecodePayload(b []byte) (*Payload, error) { return decodePayload(b, false) }
+
+// decodePayload is DecodePayload, refusing nil arrays and summaries if
+// strict.
+func decodePayload(b []byte, strict bool) (*Payload, error) {
 	newDecoder := func() *decoder {
-		return &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b)}
+		return &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b), strict: strict}
 	}
 	p, err := decodeInto(b, newDecoder(), new(Payload))
 	if err != nil && invalidSketch(err) {
@@ -242,6 +246,21 @@ func (dec *Decoder) start(b []byte, maxGroups int) {
 	}
 }
 
+// DecodePayloadAsAgent is DecodePayload refusing, as the agent's msgp
+// decoder does (answering 400), nil for an array (the buckets, the groups,
+// the tags and peer tags) or a summary, which DecodePayload reads as
+// empty; a nil bucket or group in its array is skipped by both.
+func DecodePayloadAsAgent(b []byte) (*Payload, error) { return decodePayload(b, true) }
+
+// agentNil refuses, in a strict decoder, nil where the agent's msgp code
+// reads an array or a bin (its ReadArrayHeaderBytes, ReadBytesBytes).
+func (d *decoder) agentNil(b []byte, t msgp.Type) error {
+	if d.strict && msgp.IsNil(b) {
+		return msgp.TypeError{Method: t, Encoded: msgp.NilType}
+	}
+	return nil
+}
+
 func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 	rest, err := d.payload(b, p)
 	if err != nil {
@@ -263,6 +282,8 @@ type decoder struct {
 	// (invalidSketch) as empty: the second pass that tells whether the
 	// rest of a payload decodes.
 	lenient bool
+	// strict refuses nil for an array or a summary (DecodePayloadAsAgent).
+	strict bool
 	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	// Where bucket and group slices and short string arrays are carved
 	// (Decoder; nil: allocated).
@@ -610,7 +631,9 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 		case pVersion:
 			h.Version, b, err = d.readString(b)
 		case pStats:
-			p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
+			if err = d.agentNil(b, msgp.ArrayType); err == nil {
+				p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
+			}
 		case pLang:
 			h.Lang, b, err = d.readString(b)
 		case pTracerVersion:
@@ -648,7 +671,9 @@ func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 		case bDuration:
 			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case bStats:
-			bk.Groups, b, err = decodeArray(b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
+			if err = d.agentNil(b, msgp.ArrayType); err == nil {
+				bk.Groups, b, err = decodeArray(b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
+			}
 		case bAgentTimeShift:
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
 		}
@@ -742,6 +767,9 @@ func (d *decoder) group(b []byte, g *Group) ([]byte, error) {
 // readSummary reads a bin (or nil) summary and decodes its sketch; an empty
 // sketch is nil, as an entry's sketch stays nil until its first value.
 func (d *decoder) readSummary(b []byte) (*aggregate.Sketch, []byte, error) {
+	if err := d.agentNil(b, msgp.BinType); err != nil {
+		return nil, b, err
+	}
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -782,6 +810,9 @@ func (d *decoder) decodeSketch(v []byte, s *aggregate.Sketch) error {
 func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 	if len(b) > 0 && b[0] == 0x90 { // an empty fixarray: the writer's two unset lists of every group
 		return nil, b[1:], nil
+	}
+	if err := d.agentNil(b, msgp.ArrayType); err != nil {
+		return nil, b, err
 	}
 	limit := min(MaxStrings, d.strs)
 	budget := limit

@@ -998,6 +998,60 @@ func TestEmptyKeyRefusedLikeAgent(t *testing.T) {
 	}
 }
 
+// TestNilRefusedLikeAgent: the agent's decoder refuses nil for an array
+// or a summary, which writer.DecodePayloadAsAgent (statstest's) refuses too
+// and writer.DecodePayload (the relay's, lenient) reads as empty; a nil
+// bucket or group in its array all three skip.
+func TestNilRefusedLikeAgent(t *testing.T) {
+	str, u64, nilv := msgp.AppendString, msgp.AppendUint64, msgp.AppendNil
+	arr := func(b []byte, elems ...[]byte) []byte {
+		b = msgp.AppendArrayHeader(b, uint32(len(elems)))
+		for _, e := range elems {
+			b = append(b, e...)
+		}
+		return b
+	}
+	group := func(field string) []byte { // Hits 1, and field nil unless ""
+		g := u64(str(msgp.AppendMapHeader(nil, 2), "Hits"), 1)
+		if field == "" {
+			return str(str(g, "Name"), "op")
+		}
+		return nilv(str(g, field))
+	}
+	payload := func(buckets ...[]byte) []byte {
+		return arr(str(str(str(msgp.AppendMapHeader(nil, 2), "Env"), "prod"), "Stats"), buckets...)
+	}
+	bucket := func(groups ...[]byte) []byte {
+		return arr(str(u64(str(msgp.AppendMapHeader(nil, 2), "Start"), 5), "Stats"), groups...)
+	}
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		agent bool // the agent takes it
+	}{
+		{"payload Stats", nilv(str(str(str(msgp.AppendMapHeader(nil, 2), "Env"), "prod"), "Stats")), false},
+		{"Tags", nilv(str(str(str(msgp.AppendMapHeader(nil, 2), "Env"), "prod"), "Tags")), false},
+		{"bucket Stats", payload(nilv(str(u64(str(msgp.AppendMapHeader(nil, 2), "Start"), 5), "Stats"))), false},
+		{"PeerTags", payload(bucket(group("PeerTags"))), false},
+		{"OkSummary", payload(bucket(group("OkSummary"))), false},
+		{"ErrorSummary", payload(bucket(group("ErrorSummary"))), false},
+		{"a nil bucket", payload(nilv(nil), bucket(group(""))), true},
+		{"a nil group", payload(bucket(nilv(nil), group(""))), true},
+	} {
+		var p pb.ClientStatsPayload
+		aerr := msgp.Decode(bytes.NewReader(tc.in), &p)
+		if (aerr == nil) != tc.agent {
+			t.Errorf("%s nil: the agent's decoder says %v; want it to take it: %v", tc.name, aerr, tc.agent)
+		}
+		if _, err := writer.DecodePayloadAsAgent(tc.in); (err == nil) != tc.agent {
+			t.Errorf("%s nil: DecodePayloadAsAgent = %v, the agent's decoder %v", tc.name, err, aerr)
+		}
+		if _, err := writer.DecodePayload(tc.in); err != nil {
+			t.Errorf("%s nil: DecodePayload = %v, want it read as empty", tc.name, err)
+		}
+	}
+}
+
 // TestAgentPayloadDecodesWithWriter is the other direction: a payload built
 // and encoded by the agent's own code (msgp MarshalMsg and EncodeMsg, sketches
 // from sketches-go ToProto + proto.Marshal, dense, sparse and empty) must

@@ -5,6 +5,7 @@
 package statstest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -34,7 +35,7 @@ type Request struct {
 	Body    []byte
 	Payload *writer.Payload // nil when the body did not decode
 	Err     error           // the decode error, if any
-	Status  int             // the status the agent answered
+	Status  int             // the status the agent answered; 0: none (a handler hijacked the connection)
 }
 
 // Agent is a running fake agent.
@@ -148,15 +149,16 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Header: r.Header.Clone(), Body: body}
-	req.Payload, req.Err = writer.DecodePayload(body)
+	req.Payload, req.Err = writer.DecodePayloadAsAgent(body)
 	a.mu.Lock()
-	a.seq++
-	n := a.seq
 	h := a.handler
-	fail := 0
+	fail, n := 0, 0
 	if a.failN > 0 {
 		a.failN--
 		fail = a.failStatus
+	} else {
+		a.seq++ // FailNext's answers are not counted in n
+		n = a.seq
 	}
 	a.mu.Unlock()
 	r.Body = io.NopCloser(bytes.NewReader(body)) // read above: the handler may read it again
@@ -188,7 +190,9 @@ func (a *Agent) record(req Request) {
 	}
 }
 
-// statusWriter remembers the status a handler answered.
+// statusWriter remembers the status a handler answered. It passes on
+// Flush and Hijack (a handler that resets the connection: recorded with
+// Status 0), and Unwrap for http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -199,6 +203,22 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Flush flushes what the handler wrote.
+func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Hijack takes the connection over; the request is then recorded with
+// Status 0, no answer.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.status = 0
+	}
+	return c, rw, err
+}
+
+// Unwrap is the writer net/http gave.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // URL is the agent's URL, for Config.AgentURL: "http://127.0.0.1:port",
 // or "unix:///path/to/socket" for an agent started with NewUnix.

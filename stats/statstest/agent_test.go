@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tinylib/msgp/msgp"
 	"go.uber.org/goleak"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -551,5 +552,125 @@ func TestQuantileOfTheLongestSpans(t *testing.T) {
 	s.Add(float64(3 * time.Millisecond))
 	if got := quantile(&s, 0.5); got != "2.989ms" { // the bin's value, within 1 %
 		t.Fatalf("quantile of 3 ms = %q", got)
+	}
+}
+
+// TestFailNextNotCountedInN: requests FailNext answers are not counted
+// in a handler's n: the first request reaching it after FailNext(1, …)
+// sees n == 1.
+func TestFailNextNotCountedInN(t *testing.T) {
+	a := New()
+	defer a.Close()
+	got := make(chan int, 4)
+	a.SetHandler(func(_ http.ResponseWriter, _ *http.Request, n int) bool {
+		got <- n
+		return false
+	})
+	a.FailNext(1, http.StatusServiceUnavailable)
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	c := &http.Client{Timeout: 10 * time.Second}
+	if s := post(t, c, a.URL(), body); s != http.StatusServiceUnavailable {
+		t.Fatalf("first request: status %d, want 503 from FailNext", s)
+	}
+	if s := post(t, c, a.URL(), body); s != http.StatusOK {
+		t.Fatalf("second request: status %d", s)
+	}
+	if n := <-got; n != 1 {
+		t.Fatalf("the first request reaching the handler has n=%d; SetHandler documents that FailNext's requests are not counted in n, want 1", n)
+	}
+}
+
+// TestHandlerCanFlushAndHijack: a handler's ResponseWriter flushes and
+// hijacks, directly and through http.ResponseController; a handler that
+// resets the connection leaves the client an error and a request recorded
+// with Status 0, which Sum leaves out.
+func TestHandlerCanFlushAndHijack(t *testing.T) {
+	a := New()
+	defer a.Close()
+	type caps struct{ hijack, flush, rcFlush bool }
+	got := make(chan caps, 1)
+	a.SetHandler(func(w http.ResponseWriter, _ *http.Request, n int) bool {
+		if n == 1 {
+			_, h := w.(http.Hijacker)
+			_, f := w.(http.Flusher)
+			got <- caps{h, f, http.NewResponseController(w).Flush() == nil}
+			return false
+		}
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return false
+		}
+		c.Close() // a reset, as the agent restarting
+		return true
+	})
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	c := &http.Client{Timeout: 10 * time.Second}
+	if s := post(t, c, a.URL(), body); s != http.StatusOK {
+		t.Fatalf("first request: status %d", s)
+	}
+	if c := <-got; !c.hijack || !c.flush || !c.rcFlush {
+		t.Fatalf("handler's ResponseWriter: Hijacker %v, Flusher %v, ResponseController.Flush ok %v; want all true", c.hijack, c.flush, c.rcFlush)
+	}
+	if resp, err := c.Post(a.URL()+"/v0.6/stats", "application/msgpack", bytes.NewReader(body)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("second request answered %d; want the connection reset", resp.StatusCode)
+	}
+	reqs := a.Requests()
+	if len(reqs) != 2 || reqs[0].Status != http.StatusOK || reqs[1].Status != 0 {
+		t.Fatalf("recorded %d requests %+v; want 200 then 0", len(reqs), reqs)
+	}
+	if _, hits := Sum(reqs); hits != 1 {
+		t.Fatalf("Sum counts %d hits; want the first request's 1", hits)
+	}
+}
+
+// TestNilRefusedAsAgent: a payload whose Stats array, or a group's
+// PeerTags or OkSummary, is msgpack nil is answered 400, as the agent
+// (v0.85.4) answers it, and Sum leaves it out (bench/peer's
+// TestNilRefusedLikeAgent checks the agent's decoder).
+func TestNilRefusedAsAgent(t *testing.T) {
+	a := New()
+	defer a.Close()
+	c := &http.Client{Timeout: 10 * time.Second}
+	top := msgp.AppendMapHeader(nil, 2)
+	top = msgp.AppendString(top, "Hostname")
+	top = msgp.AppendString(top, "h")
+	top = msgp.AppendString(top, "Stats")
+	top = msgp.AppendNil(top)
+	// One bucket, one group with Hits 1, PeerTags nil and OkSummary nil.
+	g := msgp.AppendMapHeader(nil, 6)
+	g = msgp.AppendString(g, "Service")
+	g = msgp.AppendString(g, "s")
+	g = msgp.AppendString(g, "Name")
+	g = msgp.AppendString(g, "n")
+	g = msgp.AppendString(g, "Resource")
+	g = msgp.AppendString(g, "r")
+	g = msgp.AppendString(g, "Hits")
+	g = msgp.AppendUint64(g, 1)
+	g = msgp.AppendString(g, "PeerTags")
+	g = msgp.AppendNil(g)
+	g = msgp.AppendString(g, "OkSummary")
+	g = msgp.AppendNil(g)
+	grp := msgp.AppendMapHeader(nil, 2)
+	grp = msgp.AppendString(grp, "Hostname")
+	grp = msgp.AppendString(grp, "h")
+	grp = msgp.AppendString(grp, "Stats")
+	grp = msgp.AppendArrayHeader(grp, 1)
+	grp = msgp.AppendMapHeader(grp, 3)
+	grp = msgp.AppendString(grp, "Start")
+	grp = msgp.AppendUint64(grp, 10e9)
+	grp = msgp.AppendString(grp, "Duration")
+	grp = msgp.AppendUint64(grp, 10e9)
+	grp = msgp.AppendString(grp, "Stats")
+	grp = msgp.AppendArrayHeader(grp, 1)
+	grp = append(grp, g...)
+	for name, body := range map[string][]byte{"Stats nil": top, "PeerTags and OkSummary nil": grp} {
+		if s := post(t, c, a.URL(), body); s != http.StatusBadRequest {
+			t.Errorf("%s: the fake answered %d; the agent's msgp decoder refuses nil for an array or bin field (400)", name, s)
+		}
+	}
+	if _, hits := Sum(a.Requests()); hits != 0 {
+		t.Errorf("Sum counts %d hits of payloads the agent would refuse", hits)
 	}
 }

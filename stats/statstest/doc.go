@@ -14,9 +14,11 @@
 //
 // Design: an httptest server whose handlers record every stats request —
 // headers, body, the decoded payload or the decode error, and the status
-// answered — under one mutex. A test makes it misbehave with FailNext (the
+// answered — under one mutex. It decodes as the agent does
+// (writer.DecodePayloadAsAgent: nil for an array or a summary is a 400),
+// and a bit stricter: bytes after the payload are a 400 too. A test makes it misbehave with FailNext (the
 // next n requests get a status) or SetHandler (any answer: hang, 413, fail
-// the n-th), lowers its body limit with SetMaxRequestBytes (over it, the
+// the n-th, reset the connection through http.ResponseController), lowers its body limit with SetMaxRequestBytes (over it, the
 // agent's own answer: 400 "read limit reached"), replaces the /info
 // document with SetInfo, waits with WaitHits
 // or Notify, and adds up what was accepted with Sum to check what it
