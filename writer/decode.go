@@ -66,7 +66,8 @@ type Payload struct {
 // b. It accepts what the agent's msgp decoder accepts — keys in any order,
 // unknown keys skipped, str or bin keys, integers in any msgpack width that
 // fits the field, nil elements in the bucket and group arrays (skipped) — and
-// also nil for an array or a summary (read as empty). It rejects a value of
+// also nil for an array or a summary (read as empty; DecodePayloadAsAgent
+// refuses it, as the agent does). It rejects a value of
 // the wrong type (a summary must be bin, as the agent requires), a sketch
 // that DecodeSketch rejects, more than MaxBuckets buckets, MaxGroups groups
 // or MaxStrings strings in an array, truncated input and trailing bytes.
