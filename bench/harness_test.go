@@ -205,3 +205,24 @@ func TestSDKCountsEveryDrop(t *testing.T) {
 	}
 	t.Skip("Stop drained every span in 20 tries: nothing undrained to count")
 }
+
+// TestCostRatio: a ratio of the SDK's figure to another is +Inf, the worst
+// run for a target bounding it from above, wherever either figure came out
+// at or below zero; ratioOf only where the denominator did.
+func TestCostRatio(t *testing.T) {
+	inf := math.Inf(1)
+	for _, c := range []struct{ a, b, cost, plain float64 }{
+		{120, 100, 1.2, 1.2},
+		{-50, 100, inf, -0.5},
+		{0, 100, inf, 0},
+		{120, 0, inf, inf},
+		{120, -3, inf, inf},
+	} {
+		if got := costRatio(c.a, c.b); got != c.cost {
+			t.Errorf("costRatio(%v, %v) = %v, want %v", c.a, c.b, got, c.cost)
+		}
+		if got := ratioOf(c.a, c.b); got != c.plain {
+			t.Errorf("ratioOf(%v, %v) = %v, want %v", c.a, c.b, got, c.plain)
+		}
+	}
+}

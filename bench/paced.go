@@ -238,7 +238,7 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 		for j, unit := range [2]string{"work", "solo"} {
 			work := less(in[j])
 			b.ReportMetric(work, unit+"-ns/span-"+s.name)
-			b.ReportMetric(ratioOf(per[i], work), unit+"-ratio-"+s.name)
+			b.ReportMetric(costRatio(per[i], work), unit+"-ratio-"+s.name)
 		}
 	}
 	if len(impls) == 2 {
@@ -254,6 +254,16 @@ func ratioOf(a, b float64) float64 {
 		return math.Inf(1)
 	}
 	return a / b
+}
+
+// costRatio is ratioOf for a ratio a target bounds from above (the SDK's
+// figure over another): +Inf where a is not positive either, as such a
+// run measured nothing of a and must not pull the median toward a pass.
+func costRatio(a, b float64) float64 {
+	if a <= 0 {
+		return math.Inf(1)
+	}
+	return ratioOf(a, b)
 }
 
 // roundWindow is a paced round's measured window: PacedWindow, or longer

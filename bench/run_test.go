@@ -22,16 +22,26 @@ import (
 func TestRunReportSDKTargetNeedsItsPacing(t *testing.T) {
 	for _, tc := range []struct {
 		peer, sdk string // pacing-ratio of each side
+		second    string // not "": the second run's work-ratio is below zero
 		want      string
 	}{
-		{"1.0", "0.5", "(runs 1.15–1.15×); not comparable: the SDK pacing differs | **missed** |"},
-		{"3.0", "1.0", "(runs 1.15–1.15×) | **met** |"},
+		{"1.0", "0.5", "", "(runs 1.15–1.15×); not comparable: the SDK pacing differs | **missed** |"},
+		{"3.0", "1.0", "", "(runs 1.15–1.15×) | **met** |"},
+		// A run whose SDK figure the noise swallowed (a ratio below zero,
+		// from before bench.costRatio) counts as the worst, not the best.
+		{"3.0", "1.0", "below zero", "(runs 1.15–inf×) | **missed** |"},
 	} {
-		line := "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
-			" 3000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t 20 ratio\t" +
-			" 130 work-ns/span-spanstats\t 1.15 work-ratio-spanstats\t" +
-			fmt.Sprintf(" %s pacing-ratio-peer\t %s pacing-ratio-spanstats\n", tc.peer, tc.sdk)
-		report := runReport(t, map[string]string{"paced.txt": line + line})
+		line := func(ratio string) string {
+			return "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
+				" 3000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t 20 ratio\t" +
+				" 130 work-ns/span-spanstats\t " + ratio + " work-ratio-spanstats\t" +
+				fmt.Sprintf(" %s pacing-ratio-peer\t %s pacing-ratio-spanstats\n", tc.peer, tc.sdk)
+		}
+		second := "1.15"
+		if tc.second != "" {
+			second = "-0.5"
+		}
+		report := runReport(t, map[string]string{"paced.txt": line("1.15") + line(second)})
 		var row string
 		for l := range strings.Lines(report) {
 			if strings.Contains(l, "≤ 1.3 × Publish + consumer alone") {
@@ -61,6 +71,9 @@ func runReport(t *testing.T, results map[string]string) string {
 // oneRound is a benchmark line of no consequence to the report, for a
 // results file that a test does not otherwise need.
 const oneRound = "BenchmarkHarness/SteadyState-2 \t 1\t 1 ns/op\t 1 cpu-ns/op\n"
+
+// noFile, as a file's text for runReportErr, leaves the file out.
+const noFile = "\x00none"
 
 // runReportErr is runReport that returns bench/run's error and output
 // rather than failing the test: RESULTS.md is "" where bench/run failed.
@@ -94,6 +107,9 @@ func runReportErr(t *testing.T, results map[string]string) (report, out string, 
 	}
 	for name, text := range results {
 		files[name] = text
+		if text == noFile {
+			delete(files, name)
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o755); err != nil {
 		t.Fatal(err)
@@ -200,6 +216,8 @@ func TestRunReportRefusesIncompleteResults(t *testing.T) {
 		{"a value not a number", map[string]string{"root.txt": "BenchmarkSteadyState-2 \t 1\t 1 ns/op\t x cpu-ns/op\n"}, "root.txt"},
 		{"a line cut short", map[string]string{"peer.txt": "BenchmarkSteadyState/impl=peer-2 \t 1\t 1 ns/op\t 5\n"}, "peer.txt"},
 		{"a failed benchmark", map[string]string{"paced.txt": paced + "--- FAIL: BenchmarkPaced/workload=SteadyState/rate=1M/spread\n" + paced}, "paced.txt"},
+		{"a line cut between pairs", map[string]string{"paced.txt": paced + strings.TrimSuffix(paced, "\t 20 ratio\n") + "\n"}, "paced.txt"},
+		{"meta.sh missing", map[string]string{"meta.sh": noFile}, "meta.sh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			report, out, err := runReportErr(t, tc.results)
@@ -333,10 +351,10 @@ func TestRunReportRelayTargets(t *testing.T) {
 		"relay.txt":     recv("0.86", "0.94", "0.68", "0.98") + recv("0.92", "0.96", "0.72", "1.00") + whole("99000") + whole("101000"),
 	})
 	for _, want := range []string{
-		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, both on one processor (the default) | 700 vs 1100 datagrams/s: 70.0 % (runs 68–72 %) | **missed** |",
-		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB, both on one processor | 990 vs 1100 datagrams/s: 99.0 % (runs 98–100 %) | **met** |",
-		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, on two processors (-procs 2) | 880 vs 1000 datagrams/s: 89.0 % (runs 86–92 %) | **missed** |",
-		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB, on two processors | 950 vs 1000 datagrams/s: 95.0 % (runs 94–96 %) | **met** |",
+		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, both on one processor (the default) | 700 vs 1100 datagrams/s (medians over the runs); median of the ratio in each run 70.0 % (runs 68–72 %) | **missed** |",
+		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB, both on one processor | 990 vs 1100 datagrams/s (medians over the runs); median of the ratio in each run 99.0 % (runs 98–100 %) | **met** |",
+		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, on two processors (-procs 2) | 880 vs 1000 datagrams/s (medians over the runs); median of the ratio in each run 89.0 % (runs 86–92 %) | **missed** |",
+		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB, on two processors | 950 vs 1000 datagrams/s (medians over the runs); median of the ratio in each run 95.0 % (runs 94–96 %) | **met** |",
 		"| whole relay ≥ 100 000 datagrams/s of 1 KiB on 2 cores, unixgram (on one processor, the default) | 1e+05 datagrams/s (5000 cpu-ns/datagram, 100 cpu-ns/span) | **met** |",
 	} {
 		if !strings.Contains(report, want) {
