@@ -102,20 +102,18 @@ func (d *handoff[T]) Counts() Counts {
 }
 
 // openRecordHandoff hands over the SDK's record: an aggregate.Record
-// written as stats.Span's snapshot writes it (labels and measurements),
-// read as the consumer's key compare reads it, cleared by Record.Reset.
+// written by stats.Span.Snapshot, as Publish writes it (labels, peer tags
+// and measurements), read as the consumer's key compare reads it, cleared
+// by Record.Reset.
 func openRecordHandoff(*Workload) (Driver, error) {
 	return openHandoff((*aggregate.Record).Reset, func(r *aggregate.Record, s *stats.Span) {
-		r.Service, r.Name, r.Resource, r.Type = s.Service, s.Name, s.Resource, s.Type
-		r.SpanKind = s.SpanKind
-		r.HTTPMethod, r.HTTPEndpoint, r.GRPCStatusCode = s.HTTPMethod, s.HTTPEndpoint, s.GRPCStatusCode
-		r.ServiceSource = s.ServiceSource
-		r.HTTPStatusCode = s.HTTPStatusCode
-		r.Duration, r.End = s.Duration, s.Start+s.Duration
-		r.Error, r.TopLevel, r.TraceRoot, r.Synthetics = s.Error, s.TopLevel, s.TraceRoot, s.Synthetics
+		s.Snapshot(r)
 	}, func(r *aggregate.Record) uint64 {
 		n := len(r.Resource) + len(r.Service) + len(r.Name) + len(r.Type) + len(r.SpanKind) +
 			len(r.HTTPMethod) + len(r.HTTPEndpoint) + len(r.GRPCStatusCode) + len(r.ServiceSource) + len(r.ExtraPeerTags)
+		for _, t := range r.PeerTags[:r.NumPeerTags] {
+			n += len(t)
+		}
 		return uint64(n) + uint64(r.HTTPStatusCode) + uint64(r.Duration) + uint64(r.NumPeerTags)
 	}), nil
 }
