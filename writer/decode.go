@@ -285,7 +285,7 @@ type decoder struct {
 	lenient bool
 	// strict refuses nil for an array or a summary (DecodePayloadAsAgent).
 	strict bool
-	spares  *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
+	spares *[]*aggregate.Sketch // emptied sketches to decode into (Decoder)
 	// Where bucket and group slices and short string arrays are carved
 	// (Decoder; nil: allocated).
 	bucketArena *[]DecodedBucket
