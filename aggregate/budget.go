@@ -145,8 +145,13 @@ func (s *valueSet) ok(v string, epoch uint32) bool {
 }
 
 // noValue is what a set's last value is before the first decision of an
-// interval: its own allocation, so no tracer string is ever the same.
-var noValue = string([]byte{0})
+// interval: a byte of its own, so no tracer string is ever the same data
+// (string([]byte{0}) is not: the runtime serves every one-byte string
+// from one shared table, TestNoValueIsNoTracerString).
+var (
+	noValueByte = [1]byte{0}
+	noValue     = unsafe.String(&noValueByte[0], 1)
+)
 
 // forget drops every set's last decision: they held for the interval that
 // ended. The per-position memory goes too: it may hold blocked, the cap's

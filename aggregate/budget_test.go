@@ -562,3 +562,23 @@ func TestDefaultBudgets(t *testing.T) {
 		})
 	}
 }
+
+// TestNoValueIsNoTracerString: a label of the one byte 0, built at run time
+// (the runtime serves every such string from one shared table), is decided
+// as any other value: the first of an interval is admitted under an empty
+// budget, not taken for the interval's "no value yet".
+func TestNoValueIsNoTracerString(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: 4})
+	zero := []byte{0}
+	for round := range 2 {
+		s := Record{Service: "s", Name: "op", Resource: string(zero), SpanKind: "server", Duration: 1}
+		tb.Add(&s)
+		got := tb.Touched(nil)
+		if len(got) != 1 || got[0].Resource != "\x00" || tb.Collapsed(FieldResource) != 0 {
+			t.Fatalf("interval %d: %d entries, collapsed %d; want the resource \"\\x00\" admitted under an empty budget",
+				round, len(got), tb.Collapsed(FieldResource))
+		}
+		tb.Rotate()
+	}
+}
