@@ -54,7 +54,7 @@ func (e *Entry) record(d int64, isErr, topLevel bool) {
 // recordBin is record with the sketch bin of d already found (see bin).
 func (e *Entry) recordBin(d int64, i int, zero, isErr, topLevel bool) {
 	e.Hits = satAdd64(e.Hits, 1)
-	e.Duration = satAdd64(e.Duration, uint64(d)) // d > 0: only eligible spans reach here
+	e.Duration = satAdd64(e.Duration, uint64(max(d, 0))) // Publish passes d > 0; a Table user may not
 	if topLevel {
 		e.TopLevelHits = satAdd64(e.TopLevelHits, 1)
 	}

@@ -142,3 +142,17 @@ func TestEntrySaturates(t *testing.T) {
 		t.Fatalf("sketch count %d, want it saturated at %d", sk.Count(), uint64(math.MaxUint64))
 	}
 }
+
+// TestNonPositiveDurationAddsNothing: a record of a negative duration,
+// which Publish never passes but a Table user may, adds nothing to its
+// group's Duration rather than wrapping it to MaxUint64.
+func TestNonPositiveDurationAddsNothing(t *testing.T) {
+	tb := NewTable(0)
+	for _, d := range []int64{1000, -1, 0} {
+		s := Record{Service: "s", Name: "op", Resource: "r", SpanKind: "server", Duration: d}
+		tb.Add(&s)
+	}
+	if e := tb.Touched(nil)[0]; e.Hits != 3 || e.Duration != 1000 {
+		t.Fatalf("hits %d, duration %d after spans of 1000, -1 and 0 ns; want 3, 1000", e.Hits, e.Duration)
+	}
+}
