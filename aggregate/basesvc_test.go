@@ -1,6 +1,6 @@
 // This file tests the base-service peer tag against the agent's rule: kept
-// outside the key list for a span that is not a client, producer or
-// consumer span, and not kept at all with an empty list.
+// outside the key list for an internal span or one without kind, and not
+// kept at all with an empty list.
 
 package aggregate
 
@@ -10,9 +10,9 @@ import (
 )
 
 // TestBaseServiceKeptOutsideList: with a key list that lacks
-// "_dd.base_service", the one base-service tag of a span that is not a
-// client, producer or consumer span is kept (the agent's rule), that of a
-// client span is not; without allocating.
+// "_dd.base_service", the one base-service tag of an internal span or one
+// without kind is kept (the agent's rule), that of a client, server or
+// other span is not; without allocating.
 func TestBaseServiceKeptOutsideList(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetPeerTagKeys([]string{"peer.service"})
@@ -21,8 +21,11 @@ func TestBaseServiceKeptOutsideList(t *testing.T) {
 		want []string
 	}{
 		{"internal", []string{"_dd.base_service:web"}},
+		{"INTERNAL", []string{"_dd.base_service:web"}},
 		{"", []string{"_dd.base_service:web"}},
-		{"weird", []string{"_dd.base_service:web"}},
+		{"weird", nil},
+		{"server", nil},
+		{"SERVER", nil},
 		{"client", nil},
 		{"PRODUCER", nil},
 		{"cl\u0130ent", nil},

@@ -36,15 +36,15 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 // is not empty (the agent aggregates no empty value), IP addresses in them
 // quantized (quantizeTag), in the tracer's order, in t.kept.
 //
-// With a key list, the one "_dd.base_service" tag of a span that is not a
-// client, producer or consumer span is kept whether the list holds its key
-// or not: the agent's peerTagKeysToAggregateForSpan answers with that key
-// alone for an internal span or one without kind, without looking it up in
-// the list (only an empty list keeps nothing).
+// With a key list, the one "_dd.base_service" tag of an internal span or
+// one without kind (BaseServiceKind) is kept whether the list holds its
+// key or not: the agent's peerTagKeysToAggregateForSpan answers with that
+// key alone for such a span, without looking it up in the list (only an
+// empty list keeps nothing), and with nothing for a server span.
 func (t *Table) keptPeers(s *Record) []string {
 	p := t.kept[:0]
 	if len(t.peerKeys) > 0 && s.NumPeerTags == 1 && s.ExtraPeerTags == nil {
-		if tag := s.PeerTags[0]; len(tag) > len(BaseServiceKey)+1 && hasPeerKey(tag, BaseServiceKey) && !PeerKind(s.SpanKind) {
+		if tag := s.PeerTags[0]; len(tag) > len(BaseServiceKey)+1 && hasPeerKey(tag, BaseServiceKey) && BaseServiceKind(s.SpanKind) {
 			p = append(p, t.quantizeTag(tag, len(BaseServiceKey)))
 			t.kept = p
 			return p
@@ -59,6 +59,12 @@ func (t *Table) keptPeers(s *Record) []string {
 // BaseServiceKey is the peer-tag key of a span's base service, the one peer
 // tag an internal span, or one without kind, keeps (a server span keeps none).
 const BaseServiceKey = "_dd.base_service"
+
+// BaseServiceKind reports whether the agent keeps a span's base-service
+// peer tag for its kind: strings.ToLower(kind) is "" or internal.
+func BaseServiceKind(kind string) bool {
+	return kind == "" || casefold.Is(kind, "internal", unicode.ToLower)
+}
 
 // PeerKind reports whether the agent keeps a span's peer tags for its kind:
 // strings.ToLower(kind) is client, producer or consumer (compared rune by

@@ -87,6 +87,9 @@ func TestBaseServiceKeptWithoutKeyInList(t *testing.T) {
 		{"client", []string{"peer.service:users-db", "_dd.base_service:web-base"}},
 		{"client", []string{"_dd.base_service:web-base"}},
 		{"cl\u0130ent", []string{"_dd.base_service:web-base"}},
+		{"server", []string{"_dd.base_service:web-base"}},
+		{"weird", []string{"_dd.base_service:web-base"}},
+		{"INTERNAL", []string{"_dd.base_service:web-base"}},
 	} {
 		want := agentPeerTagsOf(t, keys, tc.kind, tc.tags)
 		got := sdkPeerTagsOf(t, keys, tc.kind, tc.tags)
@@ -94,6 +97,20 @@ func TestBaseServiceKeptWithoutKeyInList(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("kind %q, tags %q: the SDK groups under peer tags %q, the agent %q", tc.kind, tc.tags, got, want)
+		}
+		// The table alone, given a record of one tag as it is, unfiltered
+		// by Span.Snapshot's rules for kinds (which leave an internal
+		// span its base service alone).
+		if len(tc.tags) != 1 {
+			continue
+		}
+		tb := aggregate.NewTable(0)
+		tb.SetPeerTagKeys(keys)
+		r := aggregate.Record{Service: "web", Name: "op", Resource: "r", SpanKind: tc.kind, Duration: 1000}
+		r.SetPeerTags(tc.tags)
+		tb.Add(&r)
+		if es := tb.Touched(nil); len(es) != 1 || !slices.Equal(slices.Sorted(slices.Values(es[0].PeerTags)), want) {
+			t.Errorf("kind %q, tags %q: the table groups under %d entries %v, the agent under peer tags %q", tc.kind, tc.tags, len(es), es, want)
 		}
 	}
 }

@@ -377,11 +377,11 @@ func (r *Relay) SetPeerTagKeys(keys []string) {
 
 // keepPeerKeys filters tags in place to those whose key ("key" of
 // "key:value") is in keys. As the SDK's table (and the agent's
-// peerTagKeysToAggregateForSpan) does, a span that is not a client,
-// producer or consumer span keeps its _dd.base_service tag whether keys
-// holds that key or not, if it names a service; an empty list keeps nothing.
+// peerTagKeysToAggregateForSpan) does, an internal span or one without
+// kind keeps its _dd.base_service tag whether keys holds that key or not,
+// if it names a service; an empty list keeps nothing.
 func keepPeerKeys(tags []string, keys map[string]struct{}, kind string) []string {
-	base := len(keys) > 0 && !aggregate.PeerKind(kind)
+	base := len(keys) > 0 && aggregate.BaseServiceKind(kind)
 	kept := tags[:0]
 	for _, t := range tags {
 		k := t
