@@ -155,6 +155,10 @@ type Origins struct {
 	lastSweep int64 // unix ns of evict's last walk for expired entries
 }
 
+// originGoneFor is how long a process gone since its container was last
+// read keeps it: the datagrams of its last report, sent together.
+const originGoneFor = time.Second
+
 type origin struct {
 	id      string
 	known   bool
@@ -207,8 +211,10 @@ func readCgroup(path string) ([]byte, error) {
 // ContainerID returns the container id of pid; known is false when its
 // cgroup file cannot be read (the process is gone, or not in this pid
 // namespace), or names no container while <pid>/stat does not show a live
-// process (a zombie's cgroup shows only root paths), and then id is "".
-// A known "" is a live process outside any container.
+// process (a zombie's cgroup shows only root paths), and then id is "" —
+// but for a pid whose container was known until less than OriginTTL ago,
+// which keeps it for originGoneFor. A known "" is a live process outside
+// any container.
 func (o *Origins) ContainerID(pid int32) (id string, known bool) {
 	e := o.originAt(pid, o.now().UnixNano())
 	return e.id, e.known
@@ -243,12 +249,14 @@ func (o *Origins) originAt(pid int32, now int64) origin {
 		}
 		e.local = e.known && id == "" && o.self != nil && bytes.Equal(b, o.self)
 	}
-	if !e.known && ok && prev.known && prev.id != "" && !prev.gone {
+	if !e.known && ok && prev.known && prev.id != "" && !prev.gone && now-prev.expires < int64(OriginTTL) {
 		// Expired just as the process exited after its last datagrams (a
 		// final report at Stop): no process holds the pid, so none took it
-		// into another container since; its container is kept, once, for
-		// another OriginTTL (TestOriginOutlivesExit).
+		// into another container since; its container is kept for the
+		// datagrams of that report, read together, not for a process that
+		// takes the pid next (TestOriginOutlivesExit).
 		e.id, e.known, e.gone = prev.id, true, true
+		e.expires = now + int64(originGoneFor)
 	}
 	o.mu.Lock()
 	if len(o.m) >= MaxOrigins {

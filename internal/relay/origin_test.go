@@ -442,8 +442,9 @@ func TestOriginsKeepOnlyTheID(t *testing.T) {
 
 // TestOriginOutlivesExit: a sender's pid cached in a container, the entry
 // expired just as the process exited (its final report read after the
-// exit): the report keeps the container, once, for another OriginTTL;
-// past that, a pid still gone is in no known container.
+// exit): the report keeps the container; a datagram of that pid a minute
+// later (a process that took the pid and is gone too), or one long after
+// the container was last read, is in no known container: its claim stands.
 func TestOriginOutlivesExit(t *testing.T) {
 	const pid = 4242
 	root := fakeProc(t, map[int32]string{pid: cgroups["docker"]})
@@ -470,6 +471,24 @@ func TestOriginOutlivesExit(t *testing.T) {
 	}
 	if len(got) != 2 || got[dockerID] != 8 || got[""] != 7 {
 		t.Fatalf("hits by container %v; want 8 in %s (before the exit and just after), 7 in none (a minute after)", got, dockerID[:12])
+	}
+
+	// Read in a container an hour ago, gone now: no container kept.
+	writeCgroup(t, root, pid, cgroups["docker"])
+	r = New(Config{Origins: NewOrigins(root, clock), Now: clock})
+	send(4, 2)
+	now = now.Add(time.Hour)
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+	send(5, 3)
+	clear(got)
+	for _, b := range r.Harvest(now.Add(time.Hour)) {
+		got[b.ContainerID] += b.Hits
+		r.Forwarded(b.Hits)
+	}
+	if len(got) != 2 || got[dockerID] != 2 || got[""] != 3 {
+		t.Fatalf("hits by container %v; want 2 in %s, 3 in none (its container read an hour before)", got, dockerID[:12])
 	}
 }
 
