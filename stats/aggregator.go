@@ -181,9 +181,10 @@ func (a *Aggregator) warnIfNotStarted() {
 // Start it returns ErrNotStarted at once (it does not start the aggregator).
 // The payloads of earlier reports that wait for a retry after a failed
 // attempt are not waited for: they go at their retry time, or at Stop,
-// which gives them their last attempts. Before freezing a process (a
-// serverless function), Health's Counted − Cleared − SpansSent −
-// SpansUnsent is what is still on its way.
+// which gives them their last attempts. A Flush whose report Stop's
+// deadline cuts short returns that cause, the report counted dropped.
+// Before freezing a process (a serverless function), Health's Counted −
+// Cleared − SpansSent − SpansUnsent is what is still on its way.
 func (a *Aggregator) Flush(ctx context.Context) error {
 	select {
 	case <-a.started:

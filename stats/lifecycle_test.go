@@ -126,20 +126,7 @@ func TestStopGivesUpWhileEncoding(t *testing.T) {
 		t.Skip("timed against a deadline; the race detector stretches the encoding tenfold")
 	}
 	const n = MaxMaxAggregates
-	ag := statstest.New()
-	defer ag.Close()
-	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour,
-		MaxAggregates: n, CardinalityLimits: unlimited, InboxSize: MaxInboxSize, Logger: slog.New(slog.DiscardHandler)})
-	long := strings.Repeat("x", 2000)
-	for i := 0; i < n; {
-		s := Span{Service: "s", Name: "op", Resource: long + strconv.Itoa(i), SpanKind: "server", Duration: int64(1 + i%5000)}
-		if a.Publish(&s) {
-			i++
-		} else {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitLong(t, "all counted", func() bool { return a.Health().Counted == n })
+	a := costlyToEncode(t, n)
 	const deadline = 20 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
@@ -154,6 +141,54 @@ func TestStopGivesUpWhileEncoding(t *testing.T) {
 	h := a.Health()
 	if h.SpansSent != 0 || h.SpansUnsent != n || !errors.Is(h.LastSendError, errStopDeadline) {
 		t.Fatalf("sent %d, unsent %d of %d spans, last error %v; want all unsent for Stop's deadline", h.SpansSent, h.SpansUnsent, n, h.LastSendError)
+	}
+	checkConservation(t, h)
+}
+
+// costlyToEncode returns a started aggregator holding n groups of 2 KB
+// resources, all counted: ~130 MB, a third of a second to encode.
+func costlyToEncode(t *testing.T, n int) *Aggregator {
+	t.Helper()
+	ag := statstest.New()
+	t.Cleanup(ag.Close)
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour,
+		MaxAggregates: n, CardinalityLimits: unlimited, InboxSize: MaxInboxSize, Logger: slog.New(slog.DiscardHandler)})
+	long := strings.Repeat("x", 2000)
+	for i := 0; i < n; {
+		s := Span{Service: "s", Name: "op", Resource: long + strconv.Itoa(i), SpanKind: "server", Duration: int64(1 + i%5000)}
+		if a.Publish(&s) {
+			i++
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitLong(t, "all counted", func() bool { return a.Health().Counted == uint64(n) })
+	return a
+}
+
+// TestFlushCutShortByStopSaysSo: a Flush whose report Stop's deadline cuts
+// short while it is encoded answers with the cause, not nil, and its
+// spans are counted unsent.
+func TestFlushCutShortByStopSaysSo(t *testing.T) {
+	if raceEnabled {
+		t.Skip("timed against a deadline; the race detector stretches the encoding tenfold")
+	}
+	const n = MaxMaxAggregates
+	a := costlyToEncode(t, n)
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(context.Background()) }()
+	time.Sleep(5 * time.Millisecond) // the consumer takes the Flush and encodes
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline's error", err)
+	}
+	if err := <-flushed; !errors.Is(err, errStopDeadline) {
+		t.Fatalf("Flush = %v, want errStopDeadline", err)
+	}
+	h := a.Health()
+	if h.SpansSent != 0 || h.SpansUnsent != n {
+		t.Fatalf("sent %d, unsent %d of %d spans; want all unsent", h.SpansSent, h.SpansUnsent, n)
 	}
 	checkConservation(t, h)
 }

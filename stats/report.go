@@ -52,10 +52,12 @@ func (c *consumer) report(n int, done chan error) {
 		err = ErrAgentOff
 	case c.stopping && c.halt.Load(): // no time left to encode it
 		c.dropUnencoded(m)
+		err = errStopDeadline
 	default:
 		if c.send(m, done) {
 			return
 		}
+		err = errStopDeadline // a Flush's report, cut short by Stop
 	}
 	if done != nil {
 		// Through the sender, not answered here: it may hold an earlier
