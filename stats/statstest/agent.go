@@ -167,6 +167,7 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 	case fail != 0:
 		http.Error(sw, "statstest: failing on purpose", fail)
 	case h != nil && h(sw, r, n):
+	case sw.hijacked: // the handler took the connection, whatever it returned
 	case req.Err != nil:
 		http.Error(sw, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
 	default:
@@ -195,11 +196,15 @@ func (a *Agent) record(req Request) {
 // Status 0), and Unwrap for http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status   int
+	hijacked bool
 }
 
 // WriteHeader records code and passes it on.
 func (w *statusWriter) WriteHeader(code int) {
+	if w.hijacked {
+		return // net/http would log it; there is no answer any more
+	}
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -212,7 +217,7 @@ func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
-		w.status = 0
+		w.status, w.hijacked = 0, true
 	}
 	return c, rw, err
 }
