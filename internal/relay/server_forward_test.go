@@ -187,9 +187,10 @@ func TestAgentPeerTagList(t *testing.T) {
 }
 
 // TestAgentPeerTagListKeepsBaseService: as the agent (and the SDK posting
-// itself) does, the one _dd.base_service tag of a span that is not a
-// client, producer or consumer span is kept whether the agent's list holds
-// its key or not; a client span's is cut like any key not in the list.
+// itself) does, the one _dd.base_service tag of an internal span or one
+// without kind is kept whether the agent's list holds its key or not; a
+// client's, a server's or another kind's is cut like any key not in the
+// list.
 func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
@@ -202,7 +203,7 @@ func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
 	defer conn.Close()
 	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
 	var groups []writer.Group
-	for _, kind := range []string{"internal", "", "Client"} {
+	for _, kind := range []string{"internal", "", "Client", "server", "weird"} {
 		g := writer.Group{}
 		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "op", kind, 2, 20
 		g.PeerTags = []string{"_dd.base_service:orig-" + kind, "peer.service:svc"}
@@ -216,7 +217,7 @@ func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
 	if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 6 })
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 10 })
 	stop()
 	got := map[string]string{}
 	for _, r := range statstest.Accepted(ag.Requests()) {
@@ -226,7 +227,8 @@ func TestAgentPeerTagListKeepsBaseService(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]string{"internal": "_dd.base_service:orig-internal", "": "_dd.base_service:orig-", "Client": "peer.service:svc"}
+	want := map[string]string{"internal": "_dd.base_service:orig-internal", "": "_dd.base_service:orig-", "Client": "peer.service:svc",
+		"server": "", "weird": ""}
 	if !maps.Equal(got, want) {
 		t.Fatalf("peer tags by kind at the agent %q, want %q", got, want)
 	}
