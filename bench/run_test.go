@@ -216,7 +216,6 @@ func TestRunReportRefusesIncompleteResults(t *testing.T) {
 		{"a value not a number", map[string]string{"root.txt": "BenchmarkSteadyState-2 \t 1\t 1 ns/op\t x cpu-ns/op\n"}, "root.txt"},
 		{"a line cut short", map[string]string{"peer.txt": "BenchmarkSteadyState/impl=peer-2 \t 1\t 1 ns/op\t 5\n"}, "peer.txt"},
 		{"a failed benchmark", map[string]string{"paced.txt": paced + "--- FAIL: BenchmarkPaced/workload=SteadyState/rate=1M/spread\n" + paced}, "paced.txt"},
-		{"a line cut between pairs", map[string]string{"paced.txt": paced + strings.TrimSuffix(paced, "\t 20 ratio\n") + "\n"}, "paced.txt"},
 		{"meta.sh missing", map[string]string{"meta.sh": noFile}, "meta.sh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -360,6 +359,20 @@ func TestRunReportRelayTargets(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("the relay targets do not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
 		}
+	}
+}
+
+// TestRunReportTakesARoundWithoutAMetric: a benchmark may leave a unit
+// out of a round (the relay's ratios where a side took no datagram): the
+// report is written, that unit's median over the rounds that have it.
+func TestRunReportTakesARoundWithoutAMetric(t *testing.T) {
+	line := "BenchmarkRelayReceive/udp/1KiB-2 \t 100\t 1 ns/op\t 1000 datagrams/s-drain\t 880 datagrams/s-relay\t 0.88 relay-ratio\n"
+	report, out, err := runReportErr(t, map[string]string{
+		"relay-meta.sh": "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=2 relay_benchtime=1x\n",
+		"relay.txt":     line + strings.Replace(line, "\t 0.88 relay-ratio", "", 1),
+	})
+	if err != nil || !strings.Contains(report, "median of the ratio in each run 88.0 %") {
+		t.Fatalf("bench/run: %v\n%s\n%.3000s", err, out, report)
 	}
 }
 
