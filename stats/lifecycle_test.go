@@ -85,11 +85,7 @@ func TestStopDeadlineWithCostlyInbox(t *testing.T) {
 	a := costlyAggregator(t, n)
 	a.Start()
 	const deadline = 20 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start := time.Now()
-	err := a.Stop(ctx)
-	took := time.Since(start)
+	took, err := stopWithin(a, deadline)
 	t.Logf("Stop took %s", took)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the deadline's error", err)
@@ -128,11 +124,7 @@ func TestStopGivesUpWhileEncoding(t *testing.T) {
 	const n = MaxMaxAggregates
 	a := costlyToEncode(t, n)
 	const deadline = 20 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start := time.Now()
-	err := a.Stop(ctx)
-	took := time.Since(start)
+	took, err := stopWithin(a, deadline)
 	// Encoding it all takes ~15× the deadline here: a bound of 7× still
 	// tells an encoding cut short from one run to its end.
 	if !errors.Is(err, context.DeadlineExceeded) || took > deadline+120*time.Millisecond {
@@ -143,6 +135,16 @@ func TestStopGivesUpWhileEncoding(t *testing.T) {
 		t.Fatalf("sent %d, unsent %d of %d spans, last error %v; want all unsent for Stop's deadline", h.SpansSent, h.SpansUnsent, n, h.LastSendError)
 	}
 	checkConservation(t, h)
+}
+
+// stopWithin stops a with a context of the given deadline and returns
+// how long Stop took and its error.
+func stopWithin(a *Aggregator, deadline time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := a.Stop(ctx)
+	return time.Since(start), err
 }
 
 // costlyToEncode returns a started aggregator holding n groups of 2 KB
