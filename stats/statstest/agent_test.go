@@ -618,7 +618,12 @@ func TestHandlerCanFlushAndHijack(t *testing.T) {
 			t.Fatalf("request %d answered %d; want the connection reset", i, resp.StatusCode)
 		}
 	}
+	// The client sees the reset before the handler returns and the
+	// request is recorded.
 	reqs := a.Requests()
+	for deadline := time.Now().Add(5 * time.Second); len(reqs) < 3 && time.Now().Before(deadline); reqs = a.Requests() {
+		time.Sleep(time.Millisecond)
+	}
 	if len(reqs) != 3 || reqs[0].Status != http.StatusOK || reqs[1].Status != 0 || reqs[2].Status != 0 {
 		t.Fatalf("recorded %d requests %+v; want 200, 0, 0", len(reqs), reqs)
 	}
