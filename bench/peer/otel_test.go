@@ -73,6 +73,11 @@ var otelRows = []otelRow{
 	{name: "q", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT ' FROM")}},
 	{name: "GET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "redis"), str("db.statement", "GET session:abc123"), str("db.instance", "0")}},
 	{name: "HMSET", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system.name", "redis"), str("db.query.text", "HMSET k f1 v1 f2 v2")}},
+	// Pipelines, one command a line: the agent's pass on receipt would
+	// re-quantize "GET SET" to "GET".
+	{name: "pipeline", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "redis"), str("db.statement", "GET a\nSET b c")}},
+	{name: "pipeline", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "redis"), str("db.statement", "GET x\nSET y z")}},
+	{name: "pipeline", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "redis"), str("db.statement", "MULTI\nINCR n\nEXEC")}},
 	{name: "find", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "mongodb"), str("db.statement", `{"find": "users"}`), str("db.name", "app")}},
 	{name: "query", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "cassandra"), str("db.statement", "SELECT * FROM ks.t WHERE k = 1"), str("db.cassandra.contact.points", "10.0.0.1,10.0.0.2")}},
 	{name: "op", kind: trace.SpanKindClient, under: "local", attrs: []attribute.KeyValue{str("db.system", "SomeNewDB")}},
@@ -402,7 +407,9 @@ func addGroup(m map[string]groupRow, g groupRow) {
 
 // processorGroups ends the rows' spans through otelstats.Processor, a
 // stats Aggregator and the fake agent, and returns the spans and the
-// decoded groups.
+// decoded groups as the agent keys them once received: its processStats
+// obfuscates the resources of SQL and Redis groups again (no
+// Datadog-Obfuscation-Version header is sent).
 func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map[string]groupRow) {
 	agent := statstest.New()
 	defer agent.Close()
@@ -418,16 +425,33 @@ func processorGroups(t *testing.T, rows []otelRow) ([]sdktrace.ReadOnlySpan, map
 	if err := agg.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	obf := obfuscate.NewObfuscator(obfuscate.Config{})
 	out := map[string]groupRow{}
 	for _, r := range statstest.Accepted(agent.Requests()) {
 		for _, b := range r.Payload.Buckets {
 			for _, g := range b.Groups {
-				addGroup(out, groupRow{g.Service, g.Name, g.Resource, g.Type, g.SpanKind, g.GRPCStatusCode, g.HTTPStatusCode,
+				addGroup(out, groupRow{g.Service, g.Name, receivedResource(obf, g.Type, g.DBType, g.Resource), g.Type, g.SpanKind, g.GRPCStatusCode, g.HTTPStatusCode,
 					int32(g.IsTraceRoot), joinSorted(g.PeerTags), g.Hits, g.Errors, g.TopLevelHits})
 			}
 		}
 	}
 	return spans, out
+}
+
+// receivedResource is the agent's obfuscateStatsGroup (agent/obfuscate.go,
+// v0.85.4), which processStats runs on every group it receives.
+func receivedResource(obf *obfuscate.Obfuscator, typ, dbType, res string) string {
+	switch typ {
+	case "sql", "cassandra":
+		oq, err := obf.ObfuscateSQLStringForDBMS(res, dbType)
+		if err != nil {
+			return transform.TextNonParsable
+		}
+		return oq.Query
+	case "redis", "valkey":
+		return obf.QuantizeRedisString(res)
+	}
+	return res
 }
 
 // TestOTelGroupsMatchAgent: for every row, the groups the processor

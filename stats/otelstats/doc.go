@@ -9,7 +9,9 @@
 // resource, span type, HTTP and gRPC status codes and span kind by the
 // agent's OTLP rules over both the old and the current semantic-convention
 // attribute names, names normalized as the agent normalizes them, SQL and
-// Redis resources obfuscated as the agent obfuscates them, and peer tags
+// Redis resources obfuscated as the agent obfuscates them (where the
+// agent's second pass over received stats would change the result, a raw
+// resource that pass turns into it is sent instead), and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
 // of another TracerProvider or one the sampler dropped — a parent known by

@@ -307,23 +307,40 @@ func (p *Processor) resource(v *view, kind trace.SpanKind, typ, spanName string,
 	return p.resources.str(b, p.obfuscate)
 }
 
-// obfuscate computes a resource from its memo key.
+// obfuscate computes a resource from its memo key: what the agent's OTLP
+// path makes of it, or, where the agent's second pass on receipt would
+// change that, a raw resource the second pass turns into it.
 func (p *Processor) obfuscate(key string) string {
 	res := key[1:]
-	switch key[0] {
-	case obfSQL:
-		if res == "" {
-			return res
-		}
-		oq, err := p.obf.ObfuscateSQLStringForDBMS(res, "")
-		if err != nil {
-			return textNonParsable
-		}
-		return oq.Query
-	case obfRedis:
+	if key[0] == obfNone || res == "" {
+		return res
+	}
+	out := p.obfuscateAs(key[0], res)
+	// The agent obfuscates the resources of these types again when it
+	// receives stats (no Datadog-Obfuscation-Version header is sent, nor can
+	// one travel through the relay), and that pass is not idempotent for
+	// every output: it re-quantizes a pipeline's "GET SET" to "GET" and
+	// makes "Non - parsable SQL query" of its own error text. Such an output
+	// is sent as the first raw resource seen to give it, so every span of
+	// the group still shares one string and the agent keys what its OTLP
+	// path would (TestOTelGroupsMatchAgent in bench/peer).
+	if p.obfuscateAs(key[0], out) == out {
+		return out
+	}
+	return p.firstRaw.strS(string(key[0])+out, func(string) string { return res })
+}
+
+// obfuscateAs obfuscates res as the agent does a span's resource of the
+// class's types.
+func (p *Processor) obfuscateAs(class byte, res string) string {
+	if class == obfRedis {
 		return p.obf.QuantizeRedisString(res)
 	}
-	return res
+	oq, err := p.obf.ObfuscateSQLStringForDBMS(res, "")
+	if err != nil {
+		return textNonParsable
+	}
+	return oq.Query
 }
 
 func appendResource(b []byte, v *view, kind trace.SpanKind, spanName string) []byte {

@@ -247,3 +247,48 @@ func parentServiceOverride(t *testing.T, opted bool) {
 	}
 	check("after", plain, same, true, false)
 }
+
+// TestResourceSurvivesAgentReobfuscation: the agent obfuscates sql and
+// redis resources again on receipt. An output that pass would change (a
+// pipeline's "GET SET" becomes "GET"; the error text is itself
+// unparsable) is sent as the first raw resource that gave it, shared by
+// the spans that follow; an output the pass keeps is sent as it is.
+func TestResourceSurvivesAgentReobfuscation(t *testing.T) {
+	p := newProcessor(nil)
+	resource := func(typ, stmt string) string {
+		db := map[string]string{"redis": "redis", "sql": "postgresql"}[typ]
+		got := mapOne(t, p, svcRes, spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system", db), attribute.String("db.statement", stmt)}})
+		if got.Type != typ {
+			t.Fatalf("%q: type %q, want %q", stmt, got.Type, typ)
+		}
+		return got.Resource
+	}
+	for _, tc := range []struct {
+		typ, first, second, agentKeys string
+		sentRaw                       bool
+	}{
+		{"redis", "GET a\nSET b c", "GET x\nSET y z", "GET SET", true},
+		{"sql", "SELECT ' FROM", "UPDATE ' x", textNonParsable, true},
+		{"sql", "SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 2", "SELECT * FROM t WHERE a = ?", false},
+		{"redis", "GET a", "GET b", "GET", false},
+	} {
+		a, b := resource(tc.typ, tc.first), resource(tc.typ, tc.second)
+		if a != b {
+			t.Errorf("%s %q and %q: resources %q and %q, want one shared", tc.typ, tc.first, tc.second, a, b)
+		}
+		if want := map[bool]string{true: tc.first, false: tc.agentKeys}[tc.sentRaw]; a != want {
+			t.Errorf("%s %q: resource %q, want %q", tc.typ, tc.first, a, want)
+		}
+		if got := p.obfuscateAs(obfClass(tc.typ), a); got != tc.agentKeys {
+			t.Errorf("%s %q: the agent's pass on receipt keys %q, want %q", tc.typ, tc.first, got, tc.agentKeys)
+		}
+	}
+}
+
+func obfClass(typ string) byte {
+	if typ == "redis" {
+		return obfRedis
+	}
+	return obfSQL
+}

@@ -39,6 +39,9 @@ type Processor struct {
 	// values and operation names, resources (built, then obfuscated),
 	// peer-tag sets.
 	services, tags, names, resources, peers *memo
+	// firstRaw: for an obfuscated resource the agent's pass on receipt
+	// would change, keyed by class and resource, the raw one sent for it.
+	firstRaw *memo
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -106,6 +109,7 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 		names:     newMemo(memoMaxKey),
 		resources: newMemo(resourceKeyLen),
 		peers:     newMemo(memoMaxKey),
+		firstRaw:  newMemo(resourceKeyLen),
 	}
 	p.spanServices.Store(c.spanServices)
 	return p
