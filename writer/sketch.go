@@ -298,7 +298,9 @@ func (l *sketchLayout) append(b []byte) []byte {
 	}
 	if zeros != 0 {
 		b = append(b, tagZeroCount)
-		b = protowire.AppendFixed64(b, math.Float64bits(float64(zeros)))
+		// Capped as the bins are: a relay's sum of senders' zero counts can
+		// pass what DecodeSketch (and so Split) reads back.
+		b = protowire.AppendFixed64(b, math.Float64bits(float64(min(zeros, maxCount))))
 	}
 	return b
 }

@@ -305,3 +305,19 @@ func TestAppendSketchCountsSaturatedBins(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendSketchCapsZeroCount: a zero count past maxCount (a relay's sum
+// of senders' zero counts, each within it) is written at maxCount, as a
+// saturated bin is, so the writer reads back what it wrote.
+func TestAppendSketchCapsZeroCount(t *testing.T) {
+	var s aggregate.Sketch
+	s.AddZeros(maxCount + 2)
+	s.AddIndex(1000, 3)
+	var back aggregate.Sketch
+	if err := DecodeSketch(AppendSketch(nil, &s), &back); err != nil {
+		t.Fatalf("the writer's own sketch does not decode: %v", err)
+	}
+	if back.ZeroCount() != maxCount || back.Count() != maxCount+3 {
+		t.Errorf("read back %d zeros of %d values, want %d of %d", back.ZeroCount(), back.Count(), uint64(maxCount), uint64(maxCount+3))
+	}
+}
