@@ -19,8 +19,8 @@
 // credentials), then by window (buckets that end in the same
 // interval-aligned window merge, an end past the relay's clock counting
 // as that clock, or as the bucket's start if that is later; the merged
-// bucket runs from the earliest
-// start to the latest end; its AgentTimeShift, a shift only the agent
+// bucket runs from the earliest start, but not before the window, to the
+// latest end; its AgentTimeShift, a shift only the agent
 // records and agent v0.85.4 ignores on intake, is forwarded as 0), then by
 // group (every label field, tag lists as sets). Counts add and sketches
 // merge exactly. Held groups are bounded by Config.MaxGroups and what they

@@ -98,10 +98,10 @@ func FuzzAccept(f *testing.F) {
 				}
 				var hits uint64
 				for _, bk := range p.Buckets {
-					// A merged bucket runs from the earliest start to the
-					// latest end of its window's buckets: each of at most
-					// MaxBucketDuration, starting at most that before the
-					// window and ending at most that after it.
+					// A merged bucket runs from the earliest start (not
+					// before the window) to the latest end of its window's
+					// buckets: each of at most MaxBucketDuration, ending
+					// at most that after the window.
 					if bk.Duration == 0 || bk.Duration > uint64(2*MaxBucketDuration+DefaultInterval) {
 						t.Fatalf("forwarded a bucket of duration %d", bk.Duration)
 					}

@@ -137,7 +137,7 @@ type identity struct {
 
 // window is the merged bucket of one identity and interval-aligned window.
 type window struct {
-	start, end uint64 // earliest start, latest end of the merged buckets
+	start, end uint64 // earliest start (not before the window), latest end of the merged buckets
 	groups     []writer.Group
 	hashes     []uint64      // full key hash of each group
 	typeless   []typelessKey // for splitByType
@@ -385,7 +385,7 @@ func (s *state) merge(pp *prepared, ov overflowHashes, now uint64) (droppedGroup
 			}
 		}
 		if merged {
-			w.start = min(w.start, b.Start)
+			w.start = min(w.start, startIn(b, ws))
 			w.end = max(w.end, b.Start+b.Duration)
 		}
 	}
@@ -401,10 +401,20 @@ func (s *state) window(pp *prepared, id *identity, w *window, ws uint64, b *writ
 	if id == nil {
 		id = s.identity(pp, true)
 	}
-	w = &window{start: b.Start, end: b.Start + b.Duration, index: make(map[uint64]int32), overflow: -1}
+	w = &window{start: startIn(b, ws), end: b.Start + b.Duration, index: make(map[uint64]int32), overflow: -1}
 	id.windows[ws] = w
 	s.hold(w, windowOverhead)
 	return w, id
+}
+
+// startIn is where bucket b, merged into window ws, starts the merged
+// bucket: its own start, not before ws. A bucket longer than the interval
+// (a sender at a longer BucketInterval, or a span's worth of a 59-minute
+// one) would otherwise date every sender's spans of the window before it,
+// and the agent (v0.85.4) files a bucket older than its oldest open one
+// there: in the previous interval (TestLongBucketMisdatesNoOne).
+func startIn(b *writer.DecodedBucket, ws uint64) uint64 {
+	return max(b.Start, ws)
 }
 
 // hold counts n more bytes held in w.

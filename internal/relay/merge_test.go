@@ -182,6 +182,35 @@ func TestSpanlessBucketLeavesWindowAlone(t *testing.T) {
 	}
 }
 
+// TestLongBucketMisdatesNoOne: a bucket that began before the window its
+// end falls in (a sender at BucketInterval 20 s beside 10 s ones; a single
+// span in a 59-minute bucket) starts its window's merged bucket no earlier
+// than the window: the agent would file every sender's spans of it in the
+// interval before, where it files a bucket older than its oldest open one.
+func TestLongBucketMisdatesNoOne(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		start, duration uint64
+	}{
+		{"a 20 s bucket beside 10 s ones", w0 - 10*sec, 20 * sec},
+		{"one span in a 59-minute bucket", w0 + 5*sec - 3540*sec, 3540 * sec},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestRelay(Config{})
+			mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("GET /"), 5, 0))), 0, UDP)
+			mustAccept(t, r, datagram(1, header("b"), bucket(tc.start, tc.duration, entry(key("GET /"), 1, 0))), 0, UDP)
+			out := harvestAll(t, r)
+			if len(out) != 1 || len(out[0].Buckets) != 1 {
+				t.Fatalf("harvest = %+v", out)
+			}
+			if bk := out[0].Buckets[0]; bk.Start != w0 || bk.Duration != 10*sec || bk.Groups[0].Hits != 6 {
+				t.Fatalf("bucket %+d s for %d s, %d hits; want +0 s for 10 s, 6 hits",
+					(int64(bk.Start)-int64(w0))/int64(sec), bk.Duration/sec, bk.Groups[0].Hits)
+			}
+		})
+	}
+}
+
 func TestPeerTagsAreASet(t *testing.T) {
 	r := newTestRelay(Config{})
 	k1, k2 := key("GET /"), key("GET /")
@@ -783,8 +812,10 @@ func TestLongBucketIsNotLate(t *testing.T) {
 			if len(out) != 1 || out[0].Hits != 5 || len(out[0].Buckets) != 1 {
 				t.Fatalf("the round after its end: %+v, want one batch of 5 spans", out)
 			}
-			if bk := out[0].Buckets[0]; bk.Start != start || bk.Duration != bl {
-				t.Fatalf("bucket at %d for %v, want %d for %v", bk.Start, time.Duration(bk.Duration), start, tc.bucket)
+			// It starts at its window's start (startIn), which it began before.
+			ws := windowOf(end-1, iv)
+			if bk := out[0].Buckets[0]; bk.Start != ws || bk.Duration != end-ws {
+				t.Fatalf("bucket at %d for %v, want %d for %v", bk.Start, time.Duration(bk.Duration), ws, time.Duration(end-ws))
 			}
 			r.Forwarded(out[0].Hits)
 			checkAccounting(t, r)
