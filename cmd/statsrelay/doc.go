@@ -8,9 +8,10 @@
 //	statsrelay -demo    # an embedded fake agent, the relay and four SDKs; ends by itself
 //	statsrelay -version # the build: module version, VCS revision, Go version
 //
-// Every flag can also be given as an environment variable STATSRELAY_<NAME>
-// (upper case, "-" → "_", e.g. STATSRELAY_MAX_GROUPS); the flag wins. A
-// STATSRELAY_ variable that names no flag is logged as ignored at start.
+// Every flag but -version can also be given as an environment variable
+// STATSRELAY_<NAME> (upper case, "-" → "_", e.g. STATSRELAY_MAX_GROUPS); the
+// flag wins. A STATSRELAY_ variable that names no flag, or
+// STATSRELAY_VERSION, is logged as ignored at start.
 // SIGINT, SIGTERM and SIGHUP remove the Unix socket file (a sender is then told
 // there is no relay, and counts its drop), stop the readers (after they
 // take what the kernel queued, for at most -stop-drain, 1s), forward

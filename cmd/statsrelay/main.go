@@ -45,6 +45,7 @@ type options struct {
 	levelName   string            // -log-level as given
 	logLevel    slog.Level        // parsed from levelName by check
 	fromEnv     map[string]string // flag name → the variable that set it
+	versionEnv  bool              // STATSRELAY_VERSION is set (and ignored)
 }
 
 func main() {
@@ -57,7 +58,14 @@ func main() {
 		printVersion(os.Stdout)
 		return
 	}
+	// A closed log pipe (statsrelay 2>&1 | logger, the logger gone) must
+	// not kill the relay on its next line, losing what it holds and
+	// leaving its socket file: log writes fail with EPIPE instead.
+	signal.Ignore(syscall.SIGPIPE)
 	setupLog(o, os.Stderr)
+	if o.versionEnv {
+		slog.Warn("statsrelay: ignoring STATSRELAY_VERSION: -version is read from the command line only")
+	}
 	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {
 		slog.Warn("statsrelay: ignoring environment variables that name no flag (see statsrelay -h)", "variables", strings.Join(unknown, ","))
 	}
@@ -207,8 +215,9 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		// -h is where an operator looks: the variables must be said there
 		// too, not only in the package documentation.
 		fmt.Fprintf(fs.Output(), "Usage: statsrelay [flags]\n"+
-			"Every flag can also be given as the environment variable STATSRELAY_<NAME>\n"+
-			"(upper case, \"-\" → \"_\", e.g. STATSRELAY_MAX_GROUPS); the flag wins.\n")
+			"Every flag but -version can also be given as the environment variable\n"+
+			"STATSRELAY_<NAME> (upper case, \"-\" → \"_\", e.g. STATSRELAY_MAX_GROUPS);\n"+
+			"the flag wins.\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -224,6 +233,13 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	o.fromEnv = fromEnv
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envName(f.Name)
+		if f.Name == "version" {
+			// Command line only: a STATSRELAY_VERSION left in a relay's
+			// environment would keep it from ever starting, with exit 0
+			// (which Restart=on-failure takes for a clean stop).
+			_, o.versionEnv = lookupEnv(env)
+			return
+		}
 		if v, ok := lookupEnv(env); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: want %s (as -%s): %w", env, v, valueKind(f), f.Name, err))

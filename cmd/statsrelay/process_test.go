@@ -785,3 +785,63 @@ func TestBinaryLogLevel(t *testing.T) {
 		t.Fatalf("-log-level warn wrote:\n%s\nwant the warning and no INFO line", out)
 	}
 }
+
+// TestBinaryIgnoresVersionVariable: with STATSRELAY_VERSION set, the relay
+// starts, serves and says the variable is ignored.
+func TestBinaryIgnoresVersionVariable(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	t.Setenv("STATSRELAY_VERSION", "true")
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "")
+	b.startedLine(t)
+	b.stop(t, syscall.SIGTERM)
+	if out := b.output(); !strings.Contains(out, "ignoring STATSRELAY_VERSION") {
+		t.Fatalf("no warning that STATSRELAY_VERSION is ignored:\n%s", out)
+	}
+}
+
+// TestBinarySurvivesClosedLogPipe: the reader of statsrelay's stderr gone
+// (statsrelay 2>&1 | logger, the logger dead), the relay's next log lines
+// fail instead of killing it with SIGPIPE: on SIGTERM it still stops as
+// it should, exit 0 and its socket file removed.
+func TestBinarySurvivesClosedLogPipe(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	sock := sockdir.Path(t, "relay.sock")
+	args, err := json.Marshal([]string{"-unix", sock, "-udp", "", "-agent", ag.URL(), "-http", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+string(args))
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(r)
+	for sc.Scan() && !strings.Contains(sc.Text(), "statsrelay started") {
+	}
+	r.Close() // the log's reader is gone
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("statsrelay with its log pipe closed, on SIGTERM: %v; want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("statsrelay still running 30 s after SIGTERM")
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket file left behind: %v", err)
+	}
+}
