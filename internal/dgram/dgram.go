@@ -80,6 +80,9 @@ type Datagram struct {
 	// ReadBatch into that Batch. When Truncated it holds the first
 	// MaxDatagram()+1 bytes, or fewer if the kernel cut it there.
 	Data []byte
+	// Size is the datagram's length as sent: len(Data), or more for a
+	// Truncated one where the kernel gives its whole length (Linux).
+	Size int
 	// Truncated: the datagram was longer than the Batch's MaxDatagram.
 	Truncated bool
 	// PID is the sender's process id from its credentials (Unix socket on

@@ -238,7 +238,9 @@ func (b *Batch) recvmmsg(fd uintptr) bool {
 		// only what is queued; MSG_WAITFORONE says so even if it were not.
 		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd,
 			uintptr(unsafe.Pointer(&s.msgs[0])), uintptr(len(s.msgs)),
-			unix.MSG_WAITFORONE|unix.MSG_CMSG_CLOEXEC, 0, 0)
+			// MSG_TRUNC: each length is the datagram's whole length, the
+			// bytes a truncated one counts as received.
+			unix.MSG_WAITFORONE|unix.MSG_CMSG_CLOEXEC|unix.MSG_TRUNC, 0, 0)
 		switch e {
 		case unix.EINTR:
 			continue
@@ -260,7 +262,9 @@ func (b *Batch) fill(n int) {
 		m := &s.msgs[i]
 		ln := int(m.Len)
 		d := &b.dgrams[i]
-		d.Data = b.slot(i)[:ln]
+		slot := b.slot(i)
+		d.Data = slot[:min(ln, len(slot))]
+		d.Size = ln
 		d.Truncated = ln > b.max || m.Hdr.Flags&unix.MSG_TRUNC != 0
 		d.PID = 0
 		ctrl := s.ctrl[i*ctrlSlot : i*ctrlSlot+int(m.Hdr.Controllen)]

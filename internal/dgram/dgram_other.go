@@ -101,7 +101,7 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 	}
 	// A datagram longer than buf is cut to len(buf) here (or reported as an
 	// error, which is returned): n == max+1 is how the excess shows.
-	b.dgrams[0] = Datagram{Data: buf[:n], Truncated: n > b.max}
+	b.dgrams[0] = Datagram{Data: buf[:n], Size: n, Truncated: n > b.max}
 	b.n = 1
 	return 1, nil
 }

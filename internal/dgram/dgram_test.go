@@ -107,7 +107,7 @@ func TestReadBatchBytes(t *testing.T) {
 				t.Fatalf("got %d datagrams, want %d", len(got), n)
 			}
 			for i, d := range got {
-				if want := payload(i, 1+i*100); !bytes.Equal(d.Data, want) || d.Truncated {
+				if want := payload(i, 1+i*100); !bytes.Equal(d.Data, want) || d.Truncated || d.Size != len(want) {
 					t.Errorf("datagram %d: %d bytes (truncated %v), want %d bytes % x…", i, len(d.Data), d.Truncated, len(want), want[:min(4, len(want))])
 				}
 			}
@@ -133,6 +133,11 @@ func TestOversizedDatagramIsTruncated(t *testing.T) {
 			want := payload(tc.size, tc.size)[:min(tc.size, max+1)]
 			if d.Truncated != tc.truncated || !bytes.Equal(d.Data, want) {
 				t.Errorf("%s: %d-byte datagram: truncated %v with %d bytes, want %v with %d", r.name, tc.size, d.Truncated, len(d.Data), tc.truncated, len(want))
+			}
+			// Its whole length where the kernel gives it (recvmmsg with
+			// MSG_TRUNC), else what was read.
+			if wantSize := map[bool]int{true: tc.size, false: len(want)}[runtime.GOOS == "linux"]; d.Size != wantSize {
+				t.Errorf("%s: %d-byte datagram: Size %d, want %d", r.name, tc.size, d.Size, wantSize)
 			}
 		}
 	}

@@ -213,7 +213,7 @@ func (r *Relay) acceptBatch(ds []dgram.Datagram, t Transport) {
 	var rejected [NumReasons]uint64
 	now := r.now() // one clock read per batch: the datagrams were read together
 	for i := range ds {
-		bytes += uint64(len(ds[i].Data))
+		bytes += uint64(ds[i].Size) // a truncated one's whole length
 		if reason, err := r.accept(ds[i].Data, ds[i].PID, t, now); err != nil {
 			rejected[reason]++
 		}

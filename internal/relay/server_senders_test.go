@@ -173,6 +173,11 @@ func TestHostileInput(t *testing.T) {
 	if got := st.Rejected; got[relay.Malformed] != uint64(malformed) || got[relay.Truncated] != uint64(truncated) || got[relay.Invalid] != uint64(invalid) {
 		t.Fatalf("rejected %v (truncated, malformed, invalid), want [%d %d %d]", got, truncated, malformed, invalid)
 	}
+	// Every byte sent, an oversized datagram's whole length included
+	// (the kernel gives it on Linux).
+	if runtime.GOOS == "linux" && st.Bytes[relay.UDP] != uint64(sentBytes) {
+		t.Errorf("bytes received %d, want the %d sent", st.Bytes[relay.UDP], sentBytes)
+	}
 	if st.SpansReceived != 7 || st.SpansForwarded != 7 {
 		t.Fatalf("received %d forwarded %d, want the valid datagram's 7", st.SpansReceived, st.SpansForwarded)
 	}
