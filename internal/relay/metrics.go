@@ -58,9 +58,14 @@ func (s *Server) Handler() http.Handler {
 		// probe should stop sending senders its way. A socket path another
 		// relay took over does not fail it: restarted by a liveness probe,
 		// each relay would take the path from the other in turn
-		// (statsrelay_unix_socket_bound says it instead).
+		// (statsrelay_unix_socket_bound says it instead). A removed socket
+		// that cannot be bound again does: its senders all drop.
 		if s.stopping.Load() {
 			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if s.sock.unbindable.Load() {
+			http.Error(w, "the Unix socket file was removed and cannot be bound again (see the log)", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

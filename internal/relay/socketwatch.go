@@ -43,6 +43,9 @@ type socketWatch struct {
 	rebinds atomic.Uint64 // sockets bound again
 	taken   atomic.Uint64 // times the path was found naming another file
 	lost    atomic.Bool   // at the last check, the path did not name the relay's socket
+	// unbindable: at the last check the file was gone and could not be
+	// bound again (its directory removed, say): /healthz fails.
+	unbindable atomic.Bool
 }
 
 // conn returns the socket of transport t, or nil; the Unix one may be
@@ -116,6 +119,7 @@ func (s *Server) checkSocket() (ran bool) {
 		case err != nil:
 			w.state = state
 			w.lost.Store(true)
+			w.unbindable.Store(true)
 			w.fail(s.log, "statsrelay: the Unix socket file was removed and cannot be bound again: "+
 				"senders are told there is no relay and drop their stats until it is (retried every check)", path, err)
 			return true
@@ -140,6 +144,7 @@ func (s *Server) checkSocket() (ran bool) {
 	w.state = state
 	w.failed = ""
 	w.lost.Store(state != dgram.FileBound)
+	w.unbindable.Store(false)
 	return true
 }
 

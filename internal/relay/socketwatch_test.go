@@ -89,6 +89,13 @@ func wantMetrics(t *testing.T, srv *relay.Server, lines ...string) {
 	}
 }
 
+// healthz is the status /healthz answers.
+func healthz(srv *relay.Server) int {
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	return rec.Code
+}
+
 // startWatched runs a Server on a Unix socket only, its check run by the
 // test alone (SocketCheck negative), logging into the returned buffer.
 func startWatched(t *testing.T, path string, check time.Duration) (*relay.Server, *syncBuffer, func()) {
@@ -163,8 +170,8 @@ func TestSocketRemovedIsRebound(t *testing.T) {
 }
 
 // TestSocketRebindRetries: with its directory gone the socket cannot be
-// bound again; that is logged once, not at every check, and the first
-// check after the directory is back binds it.
+// bound again; that is logged once, not at every check, /healthz fails
+// meanwhile, and the first check after the directory is back binds it.
 func TestSocketRebindRetries(t *testing.T) {
 	dir := filepath.Join(sockdir.Dir(t), "run")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -182,11 +189,17 @@ func TestSocketRebindRetries(t *testing.T) {
 	if n := logs.count(logNoBind); n != 1 {
 		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logNoBind, logs.String())
 	}
+	if code := healthz(srv); code != 503 {
+		t.Fatalf("/healthz %d with the socket unbindable, want 503", code)
+	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	srv.CheckSocket()
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 1")
+	if code := healthz(srv); code != 200 {
+		t.Fatalf("/healthz %d with the socket bound again, want 200", code)
+	}
 	if err := sendUnix(path, []byte{0xc1}); err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +231,9 @@ func TestSocketTakenIsLeftAlone(t *testing.T) {
 		"statsrelay_unix_socket_taken_total 1")
 	if n := logs.count(logTaken); n != 1 {
 		t.Fatalf("%d lines %q, want 1; log:\n%s", n, logTaken, logs.String())
+	}
+	if code := healthz(srv); code != 200 { // restarted, each relay would take the path in turn
+		t.Fatalf("/healthz %d with the path taken, want 200", code)
 	}
 	if err := sendUnix(path, []byte("to the other")); err != nil {
 		t.Fatal(err)
