@@ -7,7 +7,8 @@
 //
 // Workloads (workload.go): deterministic, precomputed span tables built once
 // per process — SteadyState, HighCardinalityResource, HighCardinalityPeer,
-// Adversarial, ClientPeerTags and HeapEntries. They are exported so that the
+// Adversarial, ClientPeerTags, HeapEntries, and SteadyStateFreshStrings and
+// ClientPeerTagsFreshStrings (their strings a copy of their own per span). They are exported so that the
 // nested peer module (bench/peer) drives the exact same spans through the
 // Datadog agent's stats code for side-by-side ratios.
 //

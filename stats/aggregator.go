@@ -115,8 +115,8 @@ func (a *Aggregator) Start() {
 // retain s, and allocates nothing unless s has more than
 // aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
 // dropped (inbox full, published after Stop, or the agent does not accept
-// stats; each counted in Health); an ineligible span returns true — it is
-// correctly not counted. Label values over their limits (MaxResourceLen
+// stats; each counted in Health) and for a nil s (not counted); an
+// ineligible span returns true — it is correctly not counted. Label values over their limits (MaxResourceLen
 // and the others) are cut, and cost one allocation each. Before Start
 // nothing drains the inbox: once it is full, the first drop logs a warning
 // that Start was never called.

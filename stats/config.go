@@ -190,8 +190,8 @@ type Config struct {
 	// [MinBucketInterval, MaxBucketInterval]). Buckets start on multiples
 	// of it since the Unix epoch (as the agent and statsrelay align them;
 	// an interval that divides a day keeps them on the wall clock's round
-	// times too); a bucket is reported a tenth of the interval after its end
-	// (see Span.Start).
+	// times too); a bucket closes a tenth of the interval after its end
+	// (see Span.Start) and is sent within SendJitter of it.
 	BucketInterval time.Duration
 	// SendJitter is the most an interval's report waits past its boundary
 	// before it is sent, drawn at random per report, so that a host's

@@ -47,7 +47,8 @@
 // calling sketches-go's FromProto never fail.
 //
 // It imports msgp for the msgpack primitives, protowire (the wire helpers
-// of google.golang.org/protobuf) for the DDSketch message, and aggregate.
+// of google.golang.org/protobuf) for the DDSketch message, aggregate, and
+// xxhash for TypeSplitter's keys.
 // It does not use proto.Marshal/Unmarshal or the generated sketchpb types:
 // the message is small and fixed, and DecodeSketch says why it reads it
 // field by field. (The protobuf runtime is linked anyway: sketches-go's

@@ -19,8 +19,8 @@
 // exits at once with 128 + its number (143 for SIGTERM), dropping what the
 // relay holds. SIGINT or SIGHUP ignored when statsrelay starts (nohup, a
 // shell's background job) stays ignored. /metrics (Prometheus text: the
-// relay's statsrelay_* counters, then the process's process_* and the Go
-// runtime's go_* figures), /healthz (503 "stopping" once a stop begins,
+// relay's statsrelay_* counters, then the Go runtime's go_* and the
+// process's process_* figures), /healthz (503 "stopping" once a stop begins,
 // and 503 while a removed socket file cannot be bound again) and
 // /debug/pprof/ are served on -http. The log goes to stderr, as text or, with -log-format
 // json, one JSON object per line; -log-level (info) sets the least severe
