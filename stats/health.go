@@ -98,13 +98,13 @@ type Health struct {
 	// neither failures nor retries).
 	PayloadsRetried uint64
 	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
-	// timed out after the request was sent: the agent may have accepted
-	// the payload, so the retry may count its spans twice (delivery is
-	// at-least-once).
+	// timed out, or lost its connection before the answer, after the
+	// request was sent: the agent may have accepted the payload, so the
+	// retry may count its spans twice (delivery is at-least-once).
 	RetriesAfterTimeout uint64
 	// UnsentAfterTimeout counts the SpansUnsent of payloads an attempt of
-	// which timed out, or was cut by Stop's deadline, after the request was
-	// sent: the agent may have taken them after all, so the agent can show
+	// which timed out, lost its connection before the answer, or was cut by
+	// Stop's deadline, after the request was sent: the agent may have taken them after all, so the agent can show
 	// up to this many more spans than SpansSent.
 	UnsentAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413,

@@ -429,7 +429,7 @@ func (c *Client) settle(p *Payload, err error) {
 		return
 	}
 	c.obs.Failed(p, err)
-	timedOut := sentThenTimedOut(err)
+	timedOut := maybeTaken(err)
 	p.timedOut = p.timedOut || timedOut
 	switch kind {
 	case retry:

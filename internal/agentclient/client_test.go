@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -217,8 +218,8 @@ func TestRetryAfterTimeoutCounted(t *testing.T) {
 	}
 }
 
-// TestSentThenTimedOut: which errors may hide a delivered payload.
-func TestSentThenTimedOut(t *testing.T) {
+// TestMaybeTaken: which errors may hide a delivered payload.
+func TestMaybeTaken(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -227,10 +228,12 @@ func TestSentThenTimedOut(t *testing.T) {
 		{&url.Error{Op: "Post", Err: &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}}, true},
 		{&url.Error{Op: "Post", Err: context.DeadlineExceeded}, true},
 		{errors.New("connection reset"), false},
+		{fmt.Errorf("%w: %w", errLostOnceSent, errors.New("connection reset")), true},
+		{unsentError{errors.New("connection reset")}, false},
 		{&AgentError{StatusCode: 503}, false},
 	} {
-		if got := sentThenTimedOut(c.err); got != c.want {
-			t.Errorf("sentThenTimedOut(%v) = %v, want %v", c.err, got, c.want)
+		if got := maybeTaken(c.err); got != c.want {
+			t.Errorf("maybeTaken(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
@@ -1281,5 +1284,40 @@ func TestFinalPollsAnAgentBackFromOff(t *testing.T) {
 	if _, taken, _ := ag.counts(); obs.sent != 1 || obs.dropped != 0 || taken != 1 || c.Off() {
 		t.Fatalf("sent %d dropped %d (%v), taken %d, off %v; want the held payload delivered by Final",
 			obs.sent, obs.dropped, obs.lastErr, taken, c.Off())
+	}
+}
+
+// TestConnectionLostOnceSentMayDuplicate: the agent reads the whole body
+// and takes it, then the connection breaks before any answer (the agent
+// killed, a proxy's reset). As after a timeout once sent, the retry may
+// deliver the payload twice, and is counted so (RetriesAfterTimeout).
+func TestConnectionLostOnceSentMayDuplicate(t *testing.T) {
+	var takes atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if takes.Add(1) == 1 {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close() // taken, then no answer
+			}
+		}
+	}))
+	defer srv.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(srv.URL), obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	p := &Payload{Body: splitBody(), Hits: 120, Waiter: NewWaiter(done, 1, nil)}
+	c.Send(p)
+	for c.Pending() > 0 {
+		d, _ := c.NextDue()
+		time.Sleep(time.Until(d))
+		c.RunDue(time.Now())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if takes.Load() != 2 || obs.sent != 1 || obs.retried != 1 || obs.retriedAfterTimeout != 1 || !p.MaybeDelivered() {
+		t.Fatalf("agent took the body %d times; sent %d, retried %d (%d that may duplicate), maybe delivered %v; want 2; 1, 1 (1), true",
+			takes.Load(), obs.sent, obs.retried, obs.retriedAfterTimeout, p.MaybeDelivered())
 	}
 }

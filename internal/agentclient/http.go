@@ -246,7 +246,7 @@ func (b *requestBody) Close() error {
 func (c *Client) post(p *Payload) error {
 	h := p.Headers
 	// A cancel (the owner gave up) after the request was written whole may
-	// come after the agent took it: sentThenTimedOut must know.
+	// come after the agent took it: maybeTaken must know.
 	var wrote atomic.Bool
 	ctx := httptrace.WithClientTrace(c.ctx, &httptrace.ClientTrace{
 		WroteRequest: func(w httptrace.WroteRequestInfo) {
@@ -291,7 +291,10 @@ func (c *Client) post(p *Payload) error {
 		if errors.Is(err, context.Canceled) {
 			return fmt.Errorf("%w: %w", errCancelledOnceSent, err)
 		}
-		return err
+		// Written whole, then no answer: the agent may have read and taken
+		// it before the connection broke (killed, a proxy's reset), as
+		// before a timeout.
+		return fmt.Errorf("%w: %w", errLostOnceSent, err)
 	}
 	defer drainClose(resp.Body)
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -384,21 +387,26 @@ const (
 // took the payload.
 var errCancelledOnceSent = errors.New("cancelled once sent")
 
+// errLostOnceSent marks a request that failed after it was written whole
+// (the connection closed or reset before the answer, or a timeout).
+var errLostOnceSent = errors.New("no answer once sent")
+
 // unsentError is a request's error before its body was written whole;
 // its message is err's.
 type unsentError struct{ error }
 
 func (e unsentError) Unwrap() error { return e.error }
 
-// sentThenTimedOut reports whether err is a timeout that may have come
-// after the agent read the request, so the agent may have taken the
-// payload: any timeout but the dial's or one before the request was
-// written whole, and a cancel once it was (Stop's deadline).
-func sentThenTimedOut(err error) bool {
+// maybeTaken reports whether err may have come after the agent read the
+// request, so the agent may have taken the payload: any failure once the
+// request was written whole (a timeout, a connection closed or reset
+// before the answer, a cancel: Stop's deadline), and any other timeout but
+// the dial's or one before the request was written whole.
+func maybeTaken(err error) bool {
 	if errors.As(err, new(unsentError)) {
 		return false
 	}
-	if errors.Is(err, errCancelledOnceSent) {
+	if errors.Is(err, errCancelledOnceSent) || errors.Is(err, errLostOnceSent) {
 		return true
 	}
 	var ne net.Error

@@ -228,7 +228,7 @@ type Server struct {
 	// interval.
 	slowRounds atomic.Uint64
 	// droppedAfterTimeout counts the dropped spans of which an attempt
-	// timed out, or was cut by the stop timeout, once sent
+	// timed out, lost its connection or was cut by the stop timeout once sent
 	// (Payload.MaybeDelivered): the agent may have taken them.
 	droppedAfterTimeout atomic.Uint64
 	// clockStepsBack counts the forward rounds that found the wall clock
@@ -398,7 +398,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Relay() *Relay { return s.relay }
 
 // SpansDroppedAfterTimeout is how many of the dropped spans had an attempt
-// time out or cut after its request was sent: the agent may have them
+// time out, lose its connection or be cut after its request was sent: the
+// agent may have them
 // (statsrelay_spans_dropped_after_timeout_total).
 func (s *Server) SpansDroppedAfterTimeout() uint64 { return s.droppedAfterTimeout.Load() }
 
