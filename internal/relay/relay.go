@@ -107,7 +107,10 @@ type Stats struct {
 	SeqLate     uint64
 	// SendersForgotten counts senders evicted from a full sender table
 	// (MaxSenders) although not idle: their next datagram starts them
-	// afresh, so the datagrams they lost in between count in no gap.
+	// afresh, so the datagrams they lost in between, and their holes
+	// younger than a harvest, count in no gap. (A datagram of theirs that
+	// another worker merges after the eviction starts them afresh at its
+	// sequence, below the next: the sequences between count as one hole.)
 	SendersForgotten uint64
 	// SenderDroppedPayloads and SenderDroppedSpans sum what senders report
 	// in their envelopes.

@@ -111,8 +111,7 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 		}
 		if len(s.m) >= MaxSenders {
 			for k, v := range s.m { // map order: an arbitrary victim, O(1)
-				s.forget(k, v)
-				s.forgottenSenders++
+				s.evict(k, v)
 				break
 			}
 		}
@@ -219,6 +218,25 @@ func (s *senders) forget(k uint64, sd *sender) {
 	delete(s.m, k)
 }
 
+// evict removes sender k, live, from a full table, counting as gaps only
+// the holes a harvest has seen (below its mark): a younger one may be a
+// datagram another worker still decodes, not a loss.
+func (s *senders) evict(k uint64, sd *sender) {
+	s.close(sd, sd.markRun())
+	delete(s.m, k)
+	s.forgottenSenders++
+}
+
+// markRun is the index of the run holding sd's mark: the holes below it
+// were missing at a harvest already.
+func (sd *sender) markRun() int {
+	n := 0
+	for n+1 < len(sd.runs) && sd.runs[n+1].lo <= sd.mark {
+		n++
+	}
+	return n
+}
+
 // sweep forgets the senders idle for s.idle. One last seen after now was
 // seen before the wall clock stepped back: it is taken as seen now, or it
 // would be kept for as long as the step besides s.idle.
@@ -245,11 +263,7 @@ func (s *senders) sweep(now int64) {
 // sweeps the idle ones.
 func (s *senders) harvest(now int64) {
 	for k, sd := range s.m {
-		n := 0 // the run holding the mark
-		for n+1 < len(sd.runs) && sd.runs[n+1].lo <= sd.mark {
-			n++
-		}
-		s.close(sd, n)
+		s.close(sd, sd.markRun())
 		sd.mark = sd.runs[len(sd.runs)-1].hi
 		sd.fresh -= min(sd.fresh, 1)
 		// Still fresh and not from 1: its lower sequences may be merged

@@ -172,6 +172,29 @@ func TestFullSenderTableSweepsRarely(t *testing.T) {
 	}
 }
 
+// TestEvictionCountsOnlyHarvestedHoles: a live sender evicted from a full
+// table counts as gaps the holes a harvest has seen, not one opened since
+// (a datagram another worker may still be decoding).
+func TestEvictionCountsOnlyHarvestedHoles(t *testing.T) {
+	var s senders
+	const x = uint64(1) << 60
+	now := int64(1e18)
+	for _, q := range []uint64{1, 2, 4, 5} { // 3 missing at the harvest below
+		s.observe(x, q, false, now)
+	}
+	s.harvest(now)
+	s.observe(x, 7, false, now) // 6: with another worker
+	for id := range uint64(MaxSenders - 1) {
+		s.observe(id, 1, false, now)
+	}
+	for next := uint64(1) << 40; s.m[x] != nil; next++ { // a flood of new ids until x is the victim
+		s.observe(next, 1, false, now)
+	}
+	if s.gaps != 1 {
+		t.Fatalf("seq gaps %d after the eviction, want 1: sequence 3 (a harvest old), not 6", s.gaps)
+	}
+}
+
 // TestHostileSequenceCannotWrapGaps: a sender jumping by 2^63 and back to
 // 1, again and again, and another going to MaxUint64: the gaps counter
 // only grows, each jump counting at most maxSeqGap.
