@@ -280,6 +280,7 @@ func awaitAccounted(tb testing.TB, d Driver, want uint64, pause func()) {
 type SDK struct {
 	agg   *stats.Aggregator
 	agent *Agent
+	join  bool // Workload.JoinsPeerTags
 }
 
 // OpenSDK returns an OpenFunc for the SDK whose agent advertises
@@ -295,12 +296,23 @@ const DeepInbox = 4 * stats.DefaultInboxSize
 // OpenSDKConfig is OpenSDK with cfg's knobs instead of the defaults (its
 // agent URL and identity are set by the driver).
 func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
-	return func(*Workload) (Driver, error) { return NewSDKConfig(cfg, peerTagKeys) }
+	return func(w *Workload) (Driver, error) {
+		d, err := NewSDKConfig(cfg, peerTagKeys)
+		if err == nil {
+			d.join = w.JoinsPeerTags()
+		}
+		return d, err
+	}
 }
 
-// NewSDK starts an aggregator and its loopback agent. Any workload goes.
-func NewSDK(_ *Workload, peerTagKeys []string) (*SDK, error) {
-	return NewSDKConfig(stats.Config{}, peerTagKeys)
+// NewSDK starts an aggregator and its loopback agent. Any workload goes;
+// for one whose tracer joins its peer tags per span, Publish does too.
+func NewSDK(w *Workload, peerTagKeys []string) (*SDK, error) {
+	d, err := NewSDKConfig(stats.Config{}, peerTagKeys)
+	if err == nil && w != nil {
+		d.join = w.JoinsPeerTags()
+	}
+	return d, err
 }
 
 // NewSDKConfig is NewSDK with cfg's knobs instead of the defaults (its agent
@@ -318,8 +330,18 @@ func NewSDKConfig(cfg stats.Config, peerTagKeys []string) (*SDK, error) {
 	return &SDK{agg: agg, agent: agent}, nil
 }
 
-// Publish implements Driver.
-func (d *SDK) Publish(_ int, s *stats.Span) { d.agg.Publish(s) }
+// Publish implements Driver. When the workload's tracer joins its peer
+// tags per span, they are joined here, on a copy of s (the workload's own
+// span, which other producers read).
+func (d *SDK) Publish(_ int, s *stats.Span) {
+	if d.join && len(s.PeerTags) > 0 {
+		c := *s
+		c.PeerTags = JoinPeerTags(s.PeerTags)
+		d.agg.Publish(&c)
+		return
+	}
+	d.agg.Publish(s)
+}
 
 // Aggregator is the aggregator under test.
 func (d *SDK) Aggregator() *stats.Aggregator { return d.agg }

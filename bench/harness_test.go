@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/stats"
 )
@@ -224,5 +225,46 @@ func TestCostRatio(t *testing.T) {
 		if got := ratioOf(c.a, c.b); got != c.plain {
 			t.Errorf("ratioOf(%v, %v) = %v, want %v", c.a, c.b, got, c.plain)
 		}
+	}
+}
+
+// TestSDKJoinsFreshPeerTags: on a FreshStrings workload the SDK drivers
+// join each span's peer tags anew (the tracer's per-span work the peer's
+// concentrator does itself), into strings equal to the workload's but of
+// their own memory, and count every span; on an interned workload they
+// publish the workload's own.
+func TestSDKJoinsFreshPeerTags(t *testing.T) {
+	w := ClientPeerTagsFreshStrings()
+	if !w.JoinsPeerTags() || ClientPeerTags().JoinsPeerTags() || SteadyState().JoinsPeerTags() {
+		t.Fatalf("JoinsPeerTags: fresh %v, interned %v, %v; want true, false, false",
+			w.JoinsPeerTags(), ClientPeerTags().JoinsPeerTags(), SteadyState().JoinsPeerTags())
+	}
+	var tags []string
+	for i := 0; len(tags) == 0; i++ {
+		tags = w.spans[i].PeerTags
+	}
+	joined := JoinPeerTags(tags)
+	for i := range tags {
+		if joined[i] != tags[i] || unsafe.StringData(joined[i]) == unsafe.StringData(tags[i]) {
+			t.Fatalf("tag %d: joined %q at %p, want %q in memory of its own (%p)", i, joined[i], unsafe.StringData(joined[i]), tags[i], unsafe.StringData(tags[i]))
+		}
+	}
+	for _, open := range []OpenFunc{OpenSDK(nil), OpenInlineSDK(nil)} {
+		d, err := open(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := w.Producer(0)
+		const n = 5000
+		for range n {
+			d.Publish(p.Next())
+		}
+		if err := d.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if c := d.Counts(); c.Counted+c.Ineligible != n {
+			t.Errorf("%T: counted %d + ineligible %d of %d", d, c.Counted, c.Ineligible, n)
+		}
+		d.Close()
 	}
 }

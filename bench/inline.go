@@ -19,6 +19,7 @@ const drainBatch = 256
 // the one core's cache: RunPaced compares the paced SDK with it to show
 // what handing spans to another goroutine costs at that load.
 type inlineSDK struct {
+	join    bool // Workload.JoinsPeerTags, as SDK.Publish
 	ring    *inbox.Ring[aggregate.Record]
 	table   *aggregate.Table
 	batch   []*aggregate.Record
@@ -30,8 +31,9 @@ type inlineSDK struct {
 // with the aggregator's default inbox, table cap and budgets. Its
 // Publish must be called from one goroutine.
 func OpenInlineSDK(peerTagKeys []string) OpenFunc {
-	return func(*Workload) (Driver, error) {
+	return func(w *Workload) (Driver, error) {
 		d := &inlineSDK{
+			join:  w.JoinsPeerTags(),
 			ring:  inbox.New[aggregate.Record](stats.DefaultInboxSize),
 			table: aggregate.NewTable(0),
 			batch: make([]*aggregate.Record, drainBatch),
@@ -47,6 +49,11 @@ func OpenInlineSDK(peerTagKeys []string) OpenFunc {
 
 // Publish implements Driver.
 func (d *inlineSDK) Publish(_ int, s *stats.Span) {
+	if d.join && len(s.PeerTags) > 0 {
+		c := *s
+		c.PeerTags = JoinPeerTags(s.PeerTags)
+		s = &c
+	}
 	if !s.Eligible() {
 		d.other++
 		return

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/spanstats/spanstats/stats"
@@ -68,6 +69,29 @@ type Workload struct {
 	// one value: the template's.
 	services, operations, resources []string
 	peerTags                        [][]string
+
+	// joinsPeerTags: a FreshStrings workload, whose tracer builds its
+	// "key:value" peer tags per span; the SDK drivers charge it (JoinPeerTags).
+	joinsPeerTags bool
+}
+
+// JoinsPeerTags reports whether an SDK publishing w must build each span's
+// "key:value" peer tags itself, as the tracer w models does (see
+// withFreshStrings): the agent's concentrator builds them from the span's
+// tags inside the peer's measured Publish, so the SDK side pays for it too.
+func (w *Workload) JoinsPeerTags() bool { return w != nil && w.joinsPeerTags }
+
+// JoinPeerTags builds tags anew, each "key:value" joined from its key and
+// value as a tracer holding a span's tags as key and value does (and as
+// the agent's concentrator does for the peer, per span): a slice and a
+// string per tag allocated.
+func JoinPeerTags(tags []string) []string {
+	out := make([]string, len(tags))
+	for i, t := range tags {
+		k, v, _ := strings.Cut(t, ":")
+		out[i] = k + ":" + v
+	}
+	return out
 }
 
 // variant is one position of a high-cardinality workload.
@@ -205,7 +229,9 @@ func ClientPeerTagsFreshStrings() *Workload {
 // position holds its own copy of the strings a tracer builds for each span
 // rather than reusing: the resource (dd-trace-go's net/http builds
 // r.Method + " " + route per request), the HTTP method (parsed from each
-// request) and the "key:value" peer tags (joined from the span's tags). The
+// request) and the "key:value" peer tags (joined from the span's tags:
+// the SDK drivers join them anew per span, timed, see JoinsPeerTags; the
+// copies here are what they join from). The
 // service, operation, type, kind and route template stay shared, as the
 // constants they are in a tracer. In src every span of a key shares all of
 // its string data, so the SDK's recent-span cache by identity, which
@@ -219,7 +245,7 @@ func withFreshStrings(name string, src *Workload) *Workload {
 	if src.vary != nil {
 		panic("BUG: withFreshStrings of a high-cardinality workload")
 	}
-	w := &Workload{Name: name, spans: slices.Clone(src.spans)}
+	w := &Workload{Name: name, spans: slices.Clone(src.spans), joinsPeerTags: true}
 	var buf []byte
 	npeers := 0
 	for i := range w.spans {
