@@ -280,7 +280,7 @@ func awaitAccounted(tb testing.TB, d Driver, want uint64, pause func()) {
 type SDK struct {
 	agg   *stats.Aggregator
 	agent *Agent
-	join  bool // Workload.JoinsPeerTags
+	join  *stats.PeerTagJoiner // non-nil: Workload.JoinsPeerTags
 }
 
 // OpenSDK returns an OpenFunc for the SDK whose agent advertises
@@ -298,8 +298,8 @@ const DeepInbox = 4 * stats.DefaultInboxSize
 func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) {
 		d, err := NewSDKConfig(cfg, peerTagKeys)
-		if err == nil {
-			d.join = w.JoinsPeerTags()
+		if err == nil && w.JoinsPeerTags() {
+			d.join = stats.NewPeerTagJoiner()
 		}
 		return d, err
 	}
@@ -309,8 +309,8 @@ func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
 // for one whose tracer joins its peer tags per span, Publish does too.
 func NewSDK(w *Workload, peerTagKeys []string) (*SDK, error) {
 	d, err := NewSDKConfig(stats.Config{}, peerTagKeys)
-	if err == nil && w != nil {
-		d.join = w.JoinsPeerTags()
+	if err == nil && w.JoinsPeerTags() {
+		d.join = stats.NewPeerTagJoiner()
 	}
 	return d, err
 }
@@ -331,14 +331,11 @@ func NewSDKConfig(cfg stats.Config, peerTagKeys []string) (*SDK, error) {
 }
 
 // Publish implements Driver. When the workload's tracer joins its peer
-// tags per span, they are joined here, on a copy of s (the workload's own
-// span, which other producers read).
+// tags per span, they are joined here, in place (the producer's own), with
+// a stats.PeerTagJoiner, as a tracer would.
 func (d *SDK) Publish(_ int, s *stats.Span) {
-	if d.join && len(s.PeerTags) > 0 {
-		c := *s
-		c.PeerTags = JoinPeerTags(s.PeerTags)
-		d.agg.Publish(&c)
-		return
+	if d.join != nil {
+		JoinPeerTags(d.join, s.PeerTags)
 	}
 	d.agg.Publish(s)
 }

@@ -243,7 +243,8 @@ func TestSDKJoinsFreshPeerTags(t *testing.T) {
 	for i := 0; len(tags) == 0; i++ {
 		tags = w.spans[i].PeerTags
 	}
-	joined := JoinPeerTags(tags)
+	joined := slices.Clone(tags)
+	JoinPeerTags(nil, joined)
 	for i := range tags {
 		if joined[i] != tags[i] || unsafe.StringData(joined[i]) == unsafe.StringData(tags[i]) {
 			t.Fatalf("tag %d: joined %q at %p, want %q in memory of its own (%p)", i, joined[i], unsafe.StringData(joined[i]), tags[i], unsafe.StringData(tags[i]))

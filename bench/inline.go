@@ -19,7 +19,7 @@ const drainBatch = 256
 // the one core's cache: RunPaced compares the paced SDK with it to show
 // what handing spans to another goroutine costs at that load.
 type inlineSDK struct {
-	join    bool // Workload.JoinsPeerTags, as SDK.Publish
+	join    *stats.PeerTagJoiner // non-nil: Workload.JoinsPeerTags, as SDK.Publish
 	ring    *inbox.Ring[aggregate.Record]
 	table   *aggregate.Table
 	batch   []*aggregate.Record
@@ -33,10 +33,12 @@ type inlineSDK struct {
 func OpenInlineSDK(peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) {
 		d := &inlineSDK{
-			join:  w.JoinsPeerTags(),
 			ring:  inbox.New[aggregate.Record](stats.DefaultInboxSize),
 			table: aggregate.NewTable(0),
 			batch: make([]*aggregate.Record, drainBatch),
+		}
+		if w.JoinsPeerTags() {
+			d.join = stats.NewPeerTagJoiner()
 		}
 		d.ring.SetClear((*aggregate.Record).Reset)
 		d.table.SetLimits(aggregate.DefaultLimits())
@@ -49,10 +51,8 @@ func OpenInlineSDK(peerTagKeys []string) OpenFunc {
 
 // Publish implements Driver.
 func (d *inlineSDK) Publish(_ int, s *stats.Span) {
-	if d.join && len(s.PeerTags) > 0 {
-		c := *s
-		c.PeerTags = JoinPeerTags(s.PeerTags)
-		s = &c
+	if d.join != nil {
+		JoinPeerTags(d.join, s.PeerTags) // in place: the producer's own
 	}
 	if !s.Eligible() {
 		d.other++

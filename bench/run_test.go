@@ -302,15 +302,17 @@ func rowOf(report string, keys ...string) string {
 }
 
 // TestRunReportTwentyFoldTarget: "≥ 20× in every cell" takes the lowest of
-// the comparable cells (a ratio that is inf in every run is not it), lists
-// the cells whose pacing differs and is not met while there is one.
+// the comparable cells, lists the cells whose pacing differs and is not met
+// while there is one; a run whose SDK figure the noise swallowed (ratio
+// +Inf) measured nothing and counts as that cell's worst, 0.
 func TestRunReportTwentyFoldTarget(t *testing.T) {
 	cell := func(rate, arrivals, ratio, peerPacing string) string {
 		return "BenchmarkPaced/workload=SteadyState/rate=" + rate + "/" + arrivals + "-2 \t 100\t 1 ns/op\t" +
 			" 4000 cpu-ns/span-peer\t 150 cpu-ns/span-spanstats\t " + ratio + " ratio\t" +
 			" " + peerPacing + " pacing-ratio-peer\t 1.0 pacing-ratio-spanstats\n"
 	}
-	comparable := cell("20k", "burst=1ms", "+Inf", "1.0") + cell("200k", "burst=1ms", "22", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
+	comparable := cell("20k", "burst=1ms", "30", "1.0") + cell("200k", "burst=1ms", "22", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
+	swallowed := cell("20k", "burst=1ms", "30", "1.0") + cell("200k", "burst=1ms", "+Inf", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
 	for _, tc := range []struct {
 		name, rounds, want string
 	}{
@@ -320,6 +322,8 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 			"| lowest of 3 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (pacing differs): 200k spread | **missed** |"},
 		{"lowest below", comparable + cell("1M", "spread", "19", "0.9") + comparable + cell("1M", "spread", "21", "0.9"),
 			"| lowest of 4 comparable cells: 20.0× (1M spread; its runs 19.0–21.0×) | **met** |"},
+		{"a run that measured nothing", comparable + swallowed,
+			"| lowest of 3 comparable cells: 11.0× (200k burst=1ms; its runs 0.0–22.0×) | **missed** |"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			report := runReport(t, map[string]string{"paced.txt": tc.rounds})

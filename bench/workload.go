@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/stats"
 )
 
@@ -79,19 +80,27 @@ type Workload struct {
 // "key:value" peer tags itself, as the tracer w models does (see
 // withFreshStrings): the agent's concentrator builds them from the span's
 // tags inside the peer's measured Publish, so the SDK side pays for it too.
+// A span of such a workload that a Producer hands out has peer tags of
+// the producer's own (at most aggregate.MaxInlinePeerTags), which a driver
+// may join in place.
 func (w *Workload) JoinsPeerTags() bool { return w != nil && w.joinsPeerTags }
 
-// JoinPeerTags builds tags anew, each "key:value" joined from its key and
-// value as a tracer holding a span's tags as key and value does (and as
-// the agent's concentrator does for the peer, per span): a slice and a
-// string per tag allocated.
-func JoinPeerTags(tags []string) []string {
-	out := make([]string, len(tags))
+// JoinPeerTags joins each of tags anew, in place, from its key and value,
+// as a tracer holding a span's tags as key and value does with the SDK's
+// stats.PeerTagJoiner, shared by the process (j); a nil j joins with +, a
+// string per tag allocated, as without it (and as the agent's concentrator
+// does for the peer, per span). Splitting each tag at its ':' is the
+// harness's (a tracer reads key and value from its span) and errs against
+// the SDK.
+func JoinPeerTags(j *stats.PeerTagJoiner, tags []string) {
 	for i, t := range tags {
 		k, v, _ := strings.Cut(t, ":")
-		out[i] = k + ":" + v
+		if j != nil {
+			tags[i] = j.Join(k, v)
+		} else {
+			tags[i] = k + ":" + v
+		}
 	}
-	return out
 }
 
 // variant is one position of a high-cardinality workload.
@@ -116,7 +125,8 @@ type Producer struct {
 	w       *Workload
 	next    int
 	scratch stats.Span
-	_       [64]byte // keep them off each other's cache lines
+	tags    [aggregate.MaxInlinePeerTags]string // scratch's PeerTags, when JoinsPeerTags
+	_       [64]byte                            // keep them off each other's cache lines
 }
 
 // Producer returns the walk of producer k of Producers: it starts k/Producers
@@ -138,6 +148,12 @@ func (p *Producer) Next() (int, *stats.Span) {
 		p.next = 0
 	}
 	if w.vary == nil {
+		if w.joinsPeerTags && len(w.spans[i].PeerTags) > 0 {
+			// Tags of the producer's own, which a driver joins in place.
+			p.scratch = w.spans[i]
+			p.scratch.PeerTags = append(p.tags[:0], w.spans[i].PeerTags...)
+			return i, &p.scratch
+		}
 		return i, &w.spans[i]
 	}
 	v, s := &w.vary[i], &p.scratch

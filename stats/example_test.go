@@ -110,3 +110,18 @@ func ExampleAggregator_Clear() {
 	// Output:
 	// counted 5 cleared 5 agent received 0
 }
+
+// A tracer holding a span's tags as key and value joins its peer tags with
+// one PeerTagJoiner for the process: a pair seen before costs no
+// allocation.
+func ExamplePeerTagJoiner() {
+	peers := stats.NewPeerTagJoiner() // one per process, shared by every goroutine
+	tags := map[string]string{"peer.service": "billing", "db.instance": "orders"}
+
+	var buf [8]string // Publish copies the tags: a buffer of the goroutine's own will do
+	span := stats.Span{Service: "web", Name: "postgres.query", Resource: "SELECT ?", SpanKind: "client",
+		PeerTags: append(buf[:0], peers.Join("db.instance", tags["db.instance"]), peers.Join("peer.service", tags["peer.service"]))}
+	fmt.Println(span.PeerTags)
+	// Output:
+	// [db.instance:orders peer.service:billing]
+}

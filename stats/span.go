@@ -58,7 +58,9 @@ type Span struct {
 	// normalizer also normalizes peer.service and _dd.base_service values
 	// (normalize.NormalizePeerService: lower case, "_" for other
 	// characters, 100 bytes) before it counts a trace, so pass them
-	// normalized to get its groups.
+	// normalized to get its groups. A PeerTagJoiner builds them from key
+	// and value without an allocation per span; the slice is not retained,
+	// so a buffer the caller reuses will do.
 	PeerTags []string
 	// Start is the span's start (unix ns); Duration its length (ns). Spans
 	// with Duration <= 0 are not counted. A span is counted in the bucket
