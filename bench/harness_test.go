@@ -230,9 +230,10 @@ func TestCostRatio(t *testing.T) {
 
 // TestSDKJoinsFreshPeerTags: on a FreshStrings workload the SDK drivers
 // join each span's peer tags anew (the tracer's per-span work the peer's
-// concentrator does itself), into strings equal to the workload's but of
-// their own memory, and count every span; on an interned workload they
-// publish the workload's own.
+// concentrator does itself): with + into strings equal to the workload's
+// but of their own memory, with a stats.PeerTagJoiner into one string per
+// pair; they count every span and leave the workload's own tags, which
+// every producer reads, untouched. An interned workload is not joined.
 func TestSDKJoinsFreshPeerTags(t *testing.T) {
 	w := ClientPeerTagsFreshStrings()
 	if !w.JoinsPeerTags() || ClientPeerTags().JoinsPeerTags() || SteadyState().JoinsPeerTags() {
@@ -250,22 +251,44 @@ func TestSDKJoinsFreshPeerTags(t *testing.T) {
 			t.Fatalf("tag %d: joined %q at %p, want %q in memory of its own (%p)", i, joined[i], unsafe.StringData(joined[i]), tags[i], unsafe.StringData(tags[i]))
 		}
 	}
+	j := stats.NewPeerTagJoiner()
+	once, again := slices.Clone(tags), slices.Clone(tags)
+	JoinPeerTags(j, once)
+	JoinPeerTags(j, again)
+	for i := range tags {
+		if once[i] != tags[i] || unsafe.StringData(once[i]) != unsafe.StringData(again[i]) {
+			t.Fatalf("tag %d joined by a PeerTagJoiner: %q then %q, want %q, the same string", i, once[i], again[i], tags[i])
+		}
+	}
+	before := make([][]string, w.Len())
+	for i := range before {
+		before[i] = slices.Clone(w.spans[i].PeerTags)
+	}
 	for _, open := range []OpenFunc{OpenSDK(nil), OpenInlineSDK(nil)} {
 		d, err := open(w)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := w.Producer(0)
 		const n = 5000
-		for range n {
-			d.Publish(p.Next())
+		for _, next := range []func(*Producer) (int, *stats.Span){(*Producer).Next, (*Producer).Finished} {
+			p := w.Producer(0)
+			for range n {
+				d.Publish(next(p))
+			}
 		}
 		if err := d.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		if c := d.Counts(); c.Counted+c.Ineligible != n {
-			t.Errorf("%T: counted %d + ineligible %d of %d", d, c.Counted, c.Ineligible, n)
+		if c := d.Counts(); c.Counted == 0 || c.Counted+c.Ineligible+c.Shed != 2*n || c.Lost != 0 {
+			t.Errorf("%T: counted %d + ineligible %d + shed %d of %d (lost %d)", d, c.Counted, c.Ineligible, c.Shed, 2*n, c.Lost)
 		}
 		d.Close()
+	}
+	for i := range before {
+		for k, tag := range w.spans[i].PeerTags {
+			if tag != before[i][k] || unsafe.StringData(tag) != unsafe.StringData(before[i][k]) {
+				t.Fatalf("position %d, tag %d: the workload's own tag became %q (was %q)", i, k, tag, before[i][k])
+			}
+		}
 	}
 }

@@ -141,7 +141,10 @@ func (w *Workload) Producer(k int) *Producer {
 }
 
 // Next returns the position of the next span in the sequence and the span.
-// The span is valid until the following call; it must not be modified.
+// The span is valid until the following call; it must not be modified,
+// but for the peer tags of a JoinsPeerTags workload's span: those are the
+// producer's own (copied here, for every side), which a driver joins in
+// place.
 func (p *Producer) Next() (int, *stats.Span) {
 	w, i := p.w, p.next
 	if p.next++; p.next == w.Len() {
@@ -166,7 +169,8 @@ func (p *Producer) Next() (int, *stats.Span) {
 }
 
 // Finished is Next as a tracer publishes a span: one it has just finished,
-// so in the cache of its core. Next hands out the table's own span, one of
+// so in the cache of its core. Next hands out the table's own span (but
+// for a JoinsPeerTags workload's with peer tags), one of
 // mixedSpans (megabytes), which costs whoever reads it first a cache miss;
 // Finished copies it into the producer's span, so that miss is the walk's:
 // the harness's, which RunPaced subtracts, not the publishing side's.
@@ -246,8 +250,9 @@ func ClientPeerTagsFreshStrings() *Workload {
 // rather than reusing: the resource (dd-trace-go's net/http builds
 // r.Method + " " + route per request), the HTTP method (parsed from each
 // request) and the "key:value" peer tags (joined from the span's tags:
-// the SDK drivers join them anew per span, timed, see JoinsPeerTags; the
-// copies here are what they join from). The
+// the SDK drivers join them anew per span, timed, with a
+// stats.PeerTagJoiner, which hands back one string per pair, see
+// JoinsPeerTags; the copies here are what they join from). The
 // service, operation, type, kind and route template stay shared, as the
 // constants they are in a tracer. In src every span of a key shares all of
 // its string data, so the SDK's recent-span cache by identity, which

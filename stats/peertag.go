@@ -11,7 +11,10 @@ import (
 // peerTagSlots is how many joined tags a PeerTagJoiner remembers:
 // direct-mapped, so its memory stays bounded however many distinct values
 // spans carry; a collision only costs joining that pair again.
-const peerTagSlots = 4096
+const (
+	peerTagBits  = 12
+	peerTagSlots = 1 << peerTagBits
+)
 
 // PeerTagJoiner joins a peer tag's key and value into the "key:value"
 // string Span.PeerTags takes, and remembers what it joined: a tracer that
@@ -32,13 +35,7 @@ func NewPeerTagJoiner() *PeerTagJoiner { return &PeerTagJoiner{seed: maphash.Mak
 // Join returns key + ":" + value, the same string for a pair joined
 // before while it is remembered.
 func (j *PeerTagJoiner) Join(key, value string) string {
-	// The keys are a handful (the agent's peer_tags list): their length
-	// and ends tell them apart for the slot; the full compare decides.
-	h := maphash.String(j.seed, value)
-	if len(key) > 0 {
-		h ^= (uint64(len(key))<<16 | uint64(key[0])<<8 | uint64(key[len(key)-1])) * 0x9e3779b97f4a7c15
-	}
-	slot := &j.slots[h%peerTagSlots]
+	slot := &j.slots[j.slot(key, value)]
 	if p := slot.Load(); p != nil {
 		if t := *p; len(t) == len(key)+1+len(value) && t[:len(key)] == key && t[len(key)] == ':' && t[len(key)+1:] == value {
 			return t
@@ -46,7 +43,15 @@ func (j *PeerTagJoiner) Join(key, value string) string {
 	}
 	t := key + ":" + value
 	if len(t) <= MaxTagLen {
-		slot.Store(&t)
+		kept := t // only a kept tag needs a pointer of its own
+		slot.Store(&kept)
 	}
 	return t
+}
+
+// slot is where the pair is kept. Both are hashed: db.instance:orders and
+// db.name:orders, say, must not share a slot and evict each other at every
+// span. The high bits: the multiply mixes the key's hash into them.
+func (j *PeerTagJoiner) slot(key, value string) uint64 {
+	return (maphash.String(j.seed, value) ^ maphash.String(j.seed, key)*0x9e3779b97f4a7c15) >> (64 - peerTagBits)
 }

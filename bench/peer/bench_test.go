@@ -67,7 +67,9 @@ func BenchmarkClientPeerTags(b *testing.B)          { sideBySide(b, bench.Client
 // ClientPeerTags, with the strings a tracer builds per span (resource,
 // HTTP method, peer-tag pairs) fresh at every position, so that the SDK's
 // recent-span cache, which matches strings by address, cannot find them:
-// the interned workloads above are the SDK's best case.
+// the interned workloads above are the SDK's best case. The SDK side joins
+// the peer tags per span with a stats.PeerTagJoiner, as the peer's
+// concentrator joins them (bench.JoinsPeerTags).
 func BenchmarkSteadyStateFreshStrings(b *testing.B) { sideBySide(b, bench.SteadyStateFreshStrings) }
 func BenchmarkClientPeerTagsFreshStrings(b *testing.B) {
 	sideBySide(b, bench.ClientPeerTagsFreshStrings)

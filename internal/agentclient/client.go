@@ -121,8 +121,9 @@ type Payload struct {
 
 	attempts int
 	due      time.Time // earliest next attempt
-	// timedOut: an attempt timed out, or was cancelled, once sent, or the
-	// payload it was split from had one (MaybeDelivered).
+	// timedOut: an attempt failed once sent (timed out, was cancelled, or
+	// lost its connection before the answer), or the payload it was split
+	// from had one (MaybeDelivered).
 	timedOut bool
 	// holds is the request bodies over Body net/http has not closed, less
 	// one once the client is done with the payload: at -1 nobody reads
@@ -131,8 +132,9 @@ type Payload struct {
 }
 
 // MaybeDelivered reports whether an attempt of p, or of the payload it
-// was split from, timed out or was cancelled (the owner gave up) after the
-// request was sent: the agent may have taken p, even if p is then dropped.
+// was split from, failed after the request was sent whole (timed out, was
+// cancelled by the owner, or lost its connection before the answer): the
+// agent may have taken p, even if p is then dropped.
 func (p *Payload) MaybeDelivered() bool { return p.timedOut }
 
 // Waiter answers a caller (Flush, Stop) once every payload of its report is

@@ -11,7 +11,9 @@
 // attribute names, names normalized as the agent normalizes them, SQL and
 // Redis resources obfuscated as the agent obfuscates them (where the
 // agent's second pass over received stats would change the result, a raw
-// resource that pass turns into it is sent instead), and peer tags
+// resource that pass turns into it is sent instead: a Redis pipeline's
+// arguments or an unparsable query then reach the agent, or a relay, as
+// in the span itself, for the agent to obfuscate), and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
 // of another TracerProvider or one the sampler dropped — a parent known by
