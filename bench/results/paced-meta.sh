@@ -1,5 +1,5 @@
-paced_started="2026-12-06 14:56:39 UTC"
-paced_elapsed="2786"
-paced_commit="9f6f112"
+paced_started="2026-12-06 17:36:14 UTC"
+paced_elapsed="2803"
+paced_commit="566877d"
 paced_count="5" paced_benchtime="100x"
 paced_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" paced_gover="go version go1.26.8 linux/amd64"
