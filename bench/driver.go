@@ -298,8 +298,8 @@ const DeepInbox = 4 * stats.DefaultInboxSize
 func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) {
 		d, err := NewSDKConfig(cfg, peerTagKeys)
-		if err == nil && w.JoinsPeerTags() {
-			d.join = stats.NewPeerTagJoiner()
+		if err == nil {
+			d.join = w.joiner()
 		}
 		return d, err
 	}
@@ -309,8 +309,8 @@ func OpenSDKConfig(cfg stats.Config, peerTagKeys []string) OpenFunc {
 // for one whose tracer joins its peer tags per span, Publish does too.
 func NewSDK(w *Workload, peerTagKeys []string) (*SDK, error) {
 	d, err := NewSDKConfig(stats.Config{}, peerTagKeys)
-	if err == nil && w.JoinsPeerTags() {
-		d.join = stats.NewPeerTagJoiner()
+	if err == nil {
+		d.join = w.joiner()
 	}
 	return d, err
 }

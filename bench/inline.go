@@ -33,12 +33,10 @@ type inlineSDK struct {
 func OpenInlineSDK(peerTagKeys []string) OpenFunc {
 	return func(w *Workload) (Driver, error) {
 		d := &inlineSDK{
+			join:  w.joiner(),
 			ring:  inbox.New[aggregate.Record](stats.DefaultInboxSize),
 			table: aggregate.NewTable(0),
 			batch: make([]*aggregate.Record, drainBatch),
-		}
-		if w.JoinsPeerTags() {
-			d.join = stats.NewPeerTagJoiner()
 		}
 		d.ring.SetClear((*aggregate.Record).Reset)
 		d.table.SetLimits(aggregate.DefaultLimits())

@@ -85,6 +85,15 @@ type Workload struct {
 // may join in place.
 func (w *Workload) JoinsPeerTags() bool { return w != nil && w.joinsPeerTags }
 
+// joiner is the PeerTagJoiner an SDK driver of w joins with, nil when w's
+// tracer does not join its peer tags.
+func (w *Workload) joiner() *stats.PeerTagJoiner {
+	if !w.JoinsPeerTags() {
+		return nil
+	}
+	return stats.NewPeerTagJoiner()
+}
+
 // JoinPeerTags joins each of tags anew, in place, from its key and value,
 // as a tracer holding a span's tags as key and value does with the SDK's
 // stats.PeerTagJoiner, shared by the process (j); a nil j joins with +, a
