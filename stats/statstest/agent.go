@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -133,7 +134,8 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	limit := a.maxBody
 	a.mu.Unlock()
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	// One byte past the limit tells an over-limit body; MaxInt64 has none.
+	body, err := io.ReadAll(io.LimitReader(r.Body, min(limit, math.MaxInt64-1)+1))
 	if err != nil {
 		a.record(Request{Header: r.Header.Clone(), Err: err, Status: http.StatusBadRequest})
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -168,6 +170,7 @@ func (a *Agent) serveStats(w http.ResponseWriter, r *http.Request) {
 		http.Error(sw, "statstest: failing on purpose", fail)
 	case h != nil && h(sw, r, n):
 	case sw.hijacked: // the handler took the connection, whatever it returned
+	case sw.wrote: // the handler answered, whatever it returned
 	case req.Err != nil:
 		http.Error(sw, fmt.Sprintf("decode: %v", req.Err), http.StatusBadRequest)
 	default:
@@ -191,26 +194,44 @@ func (a *Agent) record(req Request) {
 	}
 }
 
-// statusWriter remembers the status a handler answered. It passes on
-// Flush and Hijack (a handler that resets the connection: recorded with
-// Status 0), and Unwrap for http.ResponseController.
+// statusWriter remembers the status a handler answered: the first one,
+// which is what the client gets. It passes on Flush and Hijack (a handler
+// that resets the connection: recorded with Status 0), and Unwrap for
+// http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
 	status   int
+	wrote    bool // a status line went out (WriteHeader or Write)
 	hijacked bool
 }
 
-// WriteHeader records code and passes it on.
+// WriteHeader records code and passes it on, unless an answer went out
+// already (net/http would only log the superfluous call).
 func (w *statusWriter) WriteHeader(code int) {
-	if w.hijacked {
-		return // net/http would log it; there is no answer any more
+	if w.hijacked || w.wrote {
+		return
 	}
-	w.status = code
+	if code >= 200 { // 1xx are informational: the answer is still to come
+		w.status, w.wrote = code, true
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Flush flushes what the handler wrote.
-func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+// Write writes body bytes; the first one sends 200 if no status went out.
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.hijacked && !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes what the handler wrote; with nothing written, it sends 200.
+func (w *statusWriter) Flush() {
+	if !w.hijacked && !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
 
 // Hijack takes the connection over; the request is then recorded with
 // Status 0, no answer.
@@ -230,8 +251,10 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (a *Agent) URL() string { return a.url }
 
 // SetHandler installs h; it sees each stats request (n counts them from 1),
-// its body readable, and returns true if it wrote the answer. The request is recorded once h
-// returns, with the status h answered. Requests FailNext answers, and those
+// its body readable, and returns true if it wrote the answer (an answer it
+// began to write, a status or body bytes, counts as written whatever it
+// returns). The request is recorded once h returns, with the first status
+// h answered, the one the client got. Requests FailNext answers, and those
 // over the body limit or whose body could not be read (answered 400
 // first, as the agent does), are recorded without reaching h, nor being
 // counted in n.
@@ -243,8 +266,13 @@ func (a *Agent) SetHandler(h func(w http.ResponseWriter, r *http.Request, n int)
 
 // FailNext answers the next n stats requests with status (e.g. 503, which
 // the SDK retries, or 400, which it drops). The requests are recorded with
-// that status; Sum skips them.
+// that status; Sum skips them. It panics on a status that is not an error
+// (outside 400–599), as net/http's WriteHeader panics on an invalid code:
+// such a call is a mistake in the test.
 func (a *Agent) FailNext(n, status int) {
+	if status < 400 || status > 599 {
+		panic(fmt.Sprintf("statstest: FailNext(%d, %d): status is not an error status (400-599)", n, status))
+	}
 	a.mu.Lock()
 	a.failN, a.failStatus = n, status
 	a.mu.Unlock()
@@ -274,14 +302,18 @@ func (a *Agent) SetMaxRequestBytes(n int64) {
 	a.mu.Unlock()
 }
 
-// SetInfo replaces the JSON document served at GET /info.
+// SetInfo replaces the JSON document served at GET /info. The map is kept,
+// not copied, and marshalled at each request: do not change it afterwards
+// (SetMaxRequestBytes does not: it writes a copy).
 func (a *Agent) SetInfo(info map[string]any) {
 	a.mu.Lock()
 	a.info = info
 	a.mu.Unlock()
 }
 
-// Requests returns a copy of every stats request received so far.
+// Requests returns a copy of the list of every stats request received so
+// far; the Requests in it share their Header, Body and Payload with the
+// agent's and with other callers': read them, do not change them.
 func (a *Agent) Requests() []Request {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -313,7 +345,9 @@ func (a *Agent) WaitHits(ctx context.Context, n uint64) (uint64, error) {
 
 // Close stops the server and closes its connections, also those of
 // requests in flight: a client stalled in the middle of a body does not
-// hold it up.
+// hold it up. It waits for the handlers in flight, except one that took
+// its connection over (http.Hijacker): net/http no longer tracks that one,
+// which records its request when it returns.
 func (a *Agent) Close() {
 	a.srv.Listener.Close() // no connection from here on: none can stall Close
 	a.srv.CloseClientConnections()
@@ -329,11 +363,15 @@ type GroupKey struct {
 	HTTPStatusCode                          uint32
 }
 
-// ExactKey is a group's whole key, every field the SDK and the agent tell
-// groups apart by: GroupKey and the label fields it leaves out, the peer
-// tags as a set (PeerTags is their PeerTagsKey), and the fields the SDK
-// leaves empty but a relay forwards from other tracers (DBType, and the
-// two tag lists as sets, each spelled by PeerTagsKey too).
+// ExactKey is a group's whole key, every field the SDK and the relay
+// (cmd/statsrelay) tell groups apart by: GroupKey and the label fields it
+// leaves out, the peer tags as a set (PeerTags is their PeerTagsKey), and
+// the fields the SDK leaves empty but a relay forwards from other tracers
+// (DBType, and the two tag lists as sets, each spelled by PeerTagsKey too).
+// It is stricter than the agent's own aggregation key (v0.85.4's
+// BucketsAggregationKey), which leaves out DBType and
+// SpanDerivedPrimaryTags and sorts the tag lists without removing
+// duplicates: groups ExactKey keeps apart the agent may add together.
 type ExactKey struct {
 	GroupKey
 	HTTPMethod, HTTPEndpoint, GRPCStatusCode, ServiceSource string

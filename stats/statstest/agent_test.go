@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
 	"go.uber.org/goleak"
@@ -363,7 +364,8 @@ func TestCloseWithStalledClient(t *testing.T) {
 // TestSumExact: Sum adds up groups that share a GroupKey but that the SDK
 // and the agent keep apart (here by HTTP method, endpoint, gRPC code,
 // service source, synthetics, trace root and peer tags); SumExact keeps
-// them apart, and takes peer tags as a set, in any order, as they do.
+// them apart, and takes peer tags as a set, in any order, as the SDK and
+// the relay do (the agent sorts them but keeps duplicates).
 func TestSumExact(t *testing.T) {
 	a := New()
 	defer a.Close()
@@ -504,8 +506,9 @@ func TestWriteTopBadInput(t *testing.T) {
 }
 
 // TestSumExactWholeKey: SumExact keeps apart groups that differ only in a
-// key field the SDK leaves empty but a relay forwards and the agent
-// groups by (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags), and
+// key field the SDK leaves empty but a relay forwards and keeps apart
+// (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags; the agent
+// v0.85.4 groups by the last only), and
 // peer-tag sets that a plain comma join would spell alike.
 func TestSumExactWholeKey(t *testing.T) {
 	a := New()
@@ -679,5 +682,100 @@ func TestNilRefusedAsAgent(t *testing.T) {
 	}
 	if _, hits := Sum(a.Requests()); hits != 0 {
 		t.Errorf("Sum counts %d hits of payloads the agent would refuse", hits)
+	}
+}
+
+// TestRecordedStatusIsTheClients: the recorded Status is the first one a
+// handler answered, the one the client got, whatever the handler returns;
+// a handler that wrote only a body answered 200, with that body.
+func TestRecordedStatusIsTheClients(t *testing.T) {
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	for _, tc := range []struct {
+		name     string
+		h        func(w http.ResponseWriter) bool
+		want     int
+		wantBody string
+		wantHits uint64
+	}{
+		{"error, returns false", func(w http.ResponseWriter) bool {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return false
+		}, 503, "busy\n", 0},
+		{"two statuses", func(w http.ResponseWriter) bool {
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.WriteHeader(http.StatusOK)
+			return true
+		}, 429, "", 0},
+		{"body only, returns false", func(w http.ResponseWriter) bool {
+			_, _ = io.WriteString(w, "mine")
+			return false
+		}, 200, "mine", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New()
+			defer a.Close()
+			a.SetHandler(func(w http.ResponseWriter, _ *http.Request, _ int) bool { return tc.h(w) })
+			resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(a.URL()+"/v0.6/stats", "application/msgpack", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			reqs := a.Requests()
+			_, hits := Sum(reqs)
+			if resp.StatusCode != tc.want || string(got) != tc.wantBody || len(reqs) != 1 || reqs[0].Status != tc.want || hits != tc.wantHits {
+				t.Fatalf("client got %d %q; recorded %d requests, status %d; Sum %d hits; want %d %q, %d hits",
+					resp.StatusCode, got, len(reqs), reqs[0].Status, hits, tc.want, tc.wantBody, tc.wantHits)
+			}
+		})
+	}
+}
+
+// TestNoReadLimit: SetMaxRequestBytes(math.MaxInt64), no limit, takes a
+// body (its one byte past the limit would overflow).
+func TestNoReadLimit(t *testing.T) {
+	a := New()
+	defer a.Close()
+	a.SetMaxRequestBytes(math.MaxInt64)
+	body := payload(t, aggregate.Record{Service: "s", Name: "n", Resource: "r", SpanKind: "server", Duration: 7})
+	if got := post(t, &http.Client{Timeout: 10 * time.Second}, a.URL(), body); got != http.StatusOK {
+		t.Fatalf("status %d (%v), want 200", got, a.Requests()[0].Err)
+	}
+	if _, hits := Sum(a.Requests()); hits != 1 {
+		t.Fatalf("Sum: %d hits, want 1", hits)
+	}
+}
+
+// TestFailNextRefusesNonErrors: FailNext with a status that is not an
+// error panics; it would silently answer as usual (0) or count (200).
+func TestFailNextRefusesNonErrors(t *testing.T) {
+	a := New()
+	defer a.Close()
+	for _, status := range []int{0, 200, 302, 600} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("FailNext(1, %d) did not panic", status)
+				}
+			}()
+			a.FailNext(1, status)
+		}()
+	}
+	a.FailNext(1, 599) // the edges are errors
+	a.FailNext(1, 400)
+}
+
+// TestWriteTopCutsCharacters: a long resource is cut at a character, not
+// in the middle of one's bytes.
+func TestWriteTopCutsCharacters(t *testing.T) {
+	body := payload(t, aggregate.Record{Service: "web", Name: "op", Resource: strings.Repeat("é", 40), SpanKind: "server", Duration: 1})
+	p, err := writer.DecodePayload(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	WriteTop(&out, Request{Payload: p, Body: body, Status: http.StatusOK}, 1)
+	if !utf8.Valid(out.Bytes()) || !strings.Contains(out.String(), strings.Repeat("é", 31)+"…") {
+		t.Fatalf("WriteTop printed %q: want valid UTF-8 and 31 é then …", out.String())
 	}
 }

@@ -16,7 +16,15 @@
 // headers, body, the decoded payload or the decode error, and the status
 // answered — under one mutex. It decodes as the agent does
 // (writer.DecodePayloadAsAgent: nil for an array or a summary is a 400),
-// and a bit stricter: bytes after the payload are a 400 too. A test makes it misbehave with FailNext (the
+// and stricter where the agent's handler (v0.85.4) looks no further: it
+// answers 400 to bytes after the payload, to a summary that is not a
+// DDSketch of the agent's mapping or holds a negative count, and to an
+// array claiming more elements than the bytes left could hold at the
+// decoder's least size per element (writer.MinWireGroupBytes a group,
+// writer.MinWireStringBytes a string: the relay's guard against hostile
+// input, which no payload of the SDK comes near). It is looser in one
+// case: an unknown field nested deeper than the agent's recursion limit
+// is skipped, where the agent answers 400. A test makes it misbehave with FailNext (the
 // next n requests get a status) or SetHandler (any answer: hang, 413, fail
 // the n-th, reset the connection through http.ResponseController), lowers its body limit with SetMaxRequestBytes (over it, the
 // agent's own answer: 400 "read limit reached"), replaces the /info

@@ -1,5 +1,5 @@
-// This file holds the examples of the fake agent: SumExact against Sum, and
-// FailNext.
+// This file holds the examples of the fake agent: the main flow (WaitHits
+// and Sum), SumExact against Sum, and FailNext.
 
 package statstest_test
 
@@ -12,6 +12,40 @@ import (
 	"github.com/spanstats/spanstats/stats"
 	"github.com/spanstats/spanstats/stats/statstest"
 )
+
+// The main flow of a test: point the SDK at the fake agent, publish, wait
+// until the agent holds the spans (WaitHits, here after a Flush; a test
+// that stops the aggregator can read Requests right after Stop), and
+// check what arrived with Sum.
+func ExampleAgent_WaitHits() {
+	agent := statstest.New()
+	defer agent.Close()
+	agg, err := stats.New(stats.Config{AgentURL: agent.URL()})
+	if err != nil {
+		panic(err)
+	}
+	agg.Start()
+	for i := range 5 {
+		agg.Publish(&stats.Span{Service: "web", Name: "http.request", Resource: "/users", SpanKind: "server",
+			Start: time.Now().UnixNano(), Duration: int64(time.Millisecond), Error: i == 0, TopLevel: true})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := agg.Flush(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := agent.WaitHits(ctx, 5); err != nil {
+		panic(err)
+	}
+	groups, hits := statstest.Sum(agent.Requests())
+	t := groups[statstest.GroupKey{Service: "web", Name: "http.request", Resource: "/users", SpanKind: "server"}]
+	fmt.Println("hits", hits, "groups", len(groups), "errors", t.Errors, "top-level", t.TopLevelHits)
+	if err := agg.Stop(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// hits 5 groups 1 errors 1 top-level 5
+}
 
 // A test of how spans are grouped: Sum would add the GET and POST groups
 // together (GroupKey has no HTTP method); SumExact keeps them apart.

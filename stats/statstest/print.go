@@ -10,6 +10,7 @@ import (
 	"sort"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
@@ -72,9 +73,11 @@ func quantile(s *aggregate.Sketch, q float64) string {
 	return time.Duration(v).Round(time.Microsecond).String()
 }
 
+// trim cuts s to n characters (runes), the last an ellipsis when cut.
 func trim(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }
