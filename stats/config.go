@@ -163,8 +163,9 @@ type Config struct {
 	// trims white space around every identity field (these, the ones below
 	// and Tags) and refuses any other control character (ErrBadConfig).
 	// Left empty, Env, Service and Version come from EnvEnv, EnvService and
-	// EnvVersion, else from the env:, service: and version: tags of
-	// EnvTags. An empty Hostname (the default unless EnvHostname or
+	// EnvVersion, else from the env:, service: and version: tags of Tags
+	// (given, or from EnvTags), as dd-trace-go takes them from its global
+	// tags: set in Tags, they yield to their own variable. An empty Hostname (the default unless EnvHostname or
 	// EnvReportHostname says otherwise) lets the agent use its own host,
 	// as it does for the traces of dd-trace-go.
 	Env, Service, Version, Hostname string
@@ -268,7 +269,8 @@ type Config struct {
 	// "_dd.base_service" tag of an internal span, or one without kind, which
 	// the agent keeps whatever its list holds). When empty the
 	// agent's /info peer_tags list is used once read; until then every key
-	// is kept (each key under its own budget).
+	// is kept (each key under its own budget). New refuses an empty key,
+	// white space around one, a control character or a ":" in one.
 	PeerTagKeys []string
 
 	// MaxRetries is how many times a payload is retried after a retryable
@@ -330,6 +332,12 @@ func (c Config) withDefaults() (Config, error) { return c.withDefaultsFrom(os.Ge
 
 // withDefaultsFrom is withDefaults reading the environment with getenv.
 func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
+	return c.withDefaultsEnv(getenv, true)
+}
+
+// withDefaultsEnv is withDefaultsFrom; with fallback, environment variables
+// that make the payload header too long are ignored (withoutLongVariables).
+func (c Config) withDefaultsEnv(getenv func(string) string, fallback bool) (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -356,6 +364,14 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 	for _, f := range c.identity() {
 		if i := controlAt(*f.v); i >= 0 {
 			return c, fmt.Errorf("%w: %s has a control character at byte %d: %q", ErrBadConfig, f.name, i, *f.v)
+		}
+	}
+	for i, k := range c.PeerTagKeys {
+		// An empty key (strings.Split of "") or one with white space would
+		// match no span's tag, and a set list replaces the agent's: no
+		// peer tag would be kept, without a word.
+		if k == "" || strings.TrimSpace(k) != k || controlAt(k) >= 0 || strings.Contains(k, ":") {
+			return c, fmt.Errorf("%w: PeerTagKeys[%d] is %q: want a tag key such as \"peer.service\" (not empty, no white space around it, no control character, no \":\")", ErrBadConfig, i, k)
 		}
 	}
 	for _, d := range []struct {
@@ -454,32 +470,79 @@ func (c Config) withDefaultsFrom(getenv func(string) string) (Config, error) {
 			"entity_id", c.EntityID)
 	}
 	err := c.headerFits(t.network != "")
-	if err != nil && given.Tags == nil && len(c.Tags) > 0 {
-		// As for any environment value that cannot be used: logged and
-		// ignored, with the env, service and version it would have set,
-		// if that is the cause. The other variables were logged already.
-		// Both sources of the tags are left out, once: with DD_TAGS
-		// alone, OTEL_RESOURCE_ATTRIBUTES would stand in for it and this
-		// would never end (TestLongOtelResourceAttributes).
-		from := EnvTags
-		if getenv(EnvTags) == "" {
-			from = EnvOtelResourceAttributes
-		}
-		quiet := given
-		quiet.Logger = slog.New(slog.DiscardHandler)
-		d, derr := quiet.withDefaultsFrom(func(k string) string {
-			if k == EnvTags || k == EnvOtelResourceAttributes {
+	if err == nil {
+		return c, nil
+	}
+	if !fallback {
+		return c, err
+	}
+	if d, ok := given.withoutLongVariables(getenv, t.network != "", c.Logger, err); ok {
+		return d, nil
+	}
+	return c, fmt.Errorf("%w; the longest: %s", err, longestIdentity(&c))
+}
+
+// headerVariables are the environment variables whose values go into the
+// payload header.
+var headerVariables = []string{EnvTags, EnvOtelResourceAttributes, EnvEnv, EnvService, EnvOtelService, EnvVersion, EnvHostname, EnvGitCommit}
+
+// withoutLongVariables resolves given again without the environment
+// variables that make the payload header too long (err), as any
+// environment value that cannot be used is logged and ignored: the longest
+// first, each kept out only if that shortens the header (a variable the
+// config overrides is not the cause), until it fits. DD_TAGS goes with the
+// env, service and version it would have set. It reports false, logging
+// nothing, when the header does not fit without them either: the config's
+// own fields are the cause.
+func (given Config) withoutLongVariables(getenv func(string) string, datagrams bool, log *slog.Logger, err error) (Config, bool) {
+	vars := slices.Clone(headerVariables)
+	vars = slices.DeleteFunc(vars, func(k string) bool { return getenv(k) == "" })
+	slices.SortStableFunc(vars, func(a, b string) int { return len(getenv(b)) - len(getenv(a)) })
+	quiet := given
+	quiet.Logger = slog.New(slog.DiscardHandler) // the first resolution logged the other variables
+	size := func(c Config) int { h := headerOf(&c); return writer.HeaderSize(&h) }
+	var out []string
+	last := -1
+	for _, k := range vars {
+		out = append(out, k)
+		d, derr := quiet.withDefaultsEnv(func(k string) string {
+			if slices.Contains(out, k) {
 				return ""
 			}
 			return getenv(k)
-		})
+		}, false)
 		if derr == nil {
-			c.Logger.Warn("spanstats: ignoring an environment variable; using the default", "name", from, "reason", err.Error())
-			d.Logger = c.Logger
-			return d, nil
+			for _, k := range out {
+				log.Warn("spanstats: ignoring an environment variable; using the default", "name", k, "reason", err.Error())
+			}
+			d.Logger = given.Logger
+			if d.Logger == nil {
+				d.Logger = log
+			}
+			return d, true
+		}
+		if n := size(d); last >= 0 && n >= last {
+			out = out[:len(out)-1] // not a cause
+		} else {
+			last = n
 		}
 	}
-	return c, err
+	return Config{}, false
+}
+
+// longestIdentity names the longest identity field of c (Tags counted
+// whole), for the error of a header too long.
+func longestIdentity(c *Config) string {
+	name, n := "Tags", 0
+	for _, t := range c.Tags {
+		n += len(t)
+	}
+	for _, f := range c.identity() {
+		if !strings.HasPrefix(f.name, "Tags[") && len(*f.v) > n {
+			name, n = f.name, len(*f.v)
+		}
+	}
+	return fmt.Sprintf("%s (%d bytes)", name, n)
 }
 
 // headerFits checks the payload header against the payload (or datagram)

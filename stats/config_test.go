@@ -630,3 +630,21 @@ func TestDefaultPayloadUnderAgentLimit(t *testing.T) {
 		t.Fatalf("default MaxPayloadBytes %d, want in (0, 25 MiB]", c.MaxPayloadBytes)
 	}
 }
+
+// TestPeerTagKeysChecked: a PeerTagKeys entry that no span's tag can match
+// (empty, as strings.Split("", ",") gives, white space around it, a ":")
+// would replace the agent's list and keep no peer tag without a word: New
+// refuses it, naming the entry. A well-formed list is taken.
+func TestPeerTagKeysChecked(t *testing.T) {
+	for _, keys := range [][]string{{""}, {" peer.service"}, {"peer.service", "db.instance\t"}, {"peer:service"}, {"peer.\x01service"}} {
+		_, err := New(Config{AgentURL: "http://127.0.0.1:1", PeerTagKeys: keys})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "PeerTagKeys[") {
+			t.Errorf("PeerTagKeys %q: New = %v, want ErrBadConfig naming the entry", keys, err)
+		}
+	}
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", PeerTagKeys: []string{"peer.service", "db.instance"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Stop(context.Background())
+}

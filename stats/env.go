@@ -78,7 +78,10 @@ func EnvCardinalityLimit(f aggregate.Field) string {
 // be used is logged and ignored, so the field keeps its default.
 func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
 	ignore := func(name, value, why string) {
-		value = agentclient.Redact(strings.TrimSpace(value)) // a password in a URL stays out of the logs
+		value = strings.TrimSpace(value)
+		if name == EnvRelayURL || name == EnvAgentURL || name == EnvAgentHost {
+			value = agentclient.Redact(value) // a password in a URL stays out of the logs; an "@" in a tag is no password
+		}
 		log.Warn("spanstats: ignoring an environment variable, as if it were unset", "name", name, "value", value, "reason", why)
 	}
 	if c.AgentURL == "" {

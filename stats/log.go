@@ -20,7 +20,7 @@ const (
 	troubleFailed    trouble = iota // attempts that failed (some are retried)
 	troubleDropped                  // payloads given up, with their spans
 	troubleAgentOff                 // the agent refuses stats; spans not aggregated
-	troubleShed                     // spans dropped before aggregation
+	troubleShed                     // spans dropped before aggregation (inbox full; and AggregateDropped)
 	troubleUndrained                // spans left in the inbox at Stop's deadline
 	numTrouble
 )
@@ -48,7 +48,7 @@ func (l *troubleLog) check(h Health, now time.Time, final bool) {
 	l.add(troubleFailed, h.PayloadsFailed-p.PayloadsFailed, 0)
 	l.add(troubleDropped, h.PayloadsDropped-p.PayloadsDropped, h.SpansUnsent-p.SpansUnsent)
 	l.add(troubleAgentOff, h.AgentOffTimes-p.AgentOffTimes, h.AgentOffSpans-p.AgentOffSpans)
-	l.add(troubleShed, h.InboxFull-p.InboxFull+h.AggregateDropped-p.AggregateDropped, 0)
+	l.add(troubleShed, h.InboxFull-p.InboxFull, h.AggregateDropped-p.AggregateDropped)
 	l.add(troubleUndrained, h.StopUndrained-p.StopUndrained, 0)
 	l.seen = h
 	for k := range numTrouble {
@@ -103,8 +103,16 @@ func (l *troubleLog) write(k trouble, n, spans uint64, h *Health) {
 		}
 		l.log.Warn(msg, append([]any{"switched_off", n, "spans", spans, "agent_off", h.AgentOff}, since...)...)
 	case troubleShed:
-		l.log.Warn("spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up)",
-			append([]any{"spans", n}, since...)...)
+		// spans here are Health.AggregateDropped, another cause (none
+		// today: the overflow entry takes them), named apart.
+		msg, args := "spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up)", []any{"spans", n}
+		if spans > 0 {
+			if n == 0 {
+				msg, args = "spanstats: spans could not be aggregated", nil
+			}
+			args = append(args, "not_aggregatable", spans)
+		}
+		l.log.Warn(msg, append(args, since...)...)
 	case troubleUndrained:
 		// Its own line: the shed line blames a full inbox, and these were
 		// published in time but Stop's deadline came before the consumer.

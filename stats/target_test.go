@@ -22,6 +22,11 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 		"udp://127.0.0.1:8127#f":         "fragment",
 		"udp://u:secret@127.0.0.1:8127":  "user",
 		"unixgram:relay%zz.sock":         "escape",
+		// NUL: the kernel would read the path up to it, another socket
+		// (or at its start a Linux abstract name).
+		"unixgram:///run/relay.sock%00junk": "NUL",
+		"unixgram:%00relay":                 "NUL",
+		"unix:///run/apm.sock%00x":          "NUL",
 	} {
 		_, err := parseAgentURL(raw)
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) {

@@ -22,8 +22,10 @@ var (
 
 // HostPortURL returns the agent URL http://host:port of a host and a port
 // given apart (DD_AGENT_HOST, DD_TRACE_AGENT_PORT), as dd-trace-go builds
-// it: surrounding spaces trimmed, a missing host is localhost, a missing
-// port 8126, an IPv6 host may be bracketed; "" when both are empty. A bad
+// it (a missing host is localhost, a missing port 8126), and more
+// forgiving than it: surrounding spaces trimmed, an IPv6 host taken
+// bracketed or not (dd-trace-go brackets it again); "" when both are
+// empty. A bad
 // port gives ErrAgentPort (and the URL of the host alone on port 8126, for
 // a caller that ignores the port with a warning); a bad host, ErrAgentHost
 // and no URL. The error names each that is bad (errors.Is).

@@ -58,7 +58,13 @@ func Redact(raw string) string {
 		if j := strings.LastIndexByte(u.Opaque, '@'); j > 0 {
 			return u.Scheme + ":xxxxx" + u.Opaque[j:]
 		}
-		return raw
+		// A password holding an unescaped "/", "?" or "#" ends the host
+		// early and leaves its rest, up to the "@", in the path, query or
+		// fragment ("http://user:2024/pw@agent:8126"). A socket path may
+		// hold an "@": the unix schemes are left alone.
+		if (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(raw, "@") {
+			return raw
+		}
 	}
 	i := strings.Index(raw, "://") + len("://")
 	if i < len("://") {
@@ -94,6 +100,12 @@ func ParseURL(raw string) (Endpoint, error) {
 		}
 		if err := CheckPort(u); err != nil {
 			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
+		}
+		// Dropped, these would go unnoticed; and an "@" past the host is
+		// a password holding "/", "?" or "#" that was not escaped, which
+		// would make its start the host.
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(u.Path, "@") {
+			return Endpoint{}, fmt.Errorf("agent URL %q: want http(s)://[user:password@]host:port with no query or fragment (escape \"/\", \"?\", \"#\" or \"@\" in a password as %%2F, %%3F, %%23, %%40)", raw)
 		}
 		// Re-encoded, not concatenated: an IPv6 zone (fe80::1%eth0) must
 		// stay escaped in the URLs built on Base. The user and password

@@ -148,15 +148,33 @@ func TestRedact(t *testing.T) {
 		// as given (a relay's abstract name, refused by stats.New).
 		{"unixgram:@relay", "unixgram:@relay"},
 		{"http://@bad host", "http://@bad host"},
+		// A password with an unescaped "/" or "#" leaves its rest in the
+		// path or fragment: hidden too.
+		{"http://user:2024/pw@agent:8126", "http://xxxxx@agent:8126"},
+		{"http://user:1234#pw@agent:8126", "http://xxxxx@agent:8126"},
 	} {
 		if got := Redact(tc.raw); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
-	for _, raw := range []string{"http://user:pw9@bad host:8126", "http://user:pw9@agent:99999", "ftp://user:pw9@agent"} {
+	for _, raw := range []string{"http://user:pw9@bad host:8126", "http://user:pw9@agent:99999", "ftp://user:pw9@agent",
+		"http://user:2024/pw9@agent:8126", "http://user:1234#pw9@agent:8126", "http://user:1234?pw9@agent:8126"} {
 		if _, err := ParseURL(raw); err == nil || strings.Contains(err.Error(), "pw9") {
 			t.Errorf("ParseURL(%q) = %v; want an error without the password", raw, err)
 		}
+	}
+}
+
+// TestHTTPURLWithQueryRefused: a query or fragment in an http(s) agent URL
+// would be dropped without a word; refused, with what to write.
+func TestHTTPURLWithQueryRefused(t *testing.T) {
+	for _, raw := range []string{"http://agent:8126?x=1", "http://agent:8126/?", "https://agent:8126#top", "http://agent:8126/a@b"} {
+		if e, err := ParseURL(raw); err == nil || !strings.Contains(err.Error(), "no query or fragment") {
+			t.Errorf("ParseURL(%q) = %+v, %v; want the no-query error", raw, e, err)
+		}
+	}
+	if e, err := ParseURL("http://user:p%2Fw%23@agent:8126/"); err != nil || e.Base != "http://user:p%2Fw%23@agent:8126" {
+		t.Errorf("an escaped password: %+v, %v", e, err)
 	}
 }
 

@@ -165,6 +165,11 @@ func CheckUnixPath(path string) error {
 	if strings.HasSuffix(path, "/") {
 		return fmt.Errorf("socket path %q ends in \"/\": it names a directory, not a socket file", path)
 	}
+	if strings.IndexByte(path, 0) >= 0 {
+		// The kernel reads the path up to it: another socket would be
+		// addressed, or at the start a Linux abstract name.
+		return fmt.Errorf("socket path %q holds a NUL byte", path)
+	}
 	return nil
 }
 
