@@ -648,3 +648,23 @@ func TestPeerTagKeysChecked(t *testing.T) {
 	}
 	_ = a.Stop(context.Background())
 }
+
+// TestLongIdentityVariableIgnored: any variable of the payload header (here
+// DD_VERSION) too long for a relay's datagrams is logged and ignored, as
+// DD_TAGS is, and only it: DD_ENV, short, stays. The same value in the
+// Config is refused, the error naming the field.
+func TestLongIdentityVariableIgnored(t *testing.T) {
+	env := map[string]string{EnvRelayURL: "udp://127.0.0.1:8127", EnvVersion: strings.Repeat("v", 20<<10), EnvEnv: "prod", EnvService: "svc"}
+	var buf bytes.Buffer
+	c, err := Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaultsFrom(func(k string) string { return env[k] })
+	if err != nil || c.Version != "" || c.Env != "prod" || c.Service != "svc" {
+		t.Fatalf("a 20 KiB DD_VERSION: %v, version of %d bytes, env %q, service %q; want it ignored, the others kept", err, len(c.Version), c.Env, c.Service)
+	}
+	if !strings.Contains(buf.String(), "name="+EnvVersion) || strings.Contains(buf.String(), "name="+EnvEnv) || strings.Contains(buf.String(), "name="+EnvService) {
+		t.Fatalf("logged %q; want DD_VERSION named, and no other", buf.String())
+	}
+	_, err = Config{AgentURL: "udp://127.0.0.1:8127", Version: strings.Repeat("v", 20<<10), Logger: slog.New(slog.DiscardHandler)}.withDefaultsFrom(func(k string) string { return env[k] })
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "the longest: Version (20480 bytes)") {
+		t.Fatalf("the same Version in the Config: %v; want ErrBadConfig naming Version", err)
+	}
+}

@@ -124,3 +124,19 @@ func TestBadEnvironmentIsLogged(t *testing.T) {
 		t.Fatalf("logged %q, want one warning about %s", got, EnvAgentPort)
 	}
 }
+
+// TestShedLineNamesCauses: spans dropped at a full inbox and spans that
+// could not be aggregated (Health.AggregateDropped) are named apart, and
+// the second alone is not blamed on a full inbox.
+func TestShedLineNamesCauses(t *testing.T) {
+	log, buf := textLogger()
+	l := newTroubleLog(log)
+	t0 := time.Unix(1000, 0)
+	l.check(Health{InboxFull: 4, AggregateDropped: 2}, t0, false)
+	l.check(Health{InboxFull: 4, AggregateDropped: 5}, t0.Add(2*time.Minute), false)
+	got := buf.lines()
+	if len(got) != 2 || !strings.Contains(got[0], "inbox full") || !strings.Contains(got[0], "spans=4 not_aggregatable=2") ||
+		strings.Contains(got[1], "inbox full") || !strings.Contains(got[1], "could not be aggregated") || !strings.Contains(got[1], "not_aggregatable=3") {
+		t.Fatalf("logged %q", got)
+	}
+}
