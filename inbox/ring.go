@@ -51,7 +51,10 @@ type Ring[T any] struct {
 	_      [cacheLine - 8]byte
 	// head is owned by the consumer; it is atomic only so Len can read it.
 	head atomic.Uint64
-	_    [cacheLine - 8]byte
+	// gaveUp: the closed ring's drains no longer wait for claimed slots
+	// (GiveUp). Beside head: read only while draining a closed ring.
+	gaveUp atomic.Bool
+	_      [cacheLine - 12]byte
 }
 
 // New returns an empty ring holding at least capacity items. The capacity is
@@ -241,6 +244,10 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 		s := &r.buf[(head+uint64(n))&r.mask]
 		// The claim succeeded, so the write is only moments away.
 		for s.seq.Load() != head+uint64(n)+1 {
+			if r.gaveUp.Load() {
+				r.Release(n)
+				return n
+			}
 			runtime.Gosched()
 		}
 		dst[n] = s.val
@@ -250,9 +257,19 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 	return n
 }
 
+// GiveUp makes DrainClosed and DiscardClosed stop waiting for slots claimed
+// before Close and not yet written: DrainClosed returns what was written
+// before the first such slot (0 if none: the ring then counts as empty),
+// DiscardClosed drops such a slot without touching it (its producer's
+// write, if it ever comes, lands in a slot nothing reads again). For a
+// consumer past its deadline whose producer may never finish: one whose
+// copy into the slot panicked (a value another goroutine tore). Any
+// goroutine; it cannot be undone.
+func (r *Ring[T]) GiveUp() { r.gaveUp.Store(true) }
+
 // DiscardClosed empties a closed ring without handing its items out and
 // returns how many it dropped; like DrainClosed it waits for a push claimed
-// before Close to finish writing. It copies nothing out and zeroes each item
+// before Close to finish writing (unless GiveUp). It copies nothing out and zeroes each item
 // whole (not with the SetClear function), then moves the head once: Stop,
 // past its deadline, drops a full ring at the cost of one write per item
 // (TestStopDeadlineWithCostlyInbox). No producer can claim the slots it
@@ -268,10 +285,17 @@ func (r *Ring[T]) DiscardClosed() int {
 	var zero T
 	for pos := head; pos != final; pos++ {
 		s := &r.buf[pos&r.mask]
+		written := true
 		for s.seq.Load() != pos+1 { // claimed before Close: written in a moment
+			if r.gaveUp.Load() {
+				written = false // its producer may write it yet: leave it
+				break
+			}
 			runtime.Gosched()
 		}
-		s.val = zero
+		if written {
+			s.val = zero
+		}
 	}
 	r.head.Store(final)
 	return int(final - head)

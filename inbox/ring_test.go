@@ -1022,3 +1022,48 @@ func TestLateCommitDoesNotWakeTheNextPark(t *testing.T) {
 		t.Fatal("the late Commit took the parked flag")
 	}
 }
+
+// TestGiveUpStopsWaitingForAClaim: a slot claimed before Close and never
+// written (its producer panicked) holds DrainClosed and DiscardClosed until
+// GiveUp; then DrainClosed returns the items before it, DiscardClosed drops
+// it and the items after it (all counted) without touching it, and the ring
+// is empty.
+func TestGiveUpStopsWaitingForAClaim(t *testing.T) {
+	r := New[int](8)
+	for _, v := range []int{1, 2} {
+		r.Push(&v)
+	}
+	stuck := r.tail.Add(1) - 1 // claimed, never written
+	for _, v := range []int{4, 5} {
+		r.Push(&v)
+	}
+	r.Close()
+	type result struct{ drained, discarded int }
+	got := make(chan result)
+	go func() {
+		dst := make([]int, 8)
+		n := r.DrainClosed(dst) // the 2 before the claim, at once
+		if n != 2 || dst[0] != 1 || dst[1] != 2 {
+			t.Errorf("DrainClosed = %d %v, want [1 2]", n, dst[:n])
+		}
+		n = r.DrainClosed(dst) // waits at the claim
+		got <- result{n, r.DiscardClosed()}
+	}()
+	select {
+	case res := <-got:
+		t.Fatalf("returned %+v before GiveUp, with the claim unwritten", res)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.GiveUp()
+	select {
+	case res := <-got:
+		if res.drained != 0 || res.discarded != 3 || r.Len() != 0 {
+			t.Fatalf("after GiveUp: drained %d, discarded %d, Len %d; want 0, 3 (the claim and the 2 after it), 0", res.drained, res.discarded, r.Len())
+		}
+	case <-time.After(wakeTimeout):
+		t.Fatal("DrainClosed or DiscardClosed still waiting after GiveUp")
+	}
+	if s := &r.buf[stuck&r.mask]; s.seq.Load() == stuck+1 || s.val != 0 {
+		t.Fatalf("the unwritten slot was touched: seq %d val %d", s.seq.Load(), s.val)
+	}
+}

@@ -625,3 +625,53 @@ func TestPublishNeverStartedWarns(t *testing.T) {
 		t.Fatal("a started aggregator's full-inbox path still looks for a missing Start at every drop")
 	}
 }
+
+// TestStopPastAnAbandonedSlot: a slot claimed and never written (a Publish
+// that panicked in its copy) holds the consumer, and the spans behind it
+// wait; Stop with a deadline still returns by it, counting them all (the
+// abandoned one too) in StopUndrained, and what was counted before the
+// slot reaches the agent. Before, Stop never returned.
+func TestStopPastAnAbandonedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+	publish := func(n int) {
+		for i := range n {
+			s := raceSpan(i)
+			s.Start = time.Now().UnixNano()
+			if !a.Publish(&s) {
+				t.Fatalf("span %d refused: %+v", i, a.Health())
+			}
+		}
+	}
+	publish(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := a.Flush(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = a.inbox.Claim()
+		panic("the copy into the slot panicked")
+	}()
+	publish(4)
+	start := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want its deadline", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Stop took %v past a 200 ms deadline", d)
+	}
+	h := a.Health()
+	if h.Counted != 3 || h.StopUndrained != 5 || h.Pending != 0 || h.Published != 8 ||
+		h.Published != h.Counted+h.Ineligible+h.InboxFull+h.AfterStop+h.AgentOffSpans+h.AggregateDropped+h.StopUndrained+h.Pending {
+		t.Fatalf("health %+v: want 3 counted, 5 undrained of 8 published", h)
+	}
+	if _, hits := statstest.Sum(ag.Requests()); hits != 3 {
+		t.Fatalf("the agent holds %d hits, want 3", hits)
+	}
+}
