@@ -4,8 +4,8 @@
 package relay
 
 import (
-	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,8 +18,11 @@ import (
 
 // Bounds of the origin cache.
 const (
-	// OriginTTL is how long a pid's container id is trusted: pids are reused,
-	// and the agent's own cache of them keeps them about as long.
+	// OriginTTL is how long a pid's container id is trusted (the relay's
+	// contract): long enough that a busy sender costs a file read a
+	// minute, short enough for pids that are reused. A pid reused within
+	// it keeps the container of its previous process, and one whose file
+	// could not be read stays unknown for as long, its claim uncorrected.
 	OriginTTL = time.Minute
 	// MaxOrigins bounds the cache; beyond it expired entries are swept, then
 	// an arbitrary one is evicted.
@@ -31,8 +34,8 @@ const (
 
 // containerIDExp matches a container id at the end of a cgroup path segment,
 // after a non-hex character, with an optional ".scope": 64 hex digits (Docker,
-// containerd, CRI-O), 32 hex digits, '-' and digits (ECS Fargate), or the
-// UUID-like 8-4-4-4-4 hex groups (Garden, ECS task ids). A pod's UUID
+// containerd, CRI-O, ECS on EC2), 32 hex digits, '-' and digits (ECS
+// Fargate), or the UUID-like 8-4-4-4-4 hex groups (Garden). A pod's UUID
 // (8-4-4-4-12) is deliberately not a container id.
 var containerIDExp = regexp.MustCompile(
 	`(?:^|[^0-9a-f])([0-9a-f]{64}|[0-9a-f]{32}-[0-9]+|[0-9a-f]{8}(?:-[0-9a-f]{4}){4})(?:\.scope)?$`)
@@ -48,34 +51,41 @@ func ContainerIDFromCgroup(r io.Reader) string {
 	return id
 }
 
-// scanCgroup is ContainerIDFromCgroup with the read error, if the file
-// ended on one before a container id was found.
+// scanCgroup is ContainerIDFromCgroup with an error when it found no
+// container id and the file ended on a read error, or ran past
+// maxCgroupFile: the line naming the container may come after the cut, or
+// be the line cut, naming a parent (a file never that long in practice; the
+// agent reads them whole). Lines whole before the cut count.
 func scanCgroup(r io.Reader) (string, error) {
-	sc := bufio.NewScanner(io.LimitReader(r, maxCgroupFile))
-	sc.Buffer(nil, maxCgroupFile)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.IndexByte(line, ':')
+	b, err := io.ReadAll(io.LimitReader(r, maxCgroupFile+1))
+	if len(b) > maxCgroupFile {
+		b = b[:bytes.LastIndexByte(b[:maxCgroupFile], '\n')+1]
+		err = errCgroupTooLong
+	}
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		i := bytes.IndexByte(line, ':')
 		if i <= 0 {
 			continue
 		}
-		if _, err := strconv.ParseUint(line[:i], 10, 32); err != nil {
+		if _, perr := strconv.ParseUint(string(line[:i]), 10, 32); perr != nil {
 			continue
 		}
-		j := strings.IndexByte(line[i+1:], ':')
+		j := bytes.IndexByte(line[i+1:], ':')
 		if j < 0 {
 			continue
 		}
 		// cgroup v2 shows a zombie's cgroup removed before it was reaped
 		// with this mark after its path.
-		path := strings.TrimSuffix(line[i+1+j+1:], " (deleted)")
+		path := strings.TrimSuffix(string(line[i+1+j+1:]), " (deleted)")
 		if id := idInPath(path); id != "" {
 			// A copy: a slice would keep the whole line (up to
 			// maxCgroupFile) alive in the cache (TestOriginsKeepOnlyTheID).
 			return strings.Clone(id), nil
 		}
 	}
-	return "", sc.Err()
+	return "", err
 }
 
 // idInPath is the container id of the deepest segment of a cgroup path
@@ -198,14 +208,18 @@ func newOrigins(procRoot string, now func() time.Time, marks []string) *Origins 
 	return o
 }
 
-// readCgroup reads a cgroup file, at most maxCgroupFile bytes of it.
+// errCgroupTooLong: a cgroup file over maxCgroupFile, read no further.
+var errCgroupTooLong = fmt.Errorf("cgroup file longer than %d bytes", maxCgroupFile)
+
+// readCgroup reads a cgroup file, at most maxCgroupFile bytes of it and one
+// more, which tells scanCgroup it was cut.
 func readCgroup(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxCgroupFile))
+	return io.ReadAll(io.LimitReader(f, maxCgroupFile+1))
 }
 
 // ContainerID returns the container id of pid; known is false when its
@@ -330,7 +344,11 @@ func inContainer(cgroups, marks []string) bool {
 }
 
 // containerCgroup tells whether a cgroup file is a container's: it names
-// one, or it is a private cgroup namespace's root.
+// one, or it is a private cgroup namespace's root ("0::/"). A process of
+// a host without systemd, left in the root cgroup, shows "0::/" too: a
+// relay run there is taken for one in a container, and drops UDP
+// senders' stats as unattributable when it forwards to the agent's Unix
+// socket (over TCP nothing is dropped).
 func containerCgroup(b []byte) bool {
 	return len(b) > 0 && (ContainerIDFromCgroup(bytes.NewReader(b)) != "" || string(bytes.TrimSpace(b)) == "0::/")
 }

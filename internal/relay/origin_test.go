@@ -514,3 +514,56 @@ func TestHostLocalSenderClaimOverridden(t *testing.T) {
 		t.Fatalf("forwarded %+v (mismatches %d); want 3 hits in no container, one mismatch", out, r.Stats().ContainerMismatches)
 	}
 }
+
+// TestCgroupFileTooLong: a cgroup file past maxCgroupFile whose container
+// line comes after the cut, or is the line cut (naming only the parent of
+// a nested container), is no answer (unknown), never a host process or
+// the parent; a container line whole before the cut still counts.
+func TestCgroupFileTooLong(t *testing.T) {
+	const outer = "1111111111111111111111111111111111111111111111111111111111111111"
+	const inner = "2222222222222222222222222222222222222222222222222222222222222222"
+	filler := func(n int) string { // cgroup v1 named hierarchies, n bytes or a little more
+		var b strings.Builder
+		for i := 0; b.Len() < n; i++ {
+			fmt.Fprintf(&b, "%d:name=h%d:/%s\n", 100+i, i, strings.Repeat("x", 4000))
+		}
+		return b.String()
+	}
+	after := filler(maxCgroupFile) + "4:memory:/docker/" + inner + "\n"
+	prefix := "0::/docker/" + outer + "/docker/"
+	head := filler(maxCgroupFile - 8200)
+	pad := maxCgroupFile - len(head) - len(prefix) - len("99:name=pad:/\n")
+	cut := head + "99:name=pad:/" + strings.Repeat("y", pad) + "\n" + prefix + inner + "\n"
+	if len(cut[:maxCgroupFile]) != maxCgroupFile || !strings.HasSuffix(cut[:maxCgroupFile], prefix) {
+		t.Fatal("the cut does not fall after the outer id")
+	}
+	before := "4:memory:/docker/" + inner + "\n" + filler(maxCgroupFile)
+	for name, tc := range map[string]struct {
+		file      string
+		id        string
+		wantKnown bool
+	}{
+		"container line after the cut": {after, "", false},
+		"container line cut":           {cut, "", false},
+		"container line before":        {before, inner, true},
+	} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "4242")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(tc.file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte("4242 (app) S 1 1 1 0 -1 4194560"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id, known := NewOrigins(root, nil).ContainerID(4242)
+		if id != tc.id || known != tc.wantKnown {
+			t.Errorf("%s: ContainerID = %q, known %v; want %q, %v", name, id, known, tc.id, tc.wantKnown)
+		}
+		if got := ContainerIDFromCgroup(strings.NewReader(tc.file)); got != tc.id {
+			t.Errorf("%s: ContainerIDFromCgroup = %q, want %q", name, got, tc.id)
+		}
+	}
+}

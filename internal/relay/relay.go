@@ -7,6 +7,7 @@ package relay
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/textproto"
 	"slices"
 	"strings"
 	"sync"
@@ -278,6 +279,10 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 		}
 		return Invalid, err
 	}
+	// As net/http will send it: a claim of white space alone would go out
+	// as an empty Datadog-Container-ID, which the agent over its Unix
+	// socket replaces with the relay's own container (TestBlankClaimIsNoClaim).
+	p.ContainerID = textproto.TrimString(p.ContainerID)
 	claimed := p.ContainerID
 	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {

@@ -303,3 +303,51 @@ func TestUnsafeClaimCorrectedByCredentials(t *testing.T) {
 		t.Fatalf("%d requests; want 1 under %s", len(reqs), testContainer)
 	}
 }
+
+// TestBlankClaimIsNoClaim: a payload whose ContainerID is white space only,
+// over UDP to a relay in a container that forwards to the agent's Unix
+// socket. net/http would send it as an empty Datadog-Container-ID (and
+// "ci-" as the entity), which the agent replaces with the connection's
+// container, the relay's: the claim is trimmed as net/http trims it, so it
+// is no claim, and the spans are dropped as unattributable, never sent.
+// Around a real id, the white space goes and the id stands.
+func TestBlankClaimIsNoClaim(t *testing.T) {
+	for _, cid := range []string{" ", "\t", " \t ", " " + testContainer + "\t"} {
+		t.Run(strconv.Quote(cid), func(t *testing.T) {
+			sock := sockdir.Path(t, "apm.socket")
+			ag, err := statstest.NewUnix(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ag.Close()
+			srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: procRoot(t)})
+			defer stop()
+			conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			e := &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op", Resource: "r"}, Hits: 5, Duration: 50}
+			h := writer.Header{Service: "web", RuntimeID: "blank-claim", Lang: "go", ContainerID: cid}
+			d := writer.AppendPayload(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}), &h, []writer.Bucket{{
+				Start: uint64(time.Now().Truncate(time.Second).UnixNano()), Duration: uint64(time.Second), Groups: []*aggregate.Entry{e}}})
+			if _, err := conn.Write(d); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 5 })
+			stop()
+			st := srv.Relay().Stats()
+			checkIdentity(t, st)
+			reqs := ag.Requests()
+			if cid != " "+testContainer+"\t" {
+				if len(reqs) != 0 || st.SpansDropped[relay.DropUnattributable] != 5 {
+					t.Fatalf("%d requests, %d unattributable; want 0 and 5", len(reqs), st.SpansDropped[relay.DropUnattributable])
+				}
+				return
+			}
+			if len(reqs) != 1 || reqs[0].Header.Get("Datadog-Container-ID") != testContainer || reqs[0].Payload.ContainerID != testContainer || st.SpansForwarded != 5 {
+				t.Fatalf("%d requests (want 1 with the trimmed id), forwarded %d", len(reqs), st.SpansForwarded)
+			}
+		})
+	}
+}
