@@ -86,9 +86,11 @@ func (o options) validate() error {
 	case o.top <= 0:
 		return fmt.Errorf("-top must be > 0, got %d", o.top)
 	case !(o.errRatio >= 0 && o.errRatio <= 1): // NaN too
-		return errors.New("-errors must be in [0, 1]")
-	case o.minDur <= 0 || o.maxDur < o.minDur:
-		return errors.New("need 0 < -min <= -max")
+		return fmt.Errorf("-errors must be in [0, 1], got %g", o.errRatio)
+	case o.minDur <= 0:
+		return fmt.Errorf("-min must be > 0, got %s", o.minDur)
+	case o.dist != "fixed" && o.maxDur < o.minDur: // fixed uses -min alone
+		return fmt.Errorf("need -min <= -max, got -min %s -max %s", o.minDur, o.maxDur)
 	case !(o.rate >= 0 && o.rate <= maxRate):
 		// NaN fails the first test too; past maxRate the pacing's per-step
 		// budget would no longer count down (1e30 - 1 == 1e30).
@@ -175,8 +177,12 @@ func run(o options, out io.Writer) error {
 	ctx, cancelRun := context.WithTimeout(ctx, o.run)
 	defer cancelRun()
 	// %.4g: -errors 0.001 is "0.1%", not "0%"; 0.07 is "7%", not its float's 7.000000000000001.
-	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.4g%% errors, %s durations %s..%s, rate %s\n",
-		o.run, o.producers, o.keys, 100*o.errRatio, o.dist, o.minDur, o.maxDur, rateString(o.rate))
+	durations := fmt.Sprintf("%s durations %s..%s", o.dist, o.minDur, o.maxDur)
+	if o.dist == "fixed" {
+		durations = fmt.Sprintf("durations all %s", o.minDur)
+	}
+	fmt.Fprintf(out, "publishing for %s: %d producers, %d keys, %.4g%% errors, %s, rate %s\n",
+		o.run, o.producers, o.keys, 100*o.errRatio, durations, rateString(o.rate))
 	fmt.Fprintf(out, "interval %s: stats are aggregated per %s bucket and sent once each bucket closes\n", o.interval, o.interval)
 	st := &status{out: out, last: time.Now()}
 
@@ -229,6 +235,7 @@ loop:
 		}
 	}
 	wg.Wait()
+	st.stopped = time.Now() // the rate of the last line ends here, not after Stop
 	// Publishing is over, by -run or by a signal: the graceful stop is
 	// under way, so from here a signal ends the process at once. Without
 	// this, a Ctrl-C while Stop waits (up to 10 s) on an agent that does
@@ -276,13 +283,18 @@ loop:
 type status struct {
 	out                          io.Writer
 	last                         time.Time
+	stopped                      time.Time // publishing ended (zero: not yet)
 	published                    uint64
 	toldInboxFull, toldCollapsed bool
 }
 
 func (st *status) line(h stats.Health) {
 	now := time.Now()
-	rate := float64(h.Published-st.published) / now.Sub(st.last).Seconds()
+	end := now
+	if !st.stopped.IsZero() && st.stopped.After(st.last) && st.stopped.Before(now) {
+		end = st.stopped // the spans since the last line were published by then
+	}
+	rate := float64(h.Published-st.published) / end.Sub(st.last).Seconds()
 	st.last, st.published = now, h.Published
 	// Collapsed and overflowed apart: a span over a budget that also finds
 	// the table full is in both, and their sum would count it twice.

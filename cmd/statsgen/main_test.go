@@ -209,7 +209,8 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 	for name, mut := range map[string]func(*options){
 		"keys":                             func(o *options) { o.keys = 0 },
 		"errors":                           func(o *options) { o.errRatio = 1.5 },
-		"min>max":                          func(o *options) { o.minDur, o.maxDur = 2, 1 },
+		"min>max":                          func(o *options) { o.dist, o.minDur, o.maxDur = "uniform", 2, 1 },
+		"min 0":                            func(o *options) { o.minDur = 0 },
 		"dist":                             func(o *options) { o.dist = "normal" },
 		"rate":                             func(o *options) { o.rate = -1 },
 		"rate 1e30":                        func(o *options) { o.rate = 1e30 }, // the pacing would never count it down
@@ -223,6 +224,12 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		if o.validate() == nil {
 			t.Errorf("%s: invalid options accepted", name)
 		}
+	}
+	// -dist fixed uses -min alone: a -max below it is no error.
+	o := good
+	o.minDur, o.maxDur = 5*time.Second, 2*time.Second
+	if err := o.validate(); err != nil {
+		t.Errorf("-dist fixed -min 5s: %v", err)
 	}
 }
 

@@ -37,9 +37,13 @@ func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, dem
 		return err
 	}
 	defer os.RemoveAll(dir)
+	defer atForcedExit(func() { _ = os.RemoveAll(dir) })() // a second Ctrl-C too
+	// statsrelay's own default grace: the senders' jitter (up to a fifth
+	// of the interval) and a margin, so that no sender's report misses
+	// its window's forward and a bucket shows in two requests.
 	srv, err := relay.NewServer(relay.ServerConfig{
 		UnixPath: filepath.Join(dir, "relay.sock"), UDPAddr: "127.0.0.1:0",
-		AgentURL: ag.URL(), Interval: demoInterval, Grace: demoInterval / 5,
+		AgentURL: ag.URL(), Interval: demoInterval, Grace: defaultGrace(demoInterval),
 	})
 	if err != nil {
 		return err

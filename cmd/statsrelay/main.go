@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -112,6 +113,7 @@ func signalContext() (context.Context, func()) {
 		if s, ok := <-sigs; ok {
 			// A log line, in -log-format: the relay's stderr is its log.
 			slog.Error(fmt.Sprintf("statsrelay: second signal (%v): exiting without the final forward", s))
+			runForcedExit()
 			os.Exit(128 + int(s.(syscall.Signal)))
 		}
 	}()
@@ -119,6 +121,36 @@ func signalContext() (context.Context, func()) {
 		signal.Stop(sigs)
 		close(sigs)
 		cancel()
+	}
+}
+
+// forcedExit is what a second signal's immediate exit still does: os.Exit
+// runs no deferred call (the demo's temporary directory would stay).
+var forcedExit struct {
+	sync.Mutex
+	f func()
+}
+
+// atForcedExit makes f run at a second signal's exit, until the returned
+// function is called.
+func atForcedExit(f func()) (cancel func()) {
+	forcedExit.Lock()
+	forcedExit.f = f
+	forcedExit.Unlock()
+	return func() {
+		forcedExit.Lock()
+		forcedExit.f = nil
+		forcedExit.Unlock()
+	}
+}
+
+// runForcedExit runs atForcedExit's function, if any.
+func runForcedExit() {
+	forcedExit.Lock()
+	f := forcedExit.f
+	forcedExit.Unlock()
+	if f != nil {
+		f()
 	}
 }
 
@@ -192,7 +224,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.UDPRcvBuf, "udp-rcvbuf", relay.DefaultUDPRcvBuf, "UDP socket receive buffer in bytes (SO_RCVBUFFORCE when permitted); 0 keeps the system's default")
 	fs.BoolVar(&c.UDPReusePort, "udp-reuseport", false, "bind the UDP port with SO_REUSEPORT (Linux), so that a new relay started on the same -udp (with this flag, as the same user) shares it while this one stops: a restart without a gap (see the README)")
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
-	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket (default $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+")")
+	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket; the default is $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+": the one shown here, read from this environment")
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
 	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding; not given, it follows -interval: the SDKs' default send delay plus a tenth of it, at most 1s (600ms at 2s, 3s at 10s, 5s at 30s)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -842,5 +843,47 @@ func TestBinarySurvivesClosedLogPipe(t *testing.T) {
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket file left behind: %v", err)
+	}
+}
+
+// TestBinaryDemoSecondSignalCleansUp: a second Ctrl-C while -demo stops
+// exits at once (130) through os.Exit, which runs no deferred call: the
+// demo's temporary directory and its socket are removed all the same.
+func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
+	sockRE := regexp.MustCompile(`unixgram://(\S+)`)
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), mainArgsEnv+`=["-demo"]`)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		sc.Scan() // "fake agent ...; relay on unixgram://<dir>/relay.sock ..."
+		m := sockRE.FindStringSubmatch(sc.Text())
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGINT) // as a terminal's Ctrl-C, twice
+		time.Sleep(time.Millisecond)           // not merged by the kernel with the first
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		err = cmd.Wait()
+		if m == nil {
+			t.Fatalf("no socket path in %q", sc.Text())
+		}
+		dir := filepath.Dir(m[1])
+		if _, statErr := os.Stat(dir); statErr == nil {
+			_ = os.RemoveAll(dir)
+			t.Fatalf("after two SIGINTs (%v) the demo left %s behind", err, dir)
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 && ee.ExitCode() != 0 {
+			t.Fatalf("exit %v; want 130 (the second signal) or 0 (the stop won)", err)
+		}
 	}
 }
