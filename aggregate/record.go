@@ -27,9 +27,12 @@ type Record struct {
 
 // SetPeerTags stores tags in the span, inline when they fit.
 func (s *Record) SetPeerTags(tags []string) {
+	s.ExtraPeerTags = nil
+	if old := int(s.NumPeerTags); len(tags) < old {
+		clear(s.PeerTags[len(tags):old]) // reused with fewer tags: none stale (see Reset)
+	}
 	n := copy(s.PeerTags[:], tags)
 	s.NumPeerTags = uint8(n)
-	s.ExtraPeerTags = nil
 	if len(tags) > n {
 		// Copied: the caller may reuse its slice once Publish returns.
 		s.ExtraPeerTags = append([]string(nil), tags[n:]...)

@@ -27,8 +27,14 @@ func TestSetPeerTags(t *testing.T) {
 	if s.ExtraPeerTags[2] != "t10:v" {
 		t.Fatal("ExtraPeerTags aliases the caller's slice")
 	}
+	// Reused with fewer tags: none of the earlier ones is left behind
+	// NumPeerTags, where Reset (which clears up to it) would not reach.
+	s.SetPeerTags([]string{"x:1"})
+	if s.NumPeerTags != 1 || s.ExtraPeerTags != nil || s.PeerTags[0] != "x:1" || s.PeerTags != [MaxInlinePeerTags]string{"x:1"} {
+		t.Fatalf("reused with one tag: %d %q %v", s.NumPeerTags, s.PeerTags, s.ExtraPeerTags)
+	}
 	s.SetPeerTags(nil)
-	if s.NumPeerTags != 0 || s.ExtraPeerTags != nil {
+	if s.NumPeerTags != 0 || s.ExtraPeerTags != nil || s.PeerTags != [MaxInlinePeerTags]string{} {
 		t.Fatalf("cleared: %d %v", s.NumPeerTags, s.ExtraPeerTags)
 	}
 }
