@@ -17,9 +17,10 @@ const maxPeerTagKeys = 64
 // valueSet is the budget of one field: an open-addressing set of the
 // values' seeded hashes, each with the last interval that admitted it.
 // Storing hashes, not strings, means admission never allocates and values
-// seen in earlier intervals are re-admitted for a probe. Two values whose
-// 64-bit hashes collide share one admission — an extra value's worth of
-// detail, never a lost span.
+// seen in earlier intervals are re-admitted for a probe. A slot keeps the
+// hash's top 48 bits (the rest hold the interval): two values whose hashes
+// share them share one admission — an extra value's worth of detail, never
+// a lost span.
 type valueSet struct {
 	limit    int // < 0: unlimited
 	slots    []uint64
@@ -261,8 +262,9 @@ type budgets struct {
 	// sweptEpoch is the interval dropStaleKeys last ran in, if swept.
 	sweptEpoch uint32
 	swept      bool
-	// recent remembers, per position in a span's sorted peer tags, the
-	// last key's set: spans of one client repeat their key layout.
+	// recent remembers, per position in a span's kept peer tags (in the
+	// tracer's order), the last key's set: spans of one client repeat
+	// their key layout.
 	recent [MaxInlinePeerTags]recentPeer
 }
 

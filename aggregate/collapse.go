@@ -112,7 +112,11 @@ func (t *Table) addCollapsed(s *Record, rejected uint16, kept []string) {
 		// A tag past the peer-key cap is a bare BlockedValue, which a
 		// span's own tag of those bytes shares, though its key drops it
 		// (no colon): the caches could swap the two keys' entries.
-		cache := rejected&(1<<FieldPeerTags) == 0 || !slices.Contains(kept, BlockedValue)
+		// Likewise a collapsed span kind with the lone base-service tag,
+		// kept only because the span's own kind is internal or empty: a
+		// span whose kind reads tracer_blocked_value keeps no such tag.
+		cache := (rejected&(1<<FieldPeerTags) == 0 || !slices.Contains(kept, BlockedValue)) &&
+			(rejected&(1<<FieldSpanKind) == 0 || len(kept) == 0)
 		if e = nil; cache {
 			e = t.cachedEntry(c)
 		}

@@ -7,6 +7,7 @@ package aggregate
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,5 +125,54 @@ func TestCollapsedCountsPerFieldAcrossRuns(t *testing.T) {
 	}
 	if tb.CollapsedSpans() != spans {
 		t.Errorf("CollapsedSpans = %d, want %d", tb.CollapsedSpans(), spans)
+	}
+}
+
+// TestCollapsedKindNotCachedAsRaw: an internal span whose span kind goes
+// over budget keeps its lone _dd.base_service tag (outside the key list)
+// only because its own kind is internal; a raw span whose kind reads
+// tracer_blocked_value, with the same tag, keeps none. Their records read
+// alike, so the recent-span cache by contents must not hand one the
+// other's entry, in either order: the caches change no outcome (as
+// TestCachesMatchFullPath checks on random workloads).
+func TestCollapsedKindNotCachedAsRaw(t *testing.T) {
+	mk := func(kind string, tags ...string) *Record {
+		s := &Record{Service: "web", Name: "op", Resource: "r", SpanKind: kind, Duration: 10}
+		s.SetPeerTags(tags)
+		return s
+	}
+	for name, tc := range map[string]struct {
+		limit       int
+		before      []*Record // the last one's key stays in the caches
+		after       *Record
+		wantEntries int
+	}{
+		"collapsed first": {1, []*Record{mk("client"), mk("internal", "_dd.base_service:web"), mk("client")},
+			mk(strings.Clone(BlockedValue), strings.Clone("_dd.base_service:web")), 3},
+		"raw first": {2, []*Record{mk(strings.Clone(BlockedValue), strings.Clone("_dd.base_service:web")), mk("client")},
+			mk("internal", "_dd.base_service:web"), 3},
+	} {
+		run := func(viaCache bool) string {
+			tb := NewTable(0)
+			tb.SetLimits(Limits{SpanKind: tc.limit})
+			tb.SetPeerTagKeys([]string{"peer.service"})
+			for _, s := range tc.before {
+				tb.Add(s)
+			}
+			if !viaCache {
+				forgetAll(tb)
+			}
+			tb.Add(tc.after)
+			var out []string
+			for _, e := range tb.Touched(nil) {
+				out = append(out, fmt.Sprintf("{kind=%s peers=%v hits=%d}", e.SpanKind, e.PeerTags, e.Hits))
+			}
+			slices.Sort(out)
+			return strings.Join(out, " ")
+		}
+		got, want := run(true), run(false)
+		if got != want || strings.Count(want, "{") != tc.wantEntries {
+			t.Errorf("%s: with the caches\n  %s\nfull path (want %d entries)\n  %s", name, got, tc.wantEntries, want)
+		}
 	}
 }
