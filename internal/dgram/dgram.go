@@ -6,6 +6,8 @@ package dgram
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +15,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,37 +220,80 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	}
 }
 
-// bindUnixgram binds at path, where the kernel refuses any existing file
-// (EADDRINUSE), and gives the socket file mode.
+// bindUnixgram binds at path, where any existing file is refused
+// (EADDRINUSE), and gives the socket file mode. The socket is bound at a
+// private name beside path, which only this call uses, and hard-linked to
+// path: its file is known by that name, not by looking at path after the
+// bind, where another relay taking the path over in between would put its
+// own file, which Close would then delete (TestBindKnowsItsOwnFile).
 func bindUnixgram(path string, mode os.FileMode) (*Conn, error) {
-	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error { return controlUnixgram(raw, mode) }}
-	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
+	tmp, err := privateName(path)
 	if err != nil {
+		return nil, fmt.Errorf("dgram: %w", err)
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error { return controlUnixgram(raw, mode) }}
+	pc, err := lc.ListenPacket(context.Background(), "unixgram", tmp)
+	if err != nil {
+		// Named by the path asked for: the private name is new each time,
+		// and an error repeated at each check must read the same.
+		if oe := (*net.OpError)(nil); errors.As(err, &oe) {
+			oe.Addr = &net.UnixAddr{Name: path, Net: "unixgram"}
+		}
 		return nil, err
 	}
 	// bind created the file with mode less the umask (Linux: see
 	// controlUnixgram); chmodSocket gives back what the umask took.
-	bound, err := os.Lstat(path)
+	bound, err := os.Lstat(tmp)
 	switch {
 	case err != nil:
 	case bound.Mode().Type() != fs.ModeSocket:
-		err = fmt.Errorf("%s was replaced by a %v after bind", path, bound.Mode().Type())
+		err = fmt.Errorf("%s was replaced by a %v after bind", tmp, bound.Mode().Type())
 	case bound.Mode().Perm() != mode.Perm():
 		if testHook != nil {
 			testHook("chmod")
 		}
-		err = chmodSocket(path, bound, mode)
+		err = chmodSocket(tmp, bound, mode)
+	}
+	if err == nil {
+		if testHook != nil {
+			testHook("link")
+		}
+		if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+			// As a bind at path would say.
+			err = &net.OpError{Op: "listen", Net: "unixgram", Addr: &net.UnixAddr{Name: path, Net: "unixgram"},
+				Err: os.NewSyscallError("bind", syscall.EADDRINUSE)}
+		}
+	}
+	if bound != nil && bound.Mode().Type() == fs.ModeSocket {
+		removeBound(tmp, bound)
 	}
 	if err != nil {
-		// Only the file this call bound, and before the close, as in
-		// Close: the path may hold a successor's socket by now.
-		if bound != nil && bound.Mode().Type() == fs.ModeSocket {
-			removeBound(path, bound)
-		}
 		pc.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("dgram: %w", err)
 	}
 	return newConn(pc, path, bound, 0)
+}
+
+// privateName is a name beside path for bindUnixgram's bind: hidden, random,
+// no longer than path where that leaves room for the randomness (a socket
+// path is short), else as long as the path limit allows.
+func privateName(path string) (string, error) {
+	dir, base := filepath.Split(path)
+	n := max(len(base), 12)
+	if len(dir)+n > MaxUnixPath {
+		n = MaxUnixPath - len(dir)
+	}
+	if n < 8 {
+		return "", fmt.Errorf("socket path %q leaves no room for a temporary name beside it", path)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return dir + "." + hex.EncodeToString(b[:])[:n-1], nil
 }
 
 // removeSocket removes the socket file at path, if any, and says whether a
@@ -362,8 +408,14 @@ func newConn(pc net.PacketConn, path string, bound os.FileInfo, rcvbuf int) (*Co
 	return c, nil
 }
 
-// LocalAddr returns the address the socket is bound to.
-func (c *Conn) LocalAddr() net.Addr { return c.pc.LocalAddr() }
+// LocalAddr returns the address the socket is bound to: for a Unix socket,
+// the path it was listened on (bound at a private name, linked there).
+func (c *Conn) LocalAddr() net.Addr {
+	if c.path != "" {
+		return &net.UnixAddr{Name: c.path, Net: "unixgram"}
+	}
+	return c.pc.LocalAddr()
+}
 
 // ReadBuffer returns the socket's receive buffer size as the kernel reports
 // it (Linux reports twice the request: the other half is its bookkeeping);

@@ -6,6 +6,7 @@ package dgram
 
 import (
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -639,51 +640,75 @@ func TestListenUnixgramRefusesAbstractName(t *testing.T) {
 	}
 }
 
-// TestFailedChmodKeepsSuccessorsSocket: when the chmod after bind fails
-// because the socket file was replaced by another process's socket (a
-// successor that bound the path in between), the failed listen closes its
-// own socket but leaves the successor's file, and the successor receives.
-func TestFailedChmodKeepsSuccessorsSocket(t *testing.T) {
+// TestBindKnowsItsOwnFile: a relay that binds the path in the moment
+// between this bind and its file's appearance at the path (a successor
+// taking it over, or one rebinding) is never taken for this socket: Rebind
+// leaves its file alone and says the path is taken; ListenUnixgram takes
+// it over as it takes over any live socket, and knows its own file, which
+// its Close removes and nothing else. Before, the file was found by
+// looking at the path after the bind, where the successor's could be.
+func TestBindKnowsItsOwnFile(t *testing.T) {
 	old := syscall.Umask(0o022) // takes 0o044 from the mode: a chmod follows bind
 	defer syscall.Umask(old)
-	path := sockdir.Path(t, "relay.sock")
-	var successor *net.UnixConn
-	testHook = func(stage string) {
-		if stage != "chmod" || successor != nil {
-			return
+	for _, rebind := range []bool{true, false} {
+		path := sockdir.Path(t, "relay.sock")
+		var successor *net.UnixConn
+		testHook = func(stage string) {
+			if stage != "link" || successor != nil {
+				return
+			}
+			var err error
+			if successor, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"}); err != nil {
+				t.Error(err)
+			}
 		}
-		if err := os.Remove(path); err != nil {
-			t.Error(err)
-		}
+		var c *Conn
 		var err error
-		if successor, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"}); err != nil {
-			t.Error(err)
+		if rebind {
+			c, err = RebindUnixgram(path, 0o666)
+		} else {
+			c, err = ListenUnixgram(path, 0o666)
 		}
-	}
-	defer func() { testHook = nil }()
-	if c, err := ListenUnixgram(path, 0o666); err == nil {
-		c.Close()
-		t.Fatal("ListenUnixgram succeeded though its socket file was replaced before the chmod")
-	}
-	if successor == nil {
-		t.Fatal("no successor bound")
-	}
-	defer successor.Close()
-	if _, err := os.Lstat(path); err != nil {
-		t.Fatalf("the successor's socket file after the failed listen: %v", err)
-	}
-	s, err := DialUnixgram(path, 0)
-	if err != nil {
-		t.Fatalf("dialing the successor: %v", err)
-	}
-	defer s.Close()
-	if err := s.Write([]byte("still here")); err != nil {
-		t.Fatalf("writing to the successor: %v", err)
-	}
-	buf := make([]byte, 64)
-	successor.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, _, err := successor.ReadFrom(buf); err != nil || string(buf[:n]) != "still here" {
-		t.Errorf("the successor read %q, %v; want \"still here\"", buf[:n], err)
+		testHook = nil
+		if successor == nil {
+			t.Fatal("no successor bound")
+		}
+		if rebind {
+			if !errors.Is(err, ErrPathTaken) || c != nil {
+				t.Fatalf("Rebind with a successor at the path: %v, want ErrPathTaken", err)
+			}
+			s, err := DialUnixgram(path, 0)
+			if err != nil {
+				t.Fatalf("dialing the successor: %v", err)
+			}
+			if err := s.Write([]byte("still here")); err != nil {
+				t.Fatalf("writing to the successor: %v", err)
+			}
+			s.Close()
+			buf := make([]byte, 64)
+			successor.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, _, err := successor.ReadFrom(buf); err != nil || string(buf[:n]) != "still here" {
+				t.Errorf("the successor read %q, %v; want \"still here\"", buf[:n], err)
+			}
+		} else {
+			if err != nil || !c.TookOver() {
+				t.Fatalf("ListenUnixgram with a successor at the path: %v (took over: %v), want it taken over", err, err == nil && c.TookOver())
+			}
+			if fi, err := os.Lstat(path); err != nil || !os.SameFile(fi, c.bound) || fi.Mode().Perm() != 0o666 {
+				t.Fatalf("the file at the path (%v) is not the listener's own with mode 0666", err)
+			}
+			if st, _ := c.CheckFile(); st != FileBound {
+				t.Fatalf("CheckFile = %v, want FileBound", st)
+			}
+			c.Close()
+			if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("Close left the path: %v", err)
+			}
+		}
+		successor.Close()
+		if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*")); len(m) != 0 {
+			t.Fatalf("private names left behind: %v", m)
+		}
 	}
 }
 

@@ -65,8 +65,8 @@ func (c *Conn) CheckFile() (FileState, error) {
 // RebindUnixgram is ListenUnixgram for a path that CheckFile found gone: it
 // binds only if nothing is at path, and otherwise returns an error matching
 // ErrPathTaken and leaves the file alone, a live socket included. The
-// kernel's bind decides, so a file put there since the check is never
-// replaced.
+// kernel decides (link(2) at path, which refuses an existing file), so a
+// file put there since the check is never replaced.
 func RebindUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	if err := CheckUnixPath(path); err != nil {
 		return nil, fmt.Errorf("dgram: %w", err)

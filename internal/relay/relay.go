@@ -7,7 +7,6 @@ package relay
 import (
 	"fmt"
 	"math/rand/v2"
-	"net/textproto"
 	"slices"
 	"strings"
 	"sync"
@@ -282,7 +281,7 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 	// As net/http will send it: a claim of white space alone would go out
 	// as an empty Datadog-Container-ID, which the agent over its Unix
 	// socket replaces with the relay's own container (TestBlankClaimIsNoClaim).
-	p.ContainerID = textproto.TrimString(p.ContainerID)
+	p.ContainerID = strings.Trim(p.ContainerID, " \t") // a line break stays, refused below
 	claimed := p.ContainerID
 	mismatch, local := false, false
 	if t == Unix && r.origins != nil && pid > 0 {
