@@ -227,10 +227,12 @@ func (a *Aggregator) Clear() {
 // Payloads still waiting for a retry (the agent answered 5xx, or 404 and
 // may come back) get their retries at their backoff for up to
 // Config.StopRetryWindow (default 5 s), no request starting after it,
-// then one last attempt each: against an agent that keeps failing Stop
-// may take that long, plus Config.HTTPTimeout for the requests in flight
-// as the window ends and one per payload still waiting (a hung agent);
-// give ctx a deadline to bound it. If ctx ends first, it returns ctx's
+// then one last attempt each. Against an agent that keeps failing Stop
+// may take that long, plus, against a hung agent, Config.HTTPTimeout for
+// each first attempt of the final report's payloads and of the reports
+// the send jitter held (sent one at a time before the window), for the
+// requests in flight as the window ends, and for each payload still
+// waiting; give ctx a deadline to bound it. If ctx ends first, it returns ctx's
 // error within moments: in-flight
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.

@@ -293,7 +293,10 @@ type Config struct {
 	// is then unknown) (default 30 s, within [MinInfoRefresh,
 	// MaxInfoRefresh]). The first such poll comes after RetryBackoff and
 	// each one that finds the agent so doubles the wait up to InfoRefresh,
-	// so an agent back from a restart is seen within seconds.
+	// so an agent back from a restart is seen within seconds. While the
+	// agent takes stats, /info is read again every 10 × InfoRefresh (5
+	// minutes by default), less up to a tenth: an agent restarted with
+	// another peer_tags list fails no request, so only that read tells.
 	InfoRefresh time.Duration
 	// StopRetryWindow is the longest Stop spends on the retries of payloads
 	// the agent refused for a moment (5xx, timeouts, a 404 while /info

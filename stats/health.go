@@ -91,7 +91,8 @@ type Health struct {
 	PayloadsSent uint64
 	// PayloadsFailed counts failed attempts: an error or a non-2xx answer.
 	// A payload retried three times and then sent adds 3 here and 1 to
-	// PayloadsSent.
+	// PayloadsSent. Toward a relay, a payload too large for a datagram
+	// (ErrDatagramTooLarge) counts here too, though nothing was sent.
 	PayloadsFailed uint64
 	// PayloadsRetried counts attempts scheduled after a retryable failure
 	// (toward a relay: a missing relay; a full socket's short waits are

@@ -120,7 +120,8 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 			MaxRetryPayloads: cfg.MaxRetryPayloads,
 			MaxRetryBytes:    cfg.MaxRetryBytes,
 			InfoRefresh:      cfg.InfoRefresh,
-			Parallel:         1, // a report is a payload or a few: one connection
+			RecheckInfo:      agentclient.InfoRecheck * cfg.InfoRefresh, // for a new peer_tags list
+			Parallel:         1,                                         // a report is a payload or a few: one connection
 			Off:              &a.off,
 			GetBuf:           bufs.get,
 			PutBuf:           bufs.put,
@@ -348,7 +349,9 @@ func (s *sender) Info(info *agentclient.Info) {
 		s.infoStreak = 0
 	}
 	if !s.fixedPeerTags && info.PeerTags != nil {
-		// Polled every InfoRefresh: a new list empties the tables' caches.
+		// Read again every InfoRecheck × InfoRefresh while the agent takes
+		// stats (every poll while it does not): a new list empties the
+		// tables' caches.
 		if k := s.peerTags.Load(); k != nil && slices.Equal(*k, info.PeerTags) {
 			return
 		}

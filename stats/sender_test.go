@@ -1233,3 +1233,42 @@ func TestRetriesAfterTimeout(t *testing.T) {
 		t.Fatalf("the agent received %d requests, want the same body twice", len(reqs))
 	}
 }
+
+// TestInfoRereadWhileUp: an agent restarted with another peer_tags list
+// fails no request, so the SDK reads /info again while the agent takes
+// stats (every InfoRecheck × InfoRefresh) and keeps the new list's tags
+// from then on. Before, /info was read again only while the agent was off
+// or /info failing: db.instance stayed dropped for good.
+func TestInfoRereadWhileUp(t *testing.T) {
+	defer func(v time.Duration) { minInfoRefresh = v }(minInfoRefresh)
+	minInfoRefresh = time.Millisecond
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats"}, "peer_tags": []string{"peer.service"}})
+	a := newStarted(t, Config{AgentURL: ag.URL(), InfoRefresh: 10 * time.Millisecond, SendJitter: -1})
+	span := func() *Span {
+		return &Span{Name: "q", SpanKind: "client", Duration: 5, Start: time.Now().UnixNano(),
+			PeerTags: []string{"peer.service:users", "db.instance:main"}}
+	}
+	waitFor(t, "the first /info", func() bool { return a.Health().InfoReads >= 1 })
+	a.Publish(span())
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats"}, "peer_tags": []string{"peer.service", "db.instance"}})
+	waitFor(t, "/info read again", func() bool { return a.Health().InfoReads >= 2 })
+	a.Publish(span())
+	stop(t, a)
+	var got [][]string
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				got = append(got, g.PeerTags)
+			}
+		}
+	}
+	if len(got) != 2 || !slices.Equal(got[0], []string{"peer.service:users"}) ||
+		!slices.Equal(got[1], []string{"db.instance:main", "peer.service:users"}) {
+		t.Fatalf("groups' peer tags %q; want the first list's, then the new one's", got)
+	}
+}

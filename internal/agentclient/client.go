@@ -43,6 +43,10 @@ const (
 	// DefaultInfoRefresh is the longest /info poll period while the agent
 	// is off or /info cannot be read (see Config.InfoRefresh).
 	DefaultInfoRefresh = 30 * time.Second
+	// InfoRecheck × InfoRefresh (5 minutes by default) is how often the
+	// SDK and the relay read /info again while the agent takes stats, for
+	// its peer_tags list (Config.RecheckInfo).
+	InfoRecheck = 10
 )
 
 // Config bounds the client's work. Every field must be set: the callers
@@ -65,6 +69,11 @@ type Config struct {
 	// agent back within seconds (a restart) is seen within seconds, one
 	// that stays off is polled at InfoRefresh.
 	InfoRefresh time.Duration
+	// RecheckInfo is how often /info is read again while the agent takes
+	// stats, for a peer_tags list or a request limit changed by an agent
+	// restart, which fails no request (0: never; an owner that rereads it
+	// itself). InfoRecheck × InfoRefresh is the SDK's and the relay's.
+	RecheckInfo time.Duration
 	// Parallel is how many requests SendAll, RunDue and Final have in
 	// flight at once (at least 1): a relay sends one request per identity
 	// each interval, and in sequence one slow answer would delay all the
@@ -181,6 +190,7 @@ type Client struct {
 	splitParts *[]*Payload
 	retryLen   int       // bytes in retries
 	infoDue    time.Time // next /info poll, while off or while infoStale
+	recheckDue time.Time // next /info read while the agent takes stats (RecheckInfo)
 	// infoWait is the wait before the next /info poll while off or stale:
 	// RetryBackoff once a payload was taken with /info readable, doubled
 	// per poll up to InfoRefresh (see pollInfoLater).
@@ -301,7 +311,8 @@ func (c *Client) wait(p *Payload) {
 
 // NextDue is when RunDue has work without a new payload: the earliest
 // retry, or the next /info poll while the agent is off or /info is stale
-// (it failed, or a body was refused as too large).
+// (it failed, or a body was refused as too large), or its next read every
+// RecheckInfo while the agent takes stats.
 func (c *Client) NextDue() (time.Time, bool) {
 	var d time.Time
 	ok := false
@@ -310,10 +321,19 @@ func (c *Client) NextDue() (time.Time, bool) {
 			d, ok = p.due, true
 		}
 	}
-	if (c.off.Load() || c.infoStale) && (!ok || c.infoDue.Before(d)) {
-		d, ok = c.infoDue, true
+	if info, due := c.infoPoll(); due && (!ok || info.Before(d)) {
+		d, ok = info, true
 	}
 	return d, ok
+}
+
+// infoPoll is when /info is next read, if it is: polled while the agent is
+// off or /info stale, read again every RecheckInfo (once read) otherwise.
+func (c *Client) infoPoll() (time.Time, bool) {
+	if c.off.Load() || c.infoStale {
+		return c.infoDue, true
+	}
+	return c.recheckDue, c.cfg.RecheckInfo > 0 && !c.recheckDue.IsZero()
 }
 
 // RunDue polls /info if due (see NextDue) and attempts every retry due at
@@ -331,7 +351,7 @@ func (c *Client) RunDue(now time.Time) {
 	}
 	clear(c.retries[len(keep):])
 	c.retries = keep
-	if (c.off.Load() || c.infoStale) && !now.Before(c.infoDue) {
+	if at, ok := c.infoPoll(); ok && !now.Before(at) {
 		c.ReadInfo()
 	}
 	c.SendAll(due)
@@ -339,8 +359,8 @@ func (c *Client) RunDue(now time.Time) {
 
 // Final runs the payloads waiting for a retry at their due times (and the
 // /info polls, while the agent is off or /info stale) until none waits,
-// within passes or the client's context ends (the owner's deadline for its
-// stop). While the agent is off it first reads /info once, so that an agent
+// for at most within, or until the client's context ends (the owner's
+// deadline for its stop). While the agent is off it first reads /info once, so that an agent
 // back before the next poll takes what is held. No request starts after the window; then what still waits gets
 // one last immediate attempt (none if the context ended); what fails is
 // dropped and reported. So Final takes at most within, plus a Timeout for
@@ -483,7 +503,9 @@ func (c *Client) pollInfoLater() {
 	if c.infoWait <= 0 {
 		c.infoWait = min(c.cfg.RetryBackoff, c.cfg.InfoRefresh)
 	}
-	c.infoDue = time.Now().Add(c.infoWait)
+	// Jittered into [3/4, 1] of the wait: processes that met a 404
+	// together (and the payloads they hold for the poll) spread out.
+	c.infoDue = time.Now().Add(c.infoWait - time.Duration(rand.Int64N(int64(c.infoWait)/4+1)))
 	c.infoWait = min(2*c.infoWait, c.cfg.InfoRefresh)
 }
 
@@ -595,6 +617,11 @@ func (c *Client) ReadInfo() {
 		return
 	}
 	c.infoStale = false
+	if c.cfg.RecheckInfo > 0 {
+		// Jittered by a tenth, so that a host's processes started together
+		// do not read it together ever after.
+		c.recheckDue = time.Now().Add(c.cfg.RecheckInfo - time.Duration(rand.Int64N(int64(c.cfg.RecheckInfo)/10+1)))
+	}
 	c.maxBody = info.Config.MaxRequestBytes
 	if slices.Contains(info.Endpoints, StatsPath) {
 		c.infoDue = time.Now().Add(c.cfg.InfoRefresh)

@@ -749,9 +749,10 @@ func TestNotFoundHeldWithinBudget(t *testing.T) {
 	}
 	want := cfg.RetryBackoff
 	for i, w := range waits {
-		if want < w.lo || want > w.hi {
-			t.Fatalf("poll wait %d scheduled between %v and %v, want %v: waits %v, from RetryBackoff (%v) doubling up to InfoRefresh (%v)",
-				i, w.lo, w.hi, want, waits, cfg.RetryBackoff, cfg.InfoRefresh)
+		// Jittered into [3/4, 1] of the wait (pollInfoLater).
+		if want*3/4 > w.hi || want < w.lo {
+			t.Fatalf("poll wait %d scheduled between %v and %v, want within [%v, %v]: waits %v, from RetryBackoff (%v) doubling up to InfoRefresh (%v)",
+				i, w.lo, w.hi, want*3/4, want, waits, cfg.RetryBackoff, cfg.InfoRefresh)
 		}
 		want = min(2*want, cfg.InfoRefresh)
 	}
@@ -1319,5 +1320,31 @@ func TestConnectionLostOnceSentMayDuplicate(t *testing.T) {
 	if takes.Load() != 2 || obs.sent != 1 || obs.retried != 1 || obs.retriedAfterTimeout != 1 || !p.MaybeDelivered() {
 		t.Fatalf("agent took the body %d times; sent %d, retried %d (%d that may duplicate), maybe delivered %v; want 2; 1, 1 (1), true",
 			takes.Load(), obs.sent, obs.retried, obs.retriedAfterTimeout, p.MaybeDelivered())
+	}
+}
+
+// TestInfoPollJittered: the /info polls while the agent is off are
+// jittered into [3/4, 1] of their wait, so that processes that met a 404
+// together, and the payloads they hold for the poll, do not poll and
+// retry in lockstep.
+func TestInfoPollJittered(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:1")
+	cfg.RetryBackoff, cfg.InfoRefresh = 100*time.Millisecond, time.Second
+	c := New(context.Background(), cfg, &counting{})
+	defer c.Close()
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		c.infoWait = 0 // the first poll's wait: RetryBackoff
+		before := time.Now()
+		c.pollInfoLater()
+		after := time.Now()
+		lo, hi := c.infoDue.Sub(after), c.infoDue.Sub(before)
+		if hi < cfg.RetryBackoff*3/4 || lo > cfg.RetryBackoff {
+			t.Fatalf("a poll scheduled %v..%v ahead, want within [%v, %v]", lo, hi, cfg.RetryBackoff*3/4, cfg.RetryBackoff)
+		}
+		seen[hi.Round(time.Millisecond)] = true
+	}
+	if len(seen) < 5 {
+		t.Fatalf("50 polls scheduled at %d distinct waits (to the ms): not jittered", len(seen))
 	}
 }

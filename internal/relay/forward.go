@@ -227,8 +227,9 @@ func (f *forwarder) forward(boundary time.Time) {
 }
 
 // infoRecheck × InfoRefresh (5 minutes by default) is how often the relay
-// reads /info again while the agent takes stats, for its peer_tags list.
-const infoRecheck = 10
+// reads /info again while the agent takes stats, for its peer_tags list:
+// at a forward round, by itself, not through the client's RecheckInfo.
+const infoRecheck = agentclient.InfoRecheck
 
 // forwardChunk is how many times ForwardParallel payloads a round encodes
 // before sending them: enough that a slow request rarely leaves the other
