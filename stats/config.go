@@ -169,7 +169,10 @@ type Config struct {
 	// EnvReportHostname says otherwise) lets the agent use its own host,
 	// as it does for the traces of dd-trace-go.
 	Env, Service, Version, Hostname string
-	// RuntimeID identifies this process; a random one is generated when empty.
+	// RuntimeID identifies this process; a random one is generated when
+	// empty. Give each aggregator its own: a relay counts each sender's
+	// datagram sequence numbers by RuntimeID, and two aggregators sharing
+	// one would read to it as one sender losing datagrams.
 	RuntimeID string
 	// Lang is the tracer language (default "go"); LangVersion its version
 	// (default the running Go version); TracerVersion the tracer's version.

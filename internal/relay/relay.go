@@ -98,7 +98,11 @@ type Stats struct {
 	// it is known, every key kept.
 	PeerTagKeys int
 	// SeqGaps counts datagrams missing between two of one sender, once
-	// missing at two harvests in a row (see sender); SeqRestarts the
+	// missing at two harvests in a row (see sender), or, sooner, when the
+	// sender has maxRuns holes open (with more than about eight decode
+	// workers, -procs, a sender whose report spans many datagrams can open
+	// that many by reordering alone: then counted here, and later in
+	// SeqLate, though none was lost); SeqRestarts the
 	// senders that started over at sequence 1; SeqLate the datagrams whose
 	// sequence (not 1) was received before or already counted as a gap:
 	// duplicated, or delayed past two harvests.

@@ -62,8 +62,11 @@ type seqRun struct{ lo, hi uint64 }
 const senderIdleIntervals = 3
 
 // maxRuns bounds a sender's runs: past it, its lowest hole is counted as
-// gaps and closed. Reordering opens a hole or two per worker; more are
-// losses.
+// gaps and closed. Reordering opens a hole or two per decode worker; more
+// are losses at the default -procs (one worker) up to about eight. With
+// more workers reordering alone can open that many (and the datagram then
+// merged counts as late): the bound keeps a hostile sender's runs, and the
+// sender table, to a few tens of MiB.
 const maxRuns = 16
 
 // senders tracks sequence numbers per RuntimeID, keyed by its seeded hash:
