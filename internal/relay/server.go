@@ -64,8 +64,11 @@ const (
 	DropUnattributable = "unattributable" // no container id, agent on a Unix socket, relay in a container
 )
 
-// ServerConfig configures a Server; zero fields take the defaults above
-// (UnixPath and UDPAddr: "-" disables the socket, as the empty flag does).
+// ServerConfig configures a Server; zero fields take the defaults above,
+// but for the sockets: UnixPath and UDPAddr name them, and an empty one
+// (or "-", as statsrelay's empty flag becomes) disables that socket, so
+// at least one must be given (statsrelay gives DefaultUnixPath and
+// DefaultUDPAddr).
 type ServerConfig struct {
 	UnixPath   string
 	SocketMode os.FileMode
