@@ -851,7 +851,8 @@ func TestBinarySurvivesClosedLogPipe(t *testing.T) {
 // demo's temporary directory and its socket are removed all the same.
 func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
 	sockRE := regexp.MustCompile(`unixgram://(\S+)`)
-	for range 2 {
+	forced := 0 // tries whose second signal came while the demo stopped
+	for try := 0; try < 4 && forced < 2; try++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), mainArgsEnv+`=["-demo"]`)
 		stdout, err := cmd.StdoutPipe()
@@ -882,8 +883,14 @@ func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
 			t.Fatalf("after two SIGINTs (%v) the demo left %s behind", err, dir)
 		}
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 130 && ee.ExitCode() != 0 {
+		if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 130) {
 			t.Fatalf("exit %v; want 130 (the second signal) or 0 (the stop won)", err)
 		}
+		if err != nil {
+			forced++
+		}
+	}
+	if forced == 0 {
+		t.Skip("the demo's stop beat the second signal in every try: the forced exit was not exercised")
 	}
 }

@@ -94,13 +94,19 @@ func (c *Conn) ReadBatch(b *Batch) (int, error) {
 			}
 			continue // Drain woke a waiting read: take what is queued
 		}
+		if err != nil && msgTooLong(err) {
+			// Windows reports a datagram longer than buf as an error
+			// (WSAEMSGSIZE), having taken it from the queue: a truncated
+			// datagram, counted, and not a read error to back off from.
+			n, err = len(buf), nil
+		}
 		if err != nil {
 			return 0, err
 		}
 		break
 	}
-	// A datagram longer than buf is cut to len(buf) here (or reported as an
-	// error, which is returned): n == max+1 is how the excess shows.
+	// A datagram longer than buf is cut to len(buf) here (Windows: see
+	// msgTooLong): n == max+1 is how the excess shows.
 	b.dgrams[0] = Datagram{Data: buf[:n], Size: n, Truncated: n > b.max}
 	b.n = 1
 	return 1, nil
