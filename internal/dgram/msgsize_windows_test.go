@@ -12,7 +12,9 @@ import (
 )
 
 func TestMsgTooLong(t *testing.T) {
-	wrap := func(e error) error { return &net.OpError{Op: "read", Net: "udp", Err: os.NewSyscallError("wsarecvfrom", e)} }
+	wrap := func(e error) error {
+		return &net.OpError{Op: "read", Net: "udp", Err: os.NewSyscallError("wsarecvfrom", e)}
+	}
 	if !msgTooLong(wrap(windows.WSAEMSGSIZE)) {
 		t.Error("WSAEMSGSIZE from a read is not taken for a datagram too long")
 	}
