@@ -37,8 +37,8 @@
 // extended, computes an upper bound of the payload's size first from the
 // cheap size functions and grows the buffer at most once, so a reused buffer
 // makes a report allocation-free. Map keys are precomputed msgpack strings
-// and every key is always written, in the agent's order, as the agent's own
-// MarshalMsg does. A sketch is written in place right after its bin header:
+// and every key is always written, in the agent's order (the agent's own
+// MarshalMsg leaves out a nil Stats array; an empty one decodes alike). A sketch is written in place right after its bin header:
 // its exact size is known up front (mapping, the positive store as
 // contiguous counts from the lowest non-empty index or as the binCounts map,
 // whichever is shorter, zero count), and the bins are appended straight

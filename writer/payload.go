@@ -93,8 +93,8 @@ const (
 	kAdditionalMetricTags   = "\xb4AdditionalMetricTags"
 )
 
-// Number of keys of each map; every key is always written, like the agent's
-// own MarshalMsg, so the maps have a fixed size.
+// Number of keys of each map; every key is always written (the agent's own
+// MarshalMsg leaves out a nil Stats array), so the maps have a fixed size.
 const (
 	payloadFields = 16
 	bucketFields  = 4
