@@ -29,7 +29,7 @@ const (
 	DefaultBucketInterval = 10 * time.Second
 	// DefaultInboxSize bounds the spans waiting for the consumer (slots of
 	// 336 B: 2.6 MiB). Under overload a deeper inbox buys little
-	// (BenchmarkShedYield); below it, the consumer drains at half full (see
+	// (BenchmarkInboxOverload); below it, the consumer drains at half full (see
 	// wakeFraction), and the other half takes the bursts that arrive while
 	// it waits for a processor (BenchmarkPaced in bench/peer, at 1 M
 	// spans/s).
@@ -87,7 +87,7 @@ const (
 	MinBucketInterval = time.Second
 	MaxBucketInterval = time.Hour
 	// MaxInboxSize bounds InboxSize: a deeper inbox only delays the drops
-	// of an overloaded consumer (BenchmarkShedYield), and its slots (a
+	// of an overloaded consumer (BenchmarkInboxOverload), and its slots (a
 	// few hundred bytes each) are allocated up front.
 	MaxInboxSize = 1 << 16
 	// MaxShedYieldEvery bounds ShedYieldEvery: rarer yields than this are
@@ -241,8 +241,8 @@ type Config struct {
 	// kept for reuse, not freed.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that
-	// none exceeds it (default DefaultMaxPayloadBytes, at most
-	// MaxMaxPayloadBytes).
+	// none exceeds it (default DefaultMaxPayloadBytes, at least 64 KiB, at
+	// most MaxMaxPayloadBytes).
 	MaxPayloadBytes int
 	// MaxDatagramBytes bounds each datagram sent to a relay (AgentURL
 	// unixgram:// or udp://), envelope included: a report is split into
