@@ -43,7 +43,9 @@ var (
 	// ErrMalformedSketch: the bytes are not a well-formed DDSketch message
 	// (bad varint, length past the end, packed doubles not a multiple of 8
 	// bytes, a group or unknown wire type, a known field with the wrong wire
-	// type, or a bin index outside the mapping's indexable range).
+	// type, a bin index outside the mapping's indexable range, or more
+	// than one positive store: protobuf would merge them into one, the
+	// last offset for all their contiguous counts, which no writer means).
 	ErrMalformedSketch = errors.New("writer: malformed DDSketch protobuf")
 )
 
@@ -366,6 +368,9 @@ func decodeGeneral(b []byte, into *aggregate.Sketch) error {
 	}
 	if r.invalid != nil {
 		return r.invalid
+	}
+	if r.positives > 1 {
+		return ErrMalformedSketch
 	}
 	if !r.hasMapping || r.interpolation != 0 || r.indexOffset != 0 ||
 		!(math.Abs(r.gamma-gamma) <= 1e-9*gamma) {
