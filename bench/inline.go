@@ -12,9 +12,17 @@ import (
 // drainBatch is the aggregator's batch (stats' drainBatch).
 const drainBatch = 256
 
+// inlineMark is how many queued spans make inlineSDK drain: the SDK
+// consumer's mark, half the default inbox (stats' wakeFraction), which at
+// 20 k spans/s comes about as often as its 200 ms period. Draining every
+// drainBatch instead re-warmed the table sixteen times as often as the SDK
+// does at low loads, which the paced solo column then counted.
+const inlineMark = stats.DefaultInboxSize / 2
+
 // inlineSDK is the SDK's own work on one goroutine, without the handoff:
-// Publish's eligibility check and copy into an inbox slot, then, once a
-// batch is queued, the consumer's drain of it into a table, in place. No
+// Publish's eligibility check and copy into an inbox slot, then, once
+// inlineMark spans are queued, the consumer's drain of them into a table,
+// in place, batch by batch. No
 // goroutine waits or wakes, and the inbox's slots and the table stay in
 // the one core's cache: RunPaced compares the paced SDK with it to show
 // what handing spans to another goroutine costs at that load.
@@ -63,7 +71,7 @@ func (d *inlineSDK) Publish(_ int, s *stats.Span) {
 	}
 	s.Snapshot(c.Value()) // Publish's own copy; Counts has no place for the cuts
 	c.Commit()
-	if d.ring.Len() >= drainBatch {
+	if d.ring.Len() >= inlineMark {
 		d.drain()
 	}
 }
