@@ -278,11 +278,11 @@ func bindUnixgram(path string, mode os.FileMode) (*Conn, error) {
 }
 
 // privateName is a name beside path for bindUnixgram's bind: hidden, random,
-// no longer than path where that leaves room for the randomness (a socket
-// path is short), else as long as the path limit allows.
+// as long as path's name (at least 12 bytes, at most 65) where the path
+// limit allows.
 func privateName(path string) (string, error) {
 	dir, base := filepath.Split(path)
-	n := max(len(base), 12)
+	n := min(max(len(base), 12), 65) // "." and up to 64 hex digits
 	if len(dir)+n > MaxUnixPath {
 		n = MaxUnixPath - len(dir)
 	}

@@ -781,3 +781,23 @@ func TestListenUnixgramRefusesLinksAndFIFOs(t *testing.T) {
 		t.Errorf("the link's target after ListenUnixgram: %v, %v; want the socket left", fi, err)
 	}
 }
+
+// TestPrivateNameLengths: the private name beside a socket path is hidden,
+// in the same directory, random, and within the path limit, for a short
+// name, a long one and one whose directory leaves little room.
+func TestPrivateNameLengths(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("s", MaxUnixPath-5)
+	for _, path := range []string{"/run/r.sock", "/run/" + strings.Repeat("r", 90) + ".sock", long} {
+		a, err := privateName(path)
+		if err != nil {
+			t.Fatalf("%q: %v", path, err)
+		}
+		b, _ := privateName(path)
+		if filepath.Dir(a) != filepath.Dir(path) || !strings.HasPrefix(filepath.Base(a), ".") || len(a) > MaxUnixPath || a == b {
+			t.Errorf("%q: private names %q and %q", path, a, b)
+		}
+	}
+	if _, err := privateName("/" + strings.Repeat("d", MaxUnixPath-5) + "/x"); err == nil {
+		t.Error("a directory leaving no room: no error")
+	}
+}
