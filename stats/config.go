@@ -482,7 +482,8 @@ func (c Config) withDefaultsEnv(getenv func(string) string, fallback bool) (Conf
 	if !fallback {
 		return c, err
 	}
-	if d, ok := given.withoutLongVariables(getenv, t.network != "", c.Logger, err); ok {
+	h := headerOf(&c)
+	if d, ok := given.withoutLongVariables(getenv, writer.HeaderSize(&h), c.Logger, err); ok {
 		return d, nil
 	}
 	return c, fmt.Errorf("%w; the longest: %s", err, longestIdentity(&c))
@@ -496,19 +497,20 @@ var headerVariables = []string{EnvTags, EnvOtelResourceAttributes, EnvEnv, EnvSe
 // variables that make the payload header too long (err), as any
 // environment value that cannot be used is logged and ignored: the longest
 // first, each kept out only if that shortens the header (a variable the
-// config overrides is not the cause), until it fits. DD_TAGS goes with the
+// config overrides is not the cause: the header, of size bytes with every
+// variable, is no shorter without it), until it fits. DD_TAGS goes with the
 // env, service and version it would have set. It reports false, logging
 // nothing, when the header does not fit without them either: the config's
 // own fields are the cause.
-func (given Config) withoutLongVariables(getenv func(string) string, datagrams bool, log *slog.Logger, err error) (Config, bool) {
+func (given Config) withoutLongVariables(getenv func(string) string, size int, log *slog.Logger, err error) (Config, bool) {
 	vars := slices.Clone(headerVariables)
 	vars = slices.DeleteFunc(vars, func(k string) bool { return getenv(k) == "" })
 	slices.SortStableFunc(vars, func(a, b string) int { return len(getenv(b)) - len(getenv(a)) })
 	quiet := given
 	quiet.Logger = slog.New(slog.DiscardHandler) // the first resolution logged the other variables
-	size := func(c Config) int { h := headerOf(&c); return writer.HeaderSize(&h) }
+	sizeOf := func(c Config) int { h := headerOf(&c); return writer.HeaderSize(&h) }
 	var out []string
-	last := -1
+	last := size
 	for _, k := range vars {
 		out = append(out, k)
 		d, derr := quiet.withDefaultsEnv(func(k string) string {
@@ -527,7 +529,7 @@ func (given Config) withoutLongVariables(getenv func(string) string, datagrams b
 			}
 			return d, true
 		}
-		if n := size(d); last >= 0 && n >= last {
+		if n := sizeOf(d); n >= last {
 			out = out[:len(out)-1] // not a cause
 		} else {
 			last = n

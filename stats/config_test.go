@@ -668,3 +668,19 @@ func TestLongIdentityVariableIgnored(t *testing.T) {
 		t.Fatalf("the same Version in the Config: %v; want ErrBadConfig naming Version", err)
 	}
 }
+
+// TestLongVariableBlamedOnlyIfCause: a long DD_TAGS that the Config's own
+// Tags override is not what makes the header too long, a long DD_VERSION
+// is: only DD_VERSION is ignored and named, though DD_TAGS is the longer.
+func TestLongVariableBlamedOnlyIfCause(t *testing.T) {
+	env := map[string]string{EnvRelayURL: "udp://127.0.0.1:8127", EnvTags: "team:" + strings.Repeat("t", 30<<10),
+		EnvVersion: strings.Repeat("v", 20<<10)}
+	var buf bytes.Buffer
+	c, err := Config{Tags: []string{"team:core"}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaultsFrom(func(k string) string { return env[k] })
+	if err != nil || c.Version != "" || !slices.Equal(c.Tags, []string{"team:core"}) {
+		t.Fatalf("%v, version of %d bytes, tags %q; want DD_VERSION ignored, the Config's tags kept", err, len(c.Version), c.Tags)
+	}
+	if !strings.Contains(buf.String(), "name="+EnvVersion) || strings.Contains(buf.String(), "name="+EnvTags) {
+		t.Fatalf("logged %q; want DD_VERSION named, not DD_TAGS", buf.String())
+	}
+}
