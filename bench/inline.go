@@ -14,9 +14,8 @@ const drainBatch = 256
 
 // inlineMark is how many queued spans make inlineSDK drain: the SDK
 // consumer's mark, half the default inbox (stats' wakeFraction), which at
-// 20 k spans/s comes about as often as its 200 ms period. Draining every
-// drainBatch instead re-warmed the table sixteen times as often as the SDK
-// does at low loads, which the paced solo column then counted.
+// 20 k spans/s comes about as often as its 200 ms period, so that the
+// table is re-warmed as often as the SDK re-warms it.
 const inlineMark = stats.DefaultInboxSize / 2
 
 // inlineSDK is the SDK's own work on one goroutine, without the handoff:

@@ -260,7 +260,7 @@ func TestDecodeSketchRejects(t *testing.T) {
 		{"too many bins over two stores", join(okMapping, pbBytes(2, packed(make([]float64, MaxDecodedBins)...)),
 			pbBytes(3, packed(0))), ErrTooManyBins},
 		// Protobuf merges a repeated store into one: the agent would read
-		// these bins at the last store's offset (a review's finding).
+		// these bins at the last store's offset.
 		{"two positive stores", join(okMapping, pbBytes(2, packed(1, 2)), pbBytes(2, packed(3), pbVarint(3, zigzag32(100)))), ErrMalformedSketch},
 		{"bin index beyond the mapping", join(okMapping, pbBytes(2, packed(1), pbVarint(3, zigzag32(1<<30)))), ErrMalformedSketch},
 		{"map bin index beyond the mapping", join(okMapping, pbBytes(2, pbBytes(1, pbVarint(1, zigzag32(-1<<30)), pbDouble(2, 1)))), ErrMalformedSketch},
