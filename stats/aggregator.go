@@ -123,7 +123,9 @@ func (a *Aggregator) Start() {
 // (only a span another goroutine changes meanwhile can make it) leaves its
 // inbox slot claimed and unwritten: the consumer stops at that slot, and
 // the spans behind it wait there until Stop, whose deadline drops them
-// (StopUndrained); no guard against it is paid on every call.
+// (StopUndrained); the spans before it are reported as usual, and a Flush
+// leaves the slot after waiting 100 ms for it. No guard against it is
+// paid on every call.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false

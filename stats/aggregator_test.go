@@ -675,3 +675,46 @@ func TestStopPastAnAbandonedSlot(t *testing.T) {
 		t.Fatalf("the agent holds %d hits, want 3", hits)
 	}
 }
+
+// TestTickPastAnAbandonedSlot: spans counted before a slot whose Publish
+// panicked, not flushed, still reach the agent at the next close: the
+// tick's drain leaves the slot after slotWait instead of spinning on it
+// until Stop, whose deadline then dropped them unsent. A Flush meanwhile
+// returns, and the slot and the span behind it count as undrained at Stop.
+func TestTickPastAnAbandonedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8, BucketInterval: time.Second})
+	for i := range 3 {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatal("refused")
+		}
+	}
+	waitFor(t, "3 counted", func() bool { return a.Health().Counted == 3 })
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = a.inbox.Claim()
+		panic("the copy into the slot panicked")
+	}()
+	s := raceSpan(4)
+	if !a.Publish(&s) {
+		t.Fatal("refused behind the slot")
+	}
+	waitFor(t, "the 3 counted spans at the agent", func() bool {
+		_, hits := statstest.Sum(ag.Requests())
+		return hits == 3
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := a.Flush(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("Flush past the abandoned slot: %v", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = a.Stop(ctx)
+	if h := a.Health(); h.Counted != 3 || h.SpansSent != 3 || h.StopUndrained != 2 {
+		t.Fatalf("Counted %d SpansSent %d StopUndrained %d, want 3, 3, 2 (the slot and the span behind it)", h.Counted, h.SpansSent, h.StopUndrained)
+	}
+}

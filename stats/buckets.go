@@ -14,6 +14,7 @@ import (
 func (c *consumer) begin(t time.Time) {
 	c.start = writer.AlignStart(t, c.interval)
 	c.setFloor(c.start)
+	c.seen = t
 	c.timer = time.NewTimer(c.due().Sub(t))
 	c.armed = c.due()
 }
@@ -113,14 +114,23 @@ func (c *consumer) tick() {
 	c.arm(t)
 }
 
-// steppedBack reports whether the wall clock has gone back since the timer
-// was armed by more than the longest wait it is armed for (an interval),
-// or behind the current bucket's start by more than maxStartAhead:
-// a step, as an NTP correction or a restored VM makes, not a slew. The
-// buckets follow the wall clock, so without realign the timer would wait
-// until the clock is back where it was, and no report would go out.
+// steppedBack reports whether the wall clock has gone back by more than an
+// interval behind the latest reading the consumer acted on, or behind the
+// current bucket's start by more than maxStartAhead: a step, as an NTP
+// correction or a restored VM makes, not a slew. The buckets follow the
+// wall clock, so without realign the timer would wait until the clock is
+// back where it was, and no report would go out. A smaller step is left
+// to the buckets as they are: it delays the next close by at most the step,
+// and the spans stamped before the current bucket count as late
+// (TestSmallStepBackKeepsBuckets). Not a step, t becomes the latest reading.
 func (c *consumer) steppedBack(t time.Time) bool {
-	return c.due().Sub(t) > c.interval || c.start.Sub(t) > maxStartAhead
+	if c.seen.Sub(t) > c.interval || c.start.Sub(t) > maxStartAhead {
+		return true
+	}
+	if t.After(c.seen) {
+		c.seen = t
+	}
+	return false
 }
 
 // maxStartAhead is how far behind the current bucket's start the clock may
@@ -161,6 +171,7 @@ func (c *consumer) realign(t time.Time) {
 	c.report(n+1, nil)
 	c.start = writer.AlignStart(t, c.interval)
 	c.setFloor(c.start)
+	c.seen = t
 	c.ctr.clockStepsBack.Add(1)
 	c.arm(t) // seen by a drain, the step must not wait for the old schedule
 }

@@ -383,6 +383,38 @@ func (d *driven) relayed(now time.Time) []bucket {
 	return got
 }
 
+// TestSmallStepBackKeepsBuckets: once the previous bucket has closed, the
+// timer is armed most of an interval ahead; a step back of 1 s (more than
+// the grace, less than an interval) is not a step for the buckets: the span
+// that ended in [10 s, 20 s) is reported there at the next close, a span
+// stamped on the stepped clock before 10 s counts there as late, and
+// ClockStepsBack stays 0.
+func TestSmallStepBackKeepsBuckets(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("first", epoch.Add(4*time.Second))
+	d.at(epoch.Add(iv + iv/graceDivisor)) // [0, 10 s) closes
+	if got := d.reports(epoch); len(got) != 1 || got[0].start != 0 {
+		t.Fatalf("first close: %v", got)
+	}
+	d.publish("cur", epoch.Add(iv+500*time.Millisecond))
+	d.c.consume()
+	d.now = epoch.Add(iv + iv/graceDivisor - time.Second - 2*time.Millisecond) // back 1.002 s
+	d.publish("stepped", d.now)
+	d.at(d.now)
+	if got := d.reports(epoch); len(got) != 0 {
+		t.Fatalf("a 1 s step back reported %v at once", got)
+	}
+	d.at(epoch.Add(2*iv + iv/graceDivisor))
+	got := d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["cur"] != 1 || got[0].hits["stepped"] != 1 {
+		t.Fatalf("after the step: %v; want [10s +10s) map[cur:1 stepped:1]", got)
+	}
+	if h := d.a.Health(); h.ClockStepsBack != 0 || h.LateSpans != 1 {
+		t.Fatalf("ClockStepsBack %d LateSpans %d, want 0 and 1", h.ClockStepsBack, h.LateSpans)
+	}
+}
+
 // TestFlushAfterSmallStepBack: a Flush that finds the clock gone back
 // behind the current bucket's start, by less than an interval, reports
 // that bucket to its nominal end, never with Duration 0 (which the relay

@@ -96,6 +96,7 @@ type consumer struct {
 	boundary  time.Time // the current bucket's aligned end
 	timer     *time.Timer
 	armed     time.Time           // when the timer fires, on the wall clock (tests read it)
+	seen      time.Time           // the latest wall reading, against which steppedBack measures
 	poll      *time.Timer         // period, while parked with spans below the mark
 	period    time.Duration       // drainPeriod; tests shorten it to reach quiet parks often
 	quiet     bool                // the last drainPeriod brought no span
@@ -363,17 +364,32 @@ func (c *consumer) counted(n int) {
 // producers as fast as the consumer cannot hold it there, away from its
 // timer and from Stop (TestFlushUnderSteadyLoadReturns). A slot claimed by
 // a Publish still writing it is waited for: the spans queued behind it
-// were published before the call (TestFlushWaitsForAClaimedSlot).
+// were published before the call (TestFlushWaitsForAClaimedSlot). Not
+// past slotWait: a slot whose Publish panicked is never written, and the
+// tick must still close and report the buckets counted before it
+// (TestTickPastAnAbandonedSlot).
 func (c *consumer) drainQueued() {
+	var waiting time.Time
 	for n := c.in.Len(); n > 0 && !c.halt.Load(); {
 		k := c.consume()
 		if k == 0 {
+			if waiting.IsZero() {
+				waiting = time.Now()
+			} else if time.Since(waiting) > slotWait {
+				return
+			}
 			runtime.Gosched() // the write is only moments away
 			continue
 		}
+		waiting = time.Time{}
 		n -= k
 	}
 }
+
+// slotWait is how long a drain waits for a claimed slot to be written: a
+// producer descheduled in the middle of its copy is back long before
+// (the scheduler preempts every 10 ms), one that panicked never is.
+const slotWait = 100 * time.Millisecond
 
 func (c *consumer) flush(done chan error) {
 	// Realigned and past any boundary reached before the spans are read:

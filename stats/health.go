@@ -71,9 +71,12 @@ type Health struct {
 	// buckets a pause left apart (see Span.Start); they are part of Counted.
 	LateSpans uint64
 	// ClockStepsBack counts the times the consumer found the wall clock
-	// gone back by more than an interval: each time it reported the open
-	// buckets as they stood and started new ones on the new time, rather
-	// than wait for the clock to come back to report again.
+	// gone back by more than an interval behind its latest reading (or
+	// more than 30 s behind the current bucket's start): each time it
+	// reported the open buckets as they stood and started new ones on the
+	// new time, rather than wait for the clock to come back to report
+	// again. A smaller step keeps the buckets; spans stamped before the
+	// current one count in LateSpans.
 	ClockStepsBack uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).
