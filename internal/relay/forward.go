@@ -137,7 +137,10 @@ func (f *forwarder) run(stop context.Context) {
 			now = cfg.Now()
 			f.trouble.check(f.s.troubleCounters(), now, false)
 			f.switches.Check(f.s.log, false)
-			boundary = boundary.Add(cfg.Interval)
+			// From due, not boundary: a late round forwarded up to due, and
+			// the next must not harvest it again at once (its senders'
+			// sequence gaps would be judged milliseconds apart).
+			boundary = due.Add(cfg.Interval)
 			if stepped || now.Sub(boundary) >= cfg.Interval { // or the process was paused: realign
 				boundary = nextBoundary(now, cfg.Interval, cfg.Grace)
 				// Paused during the round (or the round itself took
@@ -271,6 +274,9 @@ func (f *forwarder) Dropped(p *agentclient.Payload, err error) {
 		reason = DropRetryBudget
 	case errors.Is(err, agentclient.ErrAgentOff):
 		reason = DropAgentOff
+	case errors.Is(err, writer.ErrUnsplittable):
+		// Maybe never sent: over /info's max_request_bytes it is not.
+		reason = DropTooLarge
 	case errors.Is(err, context.Canceled):
 		reason = DropStopped
 	}

@@ -131,7 +131,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 
 // dropReasons are the reasons statsrelay_spans_dropped_total always shows,
 // at 0 until a span is dropped so.
-var dropReasons = []string{DropMaxGroups, DropMaxBytes, DropRetryBudget, DropAgentOff, DropRefused, DropStopped, DropUnattributable}
+var dropReasons = []string{DropMaxGroups, DropMaxBytes, DropRetryBudget, DropAgentOff, DropRefused, DropTooLarge, DropStopped, DropUnattributable}
 
 // statsMetrics sets in set the metric of every Stats field (a field without
 // one would be a count no operator sees: TestEveryStatIsAMetric); the
@@ -221,7 +221,7 @@ var help = map[string]string{
 	"statsrelay_senders":                           "Senders in the sender table.",
 	"statsrelay_senders_forgotten_total":           "Senders evicted from a full sender table while still sending.",
 	"statsrelay_spans_dropped_after_timeout_total": "Spans dropped after a request, sent whole, timed out, lost its connection before the answer or was cut by the stop: the agent may have taken them.",
-	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, stopped, unattributable.",
+	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, too_large (one group over the agent's request limit), stopped, unattributable.",
 	"statsrelay_spans_folded_total":                "Spans folded into an overflow group at the -max-groups or -max-held-bytes bound.",
 	"statsrelay_overflow_groups_total":             "Overflow groups created at the -max-groups or -max-held-bytes bound (one per identity and window).",
 	"statsrelay_spans_forwarded_total":             "Spans the agent accepted.",

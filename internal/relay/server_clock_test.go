@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -271,5 +272,42 @@ func startInGrace(t *testing.T, infoDelay time.Duration) {
 			t.Errorf("the window ended %s before the agent got it, want it in the round at the grace %s (before the next, at %s)", late, grace, interval+grace)
 		}
 		return
+	}
+}
+
+// TestLateTickRunsOneRound: the forwarder's loop reaches a tick between
+// one interval and two intervals less the grace late (paused, or blocked in
+// RunDue on a slow agent; here the wall clock jumps ahead 1.5 intervals
+// just after a round). The round forwards every window whose grace has
+// passed, and is one round, not two back to back: a second harvest
+// milliseconds after the first would count the hole at sequence 2 as a gap
+// (the sender table judges holes over harvests an interval apart), and the
+// datagram filling it, merged just after, as late.
+func TestLateTickRunsOneRound(t *testing.T) {
+	const interval = 2 * time.Second
+	s := startClocked(t, interval)
+	rounds := func() int {
+		v, _ := metricValue(scrape(s.Server), "statsrelay_forward_rounds_total")
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	before := rounds()
+	waitFor(t, "a forward round", func() bool { return rounds() != before })
+	after := rounds()
+	// Sequences 1 and 3 of one sender: 2 is in flight (another worker).
+	s.sendNow(t, 1, "r", 1)
+	s.sendNow(t, 3, "r", 1)
+	waitFor(t, "seq 1 and 3", func() bool { return s.Relay().Stats().SpansReceived == 2 })
+	s.offset.Store(int64(interval * 3 / 2)) // the tick is handled 1.5 intervals late
+	waitFor(t, "the late round", func() bool { return rounds() != after })
+	time.Sleep(300 * time.Millisecond)
+	got := rounds() - after
+	s.sendNow(t, 2, "r", 1) // the datagram in flight, merged just after the round
+	waitFor(t, "seq 2", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	st := s.Relay().Stats()
+	t.Logf("rounds run for the late tick: %d; SeqGaps %d SeqLate %d", got, st.SeqGaps, st.SeqLate)
+	if got != 1 || st.SeqGaps != 0 || st.SeqLate != 0 {
+		t.Fatalf("late tick: %d rounds back to back (want 1); SeqGaps %d, SeqLate %d (want 0, 0: seq 2 was missing at one harvest only)",
+			got, st.SeqGaps, st.SeqLate)
 	}
 }

@@ -388,3 +388,30 @@ func TestDroppedAfterTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestOverAgentLimitDroppedTooLarge: a group larger than the agent's
+// /info max_request_bytes cannot be split under it: it is dropped before
+// any request is sent, as too_large, not as refused (which says the agent
+// answered a 4xx).
+func TestOverAgentLimitDroppedTooLarge(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetMaxRequestBytes(400)
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	conn := dialUDP(t, srv)
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	g := writer.Group{}
+	g.Service, g.Name, g.Resource, g.Hits, g.Duration = "web", "op", strings.Repeat("r", 600), 5, 50
+	pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "big"},
+		Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: []writer.Group{g}}}}
+	if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 5 })
+	stop()
+	st := srv.Relay().Stats()
+	if len(ag.Requests()) != 0 || st.SpansDropped[relay.DropTooLarge] != 5 || st.SpansDropped[relay.DropRefused] != 0 {
+		t.Fatalf("agent requests %d, dropped %v: want none sent and 5 dropped as %q", len(ag.Requests()), st.SpansDropped, relay.DropTooLarge)
+	}
+}
