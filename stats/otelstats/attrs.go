@@ -127,8 +127,9 @@ type view struct {
 }
 
 // maxSpanAttrs is how many of a span's attributes index reads: positions
-// are uint16 because a provider may lift the SDK's limit of 128, and the
-// agent reads every attribute, the status code set last included.
+// are uint16 because a provider may lift the SDK's limit of 128. The agent
+// reads every attribute: a span with more than this, its limit lifted,
+// may differ (a status code set after them is not read).
 const maxSpanAttrs = math.MaxUint16
 
 // index fills v.pos from the span's attributes, up to maxSpanAttrs of them.

@@ -10,10 +10,13 @@
 // agent's OTLP rules over both the old and the current semantic-convention
 // attribute names, names normalized as the agent normalizes them, SQL and
 // Redis resources obfuscated as the agent obfuscates them (where the
-// agent's second pass over received stats would change the result, a raw
-// resource that pass turns into it is sent instead: a Redis pipeline's
-// arguments or an unparsable query then reach the agent, or a relay, as
-// in the span itself, for the agent to obfuscate), and peer tags
+// agent's second pass over received stats would change the result, the
+// first raw resource seen that this pass turns into it is sent instead,
+// literals included, as a tracer sends it in the span, for the agent to
+// obfuscate before it leaves the host: a Redis pipeline, an unparsable
+// query, and parsable queries whose obfuscated form the pass changes
+// again, as "SELECT ?, ?" to "SELECT ?" for "SELECT 1 AS a, 2 AS b"),
+// and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
 // of another TracerProvider or one the sampler dropped — a parent known by
@@ -67,7 +70,8 @@
 //
 // Concurrency: a Processor is safe for concurrent use; OnEnd runs on the
 // goroutine that ends the span, never blocks, and on a repeated route
-// allocates nothing of its own (BenchmarkOnEnd).
+// allocates nothing of its own (BenchmarkOnEnd), unless a span's service,
+// operation name or peer-tag values are longer than 4 KiB.
 //
 // Design: OnEnd indexes the span's attributes once by key, reads the
 // resource's from a cache kept per resource, and follows the agent's

@@ -6,7 +6,9 @@ package otelstats
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"strconv"
+	"sync"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
@@ -291,6 +293,9 @@ const (
 // resource follows GetOTelResourceV2, then the obfuscation the agent
 // applies to a span's resource by its type before it computes stats
 // (SQL for sql and cassandra, quantization for redis and valkey).
+// The memo key is built cut, never longer than resourceKeyLen, in b or,
+// for a resource longer than b holds, in a pooled buffer: a repeated long
+// statement or route costs no allocation (TestLongResourceNoAlloc).
 func (p *Processor) resource(v *view, kind trace.SpanKind, typ, spanName string, b []byte) string {
 	class := byte(obfNone)
 	switch typ {
@@ -299,12 +304,35 @@ func (p *Processor) resource(v *view, kind trace.SpanKind, typ, spanName string,
 	case "redis", "valkey":
 		class = obfRedis
 	}
-	b = append(b, class)
-	b = appendResource(b, v, kind, spanName)
-	if len(b) > resourceKeyLen {
-		b = b[:resourceKeyLen]
+	head, word := resourceParts(v, kind, spanName)
+	n := 1 + len(head)
+	if word != "" {
+		n += 1 + len(word)
 	}
-	return p.resources.str(b, p.obfuscate)
+	var long *[resourceKeyLen]byte
+	if min(n, resourceKeyLen) > cap(b) {
+		long = keyBufs.Get().(*[resourceKeyLen]byte)
+		b = long[:0]
+	}
+	b = append(b, class)
+	b = appendCut(b, head)
+	if word != "" {
+		b = appendCut(appendCut(b, " "), word)
+	}
+	r := p.resources.str(b, p.obfuscate)
+	if long != nil {
+		keyBufs.Put(long)
+	}
+	return r
+}
+
+// keyBufs holds the buffers of resource memo keys too long for the scratch.
+var keyBufs = sync.Pool{New: func() any { return new([resourceKeyLen]byte) }}
+
+// appendCut appends as much of s as keeps b within resourceKeyLen, as
+// GetOTelResourceV2 cuts the resource at normalize.MaxResourceLen bytes.
+func appendCut(b []byte, s string) []byte {
+	return append(b, s[:min(len(s), max(resourceKeyLen-len(b), 0))]...)
 }
 
 // obfuscate computes a resource from its memo key: what the agent's OTLP
@@ -327,7 +355,23 @@ func (p *Processor) obfuscate(key string) string {
 	if p.obfuscateAs(key[0], out) == out {
 		return out
 	}
-	return p.firstRaw.strS(string(key[0])+out, func(string) string { return res })
+	if k := string(key[0]) + out; len(k) <= p.firstRaw.maxKey {
+		return p.firstRaw.strS(k, func(string) string { return res })
+	}
+	// Obfuscation lengthens "a,b" to "a, b", so a resource within the cut
+	// can give an output past the memo's bound: it keys by the output's
+	// hash (its class byte in upper case, apart from the short keys), and
+	// a hit is checked, as two outputs may share a hash
+	// (TestLongNonIdempotentSQLSharesOneRaw).
+	var hk [9]byte
+	hk[0] = key[0] - 'a' + 'A'
+	binary.LittleEndian.PutUint64(hk[1:], maphash.String(p.firstRaw.seed, out))
+	raw := p.firstRaw.str(hk[:], func(string) string { return res })
+	if raw != res && p.obfuscateAs(key[0], raw) != out {
+		p.firstRaw.put(&memoEntry{key: string(hk[:]), val: res})
+		return res
+	}
+	return raw
 }
 
 // obfuscateAs obfuscates res as the agent does a span's resource of the
@@ -343,47 +387,39 @@ func (p *Processor) obfuscateAs(class byte, res string) string {
 	return oq.Query
 }
 
-func appendResource(b []byte, v *view, kind trace.SpanKind, spanName string) []byte {
+// resourceParts is GetOTelResourceV2's resource before it is cut: head,
+// then " "+word when word is not empty.
+func resourceParts(v *view, kind trace.SpanKind, spanName string) (head, word string) {
 	if r := v.str(aResourceName); r != "" {
-		return append(b, r...)
+		return r, ""
 	}
 	if m := httpMethod(v); m != "" {
 		if m == "_OTHER" {
 			m = "HTTP"
 		}
-		b = append(b, m...)
-		var more string
 		switch kind {
 		case trace.SpanKindClient:
-			more = v.str(aURLTemplate)
+			return m, v.str(aURLTemplate)
 		case trace.SpanKindServer:
-			more = v.str(aHTTPRoute)
+			return m, v.str(aHTTPRoute)
 		}
-		return appendWord(b, more)
+		return m, ""
 	}
 	if op := v.str(aMessagingOperation); op != "" {
-		return appendWord(append(b, op...), firstStr(v, aMessagingDestination, aMessagingDestinationName))
+		return op, firstStr(v, aMessagingDestination, aMessagingDestinationName)
 	}
 	if m := v.str(aRPCMethod); m != "" {
-		return appendWord(append(b, m...), v.str(aRPCService))
+		return m, v.str(aRPCService)
 	}
 	if t := v.str(aGraphQLOperationType); t != "" {
-		return appendWord(append(b, t...), v.str(aGraphQLOperationName))
+		return t, v.str(aGraphQLOperationName)
 	}
 	if dbSystem(v) != "" {
 		if st := firstStr(v, aDBStatement, aDBQueryText); st != "" {
-			return append(b, st...)
+			return st, ""
 		}
 	}
-	return append(b, spanName...)
-}
-
-// appendWord appends " "+w when w is not empty.
-func appendWord(b []byte, w string) []byte {
-	if w == "" {
-		return b
-	}
-	return append(append(b, ' '), w...)
+	return spanName, ""
 }
 
 // httpStatusCode is the concept http.status_code read as an integer

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,6 +271,8 @@ func TestResourceSurvivesAgentReobfuscation(t *testing.T) {
 	}{
 		{"redis", "GET a\nSET b c", "GET x\nSET y z", "GET SET", true},
 		{"sql", "SELECT ' FROM", "UPDATE ' x", textNonParsable, true},
+		// Parsable, yet the pass makes "SELECT ?" of "SELECT ?, ?".
+		{"sql", "SELECT 1 AS a, 2 AS b FROM t", "SELECT 3 AS a, 4 AS b FROM t", "SELECT ?, ? FROM t", true},
 		{"sql", "SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 2", "SELECT * FROM t WHERE a = ?", false},
 		{"redis", "GET a", "GET b", "GET", false},
 	} {
@@ -291,4 +294,80 @@ func obfClass(typ string) byte {
 		return obfRedis
 	}
 	return obfSQL
+}
+
+// TestLongNonIdempotentSQLSharesOneRaw: obfuscation lengthens "c,c" to
+// "c, c", so a 4.6 KB query (within the 5000-byte cut) gives a 6.9 KB output
+// past the memo's key bound; the spans of one agent group (ids differing)
+// still share the first raw resource, which the agent's pass keys as its
+// OTLP path would.
+func TestLongNonIdempotentSQLSharesOneRaw(t *testing.T) {
+	p := newProcessor(nil)
+	cols := strings.Repeat("c,", 2300) + "c"
+	query := func(id int) string {
+		return "SELECT 1 AS one, 2 AS two, " + cols + " FROM t WHERE id = " + strconv.Itoa(id)
+	}
+	out := p.obfuscateAs(obfSQL, query(1))
+	if len(query(1)) > resourceKeyLen-1 || len(out) <= resourceKeyLen || p.obfuscateAs(obfSQL, out) == out {
+		t.Fatalf("query %d bytes, output %d: not the case under test", len(query(1)), len(out))
+	}
+	var got []string
+	for id := range 3 {
+		sp := mapOne(t, p, svcRes, spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system", "postgresql"), attribute.String("db.statement", query(id+1))}})
+		got = append(got, sp.Resource)
+	}
+	if got[0] != query(1) || got[1] != got[0] || got[2] != got[0] {
+		t.Fatalf("resources of %d, %d, %d bytes (shared: %v %v), want the first raw query for all three",
+			len(got[0]), len(got[1]), len(got[2]), got[1] == got[0], got[2] == got[0])
+	}
+	if p.obfuscateAs(obfSQL, got[0]) != out {
+		t.Fatal("the agent's pass on the sent resource does not give the OTLP path's output")
+	}
+}
+
+// TestLongResourceNoAlloc: a repeated resource longer than the scratch
+// buffer (an ORM's 600-byte statement) is keyed in a pooled buffer, and
+// one past the 5000-byte cut (a 1 MiB route) is not copied before it is
+// cut: neither allocates per span.
+func TestLongResourceNoAlloc(t *testing.T) {
+	if raceOn {
+		t.Skip("sync.Pool drops buffers at random under -race")
+	}
+	p := newProcessor(nil)
+	stmt := "SELECT " + strings.Repeat("a_column, ", 60) + "z FROM t WHERE id = 1"
+	for _, tc := range []struct {
+		row     string
+		spec    spanSpec
+		wantLen int
+	}{
+		{"sql 600 bytes", spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+			attribute.String("db.system", "postgresql"), attribute.String("db.statement", stmt)}}, len(p.obfuscateAs(obfSQL, stmt))},
+		{"http route 1 MiB", spanSpec{name: "r", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{
+			attribute.String("http.request.method", "GET"), attribute.String("http.route", strings.Repeat("/x", 1<<19))}}, resourceKeyLen - 1},
+	} {
+		t.Run(tc.row, func(t *testing.T) {
+			s := endSpans(t, svcRes, tc.spec)[0]
+			var sp stats.Span
+			var b [scratchSize]byte
+			p.fill(&sp, s, b[:])
+			if len(sp.Resource) != tc.wantLen {
+				t.Fatalf("resource of %d bytes, want %d", len(sp.Resource), tc.wantLen)
+			}
+			if allocs := testing.AllocsPerRun(50, func() { p.fill(&sp, s, b[:]) }); allocs != 0 {
+				t.Fatalf("%v allocations per span of a repeated route, want 0", allocs)
+			}
+		})
+	}
+}
+
+// TestRecordDroppedNil: a nil sampler is refused where it is given, not
+// at the first span's Start in an application goroutine.
+func TestRecordDroppedNil(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "RecordDropped with a nil sampler") {
+			t.Fatalf("recovered %v, want RecordDropped's own panic", r)
+		}
+	}()
+	RecordDropped(nil)
 }

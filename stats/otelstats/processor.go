@@ -60,7 +60,7 @@ type config struct {
 // consumer span is top-level, and client and producer spans are measured.
 // The default is the agent's default, ComputeTopLevel (see the package
 // doc): a root span, one whose parent is remote, of another TracerProvider
-// or not recorded, or one under another service than its local parent's.
+// or not sampled, or one under another service than its local parent's.
 func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind = true } }
 
 // WithSpanServiceNames makes the Processor read each starting span's own

@@ -9,10 +9,16 @@ import sdktrace "go.opentelemetry.io/otel/sdk/trace"
 // instead (sdktrace.RecordOnly): the span reaches the span processors, so
 // the Processor counts it, but it is not sampled, so exporters (the batch
 // and simple span processors export sampled spans only) never see it.
-// Sampled spans are unchanged.
+// Sampled spans are unchanged. It panics if s is nil: here, not at the
+// first span's Start in whichever goroutine starts it.
 //
 //	sdktrace.WithSampler(otelstats.RecordDropped(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
-func RecordDropped(s sdktrace.Sampler) sdktrace.Sampler { return recordDropped{s} }
+func RecordDropped(s sdktrace.Sampler) sdktrace.Sampler {
+	if s == nil {
+		panic("otelstats: RecordDropped with a nil sampler")
+	}
+	return recordDropped{s}
+}
 
 type recordDropped struct{ s sdktrace.Sampler }
 
