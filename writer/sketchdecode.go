@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math"
 	"math/bits"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -45,7 +46,9 @@ var (
 	// bytes, a group or unknown wire type, a known field with the wrong wire
 	// type, a bin index outside the mapping's indexable range, or more
 	// than one positive store: protobuf would merge them into one, the
-	// last offset for all their contiguous counts, which no writer means).
+	// last offset for all their contiguous counts, which no writer means;
+	// or a binCounts key given twice: protobuf keeps the last entry, where
+	// adding both would count values the agent does not see).
 	ErrMalformedSketch = errors.New("writer: malformed DDSketch protobuf")
 )
 
@@ -615,6 +618,7 @@ type storeScan struct {
 
 	bins        int    // bin entries: contiguous counts and map entries
 	mapBins     int    // map entries with a count
+	mapEntries  int    // map entries, with a count or not
 	invalid     error  // the first ErrBadCount or ErrNegativeValues of a map entry or count
 	offset      int    // contiguousBinIndexOffset: the last one written wins
 	pos         int    // position of the next contiguous count
@@ -634,6 +638,8 @@ func (s *storeScan) scan(b []byte) error {
 	switch {
 	case s.first >= 0 && (s.offset+s.first < minBinIndex || s.offset+s.last > maxBinIndex):
 		return ErrMalformedSketch
+	case s.mapEntries > 1 && duplicateKeys(b):
+		return ErrMalformedSketch
 	case s.invalid != nil:
 		return s.invalid
 	case s.first >= 0 && s.negative:
@@ -650,6 +656,7 @@ func (s *storeScan) field(f field) error {
 		if err := walk(f.data, e.field); err != nil {
 			return err
 		}
+		s.mapEntries++
 		c, err := count(e.bits)
 		switch {
 		case err != nil:
@@ -737,6 +744,36 @@ func (s *storeScan) addInner(pos int, data []byte) {
 		}
 	}
 }
+
+// duplicateKeys reports whether the binCounts map of the Store message b
+// names an indexable bin twice. Only a store with several map entries pays
+// for it (sketches-go and AppendSketch write contiguous counts).
+func duplicateKeys(b []byte) bool {
+	sp := keySets.Get().(*[]uint64)
+	set, dup := *sp, false
+	_ = walk(b, func(f field) error {
+		if f.num != fieldBinCounts || f.typ != protowire.BytesType {
+			return nil
+		}
+		var e mapEntry
+		if walk(f.data, e.field) != nil || e.index < minBinIndex || e.index > maxBinIndex {
+			return nil // refused, or ignored (count 0), by the scan
+		}
+		i := uint(e.index - minBinIndex)
+		dup = dup || set[i/64]&(1<<(i%64)) != 0
+		set[i/64] |= 1 << (i % 64)
+		return nil
+	})
+	clear(set)
+	keySets.Put(sp)
+	return dup
+}
+
+// keySets holds duplicateKeys' bitsets, a bit per indexable bin (9 KiB).
+var keySets = sync.Pool{New: func() any {
+	s := make([]uint64, (maxBinIndex-minBinIndex)/64+1)
+	return &s
+}}
 
 // mapEntry is one binCounts map entry {sint32 key = 1; double value = 2};
 // a missing key or value is 0, as in protobuf.

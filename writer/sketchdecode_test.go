@@ -195,6 +195,9 @@ func TestDecodeSketchAccepts(t *testing.T) {
 		{"map form, missing key is index 0", bytes.Join([][]byte{okMapping,
 			pbBytes(2, pbBytes(1, pbVarint(1, zigzag32(-3)), pbDouble(2, 2)), pbBytes(1, pbDouble(2, 5)))}, nil),
 			7, 0, map[int]uint32{-3: 2, 0: 5}},
+		{"map keys once each, with a contiguous count at one (added, as FromProto adds)", bytes.Join([][]byte{okMapping,
+			pbBytes(2, mapBin(500, 3), mapBin(501, 4), packed(2), pbVarint(3, zigzag32(500)))}, nil),
+			9, 0, map[int]uint32{500: 5, 501: 4}},
 		{"mapping fields merge over two occurrences", bytes.Join([][]byte{
 			pbBytes(1, pbDouble(1, 3)), pbBytes(1, pbDouble(1, g)), pbBytes(2, packed(1))}, nil),
 			1, 0, map[int]uint32{0: 1}},
@@ -264,6 +267,9 @@ func TestDecodeSketchRejects(t *testing.T) {
 		{"two positive stores", join(okMapping, pbBytes(2, packed(1, 2)), pbBytes(2, packed(3), pbVarint(3, zigzag32(100)))), ErrMalformedSketch},
 		{"bin index beyond the mapping", join(okMapping, pbBytes(2, packed(1), pbVarint(3, zigzag32(1<<30)))), ErrMalformedSketch},
 		{"map bin index beyond the mapping", join(okMapping, pbBytes(2, pbBytes(1, pbVarint(1, zigzag32(-1<<30)), pbDouble(2, 1)))), ErrMalformedSketch},
+		// protobuf keeps the last entry of a key (the agent: 4, or 0), not 7.
+		{"map key twice", join(okMapping, pbBytes(2, mapBin(500, 3), mapBin(501, 1), mapBin(500, 4))), ErrMalformedSketch},
+		{"map key twice, the last count 0", join(okMapping, pbBytes(2, mapBin(-2, 3), mapBin(-2, 0))), ErrMalformedSketch},
 		{"truncated varint", join(okMapping, []byte{0x18, 0x80}), ErrMalformedSketch},
 		{"11-byte varint", join(okMapping, []byte{0x18}, bytes.Repeat([]byte{0xff}, 10), []byte{1}), ErrMalformedSketch},
 		{"length past the end", join(okMapping, []byte{0x12, 0x10, 0x11}), ErrMalformedSketch},
@@ -535,4 +541,9 @@ func TestGeneralSketchCannotAmplify(t *testing.T) {
 			t.Errorf("%s: a %d-byte summary allocated %d bytes (%.1f×), bound 1×", name, len(b), a, float64(a)/float64(len(b)))
 		}
 	}
+}
+
+// mapBin is one binCounts map entry {index: count}.
+func mapBin(index int, count float64) []byte {
+	return pbBytes(1, pbVarint(1, zigzag32(index)), pbDouble(2, count))
 }
