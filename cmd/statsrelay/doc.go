@@ -42,7 +42,8 @@
 //
 // Exit status: 0 after a stop or -version; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
-// path that is not a datagram socket's included), -proc-root is not a
+// path holding a file other than a socket, or a stream socket a process
+// listens on, included; a socket nothing listens on is replaced), -proc-root is not a
 // directory (found only at start), or -demo lost spans.
 //
 // This command holds flags, signals and wiring only; the relay itself is

@@ -225,6 +225,9 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.BoolVar(&c.UDPReusePort, "udp-reuseport", false, "bind the UDP port with SO_REUSEPORT (Linux), so that a new relay started on the same -udp (with this flag, as the same user) shares it while this one stops: a restart without a gap (see the README)")
 	fs.IntVar(&c.MaxDatagram, "max-datagram", relay.DefaultMaxDatagram, "largest datagram accepted, envelope included; larger ones are counted as truncated")
 	fs.StringVar(&c.AgentURL, "agent", agent, "agent URL: http://host:port or unix:///path/apm.socket; the default is $DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT when either is set, else "+relay.DefaultAgentURL+": the one shown here, read from this environment")
+	// Help shows the default without the password a DD_TRACE_AGENT_URL may
+	// carry, as the start line and /debug/pprof/cmdline do.
+	fs.Lookup("agent").DefValue = agentclient.Redact(agent)
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
 	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding; not given, it follows -interval: the SDKs' default send delay plus a tenth of it, at most 1s (600ms at 2s, 3s at 10s, 5s at 30s)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")
@@ -443,7 +446,9 @@ func check(o *options) error {
 			c.MaxDatagram, stats.MinDatagramBytes, stats.MaxMaxDatagramBytes)
 	case c.Interval < time.Second || c.Interval > time.Hour:
 		return fmt.Errorf("-interval %s: want 1s..1h", c.Interval)
-	case c.Grace < 0 || c.Grace >= c.Interval:
+	case c.Grace < 0:
+		return fmt.Errorf("-grace %s: want >= 0", c.Grace)
+	case c.Grace >= c.Interval:
 		// Named with the interval: a -grace given for one interval trips
 		// a shorter one set elsewhere (a variable, say).
 		return fmt.Errorf("-grace %s: want 0 <= grace < -interval %s (give a shorter -grace with it)", c.Grace, c.Interval)

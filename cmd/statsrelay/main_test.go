@@ -134,6 +134,26 @@ func TestGraceFollowsInterval(t *testing.T) {
 	}
 }
 
+// TestHelpHidesAgentPassword: -h shows -agent's default as read from
+// DD_TRACE_AGENT_URL, its password masked as in the start line (a CI log
+// or "docker run image -h" shows it to whoever reads them).
+func TestHelpHidesAgentPassword(t *testing.T) {
+	fs := flag.NewFlagSet("statsrelay", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	env := map[string]string{"DD_TRACE_AGENT_URL": "http://dd:s3cret-pw@agent:8126"}
+	o, err := parseFlags(fs, []string{"-h"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != flag.ErrHelp {
+		t.Fatalf("-h: %v", err)
+	}
+	if strings.Contains(out.String(), "s3cret-pw") || !strings.Contains(out.String(), "http://dd:xxxxx@agent:8126") {
+		t.Errorf("-h output:\n%s\nwant the default with its password masked", out.String())
+	}
+	if o, err = parse(nil, env); err != nil || o.cfg.AgentURL != env["DD_TRACE_AGENT_URL"] {
+		t.Errorf("the relay's agent %q, %v: want the URL as given", o.cfg.AgentURL, err)
+	}
+}
+
 // TestFlagsAndEnvironment: defaults, STATSRELAY_<NAME> for a flag not
 // given (empty disables a socket), the flag winning over the variable,
 // DD_TRACE_AGENT_URL (else DD_AGENT_HOST, DD_TRACE_AGENT_PORT) as the
@@ -211,6 +231,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{nil, map[string]string{"STATSRELAY_ORIGIN": "yes"}, `STATSRELAY_ORIGIN="yes": want true or false (as -origin)`},
 		{[]string{"-socket-mode", "rw"}, nil, "-socket-mode"},
 		{[]string{"-grace", "20s"}, nil, "-grace"},
+		{[]string{"-grace", "-1s"}, nil, "-grace -1s: want >= 0"},
 		{[]string{"-interval", "2s", "-grace", "3s"}, nil, "-grace 3s: want 0 <= grace < -interval 2s (give a shorter -grace with it)"},
 		{[]string{"-interval", "10ms"}, nil, "-interval"},
 		{[]string{"-max-datagram", "10"}, nil, "-max-datagram"},
@@ -343,11 +364,20 @@ func TestStartErrorsNameTheirSetting(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v %v: %v", tc.env, tc.args, err)
 		}
-		err = serve(context.Background(), o, slog.New(slog.DiscardHandler))
+		err = serve(canceled(), o, slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: start error %v, want one with %q", tc.env, tc.args, err, tc.want)
 		}
 	}
+}
+
+// canceled is a context already done: a start the test expects to fail,
+// if it succeeds, returns nil at once instead of serving until go test's
+// timeout.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }
 
 // TestStartRefusesAbstractSocketName: on Linux "-unix @name" would be an
@@ -362,7 +392,7 @@ func TestStartRefusesAbstractSocketName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = serve(context.Background(), o, slog.New(slog.DiscardHandler))
+	err = serve(canceled(), o, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.HasPrefix(err.Error(), "-unix "+name+": ") || !strings.Contains(err.Error(), "abstract socket name") {
 		t.Errorf("start error %v; want one starting \"-unix %s: \" that says it is an abstract socket name", err, name)
 	}
