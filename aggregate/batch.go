@@ -21,7 +21,7 @@ import (
 //
 // It returns how many spans it added: all of them, unless the flag given
 // to SetHalt was set, which stops it before the next span that is not a
-// recent-cache hit.
+// recent-cache hit (under attack, before the next span).
 func (t *Table) AddBatch(spans []*Record) int {
 	switch {
 	case !t.Attacked() && havePrefetch:
@@ -37,8 +37,9 @@ func (t *Table) AddBatch(spans []*Record) int {
 
 // SetHalt gives the table a flag that, once set, makes AddBatch return
 // early. Only spans that miss the recent-span cache can be costly (a new
-// key of long strings takes milliseconds), so only they look at it: a hit
-// pays nothing for it.
+// key of long strings takes milliseconds), so off attack only they look at
+// it: a hit pays nothing for it. Under attack, when most spans miss, every
+// span looks.
 func (t *Table) SetHalt(halt *atomic.Bool) { t.halt = halt }
 
 // halted reports whether the SetHalt flag is set.

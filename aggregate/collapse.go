@@ -4,7 +4,10 @@
 
 package aggregate
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // SetLimits turns on per-interval cardinality budgets (zero fields take
 // DefaultLimits). A Table without SetLimits keeps every value.
@@ -115,8 +118,12 @@ func (t *Table) addCollapsed(s *Record, rejected uint16, kept []string) {
 		// Likewise a collapsed span kind with the lone base-service tag,
 		// kept only because the span's own kind is internal or empty: a
 		// span whose kind reads tracer_blocked_value keeps no such tag.
+		// And a tag whose value quantized to nothing ("peer.hostname:,"
+		// gives "peer.hostname:"), kept as the agent keeps it, which a
+		// span carrying "peer.hostname:" itself drops.
 		cache := (rejected&(1<<FieldPeerTags) == 0 || !slices.Contains(kept, BlockedValue)) &&
-			(rejected&(1<<FieldSpanKind) == 0 || len(kept) == 0)
+			(rejected&(1<<FieldSpanKind) == 0 || len(kept) == 0) &&
+			!slices.ContainsFunc(kept, emptyValue)
 		if e = nil; cache {
 			e = t.cachedEntry(c)
 		}
@@ -199,3 +206,6 @@ func (t *Table) endRun() {
 
 // CollapsedSpans is the number of spans with at least one collapsed field.
 func (t *Table) CollapsedSpans() uint64 { return t.collapsedSpans }
+
+// emptyValue reports whether a kept peer tag has no value after its colon.
+func emptyValue(tag string) bool { return strings.HasSuffix(tag, ":") }

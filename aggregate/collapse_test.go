@@ -176,3 +176,37 @@ func TestCollapsedKindNotCachedAsRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyQuantizedPeerNotCachedAsRaw: a collapsed span's tag
+// "peer.hostname:," quantizes to "peer.hostname:", kept as the agent keeps
+// it; a raw span whose resource reads tracer_blocked_value and whose tag is
+// "peer.hostname:" itself (no value: dropped) reads alike, so the cache by
+// contents must not hand it the collapsed span's entry.
+func TestEmptyQuantizedPeerNotCachedAsRaw(t *testing.T) {
+	mk := func(res string, tags ...string) *Record {
+		s := &Record{Service: "web", Name: "op", Resource: res, SpanKind: "client", Duration: 10}
+		s.SetPeerTags(tags)
+		return s
+	}
+	run := func(viaCache bool) string {
+		tb := NewTable(0)
+		tb.SetLimits(Limits{Resource: 1})
+		tb.Add(mk("r1", "peer.hostname:h"))
+		tb.Add(mk("r2", "peer.hostname:,")) // resource collapsed
+		tb.Add(mk("r1", "peer.hostname:h")) // within budget: off the attack path
+		if !viaCache {
+			forgetAll(tb)
+		}
+		tb.Add(mk(strings.Clone(BlockedValue), strings.Clone("peer.hostname:")))
+		var out []string
+		for _, e := range tb.Touched(nil) {
+			out = append(out, fmt.Sprintf("{res=%s peers=%q hits=%d}", e.Resource, e.PeerTags, e.Hits))
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	want := `{res=r1 peers=["peer.hostname:h"] hits=2} {res=tracer_blocked_value peers=["peer.hostname:"] hits=1} {res=tracer_blocked_value peers=[] hits=1}`
+	if got, full := run(true), run(false); got != want || full != want {
+		t.Errorf("with the caches\n  %s\nfull path\n  %s\nwant\n  %s", got, full, want)
+	}
+}

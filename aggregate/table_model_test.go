@@ -253,6 +253,7 @@ func TestCachesMatchFullPath(t *testing.T) {
 		"peer.hostname:10.0.0.1", "peer.hostname:10.0.0.2", "peer.hostname:host-aaaa-00000001",
 		"peer.hostname:host-bbbb-00000001", "out.host:", "bare", BlockedValue,
 		"peer.service:" + BlockedValue, "_dd.base_service:web",
+		"peer.hostname:,", "db.instance:", // quantized to no value, and none
 	}
 	keyLists := [][]string{nil, {"peer.service", "peer.hostname"}, {"db.instance", "out.host"}, {}}
 	limits := []Limits{{Resource: 2, PeerTag: 2}, {Resource: 3, SpanKind: 1, PeerTag: 1}, {Service: 1}, {}}
