@@ -194,18 +194,17 @@ type Config struct {
 	// [MinBucketInterval, MaxBucketInterval]). Buckets start on multiples
 	// of it since the Unix epoch (as the agent and statsrelay align them;
 	// an interval that divides a day keeps them on the wall clock's round
-	// times too); a bucket closes a tenth of the interval after its end
-	// (see Span.Start) and is sent within SendJitter of it.
+	// times too); a bucket closes a tenth of the interval (at most 1 s)
+	// after its end (see Span.Start) and is sent within SendJitter of it.
 	BucketInterval time.Duration
 	// SendJitter is the most an interval's report waits past its boundary
 	// before it is sent, drawn at random per report, so that a host's
 	// processes do not all send in the same millisecond (buckets stay
-	// aligned; only the send moves). Default min(BucketInterval/5,
-	// BucketInterval/10 + 1 s): 2 s at the default interval, the send drawn
-	// within the second after the close of a longer one; at most
-	// BucketInterval/2; negative, or less than BucketInterval/10, sends
-	// when the bucket closes, BucketInterval/10 after its boundary. Flush
-	// and Stop never wait for it.
+	// aligned; only the send moves). Default min(BucketInterval/5, 2 s):
+	// 2 s at the default interval and any longer one, the send drawn after
+	// the close; at most BucketInterval/2; negative, or less than the
+	// close, sends when the bucket closes, BucketInterval/10 (at most 1 s)
+	// after its boundary. Flush and Stop never wait for it.
 	SendJitter time.Duration
 	// InboxSize is the capacity of the lock-free inbox (rounded up to a power
 	// of two; default DefaultInboxSize, at most MaxInboxSize). A full inbox
@@ -623,15 +622,14 @@ func controlAt(v string) int {
 // bucketInterval: the most a report is sent past its boundary, which a
 // relay's wait for its senders (statsrelay's -grace) must cover.
 func DefaultSendJitter(bucketInterval time.Duration) time.Duration {
-	return min(bucketInterval/5, bucketInterval/graceDivisor+maxSendSpread)
+	return min(bucketInterval/5, maxSendOffset)
 }
 
-// maxSendSpread caps how far past its close the default SendJitter spreads
-// a report: at the default interval the send is done 2 s after the boundary,
-// well before the agent re-times buckets older than ~18 s; a longer interval
-// still gets a second of spread past its later close (a cap on the whole
-// wait would leave it none: its close alone is past 2 s).
-const maxSendSpread = time.Second
+// maxSendOffset caps how far past its boundary the default SendJitter
+// sends a report: done 2 s after it, well before the agent re-times
+// buckets older than ~18 s. The close, at most maxGrace after the
+// boundary, leaves a second of spread at any interval from 10 s.
+const maxSendOffset = 2 * time.Second
 
 // MinDatagramBytes is the smallest MaxDatagramBytes, so a relay's
 // -max-datagram may not be lower: it leaves room for the envelope, a

@@ -574,17 +574,18 @@ func TestEntityIDThroughRelayWarns(t *testing.T) {
 }
 
 // TestDefaultSendJitterSpreads: at every interval the default SendJitter
-// leaves a random spread past the bucket's close (BucketInterval/10), so
-// a host's processes do not all send in the same millisecond: min(BI/5,
-// BI/10 + 1 s), which is 2 s at the default interval; DefaultSendJitter,
-// which statsrelay's -grace follows, says the same.
+// leaves a random spread past the bucket's close (BucketInterval/10, at
+// most 1 s), so a host's processes do not all send in the same
+// millisecond, and stays within min(BI/5, 2 s) of the boundary, as issue 12
+// asks; DefaultSendJitter, which statsrelay's -grace follows, says the same.
 func TestDefaultSendJitterSpreads(t *testing.T) {
 	for _, tc := range []struct{ interval, want time.Duration }{
 		{time.Second, 200 * time.Millisecond},
 		{DefaultBucketInterval, 2 * time.Second},
-		{20 * time.Second, 3 * time.Second},
-		{time.Minute, 7 * time.Second},
-		{time.Hour, 6*time.Minute + time.Second},
+		{5 * time.Second, time.Second},
+		{20 * time.Second, 2 * time.Second},
+		{time.Minute, 2 * time.Second},
+		{time.Hour, 2 * time.Second},
 	} {
 		c, err := Config{AgentURL: "http://127.0.0.1:1", BucketInterval: tc.interval}.withDefaults()
 		if err != nil {
@@ -593,7 +594,14 @@ func TestDefaultSendJitterSpreads(t *testing.T) {
 		if c.SendJitter != tc.want || DefaultSendJitter(tc.interval) != tc.want {
 			t.Errorf("interval %v: default SendJitter %v, DefaultSendJitter %v, want %v", tc.interval, c.SendJitter, DefaultSendJitter(tc.interval), tc.want)
 		}
-		if spread := c.SendJitter - tc.interval/graceDivisor; spread <= 0 {
+		a, err := New(Config{AgentURL: "udp://127.0.0.1:8127", BucketInterval: tc.interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if latest, bound := closeGrace(tc.interval)+a.snd.jitter, min(tc.interval/5, 2*time.Second); latest > bound {
+			t.Errorf("interval %v: a report may be sent %v past its boundary (the close, then the draw), over %v", tc.interval, latest, bound)
+		}
+		if spread := c.SendJitter - closeGrace(tc.interval); spread < min(tc.interval/10, time.Second) {
 			t.Errorf("interval %v: no spread past the close (%v)", tc.interval, spread)
 		}
 	}

@@ -21,12 +21,22 @@ const drainBatch = 256
 var now = time.Now
 
 // graceDivisor sets how long the previous bucket stays open after its end:
-// a tenth of the interval (1 s of the default 10 s) takes the spans that
-// ended just before a boundary but reach the consumer just after it (the
-// consumer drains the inbox every drainPeriod; a tracer may publish a
-// trace's spans when the whole trace ends), and delays the report by no
-// more than that.
+// a tenth of the interval (1 s of the default 10 s), at most maxGrace,
+// takes the spans that ended just before a boundary but reach the consumer
+// just after it (the consumer drains the inbox every drainPeriod; a tracer
+// may publish a trace's spans when the whole trace ends), and delays the
+// report by no more than that.
 const graceDivisor = 10
+
+// maxGrace caps the grace at long intervals, so that the send, drawn
+// after the close, stays within min(interval/5, 2 s) of the boundary
+// (DefaultSendJitter); a span that comes later counts as late.
+const maxGrace = time.Second
+
+// closeGrace is how long the previous bucket of an interval stays open.
+func closeGrace(interval time.Duration) time.Duration {
+	return min(interval/graceDivisor, maxGrace)
+}
 
 // newInbox returns the inbox of n spans. Its slots are cleared with
 // aggregate.Record.Reset, which writes only the fields a producer can have
@@ -149,7 +159,7 @@ func newConsumer(a *Aggregator, cfg *Config, to target, out chan<- *report, bufs
 		interval:  cfg.BucketInterval,
 		period:    drainPeriod,
 	}
-	c.grace, c.clock = c.interval/graceDivisor, now
+	c.grace, c.clock = closeGrace(c.interval), now
 	c.packer = writer.Packer{Limit: to.maxPayload(cfg), Reserve: to.reserve(), Alloc: bufs.get, Sequence: c.nextSeq, Halt: c.halt.Load}
 	c.twins.Halt = c.halt.Load
 	for _, t := range []*aggregate.Table{c.table, c.prev} {

@@ -100,7 +100,7 @@ func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-
 	}
 	// The consumer reports a bucket at its close, the grace after its
 	// boundary: the jitter is what is left of SendJitter past that.
-	s.jitter = max(s.jitter-cfg.BucketInterval/graceDivisor, 0)
+	s.jitter = max(s.jitter-closeGrace(cfg.BucketInterval), 0)
 	if to.network != "" {
 		s.out = newDatagramOut(ctx, to, cfg.MaxDatagramBytes, &a.c, bufs)
 		return s

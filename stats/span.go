@@ -66,7 +66,7 @@ type Span struct {
 	// with Duration <= 0 are not counted. A span is counted in the bucket
 	// of its end, Start+Duration, as the agent does; Start 0 means it ended
 	// when the aggregator reads it. The previous bucket stays open for a
-	// tenth of the interval after its end, so a span published just after
+	// tenth of the interval (at most 1 s) after its end, so a span published just after
 	// a boundary still lands in it; a span that ended in no open bucket
 	// before the current one (earlier than all of them, or in the gap a
 	// paused process leaves between the previous bucket and the current

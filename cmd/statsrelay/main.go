@@ -229,7 +229,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	// carry, as the start line and /debug/pprof/cmdline do.
 	fs.Lookup("agent").DefValue = agentclient.Redact(agent)
 	fs.DurationVar(&c.Interval, "interval", relay.DefaultInterval, "forwarding period, aligned to the stats buckets")
-	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding; not given, it follows -interval: the SDKs' default send delay plus a tenth of it, at most 1s (600ms at 2s, 3s at 10s, 5s at 30s)")
+	fs.DurationVar(&c.Grace, "grace", relay.DefaultGrace, "wait after each boundary for late senders before forwarding; not given, it follows -interval: the SDKs' default send delay plus a tenth of it, at most 1s (600ms at 2s, 3s from 10s)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8128", "address of /metrics, /healthz and /debug/pprof/; empty disables")
 	fs.BoolVar(&c.Origin, "origin", true, "read each Unix sender's container id from <proc-root>/<pid>/cgroup")
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "where <pid>/cgroup is read")

