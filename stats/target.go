@@ -37,6 +37,8 @@ func parseAgentURL(raw string) (target, error) {
 			"unixgram:///path/to/relay.sock or udp://host:port", ErrBadConfig, agentclient.Redact(raw))
 	}
 	if err == nil {
+		// url.Parse drops an empty fragment: "sock#" parses as "sock".
+		hash := strings.Contains(raw, "#")
 		raw := agentclient.Redact(raw) // quoted in errors
 		switch u.Scheme {
 		case "unixgram":
@@ -50,7 +52,7 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			// url.Parse cuts the path at "?" or "#": a socket file named
 			// with one would be addressed by the part before it.
-			if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			if u.RawQuery != "" || u.ForceQuery || hash {
 				return target{}, fmt.Errorf("%w: AgentURL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23",
 					ErrBadConfig, raw)
 			}
@@ -66,6 +68,10 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			if dgram.IsAbstractName(p) {
 				return target{}, abstractRelayName(raw, p)
+			}
+			// A datagram carries no credentials: a user part would be lost.
+			if u.User != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: unixgram:///path/to/relay.sock takes no user", ErrBadConfig, raw)
 			}
 			return target{network: "unixgram", address: p}, nil
 		case "udp":
@@ -83,7 +89,7 @@ func parseAgentURL(raw string) (target, error) {
 			}
 			// The address is all a datagram goes to: a part beyond it is a
 			// mistake (a path copied from a socket URL) that would be lost.
-			if extra := udpExtra(u); extra != "" {
+			if extra := udpExtra(u, hash); extra != "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q: udp://host:port takes no %s", ErrBadConfig, raw, extra)
 			}
 			return target{network: "udp", address: u.Host}, nil
@@ -101,8 +107,9 @@ func parseAgentURL(raw string) (target, error) {
 }
 
 // udpExtra names the part of a udp:// URL beyond host and port, if any; a
-// lone "/" is taken as none.
-func udpExtra(u *url.URL) string {
+// lone "/" is taken as none. hash: the URL holds a "#", which url.Parse
+// drops when nothing follows it.
+func udpExtra(u *url.URL, hash bool) string {
 	switch {
 	case u.User != nil:
 		return "user"
@@ -110,7 +117,7 @@ func udpExtra(u *url.URL) string {
 		return "path"
 	case u.RawQuery != "" || u.ForceQuery:
 		return "query"
-	case u.Fragment != "":
+	case u.Fragment != "" || hash:
 		return "fragment"
 	}
 	return ""

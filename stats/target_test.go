@@ -21,7 +21,12 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 		"udp://127.0.0.1:8127?x=1":       "query",
 		"udp://127.0.0.1:8127#f":         "fragment",
 		"udp://u:secret@127.0.0.1:8127":  "user",
-		"unixgram:relay%zz.sock":         "escape",
+		// url.Parse drops an empty fragment: the "#" would go unnoticed.
+		"unixgram:///run/relay.sock#":         "%23",
+		"unixgram:relay.sock#":                "%23",
+		"udp://127.0.0.1:8127#":               "fragment",
+		"unixgram://u:secret@/run/relay.sock": "user",
+		"unixgram:relay%zz.sock":              "escape",
 		// NUL: the kernel would read the path up to it, another socket
 		// (or at its start a Linux abstract name).
 		"unixgram:///run/relay.sock%00junk": "NUL",
