@@ -238,7 +238,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
 	fs.IntVar(&o.procs, "procs", defaultProcs, "processors the relay runs on (GOMAXPROCS); 0: every CPU the process may use, as Go sets it (or $GOMAXPROCS, which is also kept when -procs is not given)")
 	fs.DurationVar(&c.SpinWait, "spin-wait", relay.DefaultSpinWait, "how long a decode worker polls for the next read batch before it parks, while batches come that often; 0 never polls; not given, it polls only on more than one processor (-procs)")
-	fs.DurationVar(&c.SocketCheck, "socket-check", relay.DefaultSocketCheck, "how often the Unix socket file is checked: removed (a /tmp cleaner), it is bound again; another process's, it is left alone and logged; 0 never checks")
+	fs.DurationVar(&c.SocketCheck, "socket-check", relay.DefaultSocketCheck, "how often the Unix socket file is checked: removed (a /tmp cleaner), or a socket nobody receives on, it is bound again; another process's, it is left alone and logged; 0 never checks")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM/SIGHUP, how long the readers go on taking what the kernel queued")
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", defaultStopTimeout, "on SIGINT/SIGTERM/SIGHUP, how long the final forward to the agent may take; what it does not send is dropped and counted")

@@ -199,7 +199,7 @@ func ListenUnixgram(path string, mode os.FileMode) (*Conn, error) {
 	}
 	tookOver := false
 	for attempt := 0; ; attempt++ {
-		live, err := removeSocket(path)
+		live, err := removeSocket(path, true)
 		if err != nil {
 			return nil, err
 		}
@@ -298,9 +298,10 @@ func privateName(path string) (string, error) {
 
 // removeSocket removes the socket file at path, if any, and says whether a
 // process was still receiving on it (a connect succeeded): a relay taking
-// over from one that has not stopped, or a mistyped path. A stream socket
-// a process listens on, or one it cannot probe, is an error and stays.
-func removeSocket(path string) (live bool, err error) {
+// over from one that has not stopped, or a mistyped path. With takeLive
+// false such a socket stays. A stream socket a process listens on, or one
+// it cannot probe, is an error and stays.
+func removeSocket(path string, takeLive bool) (live bool, err error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -330,6 +331,9 @@ func removeSocket(path string) (live bool, err error) {
 		}
 	default:
 		return false, fmt.Errorf("dgram: %s: cannot tell whether a process receives on this socket (%v); not replacing it", path, err)
+	}
+	if live && !takeLive {
+		return true, nil
 	}
 	if testHook != nil {
 		testHook("remove")

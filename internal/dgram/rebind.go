@@ -62,6 +62,16 @@ func (c *Conn) CheckFile() (FileState, error) {
 	return FileReplaced, nil
 }
 
+// RemoveStale removes the file at path if it is a socket nobody receives
+// on (a relay that took the path over and stopped without removing it) and
+// says whether the path is free now. A socket a process receives on or
+// listens on, any other file, and one it cannot probe stay (false, with
+// the reason as the error for the last two).
+func RemoveStale(path string) (bool, error) {
+	live, err := removeSocket(path, false)
+	return err == nil && !live, err
+}
+
 // RebindUnixgram is ListenUnixgram for a path that CheckFile found gone: it
 // binds only if nothing is at path, and otherwise returns an error matching
 // ErrPathTaken and leaves the file alone, a live socket included. The

@@ -2,7 +2,9 @@
 // removed while it runs (systemd-tmpfiles cleaning /tmp, an rm, a second
 // relay started on the same path), and senders are then refused while the
 // relay looks healthy. Every SocketCheck the path is compared with the file
-// bound; a removed file is bound again, another process's is left alone.
+// bound; a removed file, or a socket nobody receives on (left by a relay
+// that took the path over and was killed), is bound again; another
+// process's live socket, or any other file, is left alone.
 
 package relay
 
@@ -111,6 +113,15 @@ func (s *Server) checkSocket() (ran bool) {
 		w.fail(s.log, "statsrelay: cannot check the Unix socket file (senders may not reach the relay); retrying every check", path, err)
 		return true
 	}
+	stale := false
+	if state == dgram.FileReplaced {
+		// Another relay that took the path over and died leaves a socket
+		// nobody receives on: every sender is refused until it is gone.
+		// A live one, or another file, is left alone.
+		if freed, _ := dgram.RemoveStale(path); freed {
+			state, stale = dgram.FileGone, true
+		}
+	}
 	if state == dgram.FileGone {
 		nc, err := dgram.RebindUnixgram(path, s.cfg.SocketMode)
 		switch {
@@ -129,6 +140,12 @@ func (s *Server) checkSocket() (ran bool) {
 			c.Drain() // its reader takes what senders queued there, then closes it
 			w.start(nc)
 			w.rebinds.Add(1)
+			if stale {
+				s.log.Warn("statsrelay: the Unix socket path named a socket nobody receives on (the process that took it over "+
+					"stopped without removing it); bound it again: senders reach this relay again", "path", path)
+				state = dgram.FileBound
+				break
+			}
 			s.log.Warn("statsrelay: the Unix socket file was removed while the relay ran (a /tmp cleaner such as systemd-tmpfiles, or an rm); "+
 				"bound it again: senders reach the relay again, and counted as their drops what they sent while it was gone "+
 				"(exclude the path from the cleaner, or give -unix a path outside /tmp)", "path", path)

@@ -252,6 +252,42 @@ func TestSocketTakenIsLeftAlone(t *testing.T) {
 	}
 }
 
+// TestSocketTakenByDeadRelayIsRebound: a socket put at the path by another
+// process is left alone while it receives; once that process is gone
+// without removing its file (killed), nobody receives there and every
+// sender is refused, so the next check binds the path again, logging it
+// apart from a removal, and a sender reaches the relay.
+func TestSocketTakenByDeadRelayIsRebound(t *testing.T) {
+	path := sockdir.Path(t, "relay.sock")
+	srv, logs, stop := startWatched(t, path, -1)
+	defer stop()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.CheckSocket()
+	srv.CheckSocket() // live: left alone
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0",
+		"statsrelay_unix_socket_taken_total 1")
+	other.Close() // leaves its file: a socket nobody receives on
+	if err := sendUnix(path, []byte{0xc1}); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("send to the dead socket: %v, want ECONNREFUSED", err)
+	}
+	srv.CheckSocket()
+	wantMetrics(t, srv, "statsrelay_unix_socket_bound 1", "statsrelay_unix_socket_rebinds_total 1",
+		"statsrelay_unix_socket_taken_total 1")
+	if n := logs.count("nobody receives on"); n != 1 {
+		t.Fatalf("%d lines saying nobody received there, want 1; log:\n%s", n, logs.String())
+	}
+	if err := sendUnix(path, []byte{0xc1}); err != nil {
+		t.Fatalf("send after the rebind: %v", err)
+	}
+	waitFor(t, "the datagram at the relay", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
+}
+
 // TestSocketCheckTicks: with SocketCheck set, the relay finds the removed
 // file by itself and a sender reaches it again.
 func TestSocketCheckTicks(t *testing.T) {
