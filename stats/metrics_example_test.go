@@ -1,5 +1,5 @@
 // This file holds the example of the aggregator's health sent as DogStatsD
-// counts (Config.MetricsClient).
+// counts (Config.Metrics).
 
 package stats_test
 

@@ -22,15 +22,19 @@ const (
 // has seen before without allocating, where joining them per span costs a
 // string per tag (the agent's concentrator does that for dd-trace-go,
 // inside its own Publish). Create one per process and share it: it is safe
-// for concurrent use. It keeps at most 4096 tags of at most MaxTagLen
-// bytes; a longer one is joined every time.
+// for concurrent use, and its zero value is ready (a package variable will
+// do). It keeps at most 4096 tags of at most MaxTagLen bytes; a longer one
+// is joined every time.
 type PeerTagJoiner struct {
-	seed  maphash.Seed
 	slots [peerTagSlots]atomic.Pointer[string]
 }
 
+// joinerSeed hashes the pairs of every PeerTagJoiner: one per process, so
+// that the zero value needs no seed of its own (maphash refuses a zero one).
+var joinerSeed = maphash.MakeSeed()
+
 // NewPeerTagJoiner returns an empty PeerTagJoiner.
-func NewPeerTagJoiner() *PeerTagJoiner { return &PeerTagJoiner{seed: maphash.MakeSeed()} }
+func NewPeerTagJoiner() *PeerTagJoiner { return &PeerTagJoiner{} }
 
 // Join returns key + ":" + value, the same string for a pair joined
 // before while it is remembered.
@@ -53,5 +57,5 @@ func (j *PeerTagJoiner) Join(key, value string) string {
 // db.name:orders, say, must not share a slot and evict each other at every
 // span. The high bits: the multiply mixes the key's hash into them.
 func (j *PeerTagJoiner) slot(key, value string) uint64 {
-	return (maphash.String(j.seed, value) ^ maphash.String(j.seed, key)*0x9e3779b97f4a7c15) >> (64 - peerTagBits)
+	return (maphash.String(joinerSeed, value) ^ maphash.String(joinerSeed, key)*0x9e3779b97f4a7c15) >> (64 - peerTagBits)
 }

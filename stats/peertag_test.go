@@ -13,9 +13,15 @@ import (
 
 // TestPeerTagJoinerRemembers: a pair joined again, from strings of memory
 // of their own (as a tracer reads them from each span), is the same
-// string, without an allocation; another pair is its own.
+// string, without an allocation; another pair is its own. The zero value
+// works as NewPeerTagJoiner's does.
 func TestPeerTagJoinerRemembers(t *testing.T) {
-	j := NewPeerTagJoiner()
+	for name, j := range map[string]*PeerTagJoiner{"NewPeerTagJoiner": NewPeerTagJoiner(), "zero value": new(PeerTagJoiner)} {
+		t.Run(name, func(t *testing.T) { testJoinerRemembers(t, j) })
+	}
+}
+
+func testJoinerRemembers(t *testing.T, j *PeerTagJoiner) {
 	fresh := func(s string) string { return string([]byte(s)) }
 	a := j.Join(fresh("peer.service"), fresh("billing"))
 	b := j.Join(fresh("peer.service"), fresh("billing"))
