@@ -97,8 +97,9 @@ func (s *Sketch) binAt(i int) *uint32 {
 	return nil
 }
 
-// index is agentMapping.Index(v) for v > 0, without its math.Log (a third of
-// the table's hit path) for v in [1, 2^63), which holds every duration. The
+// index is agentMapping.Index(v) for v > 0, without its math.Log (the
+// costliest step of the table's hit path in a profile) for v in [1, 2^63),
+// which holds every duration. The
 // float's exponent and top subBits mantissa bits pick a sub-bucket of an
 // octave narrower than a bin, so at most one bin bound falls inside it: a
 // table holds the index of each sub-bucket's smallest value, and one

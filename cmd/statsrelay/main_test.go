@@ -399,7 +399,7 @@ func TestStartRefusesAbstractSocketName(t *testing.T) {
 }
 
 // TestReadmeFlagTable: the README's statsrelay flag table has a row for
-// every flag but -demo (shown in its first lines), names no flag the
+// every flag but -demo (shown under its first lines), names no flag the
 // command lacks, and gives each the default the command has: an operator
 // copies from that table.
 func TestReadmeFlagTable(t *testing.T) {

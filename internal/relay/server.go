@@ -37,13 +37,14 @@ const (
 	// DefaultQueue is how many read batches may wait for a decode worker
 	// before the readers wait (and the kernel queues): each holds
 	// BatchSize buffers of MaxDatagram bytes, so it is memory, and more of
-	// it is colder cache (BenchmarkRelayReceive).
+	// it is colder cache (a one-off sweep; no benchmark varies it).
 	DefaultQueue = 8
 	// DefaultSpinWait is how long a decode worker whose last batch came
 	// soon polls for the next before it parks: parking and waking a worker
 	// per recvmmsg batch put the Go scheduler first in the receive path's
-	// profile. Chosen with BenchmarkRelayReceive (shorter and longer did
-	// worse); BenchmarkRelayPaced shows what it costs at fixed loads.
+	// profile. Chosen in a one-off sweep of BenchmarkRelayReceive (shorter
+	// and longer did worse; the sweep is not kept, the benchmark runs it
+	// and -1); BenchmarkRelayPaced shows what it costs at fixed loads.
 	DefaultSpinWait = 30 * time.Microsecond
 	// DefaultForwardParallel is how many forward requests are in flight at
 	// once: an agent slow to answer one identity's request (up to the 10 s
