@@ -320,7 +320,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		DroppedPayloads: tellPayloads,
 		DroppedSpans:    tellSpans,
 	})
-	err := d.conn.Write(p.body)
+	err := d.writeCharged(p.body, patience)
 	// A full socket (the relay's queue: net.unix.max_dgram_qlen, often 10)
 	// is retried after short jittered pauses, not waited for in the
 	// netpoller: the kernel wakes every waiting sender at each read, and a
@@ -331,7 +331,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 			break
 		}
 		d.pauseFor(patience, pause/2+rand.N(pause/2+1))
-		err = d.conn.Write(p.body)
+		err = d.writeCharged(p.body, patience)
 	}
 	if errors.Is(err, dgram.ErrNoRelay) {
 		// The relay went away (or restarted on a new socket): dial again
@@ -384,6 +384,18 @@ func (d *datagramOut) pauseFor(patience *time.Duration, want time.Duration) {
 	start := time.Now()
 	d.sleep(want)
 	*patience -= min(max(time.Since(start), want), want+sleepSlack)
+}
+
+// writeCharged writes b, charging the patience for a write that found the socket
+// full: off Linux Write waits up to dgram's sendWait before it says so,
+// which the report's bound must cover; on Linux it returns at once.
+func (d *datagramOut) writeCharged(b []byte, patience *time.Duration) error {
+	start := time.Now()
+	err := d.conn.Write(b)
+	if errors.Is(err, dgram.ErrWouldBlock) {
+		take(patience, time.Since(start))
+	}
+	return err
 }
 
 // take spends up to d of the patience left and returns what it spent.

@@ -499,7 +499,8 @@ func removeBound(path string, bound os.FileInfo) {
 	}
 }
 
-// Sender is the SDK's socket to the relay. Write never waits.
+// Sender is the SDK's socket to the relay. On Linux Write never waits;
+// elsewhere it may wait up to sendWait for room in a full send buffer.
 type Sender struct {
 	conn net.Conn
 	rc   syscall.RawConn
