@@ -54,9 +54,9 @@ type Aggregator struct {
 	cons *consumer
 	snd  *sender
 
-	flushCh chan chan error // Flush requests, answered after the send
-	clearCh chan struct{}   // ClearSignal, coalesced
-	stopCh  chan struct{}   // closed by Stop
+	flushCh chan flushReq // Flush requests, answered after the send
+	clearCh chan struct{} // ClearSignal, coalesced
+	stopCh  chan struct{} // closed by Stop
 	abort   context.CancelFunc
 
 	startOnce, stopOnce sync.Once
@@ -75,7 +75,7 @@ func New(cfg Config) (*Aggregator, error) {
 	}
 	a := &Aggregator{
 		inbox:   newInbox(cfg.InboxSize),
-		flushCh: make(chan chan error),
+		flushCh: make(chan flushReq),
 		clearCh: make(chan struct{}, 1),
 		stopCh:  make(chan struct{}),
 		started: make(chan struct{}),
@@ -123,9 +123,9 @@ func (a *Aggregator) Start() {
 // (only a span another goroutine changes meanwhile can make it) leaves its
 // inbox slot claimed and unwritten: the consumer stops at that slot, and
 // the spans behind it wait there until Stop, whose deadline drops them
-// (StopUndrained); the spans before it are reported as usual, and a Flush
-// leaves the slot after waiting 100 ms for it. No guard against it is
-// paid on every call.
+// (StopUndrained); the spans before it are reported as usual, a Flush
+// waits for the slot until its ctx ends, and a tick or a Clear for 100 ms.
+// No guard against it is paid on every call.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false
@@ -183,7 +183,8 @@ func (a *Aggregator) warnIfNotStarted() {
 }
 
 // Flush reports everything published before the call, now, and returns once
-// the payloads were handed to the agent, with the first send error. Before
+// the payloads were handed to the agent, with the first send error. A span
+// whose Publish is still writing it is waited for, within ctx. Before
 // Start it returns ErrNotStarted at once (it does not start the aggregator).
 // The payloads of earlier reports that wait for a retry after a failed
 // attempt are not waited for: they go at their retry time, or at Stop,
@@ -198,8 +199,12 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		return ErrNotStarted
 	}
 	done := make(chan error, 1)
+	until := ctx.Done()
+	if until == nil {
+		until = forever
+	}
 	select {
-	case a.flushCh <- done:
+	case a.flushCh <- flushReq{done, until}:
 	case <-a.cons.done:
 		return ErrStopped
 	case <-ctx.Done():
@@ -217,7 +222,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 // every span published before the call, aggregated or still in the inbox,
 // and any published after it that the consumer takes before it handles
 // the request. The discarded spans are counted in Health.Cleared. It does
-// not wait.
+// not wait. A span whose Publish is still writing it 100 ms after the
+// consumer takes the request, and those queued behind it, are not
+// discarded.
 func (a *Aggregator) Clear() {
 	select {
 	case a.clearCh <- struct{}{}:

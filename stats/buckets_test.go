@@ -415,6 +415,26 @@ func TestSmallStepBackKeepsBuckets(t *testing.T) {
 	}
 }
 
+// TestIdleStepBackSeen: with no span since the close, the consumer reads
+// the clock only when its timer fires; the unstepped clock would read the
+// boundary (20 s) then, so a clock that reads 5 s has stepped back 15 s,
+// more than an interval: the buckets realign, and the timer is armed
+// within an interval, not 15 s ahead.
+func TestIdleStepBackSeen(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("first", epoch.Add(4*time.Second))
+	d.at(epoch.Add(iv))
+	d.at(epoch.Add(iv + iv/graceDivisor)) // [0, 10 s) closes; armed for 20 s
+	d.reports(epoch)
+	d.now = epoch.Add(5 * time.Second)
+	d.c.fired()
+	if h := d.a.Health(); h.ClockStepsBack != 1 || d.c.armed.Sub(d.now) > iv {
+		t.Fatalf("a 15 s step back seen when the timer fired: ClockStepsBack %d, next tick in %v; want 1 and at most %v",
+			h.ClockStepsBack, d.c.armed.Sub(d.now), iv)
+	}
+}
+
 // TestFlushAfterSmallStepBack: a Flush that finds the clock gone back
 // behind the current bucket's start, by less than an interval, reports
 // that bucket to its nominal end, never with Duration 0 (which the relay

@@ -80,7 +80,7 @@ type consumer struct {
 	ctr      *counters
 	off      *atomic.Bool              // the agent refuses stats: discard reports
 	peerTags *atomic.Pointer[[]string] // the agent's list, from the sender
-	flushCh  <-chan chan error
+	flushCh  <-chan flushReq
 	clearCh  <-chan struct{}
 	stopCh   <-chan struct{}
 	out      chan<- *report  // to the sender
@@ -230,7 +230,16 @@ func (c *consumer) run() {
 			wake, poll = 1, nil
 		}
 		if !c.in.ParkUntil(wake) {
-			continue // the mark was reached (or the ring closed) while parking
+			// The mark was reached (or the ring closed) while parking, or
+			// the head slot is claimed and unwritten with the mark's worth
+			// published behind it (a Publish that panicked leaves it so):
+			// the signals are looked at between tries, so ticks, Flush
+			// and Stop are served (TestTickPastAnAbandonedSlot/behind=7).
+			if c.await(noWait, nil) {
+				c.finish()
+				return
+			}
+			continue
 		}
 		if poll != nil {
 			c.poll.Reset(c.period)
@@ -263,14 +272,10 @@ func (c *consumer) await(wake <-chan struct{}, poll <-chan time.Time) (stop bool
 	case <-poll:
 		c.quiet = c.in.Len() == 0
 	case <-c.timer.C:
-		// A Clear ready at once goes first: the select picks either, and
-		// the bucket the tick closes holds spans published before it
-		// (TestClearBeforeBucketClose).
+		c.fired()
+	case req := <-c.flushCh:
 		c.clearPending()
-		c.tick()
-	case done := <-c.flushCh:
-		c.clearPending()
-		c.flush(done)
+		c.flushUntil(req.done, req.until)
 	case <-c.clearCh:
 		c.clear()
 	case <-c.stopCh:
@@ -278,6 +283,20 @@ func (c *consumer) await(wake <-chan struct{}, poll <-chan time.Time) (stop bool
 		return true
 	}
 	return false
+}
+
+// fired handles the timer's firing.
+func (c *consumer) fired() {
+	// A clock that did not step has reached armed, though no span made the
+	// consumer read it since the last tick (TestIdleStepBackSeen).
+	if c.armed.After(c.seen) {
+		c.seen = c.armed
+	}
+	// A Clear ready at once goes first: the select picks either, and the
+	// bucket the tick closes holds spans published before it
+	// (TestClearBeforeBucketClose).
+	c.clearPending()
+	c.tick()
 }
 
 // clearPending carries out a Clear made before the Flush or Stop that
@@ -374,16 +393,26 @@ func (c *consumer) counted(n int) {
 // producers as fast as the consumer cannot hold it there, away from its
 // timer and from Stop (TestFlushUnderSteadyLoadReturns). A slot claimed by
 // a Publish still writing it is waited for: the spans queued behind it
-// were published before the call (TestFlushWaitsForAClaimedSlot). Not
-// past slotWait: a slot whose Publish panicked is never written, and the
-// tick must still close and report the buckets counted before it
-// (TestTickPastAnAbandonedSlot).
-func (c *consumer) drainQueued() {
+// were published before the call (TestFlushWaitsForAClaimedSlot). Not past
+// slotWait, for a tick or a Clear: a slot whose Publish panicked is never
+// written, and the tick must still close and report the buckets counted
+// before it (TestTickPastAnAbandonedSlot).
+func (c *consumer) drainQueued() { c.drainUntil(nil) }
+
+// drainUntil is drainQueued waiting for a claimed slot until until is
+// closed (a Flush's ctx), or for slotWait if until is nil.
+func (c *consumer) drainUntil(until <-chan struct{}) {
 	var waiting time.Time
 	for n := c.in.Len(); n > 0 && !c.halt.Load(); {
 		k := c.consume()
 		if k == 0 {
-			if waiting.IsZero() {
+			if until != nil {
+				select {
+				case <-until:
+					return
+				default:
+				}
+			} else if waiting.IsZero() {
 				waiting = time.Now()
 			} else if time.Since(waiting) > slotWait {
 				return
@@ -396,16 +425,32 @@ func (c *consumer) drainQueued() {
 	}
 }
 
-// slotWait is how long a drain waits for a claimed slot to be written: a
-// producer descheduled in the middle of its copy is back long before
-// (the scheduler preempts every 10 ms), one that panicked never is.
+// slotWait is how long a tick or a Clear waits for a claimed slot to be
+// written: a producer descheduled in the middle of its copy is almost
+// always back long before; one that panicked never is. What it leaves
+// waits for the next drain (counted late if its bucket closed meanwhile).
 const slotWait = 100 * time.Millisecond
 
-func (c *consumer) flush(done chan error) {
+// flushReq is a Flush: done takes its answer; until is its ctx's Done
+// (forever for a ctx that never ends), how long it waits for a claimed slot.
+type flushReq struct {
+	done  chan error
+	until <-chan struct{}
+}
+
+// forever is never closed: the until of a Flush whose ctx never ends.
+var forever = make(chan struct{})
+
+// flush is flushUntil waiting slotWait for a claimed slot (tests drive it).
+func (c *consumer) flush(done chan error) { c.flushUntil(done, nil) }
+
+// flushUntil reports every open bucket with what is queued now, answering
+// done once the report is sent.
+func (c *consumer) flushUntil(done chan error, until <-chan struct{}) {
 	// Realigned and past any boundary reached before the spans are read:
 	// those stamped on the new time must not go to an earlier bucket.
 	c.crossBoundaries(c.now())
-	c.drainQueued()
+	c.drainUntil(until)
 	t := c.now()
 	c.closeDue(t)
 	c.reportAll(t, done)

@@ -228,7 +228,8 @@ func TestStopHaltedBeforeStopSeen(t *testing.T) {
 
 // TestFlushWaitsForAClaimedSlot: Flush reports everything published before
 // it was called, also spans queued behind a slot that a Publish still
-// writing has claimed (here a claim held open by the test).
+// writing has claimed (here a claim held open by the test for longer
+// than a tick would wait: Flush waits within its ctx).
 func TestFlushWaitsForAClaimedSlot(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
@@ -246,7 +247,7 @@ func TestFlushWaitsForAClaimedSlot(t *testing.T) {
 		defer cancel()
 		flushed <- a.Flush(ctx)
 	}()
-	time.Sleep(20 * time.Millisecond) // Flush is waiting for the claimed slot
+	time.Sleep(slotWait + 50*time.Millisecond) // Flush waits for the claimed slot within its ctx, past a tick's wait
 	s := Span{Service: "s", Name: "op", Resource: "claimed", SpanKind: "server", Duration: 5}
 	s.snapshot(c.Value())
 	c.Commit()
