@@ -18,8 +18,30 @@ func TestPayloadBufferReuseIsBounded(t *testing.T) {
 	if b := p.get(4 << 10); cap(b) < 4<<10 {
 		t.Fatalf("getBuf(4 KiB) has cap %d", cap(b))
 	}
-	if b := p.get(10); &b[:1][0] != &small[0] {
-		t.Fatal("a spare too small for one request was not kept for the next")
+	if n := len(p); n != 0 {
+		t.Fatalf("%d spares after a request none fits: the small one must give way", n)
+	}
+	// Reports of one size after a quiet interval's small ones: the pool
+	// turns to that size, and the steady state (one encoded, one sent)
+	// allocates nothing more.
+	p.put(make([]byte, 0, 4<<10))
+	p.put(make([]byte, 0, 4<<10))
+	report := func() {
+		enc := p.get(16 << 10)
+		sent := p.get(16 << 10)
+		p.put(sent)
+		p.put(enc)
+	}
+	report()
+	if n := testing.AllocsPerRun(100, report); n != 0 {
+		t.Fatalf("%v allocations per report of 16 KiB once the pool turned to that size, want 0", n)
+	}
+	sizes := []int{}
+	for len(p) > 0 {
+		sizes = append(sizes, cap(<-p))
+	}
+	if len(sizes) != 2 || sizes[0] < 16<<10 || sizes[1] < 16<<10 {
+		t.Fatalf("spares after 100 reports of 16 KiB: %v, want two of 16 KiB", sizes)
 	}
 	p.put(make([]byte, 0, maxSpareBuf+1))
 	if n := len(p); n != 0 {
