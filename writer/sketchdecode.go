@@ -747,7 +747,8 @@ func (s *storeScan) addInner(pos int, data []byte) {
 
 // duplicateKeys reports whether the binCounts map of the Store message b
 // names an indexable bin twice. Only a store with several map entries pays
-// for it (sketches-go and AppendSketch write contiguous counts).
+// for it (sketches-go writes contiguous counts; AppendSketch's maps have
+// ascending keys, which the canonical fast path reads without this scan).
 func duplicateKeys(b []byte) bool {
 	sp := keySets.Get().(*[]uint64)
 	set, dup := *sp, false

@@ -32,7 +32,9 @@
 // logged and statsrelay_unix_socket_rebinds_total counts it. Another file at
 // the path (a second relay started on it) is left to its owner, by the
 // check and by the stop: one error line per incident, and
-// statsrelay_unix_socket_taken_total. statsrelay_unix_socket_bound is 1
+// statsrelay_unix_socket_taken_total; once nobody receives on that socket
+// (its relay killed without removing it), the next check binds the path
+// again, as a start would. statsrelay_unix_socket_bound is 1
 // while the path names this relay's socket, 0 otherwise.
 //
 // The relay runs on one processor unless -procs says otherwise (0: every

@@ -491,9 +491,9 @@ func check(o *options) error {
 // defaultGrace is -grace's default for a forwarding period of interval:
 // the latest an SDK on that BucketInterval sends by default
 // (stats.DefaultSendJitter), plus a tenth of the interval, at most 1 s,
-// for the datagrams' way and the relay's reading. It is relay.DefaultGrace
-// at the default interval; a fixed 3 s would refuse a short -interval and
-// count as late the reports of SDKs on a long one.
+// for the datagrams' way and the relay's reading: relay.DefaultGrace (3 s)
+// from the default interval up, where SDKs send within 2 s; less below, as
+// a fixed 3 s would refuse a short -interval.
 func defaultGrace(interval time.Duration) time.Duration {
 	return stats.DefaultSendJitter(interval) + min(interval/10, time.Second)
 }

@@ -102,9 +102,9 @@ func TestProcsAndSpinWait(t *testing.T) {
 
 // TestGraceFollowsInterval: -grace not given covers the SDKs' default
 // send delay at -interval (stats.DefaultSendJitter) plus a tenth of it, at
-// most 1 s: 3 s at the default 10 s, so a short -interval alone is valid
-// and a long one waits for its senders; given, by flag or variable, it is
-// taken as is, and checked against the interval.
+// most 1 s: 3 s from the default 10 s up, where SDKs send within 2 s, and
+// less below, so a short -interval alone is valid; given, by flag or
+// variable, it is taken as is, and checked against the interval.
 func TestGraceFollowsInterval(t *testing.T) {
 	if g := defaultGrace(relay.DefaultInterval); g != relay.DefaultGrace {
 		t.Fatalf("defaultGrace(%s) = %s, want relay.DefaultGrace %s", relay.DefaultInterval, g, relay.DefaultGrace)

@@ -730,15 +730,15 @@ func TestBinaryLogsJSON(t *testing.T) {
 	defer ag.Close()
 	t.Setenv("STATSRELAY_INTERVL", "5s") // a typo: warned of
 	b := startBinary(t, "-log-format", "json", "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(),
-		"-http", "", "-interval", "1h")
+		"-http", "", "-interval", "5s")
 	var start map[string]any
 	if err := json.Unmarshal([]byte(b.startedLine(t)), &start); err != nil {
 		t.Fatalf("start line: %v:\n%s", err, b.output())
 	}
 	udp, _ := start["udp"].(string)
-	// -grace not given follows -interval: 1 h sends within 6 min 1 s.
-	if start["level"] != "INFO" || start["interval"] != "1h0m0s" || start["grace"] != "3s" || udp == "" {
-		t.Fatalf("start line %v: want level INFO, interval \"1h0m0s\", grace \"3s\", the UDP address", start)
+	// -grace not given follows -interval: 5 s sends within 1 s.
+	if start["level"] != "INFO" || start["interval"] != "5s" || start["grace"] != "1.5s" || udp == "" {
+		t.Fatalf("start line %v: want level INFO, interval \"5s\", grace \"1.5s\", the UDP address", start)
 	}
 	sendOverUDP(t, udp, stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
 	b.stop(t, syscall.SIGTERM)
