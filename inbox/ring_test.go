@@ -1033,7 +1033,11 @@ func TestGiveUpStopsWaitingForAClaim(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		r.Push(&v)
 	}
-	stuck := r.tail.Add(1) - 1 // claimed, never written
+	stuck := r.tail.Add(1) - 1 // claimed, never committed
+	// Its producer's copy is under way: a zeroing DiscardClosed would
+	// leave 0, as an untouched empty slot does, so the check below needs a
+	// value of the producer's to tell the two apart.
+	r.buf[stuck&r.mask].val = 77
 	for _, v := range []int{4, 5} {
 		r.Push(&v)
 	}
@@ -1063,7 +1067,7 @@ func TestGiveUpStopsWaitingForAClaim(t *testing.T) {
 	case <-time.After(wakeTimeout):
 		t.Fatal("DrainClosed or DiscardClosed still waiting after GiveUp")
 	}
-	if s := &r.buf[stuck&r.mask]; s.seq.Load() == stuck+1 || s.val != 0 {
-		t.Fatalf("the unwritten slot was touched: seq %d val %d", s.seq.Load(), s.val)
+	if s := &r.buf[stuck&r.mask]; s.seq.Load() == stuck+1 || s.val != 77 {
+		t.Fatalf("the unwritten slot was touched: seq %d val %d, want its producer's 77 left", s.seq.Load(), s.val)
 	}
 }

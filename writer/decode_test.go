@@ -780,3 +780,33 @@ func TestSkipMatchesMsgp(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeGroupHeaderWithinBudget: a group array header that both
+// decoders' budgets let through (1 MiB / MinWireGroupBytes groups) with
+// junk behind it instead of groups preallocates for what the bytes left
+// can hold, not for every group the header promises: within
+// TestDecodeHugeArrayHeaders' bound of a few times the input, where
+// preallocating them all takes 7×.
+func TestDecodeGroupHeaderWithinBudget(t *testing.T) {
+	const junk = 1 << 20
+	n := uint32(junk / MinWireGroupBytes) // within len(b)/MinWireGroupBytes+16
+	in := append(mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(n), bytes.Repeat([]byte{0xc1}, junk)...)
+	for name, decode := range map[string]func() error{
+		"DecodePayload": func() error { _, err := DecodePayload(in); return err },
+		"Decoder (the relay's budget)": func() error {
+			var d Decoder
+			_, err := d.Decode(in, len(in)/MinWireGroupBytes+1)
+			return err
+		},
+	} {
+		var err error
+		got := allocated(func() { err = decode() })
+		if err == nil {
+			t.Fatalf("%s: decoded", name)
+		}
+		// TestDecodeHugeArrayHeaders' bound: "a few times the input at most".
+		if bound := 64<<10 + 4*uint64(len(in)); got > bound {
+			t.Errorf("%s: a %d-byte input allocated %d bytes (%.1f×), bound %d", name, len(in), got, float64(got)/float64(len(in)), bound)
+		}
+	}
+}
