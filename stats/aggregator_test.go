@@ -682,16 +682,27 @@ func TestStopPastAnAbandonedSlot(t *testing.T) {
 // until Stop, whose deadline then dropped them unsent. With the inbox past
 // the wake mark behind the slot (what a busy application fills it with
 // in moments), the consumer cannot park, and looks at its timer between
-// tries. A Flush meanwhile waits for the
-// slot until its ctx ends; the slot and the spans behind it count as
-// undrained at Stop.
+// tries. A Flush meanwhile waits for the slot until its ctx ends, the
+// buckets closing meanwhile (TestFlushBehindAbandonedSlotKeepsTicking: one
+// without a deadline, which Stop's deadline cuts, returning that cause);
+// the slot and the spans behind it count as undrained at Stop.
 func TestTickPastAnAbandonedSlot(t *testing.T) {
 	for _, behind := range []int{1, 7} { // the mark of an inbox of 8 is 4
-		t.Run(fmt.Sprintf("behind=%d", behind), func(t *testing.T) { tickPastAbandonedSlot(t, behind) })
+		t.Run(fmt.Sprintf("behind=%d", behind), func(t *testing.T) { tickPastAbandonedSlot(t, behind, false) })
 	}
 }
 
-func tickPastAbandonedSlot(t *testing.T, behind int) {
+// TestFlushBehindAbandonedSlotKeepsTicking: a Flush without a deadline
+// waits on the abandoned slot, and the buckets still close and go out
+// meanwhile; Stop's deadline cuts the Flush, which returns that cause
+// rather than nil, since spans published before it stay unread.
+func TestFlushBehindAbandonedSlotKeepsTicking(t *testing.T) {
+	for _, behind := range []int{1, 7} {
+		t.Run(fmt.Sprintf("behind=%d", behind), func(t *testing.T) { tickPastAbandonedSlot(t, behind, true) })
+	}
+}
+
+func tickPastAbandonedSlot(t *testing.T, behind int, flushing bool) {
 	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8, BucketInterval: time.Second})
@@ -713,19 +724,35 @@ func tickPastAbandonedSlot(t *testing.T, behind int) {
 			t.Fatal("refused behind the slot")
 		}
 	}
+	flushed := make(chan error, 1)
+	if flushing {
+		go func() { flushed <- a.Flush(context.Background()) }()
+	}
 	waitFor(t, "the 3 counted spans at the agent", func() bool {
 		_, hits := statstest.Sum(ag.Requests())
 		return hits == 3
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	err := a.Flush(ctx)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Flush behind the abandoned slot: %v, want its deadline", err)
+	if !flushing {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := a.Flush(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Flush behind the abandoned slot: %v, want its deadline", err)
+		}
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_ = a.Stop(ctx)
+	if flushing {
+		select {
+		case err := <-flushed:
+			if !errors.Is(err, errStopDeadline) {
+				t.Fatalf("Flush without a deadline, cut by Stop's: %v, want %v", err, errStopDeadline)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Flush still waiting after Stop's deadline")
+		}
+	}
 	if h := a.Health(); h.Counted != 3 || h.SpansSent != 3 || h.StopUndrained != uint64(behind)+1 {
 		t.Fatalf("Counted %d SpansSent %d StopUndrained %d, want 3, 3, %d (the slot and the spans behind it)",
 			h.Counted, h.SpansSent, h.StopUndrained, behind+1)

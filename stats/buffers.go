@@ -28,6 +28,9 @@ func (p bufPool) get(n int) []byte {
 		if cap(b) >= n {
 			return b[:0]
 		}
+		if n > maxSpareBuf {
+			p.put(b) // what is made for n is not kept: nothing to give way to
+		}
 	default:
 	}
 	return make([]byte, 0, max(n, 4<<10))

@@ -36,6 +36,14 @@ func TestPayloadBufferReuseIsBounded(t *testing.T) {
 	if n := testing.AllocsPerRun(100, report); n != 0 {
 		t.Fatalf("%v allocations per report of 16 KiB once the pool turned to that size, want 0", n)
 	}
+	// A report over maxSpareBuf (whose buffer is never kept) leaves the
+	// small spare for the next small one.
+	if n := testing.AllocsPerRun(100, func() {
+		p.put(p.get(4 << 10))
+		p.put(p.get(maxSpareBuf + 1))
+	}); n != 1 {
+		t.Fatalf("%v allocations per pair of a 4 KiB and a %d B report, want 1 (the large one)", n, maxSpareBuf+1)
+	}
 	sizes := []int{}
 	for len(p) > 0 {
 		sizes = append(sizes, cap(<-p))

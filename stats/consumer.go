@@ -410,6 +410,11 @@ func (c *consumer) drainUntil(until <-chan struct{}) {
 				select {
 				case <-until:
 					return
+				case <-c.timer.C:
+					// A Flush without a deadline behind a slot no Publish
+					// will write must not stop the buckets closing
+					// (TestFlushBehindAbandonedSlotKeepsTicking).
+					c.fired()
 				default:
 				}
 			} else if waiting.IsZero() {
@@ -451,9 +456,17 @@ func (c *consumer) flushUntil(done chan error, until <-chan struct{}) {
 	// those stamped on the new time must not go to an earlier bucket.
 	c.crossBoundaries(c.now())
 	c.drainUntil(until)
+	// Stop's deadline ended the wait with spans published before the
+	// Flush unread: it did not report everything, whatever it reports.
+	cut := c.halt.Load() && c.in.Len() > 0
 	t := c.now()
 	c.closeDue(t)
-	c.reportAll(t, done)
+	if cut {
+		c.reportAll(t, nil)
+		c.queue(&report{done: done, answer: errStopDeadline})
+	} else {
+		c.reportAll(t, done)
+	}
 	c.arm(t)
 }
 
