@@ -88,7 +88,7 @@ type ServerConfig struct {
 	Interval     time.Duration
 	// Grace is the wait after each boundary for late senders (zero: none,
 	// unlike the other fields; statsrelay's -grace defaults to
-	// DefaultGrace).
+	// DefaultGrace from an Interval of 10 s up, less below).
 	Grace time.Duration
 	// Origin reads each Unix sender's container id from
 	// <ProcRoot>/<pid>/cgroup.
