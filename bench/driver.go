@@ -114,7 +114,13 @@ func Run(b *testing.B, w *Workload, open OpenFunc) {
 	}
 	defer d.Close()
 	procs := runtime.GOMAXPROCS(0)
-	b.SetParallelism((Producers + procs - 1) / procs)
+	// RunParallel starts parallelism × GOMAXPROCS goroutines: exactly
+	// Producers only where GOMAXPROCS divides it; elsewhere the extra
+	// goroutines would replay other producers' walks in lockstep.
+	if par := (Producers + procs - 1) / procs; par*procs != Producers {
+		b.Fatalf("GOMAXPROCS %d: RunParallel would start %d producers, not %d; run with -cpu 1, 2, 4 or 8", procs, par*procs, Producers)
+	}
+	b.SetParallelism(Producers / procs)
 	b.ReportAllocs()
 
 	c0 := warmUp(b, w, d)

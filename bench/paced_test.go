@@ -45,6 +45,9 @@ const pacedTick = time.Millisecond
 // window.
 func BenchmarkPaced(b *testing.B) {
 	if b.N < PacedRounds {
+		if countAsked() {
+			b.Fatalf("b.N %d: a paced run needs at least %d; run it with -benchtime %dx or more", b.N, PacedRounds, PacedRounds)
+		}
 		return // the framework's first, calibrating call: a round is long
 	}
 	type side struct {

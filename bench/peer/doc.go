@@ -38,8 +38,9 @@
 //     saturation (a throughput race under overload); and the
 //     live heap per entry at 2048 entries (BenchmarkHeapPerEntry). bench/run
 //     runs them and writes bench/RESULTS.md;
-//   - TestDriversAgree: both implementations see the same keys for the same
-//     spans, so that the comparison is like for like.
+//   - TestDriversAgree and TestDriversSameKeys: both implementations count
+//     the same spans in the same groups, label for label, so that the
+//     comparison is like for like.
 //
 // The package itself exports nothing; everything is in _test.go files.
 package peer
