@@ -64,9 +64,9 @@ func (p *Packer) PackPayload(pl *Payload, emit func(body []byte, hits uint64)) {
 }
 
 // Split answers a 413: the payload body is decoded and re-encoded as two or
-// more complete payloads (usually two, three when no cut falls near the
-// middle) of at most about half its size, except a group larger than that,
-// alone in its own; each is emitted as by Pack, with a buffer from alloc
+// more complete payloads of at most about half its size, except a group
+// larger than that, alone in its own: usually two, often with a third
+// holding a group or so, what the first left unused below its limit; each is emitted as by Pack, with a buffer from alloc
 // (nil: make) and the header's Sequence.
 // It returns ErrUnsplittable, having emitted nothing, if the payload has
 // fewer than two groups, and DecodePayload's error if it does not decode.
@@ -224,6 +224,10 @@ func groupSize(e *aggregate.Entry, g *Group) int {
 	if g != nil {
 		n += len(g.DBType) + stringsSize(g.SpanDerivedPrimaryTags) + stringsSize(g.AdditionalMetricTags)
 		n += 2 * (msgp.ArrayHeaderSize - 1) // their headers: GroupSize counts fixarrays
+		// With Wire summaries e's sketches are nil, counted as empty.
+		if g.Wire != nil {
+			n += len(g.Wire.Ok.b) + len(g.Wire.Err.b)
+		}
 	}
 	return n
 }
@@ -232,7 +236,8 @@ func groupSize(e *aggregate.Entry, g *Group) int {
 func (g *Group) Size() int { return groupSize(&g.Entry, g) }
 
 // Append appends g as one msgpack ClientGroupedStats map, as AppendGroup
-// does, with its DBType, SpanDerivedPrimaryTags and AdditionalMetricTags.
+// does, with its DBType, SpanDerivedPrimaryTags and AdditionalMetricTags,
+// and its Wire summaries as they came when it has them.
 func (g *Group) Append(b []byte) []byte { return appendGroup(b, &g.Entry, g) }
 
 // Append appends p as one complete msgpack ClientStatsPayload, as

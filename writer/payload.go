@@ -290,9 +290,15 @@ func appendGroup(b []byte, e *aggregate.Entry, g *Group) []byte {
 	b = append(b, kDuration...)
 	b = msgp.AppendUint64(b, e.Duration)
 	b = append(b, kOkSummary...)
-	b = appendSummary(b, e.Ok)
-	b = append(b, kErrorSummary...)
-	b = appendSummary(b, e.Err)
+	if g != nil && g.Wire != nil { // decoded with WireSketches: e's are nil
+		b = appendWire(b, &g.Wire.Ok)
+		b = append(b, kErrorSummary...)
+		b = appendWire(b, &g.Wire.Err)
+	} else {
+		b = appendSummary(b, e.Ok)
+		b = append(b, kErrorSummary...)
+		b = appendSummary(b, e.Err)
+	}
 	b = append(b, kSynthetics...)
 	b = msgp.AppendBool(b, k.Synthetics)
 	b = append(b, kTopLevelHits...)
@@ -317,6 +323,15 @@ func appendSummary(b []byte, s *aggregate.Sketch) []byte {
 	l.plan(s)
 	b = msgp.AppendBytesHeader(b, uint32(l.size()))
 	return l.append(b)
+}
+
+// appendWire appends w as a msgpack bin holding its validated DDSketch
+// bytes as they came, or an empty DDSketch for an empty summary.
+func appendWire(b []byte, w *WireSketch) []byte {
+	if w.count == 0 {
+		return appendSummary(b, nil)
+	}
+	return msgp.AppendBytes(b, w.b)
 }
 
 // grow returns b with room for n more bytes, in one allocation when it has

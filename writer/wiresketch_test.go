@@ -1,9 +1,11 @@
 // This file tests a Decoder's WireSketches option and AddSketch against a
-// plain decode, and benchmarks decoding small groups with it.
+// plain decode, its summaries written again, and benchmarks decoding small
+// groups with it.
 
 package writer
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -263,4 +265,51 @@ func isMapLayout(b []byte) bool {
 	}
 	store, _, _ := cutLen(b[len(emptySketch)+1:])
 	return len(store) > 0 && store[0] == tagBinCounts
+}
+
+// TestWireSketchesReencoded: a payload decoded with WireSketches (its
+// groups' Ok and Err nil, their summaries in Wire) keeps both summaries
+// when Payload.Append or a Packer writes it again, and Group.Size still
+// bounds what Append writes.
+func TestWireSketchesReencoded(t *testing.T) {
+	e := &aggregate.Entry{Hits: 5, Errors: 2}
+	e.Service, e.Name = "s", "n"
+	e.Ok, e.Err = new(aggregate.Sketch), new(aggregate.Sketch)
+	for i := range 3 {
+		e.Ok.Add(float64(1000 * (i + 1)))
+	}
+	e.Err.Add(7e6)
+	e.Err.Add(9e9)
+	body := AppendPayload(nil, &testHeader, []Bucket{{Start: 1, Duration: 2, Groups: []*aggregate.Entry{e}}})
+	dec := Decoder{WireSketches: true}
+	pl, err := dec.Decode(body, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := &pl.Buckets[0].Groups[0]; g.Ok != nil || g.Wire == nil {
+		t.Fatal("not decoded into Wire")
+	}
+	check := func(how string, b []byte) {
+		back, err := DecodePayload(b)
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		g := &back.Buckets[0].Groups[0]
+		if g.Ok == nil || g.Err == nil || g.Ok.Count() != 3 || g.Err.Count() != 2 ||
+			g.Ok.Quantile(1) != e.Ok.Quantile(1) || g.Err.Quantile(1) != e.Err.Quantile(1) {
+			t.Fatalf("%s: summaries %v %v, want the 3 and 2 values written", how, g.Ok, g.Err)
+		}
+	}
+	g := &pl.Buckets[0].Groups[0]
+	if n, got := g.Size(), len(g.Append(nil)); got > n {
+		t.Fatalf("Group.Append wrote %d bytes, Size said at most %d", got, n)
+	}
+	check("Payload.Append", pl.Append(nil))
+	var bodies [][]byte
+	p := Packer{Limit: 1 << 20}
+	p.PackPayload(pl, func(b []byte, hits uint64) { bodies = append(bodies, bytes.Clone(b)) })
+	if len(bodies) != 1 {
+		t.Fatalf("%d payloads", len(bodies))
+	}
+	check("Packer.PackPayload", bodies[0])
 }
