@@ -217,7 +217,7 @@ var help = map[string]string{
 	"statsrelay_sender_dropped_spans_total":        "Spans in the payloads the senders say they dropped.",
 	"statsrelay_sender_late_total":                 "Datagrams whose sequence was received before or already counted as a gap; their spans are merged.",
 	"statsrelay_sender_restarts_total":             "Senders that started over at sequence 1.",
-	"statsrelay_sender_seq_gaps_total":             "Sequence numbers a sender skipped, missing for a whole interval (a truncated or malformed datagram, which names no sender, counts here too).",
+	"statsrelay_sender_seq_gaps_total":             "Sequence numbers a sender skipped, missing for a whole interval (a truncated or malformed datagram, or one invalid for a summary, which names no sender, counts here too).",
 	"statsrelay_senders":                           "Senders in the sender table.",
 	"statsrelay_senders_forgotten_total":           "Senders evicted from a full sender table while still sending.",
 	"statsrelay_spans_dropped_after_timeout_total": "Spans dropped after a request, sent whole, timed out, lost its connection before the answer or was cut by the stop: the agent may have taken them.",
