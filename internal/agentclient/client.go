@@ -469,11 +469,7 @@ func (c *Client) settle(p *Payload, err error) {
 		switched := !c.off.Swap(true)
 		if switched {
 			c.pollInfoLater()
-			for _, q := range c.retries {
-				// Queued before the switch (a 5xx): checked after the
-				// poll too, not held one attempt short of it.
-				q.due = later(q.due, c.infoDue)
-			}
+			c.retriesAfterPoll()
 		}
 		c.obs.Off(switched)
 		c.hold(p, fmt.Errorf("%w: %w", ErrAgentOff, err), true) // Failed was reported
@@ -641,6 +637,19 @@ func (c *Client) ReadInfo() {
 			c.obs.Off(true)
 		}
 		c.pollInfoLater()
+		// Also when it was off already: a read that finds it still off
+		// (Final's first) moves the poll later, and what waits with it.
+		c.retriesAfterPoll()
 	}
 	c.obs.Info(info)
+}
+
+// retriesAfterPoll moves the payloads waiting for a retry past the next
+// /info poll while the agent is off: queued before the switch (a 5xx), or
+// for the poll a read just put off, each is checked after that poll, not
+// held one attempt short of it (TestInfoOffHoldsRetriesForPoll).
+func (c *Client) retriesAfterPoll() {
+	for _, q := range c.retries {
+		q.due = later(q.due, c.infoDue)
+	}
 }

@@ -1348,3 +1348,91 @@ func TestInfoPollJittered(t *testing.T) {
 		t.Fatalf("50 polls scheduled at %d distinct waits (to the ms): not jittered", len(seen))
 	}
 }
+
+// TestInfoOffHoldsRetriesForPoll: a retry queued before the agent goes
+// off waits for the /info poll that may see it back, whether the switch
+// came from a 404 or from an /info read without the stats endpoint: it is
+// not held one attempt short of that poll and dropped at its last.
+func TestInfoOffHoldsRetriesForPoll(t *testing.T) {
+	for _, via404 := range []bool{true, false} {
+		ag := newSwitchAgent(t)
+		obs := &counting{}
+		cfg := testConfig(ag.srv.URL)
+		cfg.MaxRetries = 1
+		cfg.InfoRefresh = time.Hour
+		c := New(context.Background(), cfg, obs)
+		// An earlier off spell with no payload taken since: the poll
+		// wait has doubled to 40 ms (pollInfoLater keeps it until a
+		// payload is taken).
+		ag.listed.Store(false)
+		c.ReadInfo()
+		c.ReadInfo()
+		ag.listed.Store(true)
+		c.ReadInfo()
+		if c.Off() {
+			t.Fatal("still off")
+		}
+		ag.post.Store(http.StatusServiceUnavailable)
+		c.Send(&Payload{Body: splitBody(), Hits: 120}) // queued: its last attempt due in ≤ 10 ms
+		ag.listed.Store(false)
+		if via404 {
+			// another payload's 404 switches the client off
+			ag.post.Store(http.StatusNotFound)
+			c.Send(&Payload{Body: splitBody(), Hits: 120})
+		} else {
+			c.ReadInfo() // a poll / recheck that finds no stats endpoint
+		}
+		// the agent is back before the next poll
+		ag.post.Store(0)
+		ag.listed.Store(true)
+		runDue(t, c)
+		c.Close()
+		if obs.sent == 0 {
+			t.Errorf("via404=%v: the queued payload was dropped (%v) before the /info poll that saw the agent back; sent %d dropped %d",
+				via404, obs.lastErr, obs.sent, obs.dropped)
+		}
+	}
+}
+
+// TestFinalFirstInfoReadKeepsHeld: Final's first /info read finds the
+// agent still off and puts the next poll off; the held payload waits for
+// that poll too, which finds the agent back within the window, and is
+// sent rather than dropped at its last attempt.
+func TestFinalFirstInfoReadKeepsHeld(t *testing.T) {
+	var listed, flip atomic.Bool
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == InfoPath {
+			ep := `[]`
+			if listed.Load() {
+				ep = `["` + StatsPath + `"]`
+			}
+			if flip.Load() {
+				listed.Store(true) // back for the next poll
+			}
+			io.WriteString(w, `{"endpoints":`+ep+`}`)
+			return
+		}
+		posts.Add(1)
+		io.Copy(io.Discard, r.Body)
+		if !listed.Load() {
+			w.WriteHeader(404)
+		}
+	}))
+	defer srv.Close()
+	obs := &counting{}
+	cfg := testConfig(srv.URL)
+	cfg.MaxRetries = 1
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.Send(&Payload{Body: splitBody(), Hits: 120}) // 404: held for the poll
+	if !c.Off() || c.Pending() != 1 {
+		t.Fatal("not held")
+	}
+	flip.Store(true)
+	c.Final(time.Second)
+	if obs.sent != 1 {
+		t.Errorf("sent %d dropped %d (%v), %d posts, on %d: the held payload was dropped before the in-window poll that saw the agent back",
+			obs.sent, obs.dropped, obs.lastErr, posts.Load(), obs.on)
+	}
+}

@@ -90,6 +90,11 @@ func ParseURL(raw string) (Endpoint, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // its message quotes the URL whole
 		}
+		if _, rest, ok := strings.Cut(raw, "://"); ok && strings.Contains(rest, "@") {
+			// A password holding "/", "?" or "#" ends the host early, and
+			// url.Parse's message quotes what follows it: the password.
+			err = errors.New(`does not parse: escape "/", "?", "#" or "@" in a user or password as %2F, %3F, %23 or %40`)
+		}
 		return Endpoint{}, fmt.Errorf("agent URL %q: %v", Redact(raw), err)
 	}
 	raw = Redact(raw)

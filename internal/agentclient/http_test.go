@@ -299,3 +299,21 @@ func TestRetryableAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestParseURLErrorsHideThePassword: a password holding "/", "?" or "#"
+// ends the host early and url.Parse's message quotes what follows (the
+// password as a port); ParseURL's error shows neither, and says how to
+// write it.
+func TestParseURLErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{"http://user:s3cret/x@host:8126", "http://user:s3cret?x@host:8126",
+		"http://user:s3cret#x@host:8126", "http://user:s3cret@host:99999", "http://user:s3cret@[::1:8126",
+		"http://user:s3cr%zzet@host:8126", "unix://user:s3cret@host/x.sock"} {
+		_, err := ParseURL(raw)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseURL(%q) = %v: want an error without the password", raw, err)
+		}
+	}
+	if _, err := ParseURL("http://user:s3cret/x@host:8126"); err == nil || !strings.Contains(err.Error(), "%2F") {
+		t.Errorf("error %v: want it to say how to escape the password", err)
+	}
+}
