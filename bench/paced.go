@@ -9,6 +9,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,8 +119,11 @@ const (
 // allocation starts inside its window, not for the collection of what is
 // left when the window closes.
 func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
-	if b.N == 1 && !countAsked() {
-		return // the framework's first, calibrating call: a round is long
+	if n := askedCount(); n > 0 && n < PacedRounds {
+		b.Fatalf("-benchtime %dx: a paced cell needs at least %d (one span a round)", n, PacedRounds)
+	}
+	if b.N == 1 {
+		return // the framework's first call, which every run makes: a round is long
 	}
 	if b.N < PacedRounds {
 		b.Fatalf("b.N %d: a paced cell needs at least %d (one span a round); run it with -benchtime %dx or more", b.N, PacedRounds, PacedRounds)
@@ -473,10 +477,18 @@ func (d *nullDriver) Counts() Counts {
 	return c
 }
 
-// countAsked reports whether -test.benchtime asks for a count of
-// iterations (100x), where b.N 1 is the count asked, not the framework's
-// calibrating call.
-func countAsked() bool {
+// askedCount is the count of iterations -test.benchtime asks for (100
+// for 100x), 0 for a duration. The framework calls a benchmark with b.N 1
+// first whatever it asks, and with 1x only then: a count under
+// PacedRounds must fail, not pass with no figures.
+func askedCount() int {
 	f := flag.Lookup("test.benchtime")
-	return f != nil && strings.HasSuffix(f.Value.String(), "x")
+	if f == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(f.Value.String(), "x"))
+	if err != nil || !strings.HasSuffix(f.Value.String(), "x") {
+		return 0
+	}
+	return n
 }

@@ -44,11 +44,11 @@ const pacedTick = time.Millisecond
 // of Adversarial ÷ that of SteadyState; and window-ms, a round's measured
 // window.
 func BenchmarkPaced(b *testing.B) {
+	if n := askedCount(); n > 0 && n < PacedRounds {
+		b.Fatalf("-benchtime %dx: a paced run needs at least %d", n, PacedRounds)
+	}
 	if b.N < PacedRounds {
-		if countAsked() {
-			b.Fatalf("b.N %d: a paced run needs at least %d; run it with -benchtime %dx or more", b.N, PacedRounds, PacedRounds)
-		}
-		return // the framework's first, calibrating call: a round is long
+		return // the framework's first call, which every run makes: a round is long
 	}
 	type side struct {
 		w       *Workload
