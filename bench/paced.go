@@ -486,8 +486,9 @@ func askedCount() int {
 	if f == nil {
 		return 0
 	}
-	n, err := strconv.Atoi(strings.TrimSuffix(f.Value.String(), "x"))
-	if err != nil || !strings.HasSuffix(f.Value.String(), "x") {
+	count, ok := strings.CutSuffix(f.Value.String(), "x")
+	n, err := strconv.Atoi(count)
+	if !ok || err != nil {
 		return 0
 	}
 	return n

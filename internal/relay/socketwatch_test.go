@@ -206,6 +206,17 @@ func TestSocketRebindRetries(t *testing.T) {
 	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().Datagrams[relay.Unix] == 1 })
 }
 
+// listenAt binds another process's datagram socket at path, as a second
+// relay started on it would.
+func listenAt(t *testing.T, path string) *net.UnixConn {
+	t.Helper()
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestSocketTakenIsLeftAlone: another process's socket put at the path is
 // not taken back, neither by the check nor by the stop; the metrics and
 // one log line say so, and senders reach that socket.
@@ -216,10 +227,7 @@ func TestSocketTakenIsLeftAlone(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := listenAt(t, path)
 	defer other.Close()
 	theirs, err := os.Lstat(path)
 	if err != nil {
@@ -264,10 +272,7 @@ func TestSocketTakenByDeadRelayIsRebound(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := listenAt(t, path)
 	srv.CheckSocket()
 	srv.CheckSocket() // live: left alone
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0",
@@ -315,10 +320,7 @@ func TestSocketBoundWithCheckOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0", "statsrelay_unix_socket_rebinds_total 0")
-	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := listenAt(t, path)
 	wantMetrics(t, srv, "statsrelay_unix_socket_bound 0")
 	other.Close()
 	if err := os.Remove(path); err != nil {
