@@ -3,7 +3,10 @@
 
 package relay
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // CheckSocket runs the Unix socket check now, as its ticker would, once
 // Run has started it: tests assert what one check does without waiting on
@@ -14,6 +17,25 @@ func (s *Server) CheckSocket() {
 			panic("relay: CheckSocket: the check did not start")
 		}
 	}
+}
+
+// HoldReaders takes every read batch, so that each reader waits for one
+// and the kernel keeps what senders send; the returned func gives them
+// back (once, however often called). A reader waiting on its socket holds a batch: wake must send it a
+// datagram, which hands that batch on and back (or, if the reader had not
+// taken one yet, stays queued).
+func (s *Server) HoldReaders(wake func()) (release func()) {
+	n := cap(s.free.avail)
+	for range n - 1 {
+		<-s.free.avail
+	}
+	wake()
+	<-s.free.avail
+	return sync.OnceFunc(func() {
+		for range n {
+			s.free.avail <- struct{}{}
+		}
+	})
 }
 
 // RetiredConns is how many replaced sockets the Server still holds.
