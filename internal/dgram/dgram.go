@@ -464,6 +464,7 @@ func (c *Conn) Close() error {
 		c.closed = true
 	}
 	c.file.Unlock()
+	c.sys.pollDrops(c) // the drops since the last datagram read, while it can
 	err := c.pc.Close()
 	if testHook != nil {
 		testHook("close")

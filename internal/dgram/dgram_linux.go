@@ -120,9 +120,10 @@ func setsockopt(raw syscall.RawConn, opt, value int) error {
 
 type connSys struct {
 	ctrlLen int
-	// lastOvfl is the last SO_RXQ_OVFL value counted. Atomic: a drained
-	// ReadBatch reads inside rc.Control, which takes no read lock, so
-	// readers of one Conn may count at the same time.
+	// lastOvfl is the last value of the kernel's drop counter counted
+	// (SO_RXQ_OVFL, SO_MEMINFO). Atomic: a drained ReadBatch reads inside
+	// rc.Control, which takes no read lock, and a scrape polls, so
+	// several may count at the same time.
 	lastOvfl atomic.Uint32
 	drops    atomic.Uint64
 }
@@ -148,10 +149,33 @@ func (s *connSys) init(c *Conn) error {
 }
 
 // KernelDrops returns how many datagrams the kernel dropped on this UDP
-// socket because its receive buffer was full, as far as the datagrams read
-// so far tell: the kernel stamps its drop counter on each datagram it queues,
-// so drops after the last datagram read show with the next one.
-func (c *Conn) KernelDrops() uint64 { return c.sys.drops.Load() }
+// socket because its receive buffer was full. The kernel stamps its drop
+// counter on each datagram it queues (SO_RXQ_OVFL), and KernelDrops also
+// reads that counter from the socket (SO_MEMINFO): drops after the last
+// datagram read (the end of a burst, the relay stopping) are counted
+// without waiting for another datagram to carry them.
+func (c *Conn) KernelDrops() uint64 {
+	c.sys.pollDrops(c)
+	return c.sys.drops.Load()
+}
+
+// pollDrops counts the socket's drop counter as it stands now; nothing
+// for a Unix socket (a full one drops nothing) or a closed one.
+func (s *connSys) pollDrops(c *Conn) {
+	if c.path != "" {
+		return
+	}
+	var mi [unix.SK_MEMINFO_VARS]uint32
+	var errno syscall.Errno
+	if c.rc.Control(func(fd uintptr) {
+		l := uint32(unsafe.Sizeof(mi))
+		_, _, errno = unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0)
+	}) != nil || errno != 0 {
+		return // closed; or a kernel before 4.6: the datagrams' stamps only
+	}
+	s.countDrops(mi[unix.SK_MEMINFO_DROPS])
+}
 
 // countDrops turns the kernel's cumulative uint32 counter into the total.
 func (s *connSys) countDrops(v uint32) {

@@ -6,6 +6,7 @@ package dgram
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -123,6 +124,42 @@ func TestKernelDropsExact(t *testing.T) {
 	t.Logf("rcvbuf %d: sent %d, received %d, kernel drops %d", r.conn.ReadBuffer(), sent, received, drops)
 	if drops == 0 || drops != uint64(sent-received) {
 		t.Errorf("KernelDrops %d, want sent %d - received %d = %d (and > 0)", drops, sent, received, sent-received)
+	}
+}
+
+// TestKernelDropsWithoutLaterDatagram: a burst overflows the buffer and
+// nothing follows it (the end of an interval's burst, the relay
+// stopping). The datagrams read were queued before the drops, so they
+// carry none: KernelDrops reads the socket's counter itself, and Close
+// reads it one last time for a total asked after it.
+func TestKernelDropsWithoutLaterDatagram(t *testing.T) {
+	for _, afterClose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_close=%v", afterClose), func(t *testing.T) {
+			r := listenUDP(t, 4096)
+			const flood = 300 // under net.core.netdev_max_backlog, as in TestKernelDropsExact
+			for i := range flood {
+				if err := r.send.Write(payload(i, 1024)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := NewBatch(8, 2048)
+			received := 0
+			for queued(t, r.conn) != 0 {
+				n, err := r.conn.ReadBatch(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				received += n
+			}
+			if afterClose {
+				r.conn.Close()
+			}
+			drops := r.conn.KernelDrops()
+			t.Logf("rcvbuf %d: sent %d, received %d, kernel drops %d", r.conn.ReadBuffer(), flood, received, drops)
+			if drops == 0 || drops != uint64(flood-received) {
+				t.Errorf("KernelDrops %d, want sent %d - received %d = %d (and > 0)", drops, flood, received, flood-received)
+			}
+		})
 	}
 }
 

@@ -62,6 +62,8 @@ func (s *connSys) init(c *Conn) error {
 // KernelDrops returns 0: only Linux reports the drops (SO_RXQ_OVFL).
 func (c *Conn) KernelDrops() uint64 { return 0 }
 
+func (s *connSys) pollDrops(*Conn) {}
+
 type batchSys struct{}
 
 func (s *batchSys) init(*Batch) {}

@@ -15,7 +15,9 @@
 // Go netpoller and Close wakes it with net.ErrClosed. Each slot carries its
 // control message: the sender's credentials on a Unix socket (SO_PASSCRED,
 // giving Datagram.PID) and the kernel's cumulative drop counter on UDP
-// (SO_RXQ_OVFL), which Conn folds into an exact running total, KernelDrops.
+// (SO_RXQ_OVFL), which Conn folds into an exact running total, KernelDrops,
+// along with the same counter read from the socket (SO_MEMINFO) when asked
+// and at Close, for the drops no later datagram carries.
 // Sender writes with MSG_DONTWAIT and answers ErrWouldBlock instead of
 // waiting; a Unix Sender addresses every datagram to the socket path, so it
 // reaches a relay that restarted after the Sender was dialled. A relay whose
