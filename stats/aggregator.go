@@ -111,8 +111,9 @@ func (a *Aggregator) Start() {
 // Publish hands a finished span to the aggregator, once: a partial snapshot
 // of a span still running (one a tracer flushes early, which the agent
 // marks _dd.partial_version and its concentrator leaves out) must not be
-// published, or the span counts twice. It never waits, does not
-// retain s, and allocates nothing unless s has more than
+// published, or the span counts twice. It never waits for the consumer
+// (on a full inbox it drops the span, and yields its processor once every
+// Config.ShedYieldEvery drops, see there), does not retain s, and allocates nothing unless s has more than
 // aggregate.MaxInlinePeerTags peer tags. It returns false when the span is
 // dropped (inbox full, published after Stop, or the agent does not accept
 // stats; each counted in Health) and for a nil s (not counted); an
@@ -122,10 +123,12 @@ func (a *Aggregator) Start() {
 // that Start was never called. A Publish that panics while it copies s
 // (only a span another goroutine changes meanwhile can make it) leaves its
 // inbox slot claimed and unwritten: the consumer stops at that slot, and
-// the spans behind it wait there until Stop, whose deadline drops them
+// the spans behind it wait there until Stop, which waits a second for the
+// slot (less if its deadline comes first) and then drops them
 // (StopUndrained); the spans before it are reported as usual, a Flush
-// waits for the slot until its ctx ends, and a tick or a Clear for 100 ms.
-// No guard against it is paid on every call.
+// waits for the slot until its ctx ends, and a tick or a Clear for 100 ms;
+// meanwhile the consumer looks at the slot 10 times a second. No guard
+// against it is paid on every call.
 func (a *Aggregator) Publish(s *Span) bool {
 	if s == nil {
 		return false

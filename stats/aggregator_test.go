@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spanstats/spanstats/internal/cputime"
 	"github.com/spanstats/spanstats/internal/testenv"
 	"github.com/spanstats/spanstats/stats/statstest"
 	"github.com/spanstats/spanstats/writer"
@@ -670,6 +671,90 @@ func TestStopPastAnAbandonedSlot(t *testing.T) {
 	if h.Counted != 3 || h.StopUndrained != 5 || h.Pending != 0 || h.Published != 8 ||
 		h.Published != h.Counted+h.Ineligible+h.InboxFull+h.AfterStop+h.AgentOffSpans+h.AggregateDropped+h.StopUndrained+h.Pending {
 		t.Fatalf("health %+v: want 3 counted, 5 undrained of 8 published", h)
+	}
+	if _, hits := statstest.Sum(ag.Requests()); hits != 3 {
+		t.Fatalf("the agent holds %d hits, want 3", hits)
+	}
+}
+
+// abandonSlot claims a slot of a's inbox and never writes it, as a Publish
+// whose copy panicked does, then publishes behind spans behind it.
+func abandonSlot(t *testing.T, a *Aggregator, behind int) {
+	t.Helper()
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = a.inbox.Claim()
+		panic("the copy into the slot panicked")
+	}()
+	for i := range behind {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatalf("span %d refused behind the slot: %+v", i, a.Health())
+		}
+	}
+}
+
+// TestAbandonedSlotDoesNotSpin: with the wake mark's worth published
+// behind an abandoned slot the consumer cannot park, and it used to try
+// again at once for ever, a whole core (a second of CPU a second). It backs
+// off to a try per slotWait: over a second the process's CPU stays under a
+// quarter of it, and the tries are counted as wake-ups.
+func TestAbandonedSlotDoesNotSpin(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+	abandonSlot(t, a, 7)               // the mark of an inbox of 8 is 4
+	time.Sleep(100 * time.Millisecond) // past the first tries
+	w0, cpu0 := a.cons.wakeups.Load(), cputime.Process()
+	time.Sleep(time.Second)
+	cpu, wakes := cputime.Process()-cpu0, a.cons.wakeups.Load()-w0
+	t.Logf("behind an abandoned slot for 1 s: process CPU %v, %d wake-ups", cpu, wakes)
+	if cpu > 250*time.Millisecond {
+		t.Errorf("process CPU %v over 1 s behind an abandoned slot: the consumer spins", cpu)
+	}
+	if wakes < 5 || wakes > 20 {
+		t.Errorf("%d tries in 1 s, want about one per slotWait (%v)", wakes, slotWait)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) && err != nil {
+		t.Fatal(err)
+	}
+	if h := a.Health(); h.StopUndrained != 8 || h.Pending != 0 {
+		t.Fatalf("health %+v: want the slot and the 7 behind it undrained", h)
+	}
+}
+
+// TestStopWithoutDeadlinePastAnAbandonedSlot: a Stop whose ctx never ends
+// used to wait for ever on a slot no Publish will write. It waits
+// stopSlotWait, counts the slot and the spans behind it undrained, and
+// still sends what was counted before it.
+func TestStopWithoutDeadlinePastAnAbandonedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+	for i := range 3 {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatal("refused")
+		}
+	}
+	waitFor(t, "3 counted", func() bool { return a.Health().Counted == 3 })
+	abandonSlot(t, a, 2)
+	done := make(chan error, 1)
+	go func() { done <- a.Stop(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+	case <-time.After(stopSlotWait + 10*time.Second):
+		t.Fatal("Stop without a deadline still waits on the abandoned slot")
+	}
+	h := a.Health()
+	if h.Counted != 3 || h.StopUndrained != 3 || h.Pending != 0 || h.Published != 6 ||
+		h.Published != h.Counted+h.Ineligible+h.InboxFull+h.AfterStop+h.AgentOffSpans+h.AggregateDropped+h.StopUndrained+h.Pending {
+		t.Fatalf("health %+v: want 3 counted, 3 undrained of 6 published", h)
 	}
 	if _, hits := statstest.Sum(ag.Requests()); hits != 3 {
 		t.Fatalf("the agent holds %d hits, want 3", hits)

@@ -196,9 +196,10 @@ func (c *consumer) run() {
 	defer c.poll.Stop()
 	mark := max(1, c.in.Cap()/wakeFraction)
 	idle := 0
+	refused := 0 // ParkUntil refusals since the last span consumed
 	for {
 		if n := c.consume(); n > 0 {
-			idle = 0
+			idle, refused = 0, 0
 			c.quiet = false
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
@@ -235,7 +236,17 @@ func (c *consumer) run() {
 			// published behind it (a Publish that panicked leaves it so):
 			// the signals are looked at between tries, so ticks, Flush
 			// and Stop are served (TestTickPastAnAbandonedSlot/behind=7).
-			if c.await(noWait, nil) {
+			// Refused again with nothing consumed between, it is the slot:
+			// tries back off to one per slotWait rather than spin a core
+			// (TestAbandonedSlotDoesNotSpin).
+			refused++
+			wait, poll := noWait, (<-chan time.Time)(nil)
+			if refused > 1 {
+				c.poll.Reset(min(time.Millisecond<<min(refused-2, 10), slotWait))
+				wait, poll = nil, c.poll.C
+				c.wakeups.Add(1)
+			}
+			if c.await(wait, poll) {
 				c.finish()
 				return
 			}
@@ -436,6 +447,11 @@ func (c *consumer) drainUntil(until <-chan struct{}) {
 // waits for the next drain (counted late if its bucket closed meanwhile).
 const slotWait = 100 * time.Millisecond
 
+// stopSlotWait is how long Stop waits for a slot claimed before it to be
+// written: longer than slotWait, since a span waited for there is not
+// reported later but dropped.
+const stopSlotWait = time.Second
+
 // flushReq is a Flush: done takes its answer; until is its ctx's Done
 // (forever for a ctx that never ends), how long it waits for a claimed slot.
 type flushReq struct {
@@ -510,6 +526,12 @@ func (c *consumer) finish() {
 	// takes).
 	t := c.now()
 	c.crossBoundaries(t)
+	// A slot claimed before Close and never written (a Publish that
+	// panicked) is waited for stopSlotWait at most, even by a Stop
+	// without a deadline: then it and what follows it are counted
+	// undrained (TestStopWithoutDeadlinePastAnAbandonedSlot).
+	giveUp := time.AfterFunc(stopSlotWait, c.in.GiveUp)
+	defer giveUp.Stop()
 	for !c.halt.Load() {
 		if c.consume() > 0 {
 			continue
