@@ -196,10 +196,11 @@ func (c *consumer) run() {
 	defer c.poll.Stop()
 	mark := max(1, c.in.Cap()/wakeFraction)
 	idle := 0
-	refused := 0 // ParkUntil refusals since the last span consumed
+	var stuck time.Time // of the first ParkUntil refusal since the last span consumed
+	var backoff time.Duration
 	for {
 		if n := c.consume(); n > 0 {
-			idle, refused = 0, 0
+			idle, stuck, backoff = 0, time.Time{}, 0
 			c.quiet = false
 			// A steady stream never lets the inbox empty: look at the
 			// signals between batches without waiting.
@@ -236,13 +237,17 @@ func (c *consumer) run() {
 			// published behind it (a Publish that panicked leaves it so):
 			// the signals are looked at between tries, so ticks, Flush
 			// and Stop are served (TestTickPastAnAbandonedSlot/behind=7).
-			// Refused again with nothing consumed between, it is the slot:
-			// tries back off to one per slotWait rather than spin a core
+			// Refused for stuckSpin with nothing consumed, it is the
+			// slot: a producer descheduled mid-copy (retried at once, the
+			// yields let it run) or one that panicked, for which tries
+			// back off to one per slotWait rather than spin a core
 			// (TestAbandonedSlotDoesNotSpin).
-			refused++
 			wait, poll := noWait, (<-chan time.Time)(nil)
-			if refused > 1 {
-				c.poll.Reset(min(time.Millisecond<<min(refused-2, 10), slotWait))
+			if stuck.IsZero() {
+				stuck = time.Now()
+			} else if time.Since(stuck) > stuckSpin {
+				backoff = min(max(2*backoff, time.Millisecond), slotWait)
+				c.poll.Reset(backoff)
 				wait, poll = nil, c.poll.C
 				c.wakeups.Add(1)
 			}
@@ -446,6 +451,12 @@ func (c *consumer) drainUntil(until <-chan struct{}) {
 // always back long before; one that panicked never is. What it leaves
 // waits for the next drain (counted late if its bucket closed meanwhile).
 const slotWait = 100 * time.Millisecond
+
+// stuckSpin is how long the consumer retries at once behind a claimed
+// slot it cannot park past before it backs off: a producer preempted in
+// its copy is usually back within it, and under overload a sleep would
+// let the inbox fill meanwhile.
+const stuckSpin = time.Millisecond
 
 // stopSlotWait is how long Stop waits for a slot claimed before it to be
 // written: longer than slotWait, since a span waited for there is not
