@@ -226,8 +226,8 @@ type Config struct {
 	// at once, never yielding (ShedYieldEvery is then ignored).
 	ShedWithoutYield bool
 
-	// MaxAggregates caps the number of groups (default 2048, at most
-	// MaxMaxAggregates); beyond it idle groups are recycled, then spans
+	// MaxAggregates caps the number of groups (default 2048, or
+	// DD_TRACE_STATS_CARDINALITY_LIMIT; at most MaxMaxAggregates); beyond it idle groups are recycled, then spans
 	// fold into the overflow group. The cap is per bucket: the previous
 	// bucket, open for its grace, has its own. It bounds the aggregator's
 	// memory: a group keeps up to about 40 KiB (labels at their length

@@ -44,6 +44,10 @@ const (
 	EnvOtelResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
 	envLimitShape             = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
 
+	// EnvAggregatesLimit fills MaxAggregates: dd-trace-go's whole-key
+	// limit, the groups of a bucket (the SDK's cap holds for the table).
+	EnvAggregatesLimit = "DD_TRACE_STATS_CARDINALITY_LIMIT"
+
 	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
 	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
 	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
@@ -154,32 +158,43 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		if report, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
 			ignore(EnvReportHostname, raw, "want true or false")
 		} else if report {
-			h, _ := os.Hostname()
+			h, err := os.Hostname()
+			if err != nil {
+				log.Warn("spanstats: cannot read the host name; sending none", "name", EnvReportHostname, "err", err)
+			}
 			c.Hostname = strings.TrimSpace(h)
 		}
 	}
-	for f := range aggregate.NumFields {
-		name := EnvCardinalityLimit(f)
+	// A positive limit, at most max; 0 when unset or refused (logged).
+	limit := func(name string, max int64) int {
 		raw := getenv(name)
-		if c.CardinalityLimits.Get(f) != 0 || raw == "" {
-			continue
+		if raw == "" {
+			return 0
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
 		if errors.Is(err, strconv.ErrRange) && n > 0 {
 			err = nil // past int64: past the maximum too
 		}
 		if err != nil || n <= 0 {
-			ignore(name, raw, fmt.Sprintf("want an integer in [1, %d]", MaxCardinalityLimit))
-			continue
+			ignore(name, raw, fmt.Sprintf("want an integer in [1, %d]", max))
+			return 0
 		}
-		if n > MaxCardinalityLimit {
-			// dd-trace-go takes any positive budget: one asking for more
+		if n > max {
+			// dd-trace-go takes any positive limit: one asking for more
 			// than the table keeps gets the most it keeps, not the default.
 			log.Warn("spanstats: an environment variable is over its maximum; using the maximum",
-				"name", name, "value", strings.TrimSpace(raw), "max", MaxCardinalityLimit)
-			n = MaxCardinalityLimit
+				"name", name, "value", strings.TrimSpace(raw), "max", max)
+			n = max
 		}
-		c.CardinalityLimits.Set(f, int(n))
+		return int(n)
+	}
+	if c.MaxAggregates == 0 {
+		c.MaxAggregates = limit(EnvAggregatesLimit, MaxMaxAggregates)
+	}
+	for f := range aggregate.NumFields {
+		if c.CardinalityLimits.Get(f) == 0 {
+			c.CardinalityLimits.Set(f, limit(EnvCardinalityLimit(f), MaxCardinalityLimit))
+		}
 	}
 	return c
 }

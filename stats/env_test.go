@@ -34,6 +34,7 @@ func TestEnvFillsZeroFields(t *testing.T) {
 		EnvAgentURL: "unix:///run/apm.sock", EnvEnv: "prod", EnvService: "web", EnvVersion: "1.2.3",
 		EnvTags: "team:core, region:eu", EnvHostname: "h1", EnvGitCommit: "abc123",
 		EnvResourceLimit: "100", "DD_TRACE_STATS_SERVICE_CARDINALITY_LIMIT": "7", EnvPeerTagsLimit: " 9 ",
+		EnvAggregatesLimit: "888",
 	}
 	c, logs := envCase(Config{}, env, false)
 	if len(logs) != 0 {
@@ -47,6 +48,9 @@ func TestEnvFillsZeroFields(t *testing.T) {
 	}
 	if l := c.CardinalityLimits; l != (aggregate.Limits{Resource: 100, Service: 7, PeerTag: 9}) {
 		t.Fatalf("limits %+v: want resource 100, service 7, peer tags 9, the rest left to the default", l)
+	}
+	if c.MaxAggregates != 888 {
+		t.Fatalf("MaxAggregates %d from %s=888", c.MaxAggregates, EnvAggregatesLimit)
 	}
 }
 
@@ -66,13 +70,13 @@ func TestEnvBlankConfigField(t *testing.T) {
 func TestEnvConfigWins(t *testing.T) {
 	env := map[string]string{
 		EnvAgentURL: "http://env:1", EnvEnv: "env", EnvService: "env", EnvVersion: "env", EnvTags: "a:b",
-		EnvResourceLimit: "100", EnvAgentHost: "envhost",
+		EnvResourceLimit: "100", EnvAgentHost: "envhost", EnvAggregatesLimit: "888",
 	}
 	cfg := Config{AgentURL: "http://cfg:2", Env: "cfg", Service: "cfg", Version: "cfg", Tags: []string{},
-		CardinalityLimits: aggregate.Limits{Resource: -1}}
+		CardinalityLimits: aggregate.Limits{Resource: -1}, MaxAggregates: 100}
 	c, _ := envCase(cfg, env, true)
 	if c.AgentURL != "http://cfg:2" || c.Env != "cfg" || c.Service != "cfg" || c.Version != "cfg" ||
-		len(c.Tags) != 0 || c.CardinalityLimits.Resource != -1 {
+		len(c.Tags) != 0 || c.CardinalityLimits.Resource != -1 || c.MaxAggregates != 100 {
 		t.Fatalf("the environment replaced configured fields: %+v", c)
 	}
 }
@@ -126,6 +130,9 @@ func TestEnvBadValues(t *testing.T) {
 		{EnvResourceLimit, "lots", func(c Config) bool { return c.CardinalityLimits.Resource == 0 }},
 		{EnvHTTPEndpointLimit, "-3", func(c Config) bool { return c.CardinalityLimits.HTTPEndpoint == 0 }},
 		{"DD_TRACE_STATS_GRPC_STATUS_CODE_CARDINALITY_LIMIT", "0", func(c Config) bool { return c.CardinalityLimits.GRPCStatusCode == 0 }},
+		{EnvAggregatesLimit, "2k", func(c Config) bool { return c.MaxAggregates == 0 }},
+		// Over the maximum: the maximum, with a warning.
+		{EnvAggregatesLimit, "100000", func(c Config) bool { return c.MaxAggregates == MaxMaxAggregates }},
 	} {
 		c, logs := envCase(Config{}, map[string]string{tc.name: tc.value}, false)
 		if !tc.check(c) {
