@@ -63,11 +63,14 @@ func parseAgentURL(raw string) (target, error) {
 			if p == "" {
 				return target{}, fmt.Errorf("%w: AgentURL %q has no socket path", ErrBadConfig, raw)
 			}
-			if err := dgram.CheckUnixPath(p); err != nil {
-				return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
-			}
 			if dgram.IsAbstractName(p) {
 				return target{}, abstractRelayName(raw, p)
+			}
+			if p, err = agentclient.AbsSocketPath(p); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL %q: %v", ErrBadConfig, raw, err)
+			}
+			if err := dgram.CheckUnixPath(p); err != nil {
+				return target{}, fmt.Errorf("%w: AgentURL: %v", ErrBadConfig, err)
 			}
 			// A datagram carries no credentials: a user part would be lost.
 			if u.User != nil {

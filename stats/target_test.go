@@ -5,6 +5,8 @@ package stats
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,11 +43,17 @@ func TestRelayURLPartsNotIgnored(t *testing.T) {
 			t.Errorf("parseAgentURL(%q): %v shows the password", raw, err)
 		}
 	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for raw, want := range map[string]string{
 		"unixgram:///run/relay%231.sock": "/run/relay#1.sock",
-		"unixgram:relay%3F.sock":         "relay?.sock", // relative: url.Parse leaves it escaped
-		"unixgram:relay%231.sock":        "relay#1.sock",
-		"udp://127.0.0.1:8127/":          "127.0.0.1:8127",
+		// Relative: url.Parse leaves it escaped; made absolute now, so a
+		// chdir before a later dial does not change the socket.
+		"unixgram:relay%3F.sock":  filepath.Join(cwd, "relay?.sock"),
+		"unixgram:relay%231.sock": filepath.Join(cwd, "relay#1.sock"),
+		"udp://127.0.0.1:8127/":   "127.0.0.1:8127",
 	} {
 		tg, err := parseAgentURL(raw)
 		if err != nil || tg.address != want {

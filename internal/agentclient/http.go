@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +126,9 @@ func ParseURL(raw string) (Endpoint, error) {
 		}
 		// url.Parse cuts the path at "?" or "#": a socket named with one
 		// would be addressed by the part before it.
-		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		// An empty fragment too: url.Parse drops it, "apm.sock#" would
+		// address "apm.sock".
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#") {
 			return Endpoint{}, fmt.Errorf("agent URL %q: a socket path holding \"?\" or \"#\" is written with %%3F or %%23", raw)
 		}
 		p, err := SocketPath(u)
@@ -135,6 +138,9 @@ func ParseURL(raw string) (Endpoint, error) {
 		if p == "" {
 			return Endpoint{}, fmt.Errorf("agent URL %q has no socket path", raw)
 		}
+		if p, err = AbsSocketPath(p); err != nil {
+			return Endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
+		}
 		if err := dgram.CheckUnixPath(p); err != nil {
 			return Endpoint{}, fmt.Errorf("agent URL: %w", err)
 		}
@@ -142,6 +148,21 @@ func ParseURL(raw string) (Endpoint, error) {
 	default:
 		return Endpoint{}, fmt.Errorf("agent URL %q: scheme %q is not supported (use http, https or unix)", raw, u.Scheme)
 	}
+}
+
+// AbsSocketPath makes a relative socket path (unix:apm.sock) absolute
+// against the working directory now: the socket is dialled again and
+// again, and a chdir meanwhile must not point it at another file. An
+// abstract name (@name) is not a path.
+func AbsSocketPath(p string) (string, error) {
+	if filepath.IsAbs(p) || dgram.IsAbstractName(p) {
+		return p, nil
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("relative socket path %q: %w", p, err)
+	}
+	return abs, nil
 }
 
 // CheckSocketHost refuses a socket URL with a host: unix://var/run/x.sock

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +84,10 @@ func TestRedirectReleasesBody(t *testing.T) {
 }
 
 func TestParseURL(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		raw, base, sock string
 		ok              bool
@@ -107,7 +113,10 @@ func TestParseURL(t *testing.T) {
 		{"unix:///var/run/apm?.socket", "", "", false},
 		{"unix:///var/run/apm?", "", "", false},
 		{"unix:///var/run/apm%231.socket", "http://localhost", "/var/run/apm#1.socket", true},
-		{"unix:apm%231.socket", "http://localhost", "apm#1.socket", true}, // relative: url.Parse leaves it escaped
+		{"unix:///var/run/apm.socket#", "", "", false}, // url.Parse drops the empty fragment
+		// Relative: url.Parse leaves it escaped; made absolute now, so a
+		// chdir before a later dial does not change the socket.
+		{"unix:apm%231.socket", "http://localhost", filepath.Join(cwd, "apm#1.socket"), true},
 		{"unix:apm%zz.socket", "", "", false},
 	} {
 		ep, err := ParseURL(tc.raw)
