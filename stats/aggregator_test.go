@@ -280,18 +280,12 @@ func publishN(a *Aggregator, n int, resource string) {
 // checkConservation asserts the span identity of Health after Stop, when
 // nothing may be pending: Health computes Pending as what is left of the
 // spans pushed, so a span lost between the inbox and the table shows only
-// there, and the identity alone (checkIdentity) would hold.
+// there, and the identity alone would hold.
 func checkConservation(t *testing.T, h Health) {
 	t.Helper()
 	if h.Pending != 0 {
 		t.Fatalf("after Stop %d spans pending (lost between the inbox and the table?): %+v", h.Pending, h)
 	}
-	checkIdentity(t, h)
-}
-
-// checkIdentity asserts the span identity of Health at any time.
-func checkIdentity(t *testing.T, h Health) {
-	t.Helper()
 	if got := h.Counted + h.Ineligible + h.InboxFull + h.AfterStop + h.AgentOffSpans + h.AggregateDropped + h.StopUndrained + h.Pending; got != h.Published {
 		t.Fatalf("published %d != counted %d + ineligible %d + full %d + afterStop %d + agentOff %d + dropped %d + undrained %d + pending %d",
 			h.Published, h.Counted, h.Ineligible, h.InboxFull, h.AfterStop, h.AgentOffSpans, h.AggregateDropped, h.StopUndrained, h.Pending)
