@@ -216,7 +216,7 @@ var help = map[string]string{
 	"statsrelay_sender_dropped_payloads_total":     "Payloads the senders say they dropped (socket full, relay missing).",
 	"statsrelay_sender_dropped_spans_total":        "Spans in the payloads the senders say they dropped.",
 	"statsrelay_sender_late_total":                 "Datagrams whose sequence was received before or already counted as a gap; their spans are merged.",
-	"statsrelay_sender_restarts_total":             "Senders that started over at sequence 1.",
+	"statsrelay_sender_restarts_total":             "Senders that started over at sequence 1 (1 again, then a sequence received before: 1 again, then a new one, was a duplicate, counted late).",
 	"statsrelay_sender_seq_gaps_total":             "Sequence numbers a sender skipped, missing for a whole interval (a truncated or malformed datagram, or one invalid for a summary, which names no sender, counts here too).",
 	"statsrelay_senders":                           "Senders in the sender table.",
 	"statsrelay_senders_forgotten_total":           "Senders evicted from a full sender table while still sending.",

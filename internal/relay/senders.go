@@ -46,6 +46,10 @@ type sender struct {
 	// worker may still hold sequence 1, and merge it just after a
 	// harvest), so its lower sequences get a harvest's grace, as holes do.
 	fresh uint8
+	// again1: sequence 1 came again, while the next datagram says
+	// whether it was a restart (one already received comes next: the SDK
+	// counts from 1 again) or a duplicate (a new one comes next).
+	again1 bool
 }
 
 // freshHarvests is how many harvests a new sender stays fresh: the one
@@ -94,7 +98,8 @@ type senders struct {
 // predate the relay, or have been forgotten): until the harvest after
 // next a lower sequence extends its runs down (the workers reordered them,
 // maybe across a harvest), after it nothing below its lowest counts.
-// Sequence 1 again is a restart: the SDK counts from 1.
+// Sequence 1 again is a restart (the SDK counts from 1) if the next
+// datagram is one received before too, else a duplicate, counted late.
 // Any other sequence received before, below the first or counted as a gap
 // is late (delayed past two harvests) or duplicated: counted, and it
 // changes nothing, as starting afresh at it would count the sequences
@@ -130,6 +135,14 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 
 // add records seq in sd's runs.
 func (s *senders) add(sd *sender, seq uint64) {
+	if sd.again1 {
+		sd.again1 = false
+		if sd.has(seq) {
+			s.restart(sd, 1)
+		} else {
+			s.late++ // the 1 was a duplicate (TestSendersDuplicateOneIsNoRestart)
+		}
+	}
 	r := sd.runs
 	top := &r[len(r)-1]
 	switch {
@@ -164,7 +177,7 @@ func (s *senders) add(sd *sender, seq uint64) {
 		i--
 		switch {
 		case seq <= r[i].hi && seq == 1:
-			s.restart(sd, seq)
+			sd.again1 = true // a restart or a duplicate: the next one says
 		case seq <= r[i].hi:
 			s.late++
 		case seq-1 == r[i].hi && seq+1 == r[i+1].lo:
@@ -199,13 +212,23 @@ func (s *senders) close(sd *sender, n int) {
 // sequence (1, then 2^63) must not wrap statsrelay_sender_seq_gaps_total.
 const maxSeqGap = 1 << 32
 
+// has says whether sd received seq (or counted it as a gap).
+func (sd *sender) has(seq uint64) bool {
+	for _, r := range sd.runs {
+		if r.lo <= seq && seq <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
 // reset starts sd afresh at seq. A final datagram before it was the
 // previous run's: the sender is live again, not to be forgotten as
 // stopping (the datagram at seq may say it stops; observe applies that).
 func (sd *sender) reset(seq uint64) {
 	sd.runs = append(sd.runs[:0], seqRun{seq, seq})
 	sd.mark = seq
-	sd.final, sd.finalHeld = false, false
+	sd.final, sd.finalHeld, sd.again1 = false, false, false
 }
 
 // restart counts a restart of sd at seq; what it missed is lost.

@@ -23,11 +23,13 @@ type seqModel struct {
 	known, final      bool
 	finalHeld         bool  // final, with a hole, at a harvest
 	fresh             uint8 // harvests left during which a lower sequence extends it
+	again1            bool  // 1 came again: a restart if the next was received before
 }
 
 func (m *seqModel) reset(seq uint64) {
 	m.first, m.mark, m.high, m.known = seq, seq, seq, true
 	m.got = map[uint64]bool{seq: true}
+	m.again1 = false
 }
 
 // settle counts the missing sequences below limit as gaps.
@@ -51,7 +53,22 @@ func (m *seqModel) runs() int {
 	return n
 }
 
+func (m *seqModel) restart(seq uint64) {
+	m.settle(m.high)
+	m.restarts++
+	m.reset(seq)
+	m.final, m.finalHeld, m.again1 = false, false, false
+}
+
 func (m *seqModel) observe(seq uint64, final bool) {
+	if m.known && m.again1 {
+		m.again1 = false
+		if seq >= m.first && m.got[seq] {
+			m.restart(1)
+		} else {
+			m.late++
+		}
+	}
 	switch {
 	case !m.known:
 		m.reset(seq)
@@ -62,11 +79,10 @@ func (m *seqModel) observe(seq uint64, final bool) {
 		m.overflow()
 	case (seq < m.first || m.got[seq]) && seq != 1:
 		m.late++
-	case seq < m.first || m.got[seq]:
-		m.settle(m.high)
-		m.restarts++
-		m.reset(seq)
-		m.final, m.finalHeld = false, false
+	case seq < m.first:
+		m.restart(seq)
+	case m.got[seq]:
+		m.again1 = true
 	default:
 		m.got[seq] = true
 		m.high = max(m.high, seq)
@@ -516,11 +532,43 @@ func TestSequences(t *testing.T) {
 	harvest()
 	harvest()
 	expect("nothing missing since", gaps+1, 1, 1)
-	seqs("e", 0, 1) // the SDK counts from 1: a restart
+	seqs("e", 0, 1) // the SDK counts from 1, or a duplicate: the next says
+	expect("e's 1 again", gaps+1, 1, 1)
+	seqs("e", 0, 2) // received before too: a restart
 	expect("e restarted", gaps+1, 2, 1)
 	seqs("f", 0, 3, 1, 2) // a new sender's 1 merged after its 3: no restart
 	expect("f reordered from its start", gaps+1, 2, 2)
 	harvest()
 	harvest()
 	expect("f complete", gaps+1, 2, 2)
+}
+
+// TestSendersDuplicateOneIsNoRestart: sequence 1 again, then the
+// sender's next new sequence: the 1 was a duplicate (a UDP datagram
+// delivered twice, a replay), counted late; taken for a restart, it
+// used to count every sequence since as a gap (99 here).
+func TestSendersDuplicateOneIsNoRestart(t *testing.T) {
+	var s senders
+	for q := uint64(1); q <= 100; q++ {
+		s.observe(7, q, false, 0)
+	}
+	s.harvest(0)
+	s.harvest(0)
+	s.observe(7, 1, false, 0)
+	for q := uint64(101); q <= 110; q++ {
+		s.observe(7, q, false, 0)
+	}
+	s.harvest(0)
+	s.harvest(0)
+	if s.gaps != 0 || s.restarts != 0 || s.late != 1 {
+		t.Fatalf("gaps %d restarts %d late %d, want 0 0 1", s.gaps, s.restarts, s.late)
+	}
+	// A restart: 1, then 2, both received before.
+	s.observe(7, 1, false, 0)
+	s.observe(7, 2, false, 0)
+	s.harvest(0)
+	s.harvest(0)
+	if s.gaps != 0 || s.restarts != 1 || s.late != 1 {
+		t.Fatalf("after a restart: gaps %d restarts %d late %d, want 0 1 1", s.gaps, s.restarts, s.late)
+	}
 }
