@@ -43,7 +43,17 @@ const reportedPerGranted = 1
 
 type connSys struct{}
 
+// unixRcvbuf is the receive buffer asked for a Unix socket. The BSDs' and
+// macOS's default (16 KiB on FreeBSD, 4 KiB on macOS) must hold a whole
+// datagram, or its send fails with ENOBUFS: the SDK's datagrams are up to
+// 64 KiB, and this holds 16 of them (Linux queues them by count, see
+// net.unix.max_dgram_qlen, with no such limit).
+const unixRcvbuf = 1 << 20
+
 func (s *connSys) init(c *Conn) error {
+	if c.path != "" && c.rcvbuf <= 0 {
+		c.rcvbuf = unixRcvbuf
+	}
 	if c.rcvbuf <= 0 {
 		return nil
 	}
@@ -51,7 +61,7 @@ func (s *connSys) init(c *Conn) error {
 	// kern.ipc.maxsockbuf, 2 MiB by default on FreeBSD): halve it until
 	// taken, as the kernel's cap would, and keep the size granted.
 	for {
-		err := c.pc.(*net.UDPConn).SetReadBuffer(c.rcvbuf)
+		err := c.pc.(interface{ SetReadBuffer(int) error }).SetReadBuffer(c.rcvbuf)
 		if err == nil || !errors.Is(err, syscall.ENOBUFS) || c.rcvbuf <= 64<<10 {
 			return err
 		}
