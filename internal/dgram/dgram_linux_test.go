@@ -376,6 +376,46 @@ func TestSocketNeverWiderThanMode(t *testing.T) {
 	}
 }
 
+// TestPrivateSocketNeverWiderThanMode: the socket is bound at a private
+// name and linked at the path only once its mode is right, so a watcher of
+// the path (TestSocketNeverWiderThanMode) cannot see the bind's own mode.
+// This looks at the private file itself, just after the bind (at the chmod
+// or, when none is needed, the link): with the umask at 0, a bind that
+// did not first narrow the socket (fchmod) leaves it 0777 there, and a
+// sender that connects in that moment keeps sending after the chmod.
+func TestPrivateSocketNeverWiderThanMode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := sockdir.Path(t, "relay.sock")
+	const mode = 0o660
+	var modes []os.FileMode
+	testHook = func(stage string) {
+		if stage != "chmod" && stage != "link" {
+			return
+		}
+		names, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*"))
+		for _, n := range names {
+			if fi, err := os.Lstat(n); err == nil && fi.Mode().Type() == fs.ModeSocket {
+				modes = append(modes, fi.Mode().Perm())
+			}
+		}
+	}
+	defer func() { testHook = nil }()
+	c, err := ListenUnixgram(path, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if len(modes) == 0 {
+		t.Fatal("no private socket file seen after the bind")
+	}
+	for _, m := range modes {
+		if m != mode {
+			t.Fatalf("private socket file seen with mode %v after the bind, want %v", m, os.FileMode(mode))
+		}
+	}
+}
+
 // TestUDPRelayGoneRefused: once the relay's UDP socket is closed, every
 // Write to its port is refused (ErrNoRelay), not one in two: the kernel's
 // port-unreachable for a datagram is read when it is sent, so a retry does
