@@ -275,7 +275,7 @@ type job struct {
 }
 
 // SettingError is NewServer's error for a ServerConfig value it cannot
-// use: Field ("UnixPath", "UDPAddr" or "ProcRoot") lets a command name the
+// use: Field ("UnixPath", "UDPAddr", "UDPReusePort" or "ProcRoot") lets a command name the
 // flag that gave it.
 type SettingError struct {
 	Field, Value string
@@ -408,7 +408,7 @@ func (s *Server) Relay() *Relay { return s.relay }
 // (statsrelay_spans_dropped_after_timeout_total).
 func (s *Server) SpansDroppedAfterTimeout() uint64 { return s.droppedAfterTimeout.Load() }
 
-// Addr returns the address of the socket of transport t, or nil.
+// Addr returns the address of the socket of transport t, or "" if it has none.
 func (s *Server) Addr(t Transport) string {
 	if c := s.conn(t); c != nil {
 		return c.LocalAddr().String()
