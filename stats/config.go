@@ -164,7 +164,7 @@ type Config struct {
 	// and Tags) and refuses any other control character (ErrBadConfig).
 	// Left empty, Env, Service and Version come from EnvEnv, EnvService and
 	// EnvVersion, else from the env:, service: and version: tags of Tags
-	// (given, or from EnvTags), as dd-trace-go takes them from its global
+	// (given, else from EnvTags or EnvOtelResourceAttributes), as dd-trace-go takes them from its global
 	// tags: set in Tags, they yield to their own variable. An empty Hostname (the default unless EnvHostname or
 	// EnvReportHostname says otherwise) lets the agent use its own host,
 	// as it does for the traces of dd-trace-go.
@@ -184,9 +184,13 @@ type Config struct {
 	// payload. Each payload repeats them: New refuses more than
 	// writer.MaxStrings tags, a header over a quarter of MaxPayloadBytes
 	// (MaxDatagramBytes toward a relay), or so many tags shorter than 3
-	// bytes that a relay's decoder would refuse the payloads. A nil Tags
-	// comes from EnvTags, an empty GitCommitSha from EnvGitCommit; a
-	// non-nil empty Tags keeps DD_TAGS out.
+	// bytes that a relay's decoder would refuse the payloads. The agent
+	// (v0.85) takes a payload's Tags as its container's tags, in place of
+	// those it would look up for the container id, and drops them when
+	// there is none; dd-trace-go sends none: leave Tags nil unless that is
+	// what is meant. EnvTags (DD_TAGS) is never copied there, only read
+	// for the fallbacks above, and not at all when Tags is non-nil. An
+	// empty GitCommitSha comes from EnvGitCommit.
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 

@@ -380,24 +380,25 @@ func TestShortTagsDecodable(t *testing.T) {
 	}
 }
 
-// TestLongTagsFromEnvironment: DD_TAGS that would crowd groups out of
-// every datagram is logged and ignored, as any unusable environment
-// value; the same Tags set in the Config are refused.
+// TestLongTagsFromEnvironment: DD_TAGS is not copied into the payload,
+// so a long one costs the datagrams nothing and is used (its service and
+// env); one whose service would crowd groups out of every datagram is
+// logged and ignored, as any unusable environment value; Tags that long
+// set in the Config are refused.
 func TestLongTagsFromEnvironment(t *testing.T) {
 	var tags []string
 	for i := range 600 {
 		tags = append(tags, fmt.Sprintf("team_tag_%04d:%030d", i, i))
 	}
-	// Its service, env and version go with it; DD_VERSION stays.
 	t.Setenv(EnvTags, strings.Join(append(tags, "service:from-tags", "env:from-tags"), ","))
 	t.Setenv(EnvVersion, "1.2")
 	var buf bytes.Buffer
 	c, err := Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))}.withDefaults()
-	if err != nil || c.Tags != nil || !strings.Contains(buf.String(), EnvTags) || !strings.Contains(buf.String(), "MaxDatagramBytes") {
-		t.Fatalf("a long DD_TAGS: %v, %d tags kept, logged %q; want it ignored and logged", err, len(c.Tags), buf.String())
+	if err != nil || c.Tags != nil || buf.Len() != 0 {
+		t.Fatalf("a long DD_TAGS: %v, %d tags in the payload, logged %q; want none and nothing logged", err, len(c.Tags), buf.String())
 	}
-	if c.Service != "" || c.Env != "" || c.Version != "1.2" {
-		t.Fatalf("the ignored DD_TAGS left service %q env %q version %q; want none, none, DD_VERSION's", c.Service, c.Env, c.Version)
+	if c.Service != "from-tags" || c.Env != "from-tags" || c.Version != "1.2" {
+		t.Fatalf("DD_TAGS gave service %q env %q version %q; want from-tags, from-tags, DD_VERSION's", c.Service, c.Env, c.Version)
 	}
 	// Too long by its own service: ignored all the same; another
 	// variable's warning is logged once.
@@ -424,10 +425,10 @@ func TestLongTagsFromEnvironment(t *testing.T) {
 }
 
 // TestLongOtelResourceAttributes: OTEL_RESOURCE_ATTRIBUTES, standing in
-// for DD_TAGS, is ignored and logged by its name when its tags do not fit
-// a relay's datagrams, as a long DD_TAGS is; and when it is not the cause
-// (ProcessTags too long), the error comes back. Both once hung New: the
-// retry without DD_TAGS let OTEL_RESOURCE_ATTRIBUTES fill the tags again.
+// for DD_TAGS, is ignored and logged by its name when the env it gives does
+// not fit a relay's datagrams, as a long DD_TAGS is; and when it is not the
+// cause (ProcessTags too long), the error comes back. Both once hung New:
+// the retry without DD_TAGS let OTEL_RESOURCE_ATTRIBUTES fill the tags again.
 func TestLongOtelResourceAttributes(t *testing.T) {
 	resolve := func(cfg Config, env map[string]string) (Config, error) {
 		t.Helper()
@@ -439,16 +440,13 @@ func TestLongOtelResourceAttributes(t *testing.T) {
 			return env[k]
 		})
 	}
-	var attrs []string
-	for i := range 10 {
-		attrs = append(attrs, fmt.Sprintf("k%d=%s", i, strings.Repeat("v", 2000)))
-	}
+	attrs := "team=core,deployment.environment=" + strings.Repeat("e", 20000)
 	var buf bytes.Buffer
 	c, err := resolve(Config{AgentURL: "unixgram:///run/relay.sock", Logger: slog.New(slog.NewTextHandler(&buf, nil))},
-		map[string]string{EnvOtelResourceAttributes: strings.Join(attrs, ","), EnvOtelService: "svc"})
-	if err != nil || c.Tags != nil || c.Service != "svc" || !strings.Contains(buf.String(), "name="+EnvOtelResourceAttributes) {
-		t.Fatalf("a long OTEL_RESOURCE_ATTRIBUTES: %v, %d tags, service %q, logged %q; want it ignored by name, OTEL_SERVICE_NAME kept",
-			err, len(c.Tags), c.Service, buf.String())
+		map[string]string{EnvOtelResourceAttributes: attrs, EnvOtelService: "svc"})
+	if err != nil || c.Env != "" || c.Service != "svc" || !strings.Contains(buf.String(), "name="+EnvOtelResourceAttributes) {
+		t.Fatalf("a long OTEL_RESOURCE_ATTRIBUTES: %v, env of %d bytes, service %q, logged %q; want it ignored by name, OTEL_SERVICE_NAME kept",
+			err, len(c.Env), c.Service, buf.String())
 	}
 	for _, env := range []map[string]string{{EnvOtelResourceAttributes: "team=core"}, {EnvTags: "team:core"}} {
 		_, err = resolve(Config{AgentURL: "unixgram:///run/relay.sock", ProcessTags: strings.Repeat("p", 20000),

@@ -27,7 +27,7 @@ const (
 	EnvEnv       = "DD_ENV"
 	EnvService   = "DD_SERVICE"
 	EnvVersion   = "DD_VERSION"
-	EnvTags      = "DD_TAGS"                  // Tags: "k:v,k2:v2" or "k:v k2:v2"
+	EnvTags      = "DD_TAGS"                  // "k:v,k2:v2" or "k:v k2:v2": Env, Service, Version, GitCommitSha fallbacks (not Tags)
 	EnvHostname  = "DD_TRACE_SOURCE_HOSTNAME" // Hostname
 	// EnvReportHostname "true" sends the host name as Hostname when
 	// DD_TRACE_SOURCE_HOSTNAME does not name one; otherwise Hostname stays
@@ -39,8 +39,7 @@ const (
 	EnvOtelService = "OTEL_SERVICE_NAME"
 	// EnvOtelResourceAttributes stands in for an unset DD_TAGS, as in
 	// dd-trace-go: "key=value" pairs, deployment.environment,
-	// service.name and service.version read as env, service and version;
-	// the first MaxOtelResourceTags kept.
+	// service.name and service.version read as env, service and version.
 	EnvOtelResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
 	envLimitShape             = "DD_TRACE_STATS_%s_CARDINALITY_LIMIT"
 
@@ -52,10 +51,6 @@ const (
 	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
 	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"
 )
-
-// MaxOtelResourceTags is how many OTEL_RESOURCE_ATTRIBUTES pairs become
-// tags (dd-trace-go's limit); the rest are dropped with a warning.
-const MaxOtelResourceTags = 10
 
 // otelTagNames are the resource attributes dd-trace-go reads as the
 // unified service tags.
@@ -124,24 +119,28 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// Set by the config or their own variable (a usable value: not blank,
 	// no control character): DD_TAGS does not replace them.
 	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != ""
+	// DD_TAGS (or OTEL_RESOURCE_ATTRIBUTES) is read for these fallbacks
+	// only, not copied into the payload's Tags: the agent (v0.85) takes a
+	// payload's Tags as its container's tags, in place of those it would
+	// look up, and drops them without a container id; dd-trace-go sends
+	// none (TestEnvTagsStayOutOfThePayload).
+	tags := c.Tags
 	ddTags := false // DD_TAGS is set and used
-	if c.Tags == nil {
+	if !tagsFromConfig {
 		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
 			ignore(EnvTags, raw, "has a control character")
 		} else {
-			c.Tags = parseTags(raw)
+			tags = parseTags(raw)
 			ddTags = strings.TrimSpace(raw) != ""
 		}
-	}
-	if !tagsFromConfig {
 		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, ddTags, getenv, log); ok {
-			c.Tags = otelTags(raw, log, ignore)
+			tags = otelTags(raw, ignore)
 		}
 	}
 	// As dd-trace-go: the env, service and version tags stand in for
 	// DD_ENV, DD_SERVICE and DD_VERSION, and git.commit.sha (its git
 	// metadata) for DD_GIT_COMMIT_SHA, the last of each winning.
-	for _, t := range c.Tags {
+	for _, t := range tags {
 		switch k, v, _ := strings.Cut(t, ":"); { // DD_TAGS' trimmed by parseTags
 		case v == "":
 		case k == "env" && !envSet:
@@ -268,11 +267,11 @@ func otelFallback(dd, ot string, ddUsed bool, getenv func(string) string, log *s
 	return raw, true
 }
 
-// otelTags reads OTEL_RESOURCE_ATTRIBUTES as Tags: pairs split as DD_TAGS
-// is, at "=" rather than ":", the unified service tags among them put in
-// front as dd-trace-go puts them, at most MaxOtelResourceTags (the rest
-// dropped with a warning); nil, with a warning, for a control character.
-func otelTags(raw string, log *slog.Logger, ignore func(name, value, why string)) []string {
+// otelTags reads OTEL_RESOURCE_ATTRIBUTES as DD_TAGS, for the fallbacks:
+// pairs split as DD_TAGS is, at "=" rather than ":", the unified service
+// tags among them put in front as dd-trace-go puts them; nil, with a
+// warning, for a control character.
+func otelTags(raw string, ignore func(name, value, why string)) []string {
 	var named, other []string
 	forEachTag(raw, "=", func(k, v string) {
 		if dd, ok := otelTagNames[k]; ok {
@@ -285,11 +284,6 @@ func otelTags(raw string, log *slog.Logger, ignore func(name, value, why string)
 	if slices.ContainsFunc(tags, func(t string) bool { return controlAt(t) >= 0 }) {
 		ignore(EnvOtelResourceAttributes, raw, "has a control character")
 		return nil
-	}
-	if len(tags) > MaxOtelResourceTags {
-		log.Warn(fmt.Sprintf("spanstats: %s has more than %d attributes; the rest are dropped", EnvOtelResourceAttributes, MaxOtelResourceTags),
-			"kept", tags[:MaxOtelResourceTags], "dropped", tags[MaxOtelResourceTags:])
-		tags = tags[:MaxOtelResourceTags]
 	}
 	return tags
 }

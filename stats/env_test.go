@@ -5,6 +5,7 @@ package stats
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
+	"github.com/spanstats/spanstats/stats/statstest"
 )
 
 // envCase runs withEnv over env with a logger that keeps its lines.
@@ -40,10 +42,11 @@ func TestEnvFillsZeroFields(t *testing.T) {
 	if len(logs) != 0 {
 		t.Fatalf("logged %q for valid variables", logs)
 	}
+	// DD_TAGS is not copied into the payload (TestEnvTagsStayOutOfThePayload).
 	want := Config{AgentURL: "unix:///run/apm.sock", Env: "prod", Service: "web", Version: "1.2.3",
-		Tags: []string{"team:core", "region:eu"}, Hostname: "h1", GitCommitSha: "abc123"}
+		Hostname: "h1", GitCommitSha: "abc123"}
 	if c.AgentURL != want.AgentURL || c.Env != want.Env || c.Service != want.Service || c.Version != want.Version ||
-		!slices.Equal(c.Tags, want.Tags) || c.Hostname != want.Hostname || c.GitCommitSha != want.GitCommitSha {
+		c.Tags != nil || c.Hostname != want.Hostname || c.GitCommitSha != want.GitCommitSha {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
 	if l := c.CardinalityLimits; l != (aggregate.Limits{Resource: 100, Service: 7, PeerTag: 9}) {
@@ -212,8 +215,8 @@ func TestEnvIdentityFromTags(t *testing.T) {
 	}
 	// As dd-trace-go: key and value trimmed, an entry without a key skipped.
 	c, logs = envCase(Config{}, map[string]string{EnvTags: "env : staging, service :web ,: x, team :  core"}, false)
-	if c.Env != "staging" || c.Service != "web" || !slices.Equal(c.Tags, []string{"env:staging", "service:web", "team:core"}) || len(logs) != 0 {
-		t.Fatalf("DD_TAGS with spaces around keys: env %q service %q tags %q (logs %q); want staging web [env:staging service:web team:core]", c.Env, c.Service, c.Tags, logs)
+	if c.Env != "staging" || c.Service != "web" || c.Tags != nil || len(logs) != 0 {
+		t.Fatalf("DD_TAGS with spaces around keys: env %q service %q tags %q (logs %q); want staging web, no payload tags", c.Env, c.Service, c.Tags, logs)
 	}
 	host, _ := os.Hostname()
 	c, _ = envCase(Config{}, map[string]string{EnvReportHostname: "true"}, false)
@@ -303,10 +306,9 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 		EnvOtelService:            "otel-web",
 		EnvOtelResourceAttributes: "team=core, deployment.environment=staging,service.version = 2.0,host.arch=amd64,service.name=from-attrs",
 	}, false)
-	wantTags := []string{"service:from-attrs", "version:2.0", "env:staging", "team:core", "host.arch:amd64"}
-	if c.Service != "otel-web" || c.Env != "staging" || c.Version != "2.0" || !slices.Equal(c.Tags, wantTags) || len(logs) != 0 {
-		t.Fatalf("from OTEL_*: service %q env %q version %q tags %q (logs %q); want otel-web staging 2.0 %q",
-			c.Service, c.Env, c.Version, c.Tags, logs, wantTags)
+	if c.Service != "otel-web" || c.Env != "staging" || c.Version != "2.0" || c.Tags != nil || len(logs) != 0 {
+		t.Fatalf("from OTEL_*: service %q env %q version %q tags %q (logs %q); want otel-web staging 2.0, no payload tags",
+			c.Service, c.Env, c.Version, c.Tags, logs)
 	}
 	// service.name stands in for both service variables.
 	c, _ = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "service.name=attrs"}, false)
@@ -315,18 +317,18 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 	}
 	// Space separated, as DD_TAGS when it has no comma; a pair without a key
 	// is skipped, one without a value kept empty.
-	c, _ = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "a=1 =x b"}, false)
-	if !slices.Equal(c.Tags, []string{"a:1", "b:"}) {
-		t.Fatalf("space separated: tags %q, want [a:1 b:]", c.Tags)
+	c, _ = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "deployment.environment=e1 =x service.version service.name=s1"}, false)
+	if c.Env != "e1" || c.Service != "s1" || c.Version != "" {
+		t.Fatalf("space separated: env %q service %q version %q, want e1 s1 and none", c.Env, c.Service, c.Version)
 	}
 	// The DD_ variables win, each with a warning naming both.
 	c, logs = envCase(Config{}, map[string]string{
 		EnvService: "dd-web", EnvOtelService: "otel-web",
-		EnvTags: "team:dd", EnvOtelResourceAttributes: "team=otel",
+		EnvTags: "env:dd", EnvOtelResourceAttributes: "deployment.environment=otel",
 	}, false)
-	if c.Service != "dd-web" || !slices.Equal(c.Tags, []string{"team:dd"}) || len(logs) != 2 ||
+	if c.Service != "dd-web" || c.Env != "dd" || len(logs) != 2 ||
 		!strings.Contains(logs[0]+logs[1], EnvOtelService) || !strings.Contains(logs[0]+logs[1], EnvOtelResourceAttributes) {
-		t.Fatalf("both set: service %q tags %q logs %q; want dd-web [team:dd] and a warning for each OTEL_ variable", c.Service, c.Tags, logs)
+		t.Fatalf("both set: service %q env %q logs %q; want dd-web, dd and a warning for each OTEL_ variable", c.Service, c.Env, logs)
 	}
 	// The config wins silently, whether the DD_ variables are set or not
 	// (it used to be logged that DD_SERVICE and DD_TAGS won).
@@ -339,16 +341,16 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 			t.Fatalf("config set, environment %v: service %q tags %q logs %q", env, c.Service, c.Tags, logs)
 		}
 	}
-	// Ten attributes at most, the mapped ones first; the rest dropped with
-	// a warning.
+	// No cap on the attributes (they are not sent): the mapped ones are
+	// read wherever they stand.
 	var attrs []string
 	for i := range 12 {
 		attrs = append(attrs, "k"+string(rune('a'+i))+"=v")
 	}
 	attrs = append(attrs, "deployment.environment=prod")
 	c, logs = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: strings.Join(attrs, ",")}, false)
-	if len(c.Tags) != 10 || c.Tags[0] != "env:prod" || c.Tags[9] != "ki:v" || c.Env != "prod" || len(logs) != 1 || !strings.Contains(logs[0], "kl:v") {
-		t.Fatalf("13 attributes: tags %q env %q logs %q; want env:prod then ka..ki, and a warning naming the dropped", c.Tags, c.Env, logs)
+	if c.Tags != nil || c.Env != "prod" || len(logs) != 0 {
+		t.Fatalf("13 attributes: tags %q env %q logs %q; want env prod, nothing sent or logged", c.Tags, c.Env, logs)
 	}
 	// A control character refuses the variable, as in DD_TAGS.
 	c, logs = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "a=b\nc", EnvOtelService: "x\ty"}, false)
@@ -359,10 +361,41 @@ func TestEnvOpenTelemetryFallbacks(t *testing.T) {
 	// and no warning says the DD_ one won.
 	c, logs = envCase(Config{}, map[string]string{
 		EnvService: "dd\x01web", EnvOtelService: "otel-web",
-		EnvTags: "team:d\x01d", EnvOtelResourceAttributes: "team=otel",
+		EnvTags: "env:d\x01d", EnvOtelResourceAttributes: "deployment.environment=otel",
 	}, false)
-	if c.Service != "otel-web" || !slices.Equal(c.Tags, []string{"team:otel"}) || len(logs) != 2 ||
+	if c.Service != "otel-web" || c.Env != "otel" || len(logs) != 2 ||
 		!strings.Contains(logs[0]+logs[1], "control character") || strings.Contains(logs[0]+logs[1], "are set") {
-		t.Fatalf("DD_ ignored: service %q tags %q logs %q; want otel-web [team:otel], a warning for each ignored DD_ variable alone", c.Service, c.Tags, logs)
+		t.Fatalf("DD_ ignored: service %q env %q logs %q; want otel-web, otel, a warning for each ignored DD_ variable alone", c.Service, c.Env, logs)
+	}
+}
+
+// TestEnvTagsStayOutOfThePayload: DD_TAGS gives Env its fallback but is not
+// sent as the payload's Tags: the agent (v0.85.4, writer/stats.go
+// resolveContainerTags) takes a payload's non-nil Tags as its container's
+// tags and then looks none up, and dd-trace-go sends none. Tags set in the
+// Config are sent.
+func TestEnvTagsStayOutOfThePayload(t *testing.T) {
+	t.Setenv(EnvTags, "env:staging,team:core")
+	for _, tc := range []struct {
+		tags []string
+		env  string
+	}{{nil, "staging"}, {[]string{"kube_cluster_name:c1"}, ""}} {
+		ag := statstest.New()
+		a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, Tags: tc.tags})
+		s := raceSpan(0)
+		if !a.Publish(&s) {
+			t.Fatal("refused")
+		}
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ag.Close()
+		reqs := ag.Requests()
+		if len(reqs) == 0 || reqs[0].Payload == nil {
+			t.Fatalf("Tags %q: no payload decoded (%d requests)", tc.tags, len(reqs))
+		}
+		if p := reqs[0].Payload; p.Env != tc.env || !slices.Equal(p.Tags, tc.tags) {
+			t.Fatalf("Tags %q: payload env %q tags %q, want %q and %q", tc.tags, p.Env, p.Tags, tc.env, tc.tags)
+		}
 	}
 }
