@@ -658,11 +658,7 @@ func TestStopPastAnAbandonedSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = a.inbox.Claim()
-		panic("the copy into the slot panicked")
-	}()
+	abandonSlot(t, a, 0)
 	publish(4)
 	start := time.Now()
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -804,17 +800,7 @@ func tickPastAbandonedSlot(t *testing.T, behind int, flushing bool) {
 		}
 	}
 	waitFor(t, "3 counted", func() bool { return a.Health().Counted == 3 })
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = a.inbox.Claim()
-		panic("the copy into the slot panicked")
-	}()
-	for i := range behind {
-		s := raceSpan(i)
-		if !a.Publish(&s) {
-			t.Fatal("refused behind the slot")
-		}
-	}
+	abandonSlot(t, a, behind)
 	flushed := make(chan error, 1)
 	if flushing {
 		go func() { flushed <- a.Flush(context.Background()) }()
