@@ -763,6 +763,108 @@ func TestStopWithoutDeadlinePastAnAbandonedSlot(t *testing.T) {
 	}
 }
 
+// stallSlot claims a slot of a's inbox, publishes behind spans behind it,
+// writes the slot after hold (a producer preempted in its copy) and
+// returns how long the consumer then took to count total spans.
+func stallSlot(t *testing.T, a *Aggregator, behind int, hold time.Duration, total uint64) time.Duration {
+	t.Helper()
+	c, ok := a.inbox.Claim()
+	if !ok {
+		t.Fatal("claim refused")
+	}
+	for i := range behind {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatalf("span %d refused behind the slot: %+v", i, a.Health())
+		}
+	}
+	time.Sleep(hold)
+	s := raceSpan(behind)
+	s.snapshot(c.Value())
+	c.Commit()
+	start := time.Now()
+	waitFor(t, fmt.Sprintf("%d counted", total), func() bool { return a.Health().Counted >= total })
+	return time.Since(start)
+}
+
+// TestBackoffEndsWithTheSlot: a long stall backs the consumer off to a try
+// per slotWait; a Flush then drains past the slot (in its own loop, not the
+// run loop's). The next brief stall, any time later, must start from a
+// short wait again: a backoff left over from the first made the consumer
+// sleep a whole slotWait (about 100 ms) after a 2 ms stall.
+func TestBackoffEndsWithTheSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	var delays []time.Duration
+	for range 3 { // scheduling noise can delay one round past the bound, not three
+		a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+		c, _ := a.inbox.Claim()
+		for i := range 7 {
+			s := raceSpan(i)
+			a.Publish(&s)
+		}
+		time.Sleep(300 * time.Millisecond) // backed off to slotWait
+		flushed := make(chan error, 1)
+		go func() { flushed <- a.Flush(context.Background()) }()
+		time.Sleep(20 * time.Millisecond)
+		s := raceSpan(7)
+		s.snapshot(c.Value())
+		c.Commit()
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // parked as usual
+		d := stallSlot(t, a, 7, 2*time.Millisecond, 16)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := a.Stop(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d < slotWait/4 {
+			return
+		}
+		delays = append(delays, d)
+	}
+	t.Fatalf("counted %v after a 2 ms stall that followed a long one (3 rounds), want under %v", delays, slotWait/4)
+}
+
+// TestStopDuringFlushBehindAbandonedSlot: a Flush without a deadline waits
+// on an abandoned slot, backing off rather than spinning a core; a Stop
+// without a deadline then ends its wait (it used to wait with it for ever),
+// the Flush says it was cut by the stop, and the slot and the spans behind
+// it are counted undrained.
+func TestStopDuringFlushBehindAbandonedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+	abandonSlot(t, a, 7)
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush(context.Background()) }()
+	time.Sleep(200 * time.Millisecond) // past the first tries
+	cpu0 := cputime.Process()
+	time.Sleep(time.Second)
+	if cpu := cputime.Process() - cpu0; cpu > 250*time.Millisecond {
+		t.Errorf("process CPU %v over 1 s while a Flush waits on an abandoned slot: it spins", cpu)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+	case <-time.After(stopSlotWait + 10*time.Second):
+		t.Fatal("Stop without a deadline waits with the Flush on the abandoned slot")
+	}
+	if err := <-flushed; !errors.Is(err, ErrStopped) {
+		t.Fatalf("Flush = %v, want ErrStopped: spans published before it were not reported", err)
+	}
+	if h := a.Health(); h.StopUndrained != 8 || h.Pending != 0 {
+		t.Fatalf("health %+v: want the slot and the 7 behind it undrained", h)
+	}
+}
+
 // TestTickPastAnAbandonedSlot: spans counted before a slot whose Publish
 // panicked, not flushed, still reach the agent at the next close: the
 // tick's drain leaves the slot after slotWait instead of spinning on it
@@ -781,8 +883,8 @@ func TestTickPastAnAbandonedSlot(t *testing.T) {
 
 // TestFlushBehindAbandonedSlotKeepsTicking: a Flush without a deadline
 // waits on the abandoned slot, and the buckets still close and go out
-// meanwhile; Stop's deadline cuts the Flush, which returns that cause
-// rather than nil, since spans published before it stay unread.
+// meanwhile; Stop cuts the Flush, which returns ErrStopped rather than
+// nil, since spans published before it stay unread.
 func TestFlushBehindAbandonedSlotKeepsTicking(t *testing.T) {
 	for _, behind := range []int{1, 7} {
 		t.Run(fmt.Sprintf("behind=%d", behind), func(t *testing.T) { tickPastAbandonedSlot(t, behind, true) })
@@ -823,8 +925,8 @@ func tickPastAbandonedSlot(t *testing.T, behind int, flushing bool) {
 	if flushing {
 		select {
 		case err := <-flushed:
-			if !errors.Is(err, errStopDeadline) {
-				t.Fatalf("Flush without a deadline, cut by Stop's: %v, want %v", err, errStopDeadline)
+			if !errors.Is(err, ErrStopped) {
+				t.Fatalf("Flush without a deadline, cut by Stop: %v, want %v", err, ErrStopped)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Flush still waiting after Stop's deadline")

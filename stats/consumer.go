@@ -77,6 +77,7 @@ const (
 // else reads or writes it.
 type consumer struct {
 	in       *inbox.Ring[aggregate.Record]
+	released uint64 // spans taken out of in: progress, wherever consumed
 	ctr      *counters
 	off      *atomic.Bool              // the agent refuses stats: discard reports
 	peerTags *atomic.Pointer[[]string] // the agent's list, from the sender
@@ -196,7 +197,10 @@ func (c *consumer) run() {
 	defer c.poll.Stop()
 	mark := max(1, c.in.Cap()/wakeFraction)
 	idle := 0
-	var stuck time.Time // of the first ParkUntil refusal since the last span consumed
+	// Behind a claimed slot: since when (the first ParkUntil refusal with
+	// c.released at stuckAt), and the pause between tries.
+	var stuck time.Time
+	var stuckAt uint64
 	var backoff time.Duration
 	for {
 		if n := c.consume(); n > 0 {
@@ -243,8 +247,11 @@ func (c *consumer) run() {
 			// back off to one per slotWait rather than spin a core
 			// (TestAbandonedSlotDoesNotSpin).
 			wait, poll := noWait, (<-chan time.Time)(nil)
-			if stuck.IsZero() {
-				stuck = time.Now()
+			if stuck.IsZero() || c.released != stuckAt {
+				// Spans were consumed since (a Flush, tick or Clear
+				// drains too): stuck anew, not still
+				// (TestBackoffEndsWithTheSlot).
+				stuck, stuckAt, backoff = time.Now(), c.released, 0
 			} else if time.Since(stuck) > stuckSpin {
 				backoff = min(max(2*backoff, time.Millisecond), slotWait)
 				c.poll.Reset(backoff)
@@ -349,6 +356,7 @@ func (c *consumer) consume() int {
 	}
 	n = c.add(batch)
 	in.Release(n)
+	c.released += uint64(n)
 	if n > 0 {
 		c.counted(n)
 	}
@@ -416,33 +424,57 @@ func (c *consumer) counted(n int) {
 func (c *consumer) drainQueued() { c.drainUntil(nil) }
 
 // drainUntil is drainQueued waiting for a claimed slot until until is
-// closed (a Flush's ctx), or for slotWait if until is nil.
+// closed (a Flush's ctx), or for slotWait if until is nil. A Flush waits
+// as the run loop does: at once for stuckSpin, then backing off to a try
+// per slotWait, closing the buckets meanwhile, and no longer once Stop is
+// called (TestStopDuringFlushBehindAbandonedSlot).
 func (c *consumer) drainUntil(until <-chan struct{}) {
 	var waiting time.Time
+	var backoff time.Duration
 	for n := c.in.Len(); n > 0 && !c.halt.Load(); {
 		k := c.consume()
-		if k == 0 {
-			if until != nil {
-				select {
-				case <-until:
-					return
-				case <-c.timer.C:
-					// A Flush without a deadline behind a slot no Publish
-					// will write must not stop the buckets closing
-					// (TestFlushBehindAbandonedSlotKeepsTicking).
-					c.fired()
-				default:
-				}
-			} else if waiting.IsZero() {
-				waiting = time.Now()
-			} else if time.Since(waiting) > slotWait {
+		if k > 0 {
+			waiting, backoff = time.Time{}, 0
+			n -= k
+			continue
+		}
+		if waiting.IsZero() {
+			waiting = time.Now()
+		}
+		if until == nil {
+			if time.Since(waiting) > slotWait {
 				return
 			}
 			runtime.Gosched() // the write is only moments away
 			continue
 		}
-		waiting = time.Time{}
-		n -= k
+		if time.Since(waiting) <= stuckSpin {
+			select {
+			case <-until:
+				return
+			case <-c.stopCh: // still ready for the run loop, which finishes
+				return
+			case <-c.timer.C:
+				// A Flush without a deadline behind a slot no Publish
+				// will write must not stop the buckets closing
+				// (TestFlushBehindAbandonedSlotKeepsTicking).
+				c.fired()
+			default:
+				runtime.Gosched() // the write is only moments away
+			}
+			continue
+		}
+		backoff = min(max(2*backoff, time.Millisecond), slotWait)
+		c.poll.Reset(backoff)
+		select {
+		case <-until:
+			return
+		case <-c.stopCh:
+			return
+		case <-c.timer.C:
+			c.fired()
+		case <-c.poll.C:
+		}
 	}
 }
 
@@ -483,14 +515,25 @@ func (c *consumer) flushUntil(done chan error, until <-chan struct{}) {
 	// those stamped on the new time must not go to an earlier bucket.
 	c.crossBoundaries(c.now())
 	c.drainUntil(until)
-	// Stop's deadline ended the wait with spans published before the
-	// Flush unread: it did not report everything, whatever it reports.
-	cut := c.halt.Load() && c.in.Len() > 0
+	// Stop (its deadline, or its call while the Flush waited for a slot)
+	// ended the wait with spans published before the Flush unread: it
+	// did not report everything, whatever it reports.
+	var cut error
+	if c.in.Len() > 0 {
+		select {
+		case <-c.stopCh:
+			cut = ErrStopped
+		default:
+		}
+		if c.halt.Load() {
+			cut = errStopDeadline
+		}
+	}
 	t := c.now()
 	c.closeDue(t)
-	if cut {
+	if cut != nil {
 		c.reportAll(t, nil)
-		c.queue(&report{done: done, answer: errStopDeadline})
+		c.queue(&report{done: done, answer: cut})
 	} else {
 		c.reportAll(t, done)
 	}
