@@ -126,7 +126,8 @@ func (a *Aggregator) Start() {
 // the spans behind it wait there until Stop, which waits a second for the
 // slot (less if its deadline comes first) and then drops them
 // (StopUndrained); the spans before it are reported as usual, a Flush
-// waits for the slot until its ctx ends, and a tick or a Clear for 100 ms;
+// waits for the slot until its ctx ends or Stop is called (then returning
+// ErrStopped), and a tick or a Clear for 100 ms;
 // meanwhile the consumer looks at the slot 10 times a second. No guard
 // against it is paid on every call.
 func (a *Aggregator) Publish(s *Span) bool {
@@ -187,7 +188,8 @@ func (a *Aggregator) warnIfNotStarted() {
 
 // Flush reports everything published before the call, now, and returns once
 // the payloads were handed to the agent, with the first send error. A span
-// whose Publish is still writing it is waited for, within ctx. Before
+// whose Publish is still writing it is waited for, within ctx, until Stop
+// is called (the Flush then reports what it read and returns ErrStopped). Before
 // Start it returns ErrNotStarted at once (it does not start the aggregator).
 // The payloads of earlier reports that wait for a retry after a failed
 // attempt are not waited for: they go at their retry time, or at Stop,
