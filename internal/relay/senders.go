@@ -82,7 +82,7 @@ const maxRuns = 16
 type senders struct {
 	m                map[uint64]*sender
 	gaps, restarts   uint64
-	late             uint64 // sequences other than 1 already received or counted
+	late             uint64 // sequences already received or counted (a 1 again: once the next datagram says it was no restart)
 	droppedPayloads  uint64
 	droppedSpans     uint64
 	unsequenced      uint64
@@ -99,7 +99,9 @@ type senders struct {
 // next a lower sequence extends its runs down (the workers reordered them,
 // maybe across a harvest), after it nothing below its lowest counts.
 // Sequence 1 again is a restart (the SDK counts from 1) if the next
-// datagram is one received before too, else a duplicate, counted late.
+// datagram is one received before too, or if it says the sender stops,
+// else a duplicate, counted late (another 1 meanwhile too). A sender
+// forgotten with that undecided counts no restart.
 // Any other sequence received before, below the first or counted as a gap
 // is late (delayed past two harvests) or duplicated: counted, and it
 // changes nothing, as starting afresh at it would count the sequences
@@ -127,19 +129,26 @@ func (s *senders) observe(id, seq uint64, final bool, now int64) {
 		s.m[id] = sd
 		sd.reset(seq)
 	} else {
-		s.add(sd, seq)
+		s.add(sd, seq, final)
 	}
 	sd.seen = now
 	sd.final = sd.final || final
 }
 
-// add records seq in sd's runs.
-func (s *senders) add(sd *sender, seq uint64) {
+// add records seq in sd's runs; final: its datagram says the sender stops.
+func (s *senders) add(sd *sender, seq uint64, final bool) {
 	if sd.again1 {
-		sd.again1 = false
-		if sd.has(seq) {
+		switch {
+		case seq == 1 && final: // a stopping sender's run of one datagram
 			s.restart(sd, 1)
-		} else {
+			return
+		case seq == 1: // 1 yet again: still undecided, the extra one late
+			s.late++
+			return
+		case sd.has(seq):
+			s.restart(sd, 1)
+		default:
+			sd.again1 = false
 			s.late++ // the 1 was a duplicate (TestSendersDuplicateOneIsNoRestart)
 		}
 	}
@@ -176,6 +185,8 @@ func (s *senders) add(sd *sender, seq uint64) {
 		})
 		i--
 		switch {
+		case seq <= r[i].hi && seq == 1 && final: // nothing follows it: a restart
+			s.restart(sd, seq)
 		case seq <= r[i].hi && seq == 1:
 			sd.again1 = true // a restart or a duplicate: the next one says
 		case seq <= r[i].hi:

@@ -61,11 +61,19 @@ func (m *seqModel) restart(seq uint64) {
 }
 
 func (m *seqModel) observe(seq uint64, final bool) {
+	defer func() { m.final = m.final || final }()
 	if m.known && m.again1 {
-		m.again1 = false
-		if seq >= m.first && m.got[seq] {
+		switch {
+		case seq == 1 && final:
 			m.restart(1)
-		} else {
+			return
+		case seq == 1:
+			m.late++
+			return
+		case seq >= m.first && m.got[seq]:
+			m.restart(1)
+		default:
+			m.again1 = false
 			m.late++
 		}
 	}
@@ -79,7 +87,7 @@ func (m *seqModel) observe(seq uint64, final bool) {
 		m.overflow()
 	case (seq < m.first || m.got[seq]) && seq != 1:
 		m.late++
-	case seq < m.first:
+	case seq < m.first, m.got[seq] && final:
 		m.restart(seq)
 	case m.got[seq]:
 		m.again1 = true
@@ -88,7 +96,6 @@ func (m *seqModel) observe(seq uint64, final bool) {
 		m.high = max(m.high, seq)
 		m.overflow()
 	}
-	m.final = m.final || final
 }
 
 // overflow closes the lowest hole when there are more than maxRuns runs.
@@ -570,5 +577,26 @@ func TestSendersDuplicateOneIsNoRestart(t *testing.T) {
 	s.harvest(0)
 	if s.gaps != 0 || s.restarts != 1 || s.late != 1 {
 		t.Fatalf("after a restart: gaps %d restarts %d late %d, want 0 1 1", s.gaps, s.restarts, s.late)
+	}
+	// 1 twice more, then a new sequence: both duplicates.
+	for q := uint64(3); q <= 50; q++ {
+		s.observe(7, q, false, 0)
+	}
+	s.observe(7, 1, false, 0)
+	s.observe(7, 1, false, 0)
+	s.observe(7, 51, false, 0)
+	s.harvest(0)
+	s.harvest(0)
+	if s.gaps != 0 || s.restarts != 1 || s.late != 3 {
+		t.Fatalf("after 1 twice more: gaps %d restarts %d late %d, want 0 1 3", s.gaps, s.restarts, s.late)
+	}
+	// A final 1: a sender that restarted and stops after one datagram.
+	s.observe(7, 1, true, 0)
+	if s.restarts != 2 {
+		t.Fatalf("a final 1: restarts %d, want 2", s.restarts)
+	}
+	s.harvest(0)
+	if len(s.m) != 0 || s.gaps != 0 {
+		t.Fatalf("after the final 1's harvest: %d senders, %d gaps; want it forgotten, no gap", len(s.m), s.gaps)
 	}
 }
