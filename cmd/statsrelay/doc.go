@@ -17,7 +17,8 @@
 // take what the kernel queued, for at most -stop-drain, 1s), forward
 // everything held (within -stop-timeout, 10s) and exit 0. A second signal
 // exits at once with 128 + its number (143 for SIGTERM), dropping what the
-// relay holds. SIGINT or SIGHUP ignored when statsrelay starts (nohup, a
+// relay holds; the same signal again within 100 ms is the first delivered
+// twice (timeout(1) signals the process and its group) and changes nothing. SIGINT or SIGHUP ignored when statsrelay starts (nohup, a
 // shell's background job) stays ignored. /metrics (Prometheus text: the
 // relay's statsrelay_* counters, then the Go runtime's go_* and the
 // process's process_* figures), /healthz (503 "stopping" once a stop begins,

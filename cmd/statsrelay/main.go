@@ -74,12 +74,14 @@ func main() {
 		runtime.GOMAXPROCS(o.procs) // before the Server sizes its decode workers by it
 	}
 	ctx, stop := signalContext()
-	defer stop()
 	if o.demo {
 		err = runDemo(ctx, os.Stdout, time.Second, 5)
 	} else {
 		err = serve(ctx, o, slog.Default())
 	}
+	// At once: a signal now must not turn a stop that is over into a
+	// forced exit (143, "exiting without the final forward").
+	stop()
 	if err != nil {
 		slog.Error("statsrelay: " + err.Error())
 		os.Exit(1)
@@ -92,7 +94,10 @@ func main() {
 // exit, which would lose what it holds and leave its socket file. A second
 // signal exits at once with 128 + its number, as a shell reports a process
 // killed by it; what the relay holds is lost. The channel keeps both, so a
-// second signal sent before the first is handled is not missed.
+// second signal sent before the first is handled is not missed. The same
+// signal again within signalRepeat of the first is that one delivered
+// twice (timeout(1) and other wrappers signal the process and its group),
+// not an operator's second Ctrl-C: it changes nothing.
 // SIGINT or SIGHUP ignored at start (nohup, a shell's background job) stays
 // ignored: Notify would install a handler for it.
 func signalContext() (context.Context, func()) {
@@ -106,11 +111,17 @@ func signalContext() (context.Context, func()) {
 	signal.Notify(sigs, stopOn...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		if _, ok := <-sigs; !ok {
+		first, ok := <-sigs
+		if !ok {
 			return
 		}
+		at := time.Now()
 		cancel()
-		if s, ok := <-sigs; ok {
+		for s := range sigs {
+			if s == first && time.Since(at) < signalRepeat {
+				slog.Info(fmt.Sprintf("statsrelay: %v again at once (sent twice by a wrapper?): still stopping gracefully", s))
+				continue
+			}
 			// A log line, in -log-format: the relay's stderr is its log.
 			slog.Error(fmt.Sprintf("statsrelay: second signal (%v): exiting without the final forward", s))
 			runForcedExit()
@@ -123,6 +134,11 @@ func signalContext() (context.Context, func()) {
 		cancel()
 	}
 }
+
+// signalRepeat is how soon after the first a signal repeated is taken for
+// the same one: wrappers deliver theirs microseconds apart, a person's
+// second Ctrl-C comes later than this.
+const signalRepeat = 100 * time.Millisecond
 
 // forcedExit is what a second signal's immediate exit still does: os.Exit
 // runs no deferred call (the demo's temporary directory would stay).

@@ -383,6 +383,9 @@ func TestBinarySecondSignalExits(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no forward after SIGTERM:\n%s", b.output())
 	}
+	// Past signalRepeat since the first, or it is taken for the first
+	// delivered twice (TestBinaryRepeatedSignalStopsGracefully).
+	time.Sleep(2 * signalRepeat)
 	start := time.Now()
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -391,6 +394,30 @@ func TestBinarySecondSignalExits(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second || code != 128+int(syscall.SIGTERM) ||
 		!strings.Contains(b.output(), "second signal (terminated): exiting without the final forward") {
 		t.Fatalf("after a second SIGTERM: exit status %d in %s; want 143 at once, said:\n%s", code, took, b.output())
+	}
+}
+
+// TestBinaryRepeatedSignalStopsGracefully: SIGTERM delivered twice at once,
+// as timeout(1) and other wrappers that signal the process and its group
+// deliver it, is one stop: what the relay holds is forwarded and it exits
+// 0. It used to take the repeat for an operator's second signal and exit
+// 143 without the final forward.
+func TestBinaryRepeatedSignalStopsGracefully(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "", "-interval", "1h")
+	sendOverUDP(t, b.startedAddr(t, "udp"), stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
+	for range 2 {
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // two deliveries, not one the kernel merged
+	}
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("SIGTERM twice at once: exit status %d, want 0; said:\n%s", code, b.output())
+	}
+	if _, hits := statstest.Sum(ag.Requests()); hits != 1 {
+		t.Fatalf("the agent holds %d hits, want the 1 sent; said:\n%s", hits, b.output())
 	}
 }
 
@@ -846,8 +873,8 @@ func TestBinarySurvivesClosedLogPipe(t *testing.T) {
 	}
 }
 
-// TestBinaryDemoSecondSignalCleansUp: a second Ctrl-C while -demo stops
-// exits at once (130) through os.Exit, which runs no deferred call: the
+// TestBinaryDemoSecondSignalCleansUp: a second signal while -demo stops
+// exits at once (143 for a SIGTERM after the Ctrl-C) through os.Exit, which runs no deferred call: the
 // demo's temporary directory and its socket are removed all the same.
 func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
 	sockRE := regexp.MustCompile(`unixgram://(\S+)`)
@@ -870,9 +897,12 @@ func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
 			}
 		}()
 		time.Sleep(1500 * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGINT) // as a terminal's Ctrl-C, twice
-		time.Sleep(time.Millisecond)           // not merged by the kernel with the first
+		// Ctrl-C, then SIGTERM at once: another signal, so not taken for
+		// the first sent twice (signalRepeat), and not merged by the
+		// kernel with it.
 		_ = cmd.Process.Signal(syscall.SIGINT)
+		time.Sleep(time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		err = cmd.Wait()
 		if m == nil {
 			t.Fatalf("no socket path in %q", sc.Text())
@@ -883,8 +913,8 @@ func TestBinaryDemoSecondSignalCleansUp(t *testing.T) {
 			t.Fatalf("after two SIGINTs (%v) the demo left %s behind", err, dir)
 		}
 		var ee *exec.ExitError
-		if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 130) {
-			t.Fatalf("exit %v; want 130 (the second signal) or 0 (the stop won)", err)
+		if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 143) {
+			t.Fatalf("exit %v; want 143 (the second signal, SIGTERM) or 0 (the stop won)", err)
 		}
 		if err != nil {
 			forced++
