@@ -602,12 +602,31 @@ func (c *Client) split(p *Payload, cause error) {
 // as it was (payloads are retried; the agent may be starting), and the
 // Observer hears why (InfoFailed), unless the client's context ended: that
 // failure is the owner's, not the agent's.
-func (c *Client) ReadInfo() {
-	info, err := c.fetchInfo()
+func (c *Client) ReadInfo() { c.ReadInfoUntil(nil) }
+
+// ReadInfoUntil is ReadInfo given up as soon as stop (nil: never) ends too,
+// for an owner whose stop must not wait for an agent slow to answer /info
+// (the relay's forwarder, which then forwards what it holds at once). A
+// read stop ended is not the agent's failure: the Observer hears nothing.
+func (c *Client) ReadInfoUntil(stop <-chan struct{}) {
+	ctx := c.ctx
+	if stop != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(c.ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	info, err := c.fetchInfo(ctx)
 	if err != nil {
 		c.infoStale = true
 		c.pollInfoLater()
-		if c.ctx.Err() == nil {
+		if ctx.Err() == nil {
 			c.obs.InfoFailed(fmt.Errorf("agent /info: %w", err))
 		}
 		return

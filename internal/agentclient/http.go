@@ -382,8 +382,8 @@ type Info struct {
 
 // fetchInfo reads /info. An agent too old to have /info answers 404 and
 // has no client stats either: that is an empty Info, not an error.
-func (c *Client) fetchInfo() (*Info, error) {
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.ep.Base+InfoPath, nil)
+func (c *Client) fetchInfo(ctx context.Context) (*Info, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.ep.Base+InfoPath, nil)
 	if err != nil {
 		return nil, err
 	}

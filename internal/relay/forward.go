@@ -93,7 +93,10 @@ func (f *forwarder) run(stop context.Context) {
 	// the boundary ended as soon as the read returns, not an interval
 	// later.
 	boundary := nextBoundary(cfg.Now(), cfg.Interval, cfg.Grace)
-	f.client.ReadInfo()
+	// Until the stop: an agent slow to answer /info must not hold the
+	// final forward back until the stop timeout cancels its requests
+	// (TestStopDuringSlowInfoForwards).
+	f.client.ReadInfoUntil(stop.Done())
 	infoRead := time.Now()
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
 	defer tick.Stop()
@@ -131,7 +134,7 @@ func (f *forwarder) run(stop context.Context) {
 				// An agent restarted with another peer_tags list fails
 				// no request: only a fresh read tells (the list applies
 				// to what is merged from now on).
-				f.client.ReadInfo()
+				f.client.ReadInfoUntil(stop.Done())
 				infoRead = time.Now()
 			}
 			now = cfg.Now()

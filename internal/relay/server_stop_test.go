@@ -8,9 +8,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -303,5 +305,70 @@ func TestStopPollsAnAgentBackFromOff(t *testing.T) {
 	if st.SpansForwarded != 7 || hits != 7 {
 		t.Fatalf("forwarded %d, dropped %v; the agent took %d; want the 7 held forwarded once the stop sees the agent back",
 			st.SpansForwarded, st.SpansDropped, hits)
+	}
+}
+
+// TestStopDuringSlowInfoForwards: the forwarder reads the agent's /info as
+// it starts; an agent slow to answer it (here: not before the test ends)
+// held the stop's final forward back until the stop timeout cancelled
+// every request, and the spans held were dropped untried. The stop now
+// ends the read: what is held goes out at once.
+func TestStopDuringSlowInfoForwards(t *testing.T) {
+	release := make(chan struct{})
+	var hits atomic.Uint64
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/info":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case r.Method == http.MethodPost && r.URL.Path == "/v0.6/stats":
+			body, _ := io.ReadAll(r.Body)
+			p, err := writer.DecodePayload(body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			for _, b := range p.Buckets {
+				for _, g := range b.Groups {
+					hits.Add(g.Hits)
+				}
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer agent.Close()
+	defer close(release) // before agent.Close, deferred earlier
+	srv, err := relay.NewServer(relay.ServerConfig{AgentURL: agent.URL, UnixPath: "-", UDPAddr: "127.0.0.1:0",
+		Interval: time.Hour, AgentTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	const stopTimeout = 20 * time.Second
+	go func() { done <- srv.Run(ctx, stopTimeout) }()
+	conn, err := net.Dial("udp", srv.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout + 10*time.Second):
+		t.Fatal("Run did not return")
+	}
+	st := srv.Relay().Stats()
+	if took := time.Since(start); took > stopTimeout/2 || st.SpansForwarded != 7 || hits.Load() != 7 {
+		t.Fatalf("stopped in %v (stop timeout %v): forwarded %d, the agent took %d, dropped %v; want 7 forwarded at once",
+			took, stopTimeout, st.SpansForwarded, hits.Load(), st.SpansDropped)
 	}
 }
