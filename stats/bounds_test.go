@@ -193,9 +193,11 @@ func TestLongLabelsNotRetained(t *testing.T) {
 }
 
 // maxGroupHeap is the most live heap one group holds (Config.MaxAggregates):
-// labels at their length limits with MaxPeerTags peer tags, in the key
-// string and its decoded tag list, and both sketches at aggregate.MaxBins.
-const maxGroupHeap = 40 << 10
+// labels at their length limits with MaxPeerTags peer tags (at MaxTagLen,
+// or lists of addresses that quantizing makes about twice as long), in the
+// key string and its decoded tag list, and both sketches at
+// aggregate.MaxBins.
+const maxGroupHeap = 52 << 10
 
 // maxTableHeap is the most a table holds besides its groups: the recent-span
 // caches and, without the agent's key list, the budgets of 64 peer-tag keys.
@@ -207,12 +209,41 @@ const maxTableHeap = 2 << 20
 // sketch over MaxBins bins — hold no more than maxGroupHeap each, and
 // their table no more than maxTableHeap besides.
 func TestGroupHeapWorstCase(t *testing.T) {
+	pad := func(p string, n int) string { return p + strings.Repeat("x", n-len(p)) }
+	padded := make([]string, MaxPeerTags)
+	for k := range padded {
+		padded[k] = pad(fmt.Sprintf("k%02d:", k), MaxTagLen)
+	}
+	// Lists of short IPv4 addresses, each with a suffix, up to MaxTagLen:
+	// the table quantizes each to blocked-ip-address and its suffix, and
+	// the suffixes keep them apart, so the tag grows past MaxTagLen (the
+	// agent quantizes so too, and cuts nothing).
+	lists := make([]string, MaxPeerTags)
+	for k := range lists {
+		tag := fmt.Sprintf("k%02d:", k)
+		for i := 0; ; i++ {
+			entry := fmt.Sprintf("1.1.1.%d%c", i%250+1, 'a'+i%26)
+			if i > 0 {
+				entry = "," + entry
+			}
+			if len(tag)+len(entry) > MaxTagLen {
+				break
+			}
+			tag += entry
+		}
+		lists[k] = tag
+	}
+	for _, tc := range []struct {
+		name string
+		tags []string
+	}{{"padded", padded}, {"ip_lists", lists}} {
+		t.Run(tc.name, func(t *testing.T) { groupHeap(t, tc.tags) })
+	}
+}
+
+func groupHeap(t *testing.T, tags []string) {
 	const groups = 256
 	pad := func(p string, n int) string { return p + strings.Repeat("x", n-len(p)) }
-	tags := make([]string, MaxPeerTags)
-	for k := range tags {
-		tags[k] = pad(fmt.Sprintf("k%02d:", k), MaxTagLen)
-	}
 	base := liveHeap()
 	tb := aggregate.NewTable(groups)
 	tb.SetLimits(aggregate.Limits{})
@@ -242,7 +273,9 @@ func TestGroupHeapWorstCase(t *testing.T) {
 	if e := es[0]; len(e.PeerTags) != MaxPeerTags || e.Ok.HeapBytes() != aggregate.MaxSketchBytes || e.Err.HeapBytes() != aggregate.MaxSketchBytes {
 		t.Fatalf("a group of %d tags and sketches of %d and %d bytes: not the worst case", len(e.PeerTags), e.Ok.HeapBytes(), e.Err.HeapBytes())
 	}
-	if per := (grown - fixed) / (groups - 1); per > maxGroupHeap || fixed > maxTableHeap {
+	per := (grown - fixed) / (groups - 1)
+	t.Logf("peer tags of %d bytes, %d in the key: %d B with one group, then %d B a group", len(tags[0]), len(es[0].PeerTags[0]), fixed, per)
+	if per > maxGroupHeap || fixed > maxTableHeap {
 		t.Fatalf("the table took %d B with one group, then %d B a group; bounds %d and %d", fixed, per, maxTableHeap, maxGroupHeap)
 	}
 	runtime.KeepAlive(tb)

@@ -93,8 +93,8 @@ const (
 	// MaxShedYieldEvery bounds ShedYieldEvery: rarer yields than this are
 	// no yields at all; say so with ShedWithoutYield.
 	MaxShedYieldEvery = 1 << 16
-	// MaxMaxAggregates bounds MaxAggregates: at about 40 KiB a group at
-	// worst (see MaxAggregates), the two tables at this cap may hold 5 GiB
+	// MaxMaxAggregates bounds MaxAggregates: at about 52 KiB a group at
+	// worst (see MaxAggregates), the two tables at this cap may hold 6.5 GiB
 	// already, and their payloads would exceed the agent's request limit.
 	MaxMaxAggregates = 1 << 16
 	// MaxMaxPayloadBytes bounds MaxPayloadBytes: the agent refuses bodies
@@ -234,13 +234,15 @@ type Config struct {
 	// DD_TRACE_STATS_CARDINALITY_LIMIT; at most MaxMaxAggregates); beyond it idle groups are recycled, then spans
 	// fold into the overflow group. The cap is per bucket: the previous
 	// bucket, open for its grace, has its own. It bounds the aggregator's
-	// memory: a group keeps up to about 40 KiB (labels at their length
-	// limits with MaxPeerTags peer tags; two sketches of aggregate.MaxBins
-	// bins, which spans of 1 ns and of 20 years fill) and a table up to
+	// memory: a group keeps up to about 52 KiB (labels at their length
+	// limits with MaxPeerTags peer tags, each at MaxTagLen or a list of IP
+	// addresses that quantizing, as the agent's, makes about twice as long;
+	// two sketches of aggregate.MaxBins bins, which spans of 1 ns and of
+	// 20 years fill) and a table up to
 	// 2 MiB besides (TestGroupHeapWorstCase), up to 2 MiB of the tracer's
 	// label strings its recent-span caches keep alive
-	// (TestRecentCachesPinBoundedBytes) and up to about 1.2 MiB of quantized
-	// peer tags, so about 170 MiB at the default at worst; groups are
+	// (TestRecentCachesPinBoundedBytes) and up to about 1.6 MiB of quantized
+	// peer tags, so about 220 MiB at the default at worst; groups are
 	// kept for reuse, not freed.
 	MaxAggregates int
 	// MaxPayloadBytes splits a report into several complete payloads so that

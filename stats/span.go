@@ -193,7 +193,9 @@ const (
 	// MaxTagLen bounds the labels that become tags of the stats metrics —
 	// span kind, HTTP method and endpoint, gRPC status code, service source
 	// — and each "key:value" peer tag: the agent's tag normalizer
-	// (traceutil.NormalizeTag) keeps no more.
+	// (traceutil.NormalizeTag) keeps no more. A peer tag's IP addresses are
+	// quantized after the cut, as the agent's concentrator does: a list of
+	// short addresses can come out about twice as long.
 	MaxTagLen = 200
 )
 
