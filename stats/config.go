@@ -137,7 +137,8 @@ const (
 	MaxInfoRefresh = time.Hour
 	// MaxCardinalityLimit bounds each positive field of CardinalityLimits:
 	// a budget's value set is allocated up front in proportion to it
-	// (negative limits, unlimited, grow with the values seen instead).
+	// (a negative limit, unlimited, keeps no value set: the table cap alone
+	// bounds the groups).
 	MaxCardinalityLimit = aggregate.MaxLimit
 )
 

@@ -35,7 +35,8 @@ var grpcNames = [...]struct{ name, code string }{
 // it. A value longer than 25 000 bytes gives "" too: the agent cuts such a
 // tag value and appends "..." before its concentrator reads it, and
 // reading it whole would cost Publish a millisecond a megabyte. Publish
-// applies it; it does not allocate.
+// applies it; it allocates only for a code over 16 padded with zeros past
+// maxPinnedCode bytes.
 func CanonicalGRPCCode(s string) string {
 	if s == "" || canonicalNumber(s) {
 		return s
@@ -48,8 +49,15 @@ func CanonicalGRPCCode(s string) string {
 			return grpcNames[codeIndex[n]].code
 		}
 		// n > 0: its canonical form is s without its leading zeros, a
-		// substring, where formatting n would allocate.
-		return strings.TrimLeft(s, "0")
+		// substring, where formatting n would allocate; copied out of a
+		// long s, which the recent-span caches would otherwise keep alive
+		// whole while counting the few bytes of the code
+		// (TestCanonicalGRPCCodeDoesNotPin).
+		t := strings.TrimLeft(s, "0")
+		if len(s) > maxPinnedCode {
+			t = strings.Clone(t)
+		}
+		return t
 	}
 	s = strings.TrimPrefix(s, "StatusCode.")
 	for _, c := range grpcNames {
@@ -102,3 +110,7 @@ func canonicalNumber(s string) bool {
 	}
 	return len(s) < 10 || s <= "4294967295"
 }
+
+// maxPinnedCode is the longest zero-padded code whose canonical form may
+// stay a substring of it: longer, the few bytes are copied out.
+const maxPinnedCode = 32

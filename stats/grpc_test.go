@@ -6,6 +6,7 @@ package stats
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/stats/statstest"
 )
@@ -67,5 +68,25 @@ func TestGRPCCodesGroupAsTheAgent(t *testing.T) {
 	}
 	if len(got) != 2 || got["5"] != 5 || got[""] != 2 {
 		t.Fatalf("hits by gRPC code %v; want 5 under \"5\" and 2 without", got)
+	}
+}
+
+// TestCanonicalGRPCCodeDoesNotPin: the canonical form of a long
+// zero-padded code does not share its memory: the recent-span caches keep
+// label strings alive counting their lengths, and a 2-byte substring of a
+// 24 KB value kept the whole value (review: 1000 such spans, 21 MiB live
+// against a 1 MiB cap). A short padded one may stay a substring.
+func TestCanonicalGRPCCodeDoesNotPin(t *testing.T) {
+	long := strings.Repeat("0", 24<<10) + "17"
+	got := CanonicalGRPCCode(long)
+	if got != "17" {
+		t.Fatalf("CanonicalGRPCCode(24 KiB of zeros + 17) = %q", got)
+	}
+	if unsafe.StringData(got) == unsafe.StringData(long[len(long)-2:]) {
+		t.Fatal("the canonical code of a 24 KiB value is a substring of it: it keeps the value alive")
+	}
+	short := "0017"
+	if got := CanonicalGRPCCode(short); got != "17" || unsafe.StringData(got) != unsafe.StringData(short[2:]) {
+		t.Fatalf("CanonicalGRPCCode(%q) = %q, copied: want the substring, no allocation", short, got)
 	}
 }
