@@ -52,11 +52,22 @@ const unixRcvbuf = 1 << 20
 
 func (s *connSys) init(c *Conn) error {
 	if c.path != "" && c.rcvbuf <= 0 {
+		// Asked on the relay's behalf, not the caller's: a platform that
+		// refuses it keeps its default rather than failing the listen.
 		c.rcvbuf = unixRcvbuf
+		if err := s.setRcvbuf(c); err != nil {
+			c.rcvbuf = 0
+		}
+		return nil
 	}
 	if c.rcvbuf <= 0 {
 		return nil
 	}
+	return s.setRcvbuf(c)
+}
+
+// setRcvbuf asks c.rcvbuf, halving it while the kernel says ENOBUFS.
+func (s *connSys) setRcvbuf(c *Conn) error {
 	// Linux caps a larger request; the BSDs refuse it (ENOBUFS past
 	// kern.ipc.maxsockbuf, 2 MiB by default on FreeBSD): halve it until
 	// taken, as the kernel's cap would, and keep the size granted.
