@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -571,8 +572,14 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	// Said here as well as in /metrics, which nobody can scrape once the
 	// process has exited: spans the stop timeout cut after their request
 	// was sent are dropped, but the agent may have counted them.
+	// By reason, as a group: spans_dropped.retry_budget=… in text (a Go
+	// map would print as map[…]), an object in JSON.
+	var dropped []any
+	for _, reason := range slices.Sorted(maps.Keys(st.SpansDropped)) {
+		dropped = append(dropped, slog.Uint64(reason, st.SpansDropped[reason]))
+	}
 	log.Info("statsrelay stopped", "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded,
-		"spans_dropped", st.SpansDropped, "spans_pending", st.SpansPending,
+		slog.Group("spans_dropped", dropped...), "spans_pending", st.SpansPending,
 		"spans_dropped_after_timeout", srv.SpansDroppedAfterTimeout())
 	return err
 }
