@@ -1,5 +1,5 @@
-relay_started="2026-12-06 18:24:12 UTC"
-relay_elapsed="1055"
-relay_commit="566877d"
+relay_started="2026-12-07 00:51:06 UTC"
+relay_elapsed="1111"
+relay_commit="5e0f0c5"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
