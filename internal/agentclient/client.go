@@ -183,6 +183,8 @@ type Client struct {
 	off    *atomic.Bool
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
+	// readStop gives up /info reads (SetReadStop); nil from Final on.
+	readStop <-chan struct{}
 
 	retries []*Payload // waiting for their due time
 	// splitParts, while SendAll handles a pass's outcomes, gathers the
@@ -372,6 +374,7 @@ func (c *Client) RunDue(now time.Time) {
 // not one attempt; a retry is not brought forward, which would spend it on an
 // agent that failed a moment ago.
 func (c *Client) Final(within time.Duration) {
+	c.readStop = nil // the stop has come: its reads are part of it
 	if c.Off() && len(c.retries) > 0 && c.ctx.Err() == nil {
 		// What is held waits for the next poll, which may be due after
 		// the window: an agent back meanwhile would get none of it.
@@ -602,13 +605,20 @@ func (c *Client) split(p *Payload, cause error) {
 // as it was (payloads are retried; the agent may be starting), and the
 // Observer hears why (InfoFailed), unless the client's context ended: that
 // failure is the owner's, not the agent's.
-func (c *Client) ReadInfo() { c.ReadInfoUntil(nil) }
+// Until Final, a read is given up as soon as the channel SetReadStop gave
+// is closed.
+func (c *Client) ReadInfo() { c.readInfo(c.readStop) }
 
-// ReadInfoUntil is ReadInfo given up as soon as stop (nil: never) ends too,
-// for an owner whose stop must not wait for an agent slow to answer /info
+// SetReadStop gives the owner's stop (nil: none): an /info read that the
+// client starts, itself (RunDue's polls) or for the owner, is given up as
+// soon as stop is closed, until Final, whose own read is part of the stop.
+// For an owner whose stop must not wait for an agent slow to answer /info
 // (the relay's forwarder, which then forwards what it holds at once). A
 // read stop ended is not the agent's failure: the Observer hears nothing.
-func (c *Client) ReadInfoUntil(stop <-chan struct{}) {
+func (c *Client) SetReadStop(stop <-chan struct{}) { c.readStop = stop }
+
+// readInfo is ReadInfo given up when stop (nil: never) is closed.
+func (c *Client) readInfo(stop <-chan struct{}) {
 	ctx := c.ctx
 	if stop != nil {
 		var cancel context.CancelFunc

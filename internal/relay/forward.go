@@ -93,10 +93,12 @@ func (f *forwarder) run(stop context.Context) {
 	// the boundary ended as soon as the read returns, not an interval
 	// later.
 	boundary := nextBoundary(cfg.Now(), cfg.Interval, cfg.Grace)
-	// Until the stop: an agent slow to answer /info must not hold the
-	// final forward back until the stop timeout cancels its requests
-	// (TestStopDuringSlowInfoForwards).
-	f.client.ReadInfoUntil(stop.Done())
+	// Every /info read (this one, the rechecks, the client's polls while
+	// it is stale) until the stop: an agent slow to answer it must not
+	// hold the final forward back until the stop timeout cancels its
+	// requests (TestStopDuringSlowInfoForwards).
+	f.client.SetReadStop(stop.Done())
+	f.client.ReadInfo()
 	infoRead := time.Now()
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
 	defer tick.Stop()
@@ -134,7 +136,7 @@ func (f *forwarder) run(stop context.Context) {
 				// An agent restarted with another peer_tags list fails
 				// no request: only a fresh read tells (the list applies
 				// to what is merged from now on).
-				f.client.ReadInfoUntil(stop.Done())
+				f.client.ReadInfo()
 				infoRead = time.Now()
 			}
 			now = cfg.Now()

@@ -309,16 +309,30 @@ func TestStopPollsAnAgentBackFromOff(t *testing.T) {
 }
 
 // TestStopDuringSlowInfoForwards: the forwarder reads the agent's /info as
-// it starts; an agent slow to answer it (here: not before the test ends)
-// held the stop's final forward back until the stop timeout cancelled
-// every request, and the spans held were dropped untried. The stop now
-// ends the read: what is held goes out at once.
+// it starts, and the client polls it again while a read failed; an agent
+// slow to answer it (here: not before the test ends) held the stop's
+// final forward back until the stop timeout cancelled every request, and
+// the spans held were dropped untried. The stop now ends the read: what
+// is held goes out at once. "first": every /info read hangs; "poll": the
+// first answers 500, and the poll after it hangs.
 func TestStopDuringSlowInfoForwards(t *testing.T) {
+	for _, failFirst := range []bool{false, true} {
+		name := map[bool]string{false: "first", true: "poll"}[failFirst]
+		t.Run(name, func(t *testing.T) { stopDuringSlowInfo(t, failFirst) })
+	}
+}
+
+func stopDuringSlowInfo(t *testing.T, failFirst bool) {
 	release := make(chan struct{})
 	var hits atomic.Uint64
+	var infos atomic.Int32
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodGet && r.URL.Path == "/info":
+			if infos.Add(1) == 1 && failFirst {
+				http.Error(w, "starting", http.StatusInternalServerError)
+				return
+			}
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -342,7 +356,7 @@ func TestStopDuringSlowInfoForwards(t *testing.T) {
 	defer agent.Close()
 	defer close(release) // before agent.Close, deferred earlier
 	srv, err := relay.NewServer(relay.ServerConfig{AgentURL: agent.URL, UnixPath: "-", UDPAddr: "127.0.0.1:0",
-		Interval: time.Hour, AgentTimeout: time.Minute})
+		Interval: time.Hour, AgentTimeout: time.Minute, InfoRefresh: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +372,9 @@ func TestStopDuringSlowInfoForwards(t *testing.T) {
 	if _, err := conn.Write(validDatagram(1, 7)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the datagram merged", func() bool { return srv.Relay().Stats().SpansReceived == 7 })
+	waitFor(t, "the datagram merged and an /info read hanging", func() bool {
+		return srv.Relay().Stats().SpansReceived == 7 && (!failFirst || infos.Load() >= 2)
+	})
 	start := time.Now()
 	cancel()
 	select {
