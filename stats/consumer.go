@@ -427,11 +427,15 @@ func (c *consumer) drainQueued() { c.drainUntil(nil) }
 // closed (a Flush's ctx), or for slotWait if until is nil. A Flush waits
 // as the run loop does: at once for stuckSpin, then backing off to a try
 // per slotWait, closing the buckets meanwhile, and no longer once Stop is
-// called (TestStopDuringFlushBehindAbandonedSlot).
-func (c *consumer) drainUntil(until <-chan struct{}) {
+// called (TestStopDuringFlushBehindAbandonedSlot). It returns how many of
+// the spans queued at the call it left unread (spans queued since do not
+// count: TestFlushNotCutBySpansAfterIt).
+func (c *consumer) drainUntil(until <-chan struct{}) (unread int) {
 	var waiting time.Time
 	var backoff time.Duration
-	for n := c.in.Len(); n > 0 && !c.halt.Load(); {
+	n := c.in.Len()
+	defer func() { unread = max(n, 0) }()
+	for n > 0 && !c.halt.Load() {
 		k := c.consume()
 		if k > 0 {
 			waiting, backoff = time.Time{}, 0
@@ -476,6 +480,7 @@ func (c *consumer) drainUntil(until <-chan struct{}) {
 		case <-c.poll.C:
 		}
 	}
+	return
 }
 
 // slotWait is how long a tick or a Clear waits for a claimed slot to be
@@ -514,12 +519,12 @@ func (c *consumer) flushUntil(done chan error, until <-chan struct{}) {
 	// Realigned and past any boundary reached before the spans are read:
 	// those stamped on the new time must not go to an earlier bucket.
 	c.crossBoundaries(c.now())
-	c.drainUntil(until)
+	unread := c.drainUntil(until)
 	// Stop (its deadline, or its call while the Flush waited for a slot)
 	// ended the wait with spans published before the Flush unread: it
 	// did not report everything, whatever it reports.
 	var cut error
-	if c.in.Len() > 0 {
+	if unread > 0 {
 		select {
 		case <-c.stopCh:
 			cut = ErrStopped

@@ -413,3 +413,40 @@ func TestRecycledAtTheCap(t *testing.T) {
 		t.Fatalf("Recycled %d Overflowed %d Counted %d, want 10, 0 and 20", h.Recycled, h.Overflowed, h.Counted)
 	}
 }
+
+// TestFlushNotCutBySpansAfterIt: a Stop called while a Flush drains does
+// not make the Flush answer ErrStopped when it read every span published
+// before it: spans published after the call stay in the inbox (the Flush
+// does not owe them), and they used to count as unread.
+func TestFlushNotCutBySpansAfterIt(t *testing.T) {
+	d := newDriven(t, 10*time.Second, epoch.Add(3*time.Second))
+	d.publish("before", epoch.Add(4*time.Second))
+	d.now = epoch.Add(5 * time.Second)
+	reads := 0
+	d.c.clock = func() time.Time {
+		if reads++; reads == 2 { // inside the drain, after the Flush read the inbox's length
+			d.publish("after", d.now)
+			d.a.stopOnce.Do(func() { close(d.a.stopCh) })
+		}
+		return d.now
+	}
+	done := make(chan error, 1)
+	d.c.flushUntil(done, forever)
+	if d.a.inbox.Len() != 1 || d.a.Health().Counted != 1 {
+		t.Fatalf("inbox %d, counted %d: want the span before the Flush counted, the one after it queued", d.a.inbox.Len(), d.a.Health().Counted)
+	}
+	for {
+		select {
+		case r := <-d.a.snd.in:
+			if r.done != done {
+				continue
+			}
+			if r.answer != nil {
+				t.Fatalf("the Flush answered %v, having read every span published before it", r.answer)
+			}
+			return
+		default:
+			t.Fatal("no report answers the Flush")
+		}
+	}
+}
