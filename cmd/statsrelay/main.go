@@ -80,8 +80,9 @@ func main() {
 	} else {
 		err = serve(ctx, o, slog.Default())
 	}
-	// At once: a signal now must not turn a stop that is over into a
-	// forced exit (143, "exiting without the final forward").
+	// At once: from here a signal changes nothing, rather than turn a
+	// stop that is over into a forced exit (143, "exiting without the
+	// final forward").
 	stop()
 	if err != nil {
 		slog.Error("statsrelay: " + err.Error())
@@ -111,16 +112,24 @@ func signalContext() (context.Context, func()) {
 	}
 	signal.Notify(sigs, stopOn...)
 	ctx, cancel := context.WithCancel(context.Background())
+	// over: the stop is done. Under mu, so that once done returns no
+	// forced exit can begin; the handlers stay installed until the
+	// process exits, so that a signal then changes nothing (without
+	// them, the default action would kill it with 143).
+	var mu sync.Mutex
+	over := false
 	go func() {
-		first, ok := <-sigs
-		if !ok {
-			return
-		}
+		first := <-sigs
 		at := time.Now()
 		cancel()
 		for s := range sigs {
 			if s == first && time.Since(at) < signalRepeat {
 				slog.Info(fmt.Sprintf("statsrelay: %v again at once (sent twice by a wrapper?): still stopping gracefully", s))
+				continue
+			}
+			mu.Lock()
+			if over {
+				mu.Unlock()
 				continue
 			}
 			// A log line, in -log-format: the relay's stderr is its log.
@@ -130,8 +139,9 @@ func signalContext() (context.Context, func()) {
 		}
 	}()
 	return ctx, func() {
-		signal.Stop(sigs)
-		close(sigs)
+		mu.Lock()
+		over = true
+		mu.Unlock()
 		cancel()
 	}
 }
