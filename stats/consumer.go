@@ -433,13 +433,19 @@ func (c *consumer) drainQueued() { c.drainUntil(nil) }
 func (c *consumer) drainUntil(until <-chan struct{}) (unread int) {
 	var waiting time.Time
 	var backoff time.Duration
-	n := c.in.Len()
-	defer func() { unread = max(n, 0) }()
-	for n > 0 && !c.halt.Load() {
-		k := c.consume()
-		if k > 0 {
+	// Read once c.released reaches target, whoever consumed them: a tick
+	// handled while a Flush waits drains too (TestFlushReturnsAfterTickDrained).
+	target := c.released + uint64(c.in.Len())
+	left := func() int {
+		if c.released >= target {
+			return 0
+		}
+		return int(target - c.released)
+	}
+	defer func() { unread = left() }()
+	for left() > 0 && !c.halt.Load() {
+		if c.consume() > 0 {
 			waiting, backoff = time.Time{}, 0
-			n -= k
 			continue
 		}
 		if waiting.IsZero() {

@@ -450,3 +450,49 @@ func TestFlushNotCutBySpansAfterIt(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushReturnsAfterTickDrained: a Flush waiting behind a claimed slot
+// handles the tick that falls meanwhile, and the tick's own drain may read
+// the spans the Flush waits for once the slot is written. The Flush counted
+// only what it read itself, so it went on waiting for spans already read:
+// until its ctx ended, for ever without one. It counts what the consumer
+// read, wherever.
+func TestFlushReturnsAfterTickDrained(t *testing.T) {
+	d := newDriven(t, 10*time.Second, epoch.Add(3*time.Second))
+	d.c.poll = time.NewTimer(time.Hour) // as run makes it: drainUntil's backoff uses it
+	defer d.c.poll.Stop()
+	slot, ok := d.a.inbox.Claim()
+	if !ok {
+		t.Fatal("claim refused")
+	}
+	d.publish("b1", epoch.Add(4*time.Second))
+	d.publish("b2", epoch.Add(4*time.Second))
+	reads := 0
+	d.c.clock = func() time.Time {
+		// The first read is the Flush's own; the next is the tick's,
+		// before its drain: the producer finishes its copy then.
+		if reads++; reads == 2 {
+			s := Span{Service: "s", Name: "op", Resource: "slot", SpanKind: "server", Duration: 1}
+			s.snapshot(slot.Value())
+			slot.Commit()
+		}
+		return d.now
+	}
+	d.c.timer.Reset(5 * time.Millisecond) // the tick, while the Flush waits
+	done := make(chan error, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		d.c.flushUntil(done, forever)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		d.a.stopOnce.Do(func() { close(d.a.stopCh) }) // let it go
+		<-returned
+		t.Fatalf("the Flush still waited 5 s after the tick read its spans (counted %d)", d.a.Health().Counted)
+	}
+	if h := d.a.Health(); h.Counted != 3 || d.a.inbox.Len() != 0 {
+		t.Fatalf("counted %d, inbox %d: want the 3 spans read", h.Counted, d.a.inbox.Len())
+	}
+}
