@@ -243,10 +243,11 @@ func (a *Aggregator) Clear() {
 // Config.StopRetryWindow (default 5 s), no request starting after it,
 // then one last attempt each. Against an agent that keeps failing Stop
 // may take that long, plus, against a hung agent, Config.HTTPTimeout for
-// each first attempt of the final report's payloads and of the reports
-// the send jitter held (sent one at a time before the window), for the
-// requests in flight as the window ends, and for each payload still
-// waiting; give ctx a deadline to bound it. If ctx ends first, it returns ctx's
+// each first attempt of the payloads of the reports still queued for the
+// sender (at most Config.SendQueue), of the final report and of the
+// reports the send jitter held (sent one at a time before the window; the
+// retries wait for it), for the requests in flight as the window ends,
+// and for each payload still waiting; give ctx a deadline to bound it. If ctx ends first, it returns ctx's
 // error within moments: in-flight
 // requests are cancelled, the spans still in the inbox are counted in
 // Health.StopUndrained and undelivered reports in SpansUnsent.

@@ -108,8 +108,11 @@ type Health struct {
 	RetriesAfterTimeout uint64
 	// UnsentAfterTimeout counts the SpansUnsent of payloads an attempt of
 	// which timed out, lost its connection before the answer, or was cut by
-	// Stop's deadline, after the request was sent: the agent may have taken them after all, so the agent can show
-	// up to this many more spans than SpansSent.
+	// Stop's deadline, after the request was sent: the agent may have taken
+	// them after all. Spans of payloads delivered by a retry after such an
+	// attempt (RetriesAfterTimeout) may reach the agent twice and are not
+	// counted here: the agent can show more than SpansSent +
+	// UnsentAfterTimeout when RetriesAfterTimeout is not zero.
 	UnsentAfterTimeout uint64
 	// PayloadsSplit counts payloads the agent refused as too large (413,
 	// or its 400 "read limit reached"), or larger than the limit its /info

@@ -55,10 +55,14 @@ type part struct {
 // sender is the state of the goroutine that talks to the agent. It reaches
 // the table only through signals (Clear).
 type sender struct {
-	in   <-chan *report
-	out  transport
-	ctr  *counters
-	bufs bufPool
+	in <-chan *report
+	// stopping is closed when Stop begins: the retries then wait for the
+	// stop's window (Final) rather than spend an HTTPTimeout each against
+	// a hung agent while the last reports come (TestStopBoundWithHungAgent).
+	stopping <-chan struct{}
+	out      transport
+	ctr      *counters
+	bufs     bufPool
 	// peerTags is the agent's peer_tags list for the consumer, unless the
 	// config fixed the keys (fixedPeerTags).
 	peerTags      atomic.Pointer[[]string]
@@ -87,6 +91,7 @@ type delayedReport struct {
 func newSender(ctx context.Context, a *Aggregator, cfg *Config, to target, in <-chan *report, bufs bufPool) *sender {
 	s := &sender{
 		in:            in,
+		stopping:      a.stopCh,
 		ctr:           &a.c,
 		bufs:          bufs,
 		fixedPeerTags: len(cfg.PeerTagKeys) > 0,
@@ -182,7 +187,7 @@ func (s *sender) run() {
 	defer timer.Stop()
 	for {
 		var wake <-chan time.Time
-		if d, ok := s.nextDue(); ok {
+		if d, ok := s.nextDue(); ok && !s.isStopping() {
 			timer.Reset(max(time.Until(d), 0))
 			wake = timer.C
 		}
@@ -228,6 +233,18 @@ func (s *sender) run() {
 			s.logs.check(h, time.Now(), false)
 			s.switches.Check(s.logs.log, false)
 		}
+	}
+}
+
+// isStopping says whether Stop has begun: from then the held reports go
+// when the consumer's last one has come, and the retries in the stop's
+// window.
+func (s *sender) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -1272,3 +1272,42 @@ func TestInfoRereadWhileUp(t *testing.T) {
 		t.Fatalf("groups' peer tags %q; want the first list's, then the new one's", got)
 	}
 }
+
+// TestStopBoundWithHungAgent: against an agent that never answers, with
+// reports still queued for the sender when Stop begins and payloads
+// waiting for a retry, the retries used to go on at their backoff while
+// the queued reports went out, an HTTPTimeout each, so Stop took several
+// times what its doc says (43 failed attempts of 8 payloads, 8.6 s with a
+// 200 ms timeout, against a bound near 3 s). From Stop on they wait for
+// the stop's window: each payload gets its first attempt, what fits in
+// the window, and its last one.
+func TestStopBoundWithHungAgent(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetHandler(func(_ http.ResponseWriter, r *http.Request, _ int) bool {
+		<-r.Context().Done()
+		return false
+	})
+	a := newStarted(t, Config{AgentURL: ag.URL(), HTTPTimeout: 200 * time.Millisecond, StopRetryWindow: 100 * time.Millisecond,
+		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond, MaxRetries: 32, SendQueue: 8})
+	for range 7 { // reports queued for the sender, each Flush given up at once
+		publishN(a, 5, "x")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_ = a.Flush(ctx)
+		cancel()
+	}
+	publishN(a, 4, "y")
+	before := a.Health().PayloadsFailed
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	h := a.Health()
+	payloads := h.PayloadsSent + h.PayloadsDropped
+	t.Logf("%d payloads, %d failed attempts during Stop", payloads, h.PayloadsFailed-before)
+	if failed := h.PayloadsFailed - before; payloads == 0 || failed > 3*payloads {
+		t.Fatalf("%d failed attempts during Stop for %d payloads: want at most 3 each (first, in the window, last)", failed, payloads)
+	}
+	checkConservation(t, h)
+}
