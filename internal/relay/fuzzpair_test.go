@@ -58,6 +58,13 @@ func pairSet(v []string) []string {
 	return slices.Compact(v)
 }
 
+// pairSorted is v sorted, duplicates kept (asSorted).
+func pairSorted(v []string) []string {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v
+}
+
 func modelIdentity(h *writer.Header) string {
 	return fmt.Sprintf("%#v", []any{h.Hostname, h.Env, h.Version, h.Lang, h.TracerVersion,
 		h.Service, h.ContainerID, h.GitCommitSha, h.ImageTag, h.ProcessTags,
@@ -71,9 +78,9 @@ func modelGroup(g *writer.Group, typed bool) string {
 	k := &g.Key
 	f := []any{k.Service, k.Name, k.Resource, k.SpanKind, k.HTTPMethod, k.HTTPEndpoint,
 		k.GRPCStatusCode, k.ServiceSource, k.HTTPStatusCode, k.Synthetics, k.IsTraceRoot,
-		pairSet(k.PeerTags), pairSet(g.AdditionalMetricTags)}
+		pairSet(k.PeerTags), pairSorted(g.AdditionalMetricTags)}
 	if typed {
-		f = append(f, k.Type, g.DBType, pairSet(g.SpanDerivedPrimaryTags))
+		f = append(f, k.Type, g.DBType, pairSorted(g.SpanDerivedPrimaryTags))
 	}
 	return fmt.Sprintf("%#v", f)
 }

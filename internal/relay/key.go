@@ -14,7 +14,17 @@ import (
 	"github.com/spanstats/spanstats/writer"
 )
 
-// asSet sorts v and drops duplicates in place: tag lists are sets.
+// asSorted sorts v in place, keeping duplicates: the agent (v0.85.4,
+// tagsFnvHash) keys AdditionalMetricTags by the sorted list as it is, so
+// ["a:1","a:1"] and ["a:1"] stay two groups there and must reach it so.
+func asSorted(v []string) []string {
+	if len(v) > 1 {
+		slices.Sort(v)
+	}
+	return v
+}
+
+// asSet sorts v and drops duplicates in place: peer tags are a set.
 func asSet(v []string) []string {
 	if len(v) < 2 {
 		return v

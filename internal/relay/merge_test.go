@@ -6,6 +6,7 @@ package relay
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -286,6 +287,31 @@ func TestJoinedTagTwinsSplitBuckets(t *testing.T) {
 		if want := []string{"0:web=1", "1:http=2"}; !slices.Equal(got, want) {
 			t.Errorf("%s: buckets %v, want %v (the agent merges them)", field, got, want)
 		}
+	}
+}
+
+// TestAdditionalMetricTagsKeepDuplicates: peer tags are a set, but the
+// agent keys additional metric tags by the sorted list as it is
+// (tagsFnvHash), so a list with a tag twice is another group than the
+// list with it once: the relay keeps them apart and sends each intact.
+func TestAdditionalMetricTagsKeepDuplicates(t *testing.T) {
+	r := newTestRelay(Config{})
+	for i, tags := range [][]string{{"b:2", "a:1", "a:1"}, {"a:1", "b:2"}, {"a:1", "a:1", "b:2"}} {
+		var g writer.Group
+		g.Service, g.Name, g.Resource, g.Hits = "web", "op", "r", uint64(1+i)
+		g.AdditionalMetricTags = tags
+		pl := writer.Payload{Header: header(strconv.Itoa(i)),
+			Buckets: []writer.DecodedBucket{{Start: w0, Duration: 10 * sec, Groups: []writer.Group{g}}}}
+		mustAccept(t, r, pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})), 0, UDP)
+	}
+	got := map[string]uint64{}
+	for _, bk := range harvestAll(t, r)[0].Buckets {
+		for _, g := range bk.Groups {
+			got[strings.Join(g.AdditionalMetricTags, ",")] += g.Hits
+		}
+	}
+	if want := map[string]uint64{"a:1,a:1,b:2": 4, "a:1,b:2": 2}; !maps.Equal(got, want) {
+		t.Fatalf("groups by additional metric tags %v, want %v", got, want)
 	}
 }
 

@@ -435,8 +435,8 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 				g.PeerTags = keepPeerKeys(g.PeerTags, *peerKeys, g.SpanKind)
 			}
 			g.PeerTags = asSet(g.PeerTags)
-			g.SpanDerivedPrimaryTags = asSet(g.SpanDerivedPrimaryTags)
-			g.AdditionalMetricTags = asSet(g.AdditionalMetricTags)
+			g.SpanDerivedPrimaryTags = asSorted(g.SpanDerivedPrimaryTags)
+			g.AdditionalMetricTags = asSorted(g.AdditionalMetricTags)
 			pp.full = append(pp.full, h.group(g))
 			pp.hits += g.Hits
 		}
