@@ -58,7 +58,8 @@ type sender struct {
 	in <-chan *report
 	// stopping is closed when Stop begins: the retries then wait for the
 	// stop's window (Final) rather than spend an HTTPTimeout each against
-	// a hung agent while the last reports come (TestStopBoundWithHungAgent).
+	// a hung agent while the last reports come (TestStopBoundWithHungAgent);
+	// the held reports still go at their time.
 	stopping <-chan struct{}
 	out      transport
 	ctr      *counters
@@ -187,7 +188,7 @@ func (s *sender) run() {
 	defer timer.Stop()
 	for {
 		var wake <-chan time.Time
-		if d, ok := s.nextDue(); ok && !s.isStopping() {
+		if d, ok := s.nextDue(); ok {
 			timer.Reset(max(time.Until(d), 0))
 			wake = timer.C
 		}
@@ -225,7 +226,9 @@ func (s *sender) run() {
 				}
 			}
 			s.sendHeld(n)
-			s.out.runDue(t)
+			if !s.isStopping() {
+				s.out.runDue(t)
+			}
 			// Also here: while the agent refuses stats there is no report,
 			// and the outage's drops must not wait for its end to be counted.
 			h := s.health()
@@ -236,9 +239,8 @@ func (s *sender) run() {
 	}
 }
 
-// isStopping says whether Stop has begun: from then the held reports go
-// when the consumer's last one has come, and the retries in the stop's
-// window.
+// isStopping says whether Stop has begun: from then the retries wait for
+// the stop's window.
 func (s *sender) isStopping() bool {
 	select {
 	case <-s.stopping:
@@ -285,7 +287,11 @@ func (s *sender) sendHeld(n int) {
 // nextDue is the earliest of the delayed reports' send times, the
 // client's work and a pending log line.
 func (s *sender) nextDue() (time.Time, bool) {
-	d, ok := s.out.nextDue()
+	var d time.Time
+	ok := false
+	if !s.isStopping() { // the retries wait for the stop's window
+		d, ok = s.out.nextDue()
+	}
 	if l, lok := s.logs.due(); lok && (!ok || l.Before(d)) {
 		d, ok = l, true
 	}
