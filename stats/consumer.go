@@ -458,36 +458,38 @@ func (c *consumer) drainUntil(until <-chan struct{}) (unread int) {
 			runtime.Gosched() // the write is only moments away
 			continue
 		}
-		if time.Since(waiting) <= stuckSpin {
-			select {
-			case <-until:
-				return
-			case <-c.stopCh: // still ready for the run loop, which finishes
-				return
-			case <-c.timer.C:
-				// A Flush without a deadline behind a slot no Publish
-				// will write must not stop the buckets closing
-				// (TestFlushBehindAbandonedSlotKeepsTicking).
-				c.fired()
-			default:
-				runtime.Gosched() // the write is only moments away
-			}
-			continue
+		var pause <-chan time.Time = yieldNow // for stuckSpin: look at the signals, then yield
+		if time.Since(waiting) > stuckSpin {
+			backoff = min(max(2*backoff, time.Millisecond), slotWait)
+			c.poll.Reset(backoff)
+			pause = c.poll.C
 		}
-		backoff = min(max(2*backoff, time.Millisecond), slotWait)
-		c.poll.Reset(backoff)
 		select {
 		case <-until:
 			return
-		case <-c.stopCh:
+		case <-c.stopCh: // still ready for the run loop, which finishes
 			return
 		case <-c.timer.C:
+			// A Flush without a deadline behind a slot no Publish
+			// will write must not stop the buckets closing
+			// (TestFlushBehindAbandonedSlotKeepsTicking).
 			c.fired()
-		case <-c.poll.C:
+		case <-pause:
+			if pause == yieldNow {
+				runtime.Gosched() // the write is only moments away
+			}
 		}
 	}
 	return
 }
+
+// yieldNow is closed, so always ready: drainUntil's pause while it retries
+// at once.
+var yieldNow = func() chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}()
 
 // slotWait is how long a tick or a Clear waits for a claimed slot to be
 // written: a producer descheduled in the middle of its copy is almost

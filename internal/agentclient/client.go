@@ -184,7 +184,7 @@ type Client struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	// readStop gives up /info reads (SetReadStop); nil from Final on.
-	readStop <-chan struct{}
+	readStop context.Context
 
 	retries []*Payload // waiting for their due time
 	// splitParts, while SendAll handles a pass's outcomes, gathers the
@@ -605,32 +605,15 @@ func (c *Client) split(p *Payload, cause error) {
 // as it was (payloads are retried; the agent may be starting), and the
 // Observer hears why (InfoFailed), unless the client's context ended: that
 // failure is the owner's, not the agent's.
-// Until Final, a read is given up as soon as the channel SetReadStop gave
-// is closed.
-func (c *Client) ReadInfo() { c.readInfo(c.readStop) }
-
-// SetReadStop gives the owner's stop (nil: none): an /info read that the
-// client starts, itself (RunDue's polls) or for the owner, is given up as
-// soon as stop is closed, until Final, whose own read is part of the stop.
-// For an owner whose stop must not wait for an agent slow to answer /info
-// (the relay's forwarder, which then forwards what it holds at once). A
-// read stop ended is not the agent's failure: the Observer hears nothing.
-func (c *Client) SetReadStop(stop <-chan struct{}) { c.readStop = stop }
-
-// readInfo is ReadInfo given up when stop (nil: never) is closed.
-func (c *Client) readInfo(stop <-chan struct{}) {
+// Until Final, a read is given up as soon as the context SetReadStop gave
+// ends.
+func (c *Client) ReadInfo() {
 	ctx := c.ctx
-	if stop != nil {
+	if c.readStop != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(c.ctx)
 		defer cancel()
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		defer context.AfterFunc(c.readStop, cancel)()
 	}
 	info, err := c.fetchInfo(ctx)
 	if err != nil {
@@ -672,6 +655,14 @@ func (c *Client) readInfo(stop <-chan struct{}) {
 	}
 	c.obs.Info(info)
 }
+
+// SetReadStop gives the owner's stop (nil: none): an /info read that the
+// client starts, itself (RunDue's polls) or for the owner, is given up as
+// soon as stop ends, until Final, whose own read is part of the stop.
+// For an owner whose stop must not wait for an agent slow to answer /info
+// (the relay's forwarder, which then forwards what it holds at once). A
+// read stop ended is not the agent's failure: the Observer hears nothing.
+func (c *Client) SetReadStop(stop context.Context) { c.readStop = stop }
 
 // retriesAfterPoll moves the payloads waiting for a retry past the next
 // /info poll while the agent is off: queued before the switch (a 5xx), or

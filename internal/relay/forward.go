@@ -97,7 +97,7 @@ func (f *forwarder) run(stop context.Context) {
 	// it is stale) until the stop: an agent slow to answer it must not
 	// hold the final forward back until the stop timeout cancels its
 	// requests (TestStopDuringSlowInfoForwards).
-	f.client.SetReadStop(stop.Done())
+	f.client.SetReadStop(stop)
 	f.client.ReadInfo()
 	infoRead := time.Now()
 	tick := time.NewTimer(time.Until(boundary.Add(cfg.Grace)))
