@@ -33,7 +33,7 @@ func ExampleTable() {
 	cache := aggregate.Record{Service: "web-store", Name: "redis.command", SpanKind: "client", Duration: 1e5}
 	t.Add(&cache)
 
-	// Quantiles are within 1 % of the true value (printed to two digits).
+	// Quantiles are within about 1.2 % of the durations (printed to two digits).
 	for _, e := range t.Touched(nil) {
 		fmt.Printf("%s %q hits=%d errors=%d top=%d p50≈%.2gms", e.Name, e.Resource, e.Hits, e.Errors, e.TopLevelHits,
 			median(e)/1e6)

@@ -97,6 +97,11 @@ func hasColonOrComma(v string) bool {
 	}
 }
 
+// linearScanEntries is how many kept entries quantizeValue compares one by one
+// before it switches to a set: a tag holding thousands of entries (Table.Add
+// does not bound its length) then costs linear time, not quadratic.
+const linearScanEntries = 16
+
 // quantizeValue appends v to dst with each comma-separated entry that is an
 // IP address quantized (quantizeEntry) and duplicate entries after that
 // dropped, as the agent's QuantizePeerIPAddresses does, and reports whether
@@ -104,8 +109,9 @@ func hasColonOrComma(v string) bool {
 // entries only add to the end.
 func quantizeValue(dst []byte, v string, max int) ([]byte, bool) {
 	base := len(dst)
-	var spans [8][2]int // [start, end) in dst of the entries kept, to find duplicates
+	var spans [linearScanEntries][2]int // [start, end) in dst of the entries kept, to find duplicates
 	kept := spans[:0]
+	var seen map[string]struct{} // past linearScanEntries kept entries: a long list stays linear
 	for from := 0; ; {
 		j := strings.IndexByte(v[from:], ',')
 		entry := v[from:]
@@ -119,14 +125,27 @@ func quantizeValue(dst []byte, v string, max int) ([]byte, bool) {
 		at := len(dst)
 		dst = appendEntry(dst, entry)
 		dup := false
-		for _, r := range kept {
-			if dup = string(dst[r[0]:r[1]]) == string(dst[at:]); dup {
-				break
+		if seen != nil {
+			_, dup = seen[string(dst[at:])]
+		} else {
+			for _, r := range kept {
+				if dup = string(dst[r[0]:r[1]]) == string(dst[at:]); dup {
+					break
+				}
 			}
 		}
-		if dup {
+		switch {
+		case dup:
 			dst = dst[:mark]
-		} else {
+		case seen != nil:
+			seen[string(dst[at:])] = struct{}{}
+		case len(kept) == linearScanEntries:
+			seen = make(map[string]struct{}, 2*linearScanEntries)
+			for _, r := range kept {
+				seen[string(dst[r[0]:r[1]])] = struct{}{}
+			}
+			seen[string(dst[at:])] = struct{}{}
+		default:
 			kept = append(kept, [2]int{at, len(dst)})
 		}
 		if j < 0 || len(dst)-base > max {

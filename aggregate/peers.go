@@ -30,6 +30,15 @@ func (t *Table) SetPeerTagKeys(keys []string) {
 	for _, k := range keys {
 		t.peerKeys[k] = struct{}{}
 	}
+	if t.budgets != nil {
+		// With a list the key cap is off (peerSet): the budgets of keys it
+		// no longer holds would otherwise stay for the table's life.
+		for k := range t.budgets.peer {
+			if _, ok := t.peerKeys[k]; !ok && k != BaseServiceKey {
+				delete(t.budgets.peer, k)
+			}
+		}
+	}
 }
 
 // keptPeers returns the span's peer tags whose key is kept and whose value

@@ -6,6 +6,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -93,6 +94,32 @@ func TestSetPeerTagKeysFilters(t *testing.T) {
 	tb.Add(&s)
 	if n := len(tb.Touched(nil)); n != 2 {
 		t.Fatalf("%d groups after un-filtering, want 2", n)
+	}
+}
+
+// TestSetPeerTagKeysDropsBudgetsOfOtherKeys: budgets of peer-tag keys a new
+// list does not hold are dropped (a list turns the key cap and its sweep
+// off, so nothing else would), the base-service key's kept.
+func TestSetPeerTagKeysDropsBudgetsOfOtherKeys(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{})
+	for i, tags := range [][]string{{"db.instance:i1", "noise:x"}, {"peer.service:users", "other:y"}} {
+		s := Record{Resource: "r", SpanKind: "client", Duration: 1}
+		s.SetPeerTags(tags)
+		tb.Add(&s)
+		if i == 0 {
+			b := Record{Resource: "r", Duration: 1}
+			b.SetPeerTags([]string{BaseServiceKey + ":svc"})
+			tb.Add(&b)
+		}
+	}
+	if n := len(tb.budgets.peer); n != 5 {
+		t.Fatalf("%d key budgets before the list, want 5", n)
+	}
+	tb.SetPeerTagKeys([]string{"peer.service", "db.instance"})
+	got := slices.Sorted(maps.Keys(tb.budgets.peer))
+	if want := []string{BaseServiceKey, "db.instance", "peer.service"}; !slices.Equal(got, want) {
+		t.Fatalf("key budgets after the list %v, want %v", got, want)
 	}
 }
 

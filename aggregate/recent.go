@@ -287,11 +287,12 @@ func (t *Table) remember(s *Record, e *Entry) {
 	}
 }
 
-// forgetRecent empties the recent-span caches and the last collapsed key:
-// they find entries by a span's strings, which Clear and SetPeerTagKeys
-// give another meaning.
+// forgetRecent empties the recent-span caches, the last collapsed key and
+// the collapse scratch span: they find entries by a span's strings, which
+// Clear and SetPeerTagKeys give another meaning, and would pin them.
 func (t *Table) forgetRecent() {
 	t.recent.clear()
 	t.seen.clear()
 	t.lastCollapsed = collapsedMemo{}
+	t.collapsedSpan.Reset()
 }

@@ -326,7 +326,8 @@ func (t *Table) Rotate() {
 	}
 	// A slot hits only once its entry is hit again in the new interval
 	// (its epoch): emptied now, the caches keep none of the last
-	// interval's strings alive, nor count them against recentPinBytes.
+	// interval's strings alive, nor count them against recentPinBytes
+	// (keepPeers' per-position memos pin at most one tag each).
 	// What it costs: a key whose spans come with two string identities
 	// finds the second by contents, no longer by identity, once the first
 	// has refreshed the entry.

@@ -5,6 +5,7 @@ package peer
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,6 +58,23 @@ func TestQuantizeIPsMatchesAgent(t *testing.T) {
 		b.Reset()
 		for range 1 + rng.IntN(8) {
 			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		check(b.String())
+	}
+	// Lists longer than the entries quantizeValue compares one by one, with
+	// duplicates on both sides of its switch to a set.
+	entries := []string{"10.0.0.1", "10.0.0.2", "db", "", "fe80::1", "cache", "1.2.3.4:80", "a"}
+	for range 2_000 {
+		b.Reset()
+		for i := range 1 + rng.IntN(60) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if rng.IntN(2) == 0 {
+				b.WriteString(entries[rng.IntN(len(entries))])
+			} else {
+				b.WriteString("h" + strconv.Itoa(rng.IntN(40)))
+			}
 		}
 		check(b.String())
 	}
