@@ -46,7 +46,8 @@ type Ring[T any] struct {
 	tail atomic.Uint64
 	_    [cacheLine - 8]byte
 	// parked is, while the consumer is (about to be) waiting on wake, the
-	// number of queued items that wakes it (see ParkUntil); 0 otherwise.
+	// number of queued items that wakes it (see ParkUntil), or parkHead;
+	// 0 otherwise.
 	parked atomic.Uint64
 	_      [cacheLine - 8]byte
 	// head is owned by the consumer; it is atomic only so Len can read it.
@@ -108,9 +109,8 @@ func (c Claimed[T]) Commit() {
 	c.s.seq.Store(c.pos + 1) // publish: the consumer may read val now
 	r := c.r
 	// Loads only on the common path, of lines the consumer rarely writes;
-	// the CAS picks one waker. Signed: if the consumer has already taken
-	// this item (and parked again), the count is <= 0, not huge.
-	if w := r.parked.Load(); w != 0 && int64(c.pos+1-r.head.Load()) >= int64(w) && r.parked.CompareAndSwap(w, 0) {
+	// the CAS picks one waker.
+	if w := r.parked.Load(); w != 0 && r.wakes(c.pos, w) && r.parked.CompareAndSwap(w, 0) {
 		select {
 		case r.wake <- struct{}{}:
 		default: // a token is already pending; one is enough
@@ -332,6 +332,45 @@ func (r *Ring[T]) ParkUntil(n int) bool {
 		return false
 	}
 	return true
+}
+
+// parkHead is parked's value while the consumer waits for the head slot
+// alone (ParkHead): beyond any count ParkUntil stores.
+const parkHead = math.MaxUint64
+
+// ParkHead announces that the consumer is about to wait on Wake for the
+// item at the head, claimed but not yet written, whatever is published
+// behind it: only the commit of that slot (or Close) sends the token, so a
+// consumer stuck behind a slow producer is woken the moment it writes, not
+// by each push behind it. It returns false, and withdraws the
+// announcement, when the head item is ready or the ring is closed; after
+// true, wait on Wake (with a timer: a slot may never be written) and call
+// Unpark. Consumer goroutine only.
+func (r *Ring[T]) ParkHead() bool {
+	select {
+	case <-r.wake: // stale, as in ParkUntil
+	default:
+	}
+	r.parked.Store(parkHead)
+	// As in ParkUntil: the head's producer either published before this
+	// re-check or sees parkHead after; only the consumer moves the head.
+	if r.published(r.head.Load()) || r.Closed() {
+		r.parked.CompareAndSwap(parkHead, 0)
+		return false
+	}
+	return true
+}
+
+// wakes reports whether the commit of position pos wakes a consumer parked
+// with w: the head's for ParkHead, the w-th from the head or later for
+// ParkUntil (signed: if the consumer already took this item and parked
+// again, the count is <= 0, not huge).
+func (r *Ring[T]) wakes(pos, w uint64) bool {
+	head := r.head.Load()
+	if w == parkHead {
+		return pos == head
+	}
+	return int64(pos+1-head) >= int64(w)
 }
 
 // published reports whether the item at position pos is ready.

@@ -735,6 +735,67 @@ func TestParkUntilWakesAtTheMark(t *testing.T) {
 	}
 }
 
+// TestParkHeadWakesOnlyOnTheHead: parked behind a claimed, unwritten head
+// slot, the consumer gets no token for the pushes queued behind it, one
+// when that slot is written, and does not park once it is (or after Close).
+func TestParkHeadWakesOnlyOnTheHead(t *testing.T) {
+	r := New[int](8)
+	x := 1
+	r.Push(&x)
+	if n := r.Drain(make([]int, 8)); n != 1 {
+		t.Fatalf("Drain = %d, want 1", n) // the head is not at 0
+	}
+	head, ok := r.Claim()
+	if !ok {
+		t.Fatal("Claim refused")
+	}
+	if !r.ParkHead() {
+		t.Fatal("ParkHead = false behind an unwritten head")
+	}
+	for i := range 6 {
+		r.Push(&x)
+		select {
+		case <-r.Wake():
+			t.Fatalf("token after push %d behind the head", i)
+		default:
+		}
+	}
+	*head.Value() = 2
+	head.Commit()
+	select {
+	case <-r.Wake():
+	default:
+		t.Fatal("no token when the head slot was written")
+	}
+	r.Unpark()
+	if r.ParkHead() {
+		t.Fatal("ParkHead = true with the head written")
+	}
+	if r.parked.Load() != 0 {
+		t.Fatal("ParkHead returning false left the parked flag set")
+	}
+	dst := make([]int, 8)
+	if n := r.Drain(dst); n != 7 || dst[0] != 2 {
+		t.Fatalf("Drain = %d %v, want 7 from 2", n, dst)
+	}
+	if _, ok := r.Claim(); !ok {
+		t.Fatal("Claim refused")
+	}
+	if !r.ParkHead() {
+		t.Fatal("ParkHead = false behind an unwritten head")
+	}
+	r.Close()
+	select {
+	case <-r.Wake():
+	default:
+		t.Fatal("Close did not wake a consumer parked on the head")
+	}
+	r.Unpark()
+	if r.ParkHead() {
+		t.Fatal("ParkHead = true on a closed ring")
+	}
+}
+
 // TestParkUntilStress: producers trickle items while the consumer parks
 // until a mark and, like the SDK's consumer, also wakes on a short timer;
 // every item arrives, and whenever the timer ends a wait with the mark

@@ -246,7 +246,9 @@ func (c *consumer) run() {
 			// yields let it run) or one that panicked, for which tries
 			// back off to one per slotWait rather than spin a core
 			// (TestAbandonedSlotDoesNotSpin).
-			wait, poll := noWait, (<-chan time.Time)(nil)
+			var wait <-chan struct{} = noWait
+			var poll <-chan time.Time
+			parked := false
 			if stuck.IsZero() || c.released != stuckAt {
 				// Spans were consumed since (a Flush, tick or Clear
 				// drains too): stuck anew, not still
@@ -255,10 +257,19 @@ func (c *consumer) run() {
 			} else if time.Since(stuck) > stuckSpin {
 				backoff = min(max(2*backoff, time.Millisecond), slotWait)
 				c.poll.Reset(backoff)
-				wait, poll = nil, c.poll.C
+				poll = c.poll.C
 				c.wakeups.Add(1)
+				// The slot's commit ends the wait, not the next try
+				// (TestStalledSlotReadOnItsCommit).
+				if parked = c.in.ParkHead(); parked {
+					wait = c.in.Wake()
+				}
 			}
-			if c.await(wait, poll) {
+			stopped := c.await(wait, poll)
+			if parked {
+				c.in.Unpark()
+			}
+			if stopped {
 				c.finish()
 				return
 			}
@@ -451,36 +462,67 @@ func (c *consumer) drainUntil(until <-chan struct{}) (unread int) {
 		if waiting.IsZero() {
 			waiting = time.Now()
 		}
-		if until == nil {
-			if time.Since(waiting) > slotWait {
-				return
-			}
-			runtime.Gosched() // the write is only moments away
-			continue
+		waited := time.Since(waiting)
+		if until == nil && waited > slotWait {
+			return
 		}
-		var pause <-chan time.Time = yieldNow // for stuckSpin: look at the signals, then yield
-		if time.Since(waiting) > stuckSpin {
+		// For stuckSpin: look at the signals, then yield. Then sleep,
+		// backing off, until the slot's commit wakes the consumer: a tick
+		// behind an abandoned slot must not spin a core for slotWait
+		// (TestTicksBehindAbandonedSlotDoNotSpin).
+		var pause <-chan time.Time = yieldNow
+		var head <-chan struct{}
+		if waited > stuckSpin {
 			backoff = min(max(2*backoff, time.Millisecond), slotWait)
+			if until == nil {
+				backoff = min(backoff, slotWait-waited+time.Millisecond) // not long past slotWait
+			}
 			c.poll.Reset(backoff)
 			pause = c.poll.C
+			if !c.in.ParkHead() {
+				continue // written meanwhile
+			}
+			head = c.in.Wake()
 		}
+		if !c.pauseDrain(until, pause, head) {
+			return
+		}
+	}
+	return
+}
+
+// pauseDrain is drainUntil's wait for a claimed slot: until pause, the
+// head's commit (head, after ParkHead) or, for a Flush (until not nil),
+// its end, Stop or a tick. It reports whether to try again.
+func (c *consumer) pauseDrain(until <-chan struct{}, pause <-chan time.Time, head <-chan struct{}) bool {
+	if head != nil {
+		defer c.in.Unpark()
+	}
+	if until == nil {
+		// A tick or a Clear: the signals wait (slotWait at most).
+		select {
+		case <-head:
+		case <-pause:
+		}
+	} else {
 		select {
 		case <-until:
-			return
+			return false
 		case <-c.stopCh: // still ready for the run loop, which finishes
-			return
+			return false
 		case <-c.timer.C:
 			// A Flush without a deadline behind a slot no Publish
 			// will write must not stop the buckets closing
 			// (TestFlushBehindAbandonedSlotKeepsTicking).
 			c.fired()
+		case <-head:
 		case <-pause:
-			if pause == yieldNow {
-				runtime.Gosched() // the write is only moments away
-			}
 		}
 	}
-	return
+	if pause == yieldNow {
+		runtime.Gosched() // the write is only moments away
+	}
+	return true
 }
 
 // yieldNow is closed, so always ready: drainUntil's pause while it retries

@@ -41,7 +41,9 @@ type Health struct {
 	// makes this 0; it exists so that a future drop cannot be silent.
 	AggregateDropped uint64
 	// StopUndrained spans were still in the inbox when Stop's context
-	// ended: dropped unaggregated so that Stop returns by its deadline.
+	// ended, dropped unaggregated so that Stop returns by its deadline; or
+	// sat behind a slot whose Publish never wrote it (it panicked), which
+	// Stop waits for one second at most.
 	StopUndrained uint64
 	// Pending spans are in the inbox, not yet seen by the consumer.
 	Pending uint64
