@@ -55,6 +55,12 @@ type typedKey struct {
 // "SELECT ?", and only its own obfuscator knows which resources it makes
 // equal. So groups whose other labels are those of a group of such a Type
 // are keyed without their resource.
+//
+// The agent's operator replace rules (DD_APM_REPLACE_TAGS on
+// resource.name, http.status_code or "*") also rewrite Resource and
+// HTTPStatusCode before the merge; they live in the agent's configuration,
+// which a tracer cannot read, so twins that only such a rule makes equal
+// are not laid apart and the agent may file their counts under one Type.
 func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 	if s.types == nil {
 		s.obfuscated = make(map[uint64]struct{})
