@@ -252,8 +252,9 @@ type Config struct {
 	MaxPayloadBytes int
 	// MaxDatagramBytes bounds each datagram sent to a relay (AgentURL
 	// unixgram:// or udp://), envelope included: a report is split into
-	// complete payloads that fit (default DefaultMaxDatagramBytes, at most
-	// MaxUDPDatagramBytes over UDP and MaxMaxDatagramBytes otherwise).
+	// complete payloads that fit (default DefaultMaxDatagramBytes, over UDP
+	// MaxUDPDatagramBytes; at most MaxUDPDatagramBytes over UDP and
+	// MaxMaxDatagramBytes otherwise).
 	// A payload of one group that alone exceeds it is dropped and counted
 	// (ErrDatagramTooLarge). Over a Unix socket the send buffer is raised to
 	// twice the limit, which the kernel caps at net.core.wmem_max.

@@ -47,6 +47,12 @@ const (
 	// limit, the groups of a bucket (the SDK's cap holds for the table).
 	EnvAggregatesLimit = "DD_TRACE_STATS_CARDINALITY_LIMIT"
 
+	// EnvResourceLimit, EnvHTTPEndpointLimit and EnvPeerTagsLimit fill
+	// Config.CardinalityLimits' fields. The names are dd-trace-go's, the
+	// budgets not quite: here a field's budget holds for the whole
+	// interval across services (dd-trace-go counts resources within one
+	// service and operation), and the peer-tag budget holds for each
+	// peer-tag key's values (dd-trace-go counts combinations of peer tags).
 	EnvResourceLimit     = "DD_TRACE_STATS_RESOURCE_CARDINALITY_LIMIT"
 	EnvHTTPEndpointLimit = "DD_TRACE_STATS_HTTP_ENDPOINT_CARDINALITY_LIMIT"
 	EnvPeerTagsLimit     = "DD_TRACE_STATS_PEER_TAGS_CARDINALITY_LIMIT"

@@ -205,12 +205,12 @@ type counters struct {
 	unannouncedPayloads, unannouncedSpans atomic.Uint64
 }
 
-// droppedReport counts a payload the consumer dropped before handing it
-// to the sender.
-func (c *counters) droppedReport(hits uint64) {
-	c.payloadsDropped.Add(1)
+// droppedReport counts payloads the consumer dropped before handing them
+// to the sender, holding hits spans.
+func (c *counters) droppedReport(payloads, hits uint64) {
+	c.payloadsDropped.Add(payloads)
 	c.spansUnsent.Add(hits)
-	c.unannouncedPayloads.Add(1)
+	c.unannouncedPayloads.Add(payloads)
 	c.unannouncedSpans.Add(hits)
 }
 

@@ -6,6 +6,7 @@ package stats
 
 import (
 	"cmp"
+	"time"
 
 	"github.com/spanstats/spanstats/writer"
 )
@@ -51,7 +52,7 @@ func (c *consumer) report(n int, done chan error) {
 		}
 		err = ErrAgentOff
 	case c.stopping && c.halt.Load(): // no time left to encode it
-		c.dropUnencoded(m)
+		c.dropUnencoded(m, 0)
 		err = errStopDeadline
 	default:
 		if c.send(m, done) {
@@ -67,8 +68,9 @@ func (c *consumer) report(n int, done chan error) {
 }
 
 // dropUnencoded counts c.buckets[:m] dropped: Stop gave up before they
-// were encoded.
-func (c *consumer) dropUnencoded(m int) {
+// were encoded, or while, with payloads of them packed (one if none was:
+// PayloadsDropped counts the report).
+func (c *consumer) dropUnencoded(m, payloads int) {
 	var hits uint64
 	for _, b := range c.buckets[:m] {
 		for _, e := range b.Groups {
@@ -76,7 +78,7 @@ func (c *consumer) dropUnencoded(m int) {
 		}
 	}
 	c.ctr.noteError(errStopDeadline) // the log line and Health say why
-	c.ctr.droppedReport(hits)
+	c.ctr.droppedReport(uint64(max(payloads, 1)), hits)
 }
 
 // send packs c.buckets[:m] and queues the payloads for the sender; it
@@ -97,7 +99,7 @@ func (c *consumer) send(m int, done chan error) bool {
 		for _, p := range r.parts {
 			c.bufs.put(p.body)
 		}
-		c.dropUnencoded(m)
+		c.dropUnencoded(m, len(r.parts))
 		return false
 	}
 	c.finalSent = c.finalSent || c.final
@@ -131,6 +133,7 @@ func (c *consumer) headerOnly() []byte {
 // is full (at Stop, after waiting until Stop gives up).
 func (c *consumer) queue(r *report) {
 	done := r.done
+	r.queued = time.Now()
 	select {
 	case c.out <- r:
 		return
@@ -160,7 +163,7 @@ func (c *consumer) queue(r *report) {
 	}
 	c.ctr.noteError(ErrSendQueueFull) // the log line and Health say why
 	for _, p := range r.parts {
-		c.ctr.droppedReport(p.hits)
+		c.ctr.droppedReport(1, p.hits)
 		c.bufs.put(p.body)
 	}
 	if done != nil {

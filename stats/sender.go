@@ -4,6 +4,7 @@
 package stats
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -45,6 +46,10 @@ type report struct {
 	// merged counts the held reports whose parts withHeld put before this
 	// report's: each keeps its own patience toward a relay.
 	merged int
+	// queued is when the consumer queued it (zero: when the sender took it):
+	// its jitter counts from there, not from when a sender busy with a slow
+	// agent got to it (TestJitterCountsFromTheQueueing).
+	queued time.Time
 }
 
 type part struct {
@@ -214,7 +219,8 @@ func (s *sender) run() {
 				continue
 			}
 			d := time.Duration(s.rng.Int64N(int64(s.jitter) + 1))
-			s.delayed = append(s.delayed, delayedReport{r: r, due: time.Now().Add(d)})
+			due := cmp.Or(r.queued, time.Now()).Add(d) // past already: sent at once
+			s.delayed = append(s.delayed, delayedReport{r: r, due: due})
 		case <-wake:
 			t := time.Now()
 			// A report due now goes with every report held before it, in

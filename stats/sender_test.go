@@ -811,6 +811,41 @@ func TestSendJitter(t *testing.T) {
 	}
 }
 
+// TestJitterCountsFromTheQueueing: a report that waited in the queue past
+// its jitter (the sender was busy, say, with a slow agent for seconds) is
+// sent at once, not after a fresh jitter from when the sender took it,
+// which could push it past the agent's and a relay's time windows.
+func TestJitterCountsFromTheQueueing(t *testing.T) {
+	const jitter = 400 * time.Millisecond
+	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: jitter + time.Second/graceDivisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &recordingOut{}
+	in := make(chan *report, 32)
+	s := a.snd
+	s.out, s.in = out, in
+	go s.run()
+	for i := range 5 {
+		took := time.Now()
+		in <- &report{queued: took.Add(-2 * jitter)}
+		waitFor(t, "the late report sent", func() bool {
+			out.mu.Lock()
+			defer out.mu.Unlock()
+			return len(out.sent) == i+1
+		})
+		out.mu.Lock()
+		d := out.sent[i].Sub(took)
+		out.mu.Unlock()
+		// Five fresh jitters all under 50 ms: 1 in 33 000.
+		if d > 50*time.Millisecond {
+			t.Errorf("report %d queued %s ago sent %s after the sender took it, want at once", i, 2*jitter, d)
+		}
+	}
+	close(in)
+	<-s.done
+}
+
 // TestJitterKeepsOrder: a report Flush waits for, and a held report due
 // before an earlier one, never overtake the reports held before them.
 func TestJitterKeepsOrder(t *testing.T) {
