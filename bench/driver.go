@@ -191,6 +191,7 @@ func runAB(b *testing.B, w *Workload, first, second abSide) {
 		elapsed time.Duration
 		calls   int
 	}
+	b.ReportAllocs()
 	sides := []*side{{abSide: first}, {abSide: second}}
 	for _, s := range sides {
 		d, err := s.open(w)

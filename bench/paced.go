@@ -122,11 +122,11 @@ func RunPaced(b *testing.B, w *Workload, p Pacing, sides ...PacedSide) {
 	if n := askedCount(); n > 0 && n < PacedRounds {
 		b.Fatalf("-benchtime %dx: a paced cell needs at least %d (one span a round)", n, PacedRounds)
 	}
-	if b.N == 1 {
-		return // the framework's first call, which every run makes: a round is long
-	}
 	if b.N < PacedRounds {
-		b.Fatalf("b.N %d: a paced cell needs at least %d (one span a round); run it with -benchtime %dx or more", b.N, PacedRounds, PacedRounds)
+		// The framework's first call, which every run makes (a round is
+		// long), or under a -benchtime of time a guess after a slow first
+		// call: returning at once makes the framework try a larger b.N.
+		return
 	}
 	type side struct {
 		name  string

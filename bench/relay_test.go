@@ -34,6 +34,10 @@ var relayKinds = []string{"unixgram", "udp"}
 // are read the same way, so the polling costs them alike.
 const pollEvery = time.Millisecond
 
+// stallTimeout fails a round whose receiver stopped counting, rather than
+// let it wait for the test binary's timeout.
+const stallTimeout = 10 * time.Second
+
 // receiver is one way of taking datagrams off a socket that a sender
 // process writes to, for the relay benchmarks.
 type receiver struct {
@@ -248,10 +252,15 @@ func (r *receiver) round(b *testing.B, n int, start, stop func()) {
 	if r.spans != nil {
 		sp0 = r.spans()
 	}
-	c := c0
+	c, moved := c0, t0
 	for c < c0+uint64(n) {
 		time.Sleep(pollEvery)
-		c = r.count()
+		if now := r.count(); now != c {
+			c, moved = now, time.Now()
+		} else if time.Since(moved) > stallTimeout {
+			stop()
+			b.Fatalf("%s: the count stuck at %d for %s, %d of %d datagrams into the round", r.name, c, stallTimeout, c-c0, n)
+		}
 	}
 	r.elapsed += time.Since(t0)
 	r.cpu += cputime.Process() - cpu0

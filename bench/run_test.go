@@ -23,13 +23,16 @@ func TestRunReportSDKTargetNeedsItsPacing(t *testing.T) {
 	for _, tc := range []struct {
 		peer, sdk string // pacing-ratio of each side
 		second    string // not "": the second run's work-ratio is below zero
+		shed      string // the second run's shed/op-spanstats
 		want      string
 	}{
-		{"1.0", "0.5", "", "(runs 1.15–1.15×); not comparable: the SDK pacing differs | **missed** |"},
-		{"3.0", "1.0", "", "(runs 1.15–1.15×) | **met** |"},
+		{"1.0", "0.5", "", "", "(runs 1.15–1.15×); not comparable: the SDK pacing differs | **missed** |"},
+		{"3.0", "1.0", "", "", "(runs 1.15–1.15×) | **met** |"},
 		// A run whose SDK figure the noise swallowed (a ratio below zero,
 		// from before bench.costRatio) counts as the worst, not the best.
-		{"3.0", "1.0", "below zero", "(runs 1.15–inf×) | **missed** |"},
+		{"3.0", "1.0", "below zero", "", "(runs 1.15–inf×) | **missed** |"},
+		// Shed spans cost next to nothing: a run that shed measured less.
+		{"3.0", "1.0", "", "0.01", "(runs 1.15–1.15×); not comparable: the SDK shed | **missed** |"},
 	} {
 		line := func(ratio string) string {
 			return "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
@@ -41,7 +44,11 @@ func TestRunReportSDKTargetNeedsItsPacing(t *testing.T) {
 		if tc.second != "" {
 			second = "-0.5"
 		}
-		report := runReport(t, map[string]string{"paced.txt": line("1.15") + line(second)})
+		secondLine := line(second)
+		if tc.shed != "" {
+			secondLine = strings.Replace(secondLine, "\n", "\t "+tc.shed+" shed/op-spanstats\n", 1)
+		}
+		report := runReport(t, map[string]string{"paced.txt": line("1.15") + secondLine})
 		var row string
 		for l := range strings.Lines(report) {
 			if strings.Contains(l, "≤ 1.3 × Publish + consumer alone") {
@@ -313,6 +320,9 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 	}
 	comparable := cell("20k", "burst=1ms", "30", "1.0") + cell("200k", "burst=1ms", "22", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
 	swallowed := cell("20k", "burst=1ms", "30", "1.0") + cell("200k", "burst=1ms", "+Inf", "1.0") + cell("1M", "burst=1ms", "25", "1.2")
+	shedding := func(shed string) string {
+		return strings.Replace(cell("200k", "spread", "40", "1.0"), "\n", "\t "+shed+" shed/op-spanstats\n", 1)
+	}
 	for _, tc := range []struct {
 		name, rounds, want string
 	}{
@@ -324,6 +334,10 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 			"| lowest of 4 comparable cells: 20.0× (1M spread; its runs 19.0–21.0×) | **met** |"},
 		{"a run that measured nothing", comparable + swallowed,
 			"| lowest of 3 comparable cells: 11.0× (200k burst=1ms; its runs 0.0–22.0×) | **missed** |"},
+		// Shed spans cost the SDK next to nothing: a cell where it shed in
+		// any run does not count toward the target, however high its ratio.
+		{"the SDK shed in one run", comparable + shedding("0") + comparable + shedding("0.5"),
+			"| lowest of 3 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (the SDK shed): 200k spread | **missed** |"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			report := runReport(t, map[string]string{"paced.txt": tc.rounds})
