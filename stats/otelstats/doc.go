@@ -10,8 +10,9 @@
 // agent's OTLP rules over both the old and the current semantic-convention
 // attribute names, names normalized as the agent normalizes them, SQL and
 // Redis resources obfuscated as the agent obfuscates them (where the
-// agent's second pass over received stats would change the result, the
-// first raw resource seen that this pass turns into it is sent instead,
+// agent's second pass over received stats would change the result, cut to
+// stats.MaxResourceLen as it is sent, the first raw resource seen that this
+// pass turns into it is sent instead,
 // literals included, as a tracer sends it in the span, for the agent to
 // obfuscate before it leaves the host: a Redis pipeline, an unparsable
 // query, and parsable queries whose obfuscated form the pass changes
@@ -23,10 +24,9 @@
 // its context alone, trace.ContextWithSpanContext, is taken as one of the
 // same TracerProvider when sampled, as one dropped when not — or one whose own
 // service.name gives it another service than its local parent's: the
-// parent's own service.name when it had one at its start — read once a
-// span has ended with its own service.name, or from the first with
-// WithSpanServiceNames — else the resource's; WithTopLevelBySpanKind for
-// the by-kind rule); a span is
+// parent's own service.name when it had one at its start, read and kept
+// as WithSpanServiceNames says, else the resource's; WithTopLevelBySpanKind
+// for the by-kind rule); a span is
 // measured when its integer attribute _dd.measured is 1, and an error when
 // its status is Error. As in the agent's OTLP path,
 // HTTP method and endpoint are not part of the group. bench/peer checks the

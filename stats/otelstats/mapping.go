@@ -6,8 +6,8 @@ package otelstats
 
 import (
 	"encoding/binary"
-	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
@@ -76,10 +76,10 @@ func (p *Processor) fill(sp *stats.Span, s sdktrace.ReadOnlySpan, b []byte) {
 		// service. A local parent of the same provider is under its own
 		// service.name (OnStart marked it), else the resource's; so is the
 		// span, unless its own service.name overrides.
-		// The span's own service mark (owners) stays: a child detached
-		// from it (trace.ContextWithSpanContext) may start after it ended;
-		// the next span of its slot replaces it.
 		id := s.SpanContext().SpanID()
+		if p.spanServices.Load() {
+			p.owners.end(id)
+		}
 		sp.TopLevel = sp.TraceRoot || parent.IsRemote() || p.crossed.take(id)
 		if !sp.TopLevel {
 			if svc, ok := p.parents.take(id); ok {
@@ -112,6 +112,11 @@ func (p *Processor) service(v *view) string {
 func (p *Processor) normalizeService(s string) string {
 	return p.services.strS(s, func(s string) string {
 		n, _ := normalize.NormalizeService(s, "")
+		if len(n) < len(s) {
+			// A cut of s would keep all of s alive in the service marks
+			// and the aggregator's groups.
+			n = strings.Clone(n)
+		}
 		return n
 	})
 }
@@ -343,35 +348,27 @@ func (p *Processor) obfuscate(key string) string {
 	if key[0] == obfNone || res == "" {
 		return res
 	}
+	// The agent's OTLP path cuts the output to MaxResourceLen, and so does
+	// Publish before the agent's pass on receipt reads it. Obfuscation
+	// lengthens "a,b" to "a, b", so a raw resource within the cut can give
+	// an output past it.
 	out := p.obfuscateAs(key[0], res)
+	if len(out) > normalize.MaxResourceLen {
+		out = strings.Clone(normalize.TruncateUTF8(out, normalize.MaxResourceLen))
+	}
 	// The agent obfuscates the resources of these types again when it
 	// receives stats (no Datadog-Obfuscation-Version header is sent, nor can
 	// one travel through the relay), and that pass is not idempotent for
-	// every output: it re-quantizes a pipeline's "GET SET" to "GET" and
-	// makes "Non - parsable SQL query" of its own error text. Such an output
-	// is sent as the first raw resource seen to give it, so every span of
-	// the group still shares one string and the agent keys what its OTLP
-	// path would (TestOTelGroupsMatchAgent in bench/peer).
+	// every output: it re-quantizes a pipeline's "GET SET" to "GET", makes
+	// "Non - parsable SQL query" of its own error text, and drops the space
+	// a cut output ends in. Such an output is sent as the first raw
+	// resource seen to give it, so every span of the group still shares
+	// one string and the agent keys what its OTLP path would
+	// (TestOTelGroupsMatchAgent in bench/peer).
 	if p.obfuscateAs(key[0], out) == out {
 		return out
 	}
-	if k := string(key[0]) + out; len(k) <= p.firstRaw.maxKey {
-		return p.firstRaw.strS(k, func(string) string { return res })
-	}
-	// Obfuscation lengthens "a,b" to "a, b", so a resource within the cut
-	// can give an output past the memo's bound: it keys by the output's
-	// hash (its class byte in upper case, apart from the short keys), and
-	// a hit is checked, as two outputs may share a hash
-	// (TestLongNonIdempotentSQLSharesOneRaw).
-	var hk [9]byte
-	hk[0] = key[0] - 'a' + 'A'
-	binary.LittleEndian.PutUint64(hk[1:], maphash.String(p.firstRaw.seed, out))
-	raw := p.firstRaw.str(hk[:], func(string) string { return res })
-	if raw != res && p.obfuscateAs(key[0], raw) != out {
-		p.firstRaw.put(&memoEntry{key: string(hk[:]), val: res})
-		return res
-	}
-	return raw
+	return p.firstRaw.strS(string(key[0])+out, func(string) string { return res })
 }
 
 // obfuscateAs obfuscates res as the agent does a span's resource of the

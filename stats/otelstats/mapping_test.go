@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -298,7 +299,7 @@ func obfClass(typ string) byte {
 
 // TestLongNonIdempotentSQLSharesOneRaw: obfuscation lengthens "c,c" to
 // "c, c", so a 4.6 KB query (within the 5000-byte cut) gives a 6.9 KB output
-// past the memo's key bound; the spans of one agent group (ids differing)
+// past the cut; the spans of one agent group (ids differing past the cut)
 // still share the first raw resource, which the agent's pass keys as its
 // OTLP path would.
 func TestLongNonIdempotentSQLSharesOneRaw(t *testing.T) {
@@ -323,6 +324,48 @@ func TestLongNonIdempotentSQLSharesOneRaw(t *testing.T) {
 	}
 	if p.obfuscateAs(obfSQL, got[0]) != out {
 		t.Fatal("the agent's pass on the sent resource does not give the OTLP path's output")
+	}
+}
+
+// TestLongSQLOutputKeysAsAgentOTLP: a statement within the 5000-byte cut
+// whose obfuscation is longer ("a,b" gives "a, b") is cut after
+// obfuscation by the agent's OTLP path, and before the agent's pass on
+// receipt by Publish; wherever the cut lands, even after a space that
+// pass drops, the agent keys the sent resource as its OTLP path keys the
+// statement.
+func TestLongSQLOutputKeysAsAgentOTLP(t *testing.T) {
+	p := newProcessor(nil)
+	cut := func(s string) string { return normalize.TruncateUTF8(s, stats.MaxResourceLen) }
+	// Offsets up to the longest pattern's output move the cut over each of
+	// its bytes.
+	const offsets = 16
+	const tail = "z FROM t"
+	for _, pattern := range []string{"a,b", "f(x),", "x::int,", "a=1,"} {
+		cutAtSpace := 0
+		for off := range offsets {
+			raw := "SELECT " + strings.Repeat("w", off) + ","
+			raw += strings.Repeat(pattern, (stats.MaxResourceLen-len(raw)-len(tail))/len(pattern)) + tail
+			out := p.obfuscateAs(obfSQL, raw)
+			if len(out) <= stats.MaxResourceLen {
+				t.Fatalf("%q offset %d: output of %d bytes, not past the cut", pattern, off, len(out))
+			}
+			otlp := cut(out)
+			if strings.HasSuffix(otlp, " ") {
+				cutAtSpace++
+			}
+			sp := mapOne(t, p, svcRes, spanSpec{name: "q", kind: trace.SpanKindClient, local: true, attrs: []attribute.KeyValue{
+				attribute.String("db.system", "postgresql"), attribute.String("db.statement", raw)}})
+			if len(sp.Resource) > stats.MaxResourceLen {
+				t.Errorf("%q offset %d: resource of %d bytes, past the cut", pattern, off, len(sp.Resource))
+			}
+			if got := cut(p.obfuscateAs(obfSQL, cut(sp.Resource))); got != otlp {
+				t.Errorf("%q offset %d: the agent keys the sent resource as ...%q, its OTLP path ...%q",
+					pattern, off, got[max(len(got)-20, 0):], otlp[len(otlp)-20:])
+			}
+		}
+		if cutAtSpace == 0 {
+			t.Errorf("%q: no offset cut the output after a space; the case under test is missing", pattern)
+		}
 	}
 }
 

@@ -9,17 +9,32 @@ import (
 	"sync/atomic"
 )
 
-// memoSlots is the size of each memo: direct-mapped, so memory stays bounded
-// however many distinct values spans carry; a collision only costs a
-// recomputation (BenchmarkOnEnd/distinct-routes).
+// memoSlots is the size of each memo's table of small entries:
+// direct-mapped, so memory stays bounded however many distinct values spans
+// carry; a collision only costs a recomputation
+// (BenchmarkOnEnd/distinct-routes).
 const memoSlots = 4096
+
+// memoSmallEntry is the most bytes (key, value and tags) of an entry in the
+// memoSlots table: a key and a value of 256 bytes, which services, tags,
+// operation names and most hosts and peer-tag sets fit in, so mostly long
+// statements and routes go to the smaller table of large entries.
+const memoSmallEntry = 512
+
+// memoLargeSlots is the size of each memo's table of large entries: room
+// for an application's repeated long statements, the costliest to
+// obfuscate again, where memoSlots entries of a 5 KB statement and its
+// obfuscation would hold tens of MiB for the life of the process
+// (TestMemoRetainedHeap).
+const memoLargeSlots = 256
 
 // memo maps a key (bytes) to a computed string or tag list. It is safe for
 // concurrent use without locks: a slot holds an immutable entry, replaced
 // whole.
 type memo struct {
 	seed  maphash.Seed
-	slots [memoSlots]atomic.Pointer[memoEntry]
+	small [memoSlots]atomic.Pointer[memoEntry]
+	large [memoLargeSlots]atomic.Pointer[memoEntry]
 	// maxKey is the longest key kept: attribute values have no length
 	// limit by default, and a slot holding megabytes would make the memo
 	// bounded in count only. A longer key is computed every time.
@@ -37,11 +52,36 @@ type memoEntry struct {
 	tags []string
 }
 
+// size is the bytes of e's strings, which decide its table.
+func (e *memoEntry) size() int {
+	n := len(e.key) + len(e.val)
+	for _, t := range e.tags {
+		n += len(t)
+	}
+	return n
+}
+
 func newMemo(maxKey int) *memo { return &memo{seed: maphash.MakeSeed(), maxKey: maxKey} }
 
 // get returns the entry stored for key, or nil.
 func (m *memo) get(key []byte) *memoEntry {
-	if e := m.slots[maphash.Bytes(m.seed, key)%memoSlots].Load(); e != nil && e.key == string(key) {
+	h := maphash.Bytes(m.seed, key)
+	if e := m.small[h%memoSlots].Load(); e != nil && e.key == string(key) {
+		return e
+	}
+	if e := m.large[h%memoLargeSlots].Load(); e != nil && e.key == string(key) {
+		return e
+	}
+	return nil
+}
+
+// getS is get for a key held as a string.
+func (m *memo) getS(key string) *memoEntry {
+	h := maphash.String(m.seed, key) // the same hash as Bytes of the same content
+	if e := m.small[h%memoSlots].Load(); e != nil && e.key == key {
+		return e
+	}
+	if e := m.large[h%memoLargeSlots].Load(); e != nil && e.key == key {
 		return e
 	}
 	return nil
@@ -53,7 +93,12 @@ func (m *memo) put(e *memoEntry) *memoEntry {
 	if len(e.key) > m.maxKey {
 		return e
 	}
-	m.slots[maphash.String(m.seed, e.key)%memoSlots].Store(e) // the same hash as Bytes of the same content
+	h := maphash.String(m.seed, e.key)
+	if e.size() <= memoSmallEntry {
+		m.small[h%memoSlots].Store(e)
+	} else {
+		m.large[h%memoLargeSlots].Store(e)
+	}
 	return e
 }
 
@@ -69,7 +114,7 @@ func (m *memo) str(key []byte, compute func(string) string) string {
 
 // strS is str for a key already held as a string.
 func (m *memo) strS(key string, compute func(string) string) string {
-	if e := m.slots[maphash.String(m.seed, key)%memoSlots].Load(); e != nil && e.key == key {
+	if e := m.getS(key); e != nil {
 		return e.val
 	}
 	return m.put(&memoEntry{key: key, val: compute(key)}).val

@@ -4,11 +4,16 @@
 package otelstats
 
 import (
+	"context"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spanstats/spanstats/stats"
@@ -48,12 +53,75 @@ func TestMemoLongKeys(t *testing.T) {
 	}
 }
 
+// TestMemoRetainedHeap: spans whose values are long and all distinct (a
+// service, peer tags, a route, SQL statements the agent's pass keeps or
+// changes) leave a Processor holding at most its memos' tables of large
+// entries, not memoSlots of them per memo.
+func TestMemoRetainedHeap(t *testing.T) {
+	// A large entry holds at most a key and a value of resourceKeyLen
+	// bytes; memoLargeSlots of them per memo filled, two memos at most per
+	// case (resources and firstRaw), and a MiB for small entries, the
+	// service marks and the runtime's own.
+	const bound = 2*memoLargeSlots*2*resourceKeyLen + 1<<20
+	const spans = 20000
+	pad := strings.Repeat("x", 3900)
+	str := attribute.String
+	for _, tc := range []struct {
+		row   string
+		kind  trace.SpanKind
+		attrs func(i string) []attribute.KeyValue
+		sql   bool
+	}{
+		{"service.name", trace.SpanKindServer, func(i string) []attribute.KeyValue {
+			return []attribute.KeyValue{str("service.name", i+pad)}
+		}, false},
+		{"peer tags", trace.SpanKindClient, func(i string) []attribute.KeyValue {
+			return []attribute.KeyValue{str("out.host", i+pad[:1900]), str("db.name", i+pad[:1900])}
+		}, false},
+		{"http.route", trace.SpanKindServer, func(i string) []attribute.KeyValue {
+			return []attribute.KeyValue{str("http.method", "GET"), str("http.route", "/"+i+pad+pad[:1000])}
+		}, false},
+		{"sql", trace.SpanKindClient, func(i string) []attribute.KeyValue {
+			return []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT a FROM t"+i+pad[:1900]+" WHERE b = 1")}
+		}, true},
+		{"sql the agent's pass changes", trace.SpanKindClient, func(i string) []attribute.KeyValue {
+			return []attribute.KeyValue{str("db.system", "postgresql"), str("db.statement", "SELECT 1 AS a, 2 AS b FROM t"+i+pad[:1900])}
+		}, true},
+	} {
+		t.Run(tc.row, func(t *testing.T) {
+			if tc.sql && raceOn {
+				t.Skip("obfuscating the statements takes most of a minute under -race; one goroutine, nothing for it to find")
+			}
+			p := newProcessor(nil, WithSpanServiceNames())
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&fillOnEnd{p: p}))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			tr := tp.Tracer("t")
+			before := heapInUse()
+			for i := range spans {
+				_, s := tr.Start(context.Background(), "op", trace.WithSpanKind(tc.kind), trace.WithAttributes(tc.attrs(strconv.Itoa(i))...))
+				s.End()
+			}
+			if n := heapInUse() - before; n > bound {
+				t.Errorf("%d spans of distinct long values left %d KiB, want at most %d", spans, n>>10, bound>>10)
+			}
+			runtime.KeepAlive(p)
+		})
+	}
+}
+
+// heapInUse is the heap's live bytes after a collection.
+func heapInUse() int {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int(m.HeapAlloc)
+}
+
 func memoBytes(m *memo) (n int) {
-	for i := range m.slots {
-		if e := m.slots[i].Load(); e != nil {
-			n += len(e.key) + len(e.val)
-			for _, t := range e.tags {
-				n += len(t)
+	for _, slots := range [][]atomic.Pointer[memoEntry]{m.small[:], m.large[:]} {
+		for i := range slots {
+			if e := slots[i].Load(); e != nil {
+				n += e.size()
 			}
 		}
 	}

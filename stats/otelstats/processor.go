@@ -25,9 +25,10 @@ type Processor struct {
 	keys           *keyIndex
 	res            resCache
 	crossed        crossings
-	// owners: a span's own service.name at start, until a span of its slot replaces it;
-	// parents: the parent's, for a span whose parent had one.
-	owners, parents serviceMarks
+	// owners: each span's own service.name at its start (ownerMarks);
+	// parents: the parent's, for a span whose parent had one, until it ends.
+	owners  ownerMarks
+	parents serviceMarks
 	// spanServices: a span has ended with its own service.name, so OnStart
 	// reads the service.name of starting spans from then on. Until then it
 	// reads no attribute: the SDK's Attributes builds a map per call (a
@@ -69,6 +70,13 @@ func WithTopLevelBySpanKind() Option { return func(c *config) { c.topLevelByKind
 // its resource's service, not its local parent's own (the first traces of an
 // application setting service.name on spans), and an application that never
 // does pays nothing for it (the SDK's Attributes builds a map per call).
+//
+// A span's own service.name is kept for its children while the span runs,
+// however many other spans start and end meanwhile (unless over a thousand
+// with their own service.name run at once: the table has 4096 slots), and
+// after it ends, for children that start later (detached work), until a
+// span ending later takes its slot of 4096: after 4096 such ends on average.
+// A child whose parent's is no longer kept is compared with the resource's.
 func WithSpanServiceNames() Option { return func(c *config) { c.spanServices = true } }
 
 // WithPeerTagKeys replaces DefaultPeerTagKeys: the attribute keys read as
@@ -117,7 +125,7 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 
 // OnStart marks a span whose local parent belongs to another
 // TracerProvider or was not recorded (see crossings), and notes the
-// services set by service.name at start (see serviceMarks); the rest waits
+// services set by service.name at start (see ownerMarks); the rest waits
 // for the finished span.
 func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	if p.topLevelByKind {
@@ -198,32 +206,41 @@ func (p *Processor) ForceFlush(ctx context.Context) error {
 	return err
 }
 
-// crossingSlots bounds the spans marked at once; a mark a collision
-// overwrites leaves its span to the rule for a local parent.
-const crossingSlots = 4096
+// markSlots sizes each table of marks by span ID: crossings, serviceMarks
+// and ownerMarks' ended ones.
+const markSlots = 4096
 
 // crossings marks the spans started under a local parent of another
 // TracerProvider, so of another export, where the agent finds the parent
 // outside the child's chunk and ComputeTopLevel makes the child
-// top-level. OnEnd takes the mark back. Span IDs are random and never 0,
-// so a slot holds one span's ID or 0.
-type crossings struct{ slots [crossingSlots]atomic.Uint64 }
+// top-level. OnEnd takes the mark back; a mark a collision overwrites
+// leaves its span to the rule for a local parent. Span IDs are random and
+// never 0, so a slot holds one span's ID or 0.
+type crossings struct{ slots [markSlots]atomic.Uint64 }
 
 func (c *crossings) mark(id trace.SpanID) {
 	n := binary.BigEndian.Uint64(id[:])
-	c.slots[n%crossingSlots].Store(n)
+	c.slots[n%markSlots].Store(n)
 }
 
 // take reports whether id was marked, and unmarks it.
 func (c *crossings) take(id trace.SpanID) bool {
 	n := binary.BigEndian.Uint64(id[:])
-	return n != 0 && c.slots[n%crossingSlots].CompareAndSwap(n, 0)
+	return n != 0 && c.slots[n%markSlots].CompareAndSwap(n, 0)
 }
 
-// serviceMarks holds a service per span ID; a mark a collision
-// overwrites leaves its span to the rule without one.
+// serviceMarkWindow is how many slots from its hash a span's service mark
+// may take: one cache line of pointers.
+const serviceMarkWindow = 8
+
+// serviceMarks holds a service per span ID, from the span's start to its
+// end (take). A mark takes a free slot of the window at its hash, so the
+// spans that start and end while another runs never replace its mark; only
+// a window full of live marks (as spans that never end leave them) makes a
+// new mark replace the one at its hash.
 type serviceMarks struct {
-	slots [crossingSlots]atomic.Pointer[serviceMark]
+	// The last windows run on past markSlots rather than wrap.
+	slots [markSlots + serviceMarkWindow - 1]atomic.Pointer[serviceMark]
 }
 
 type serviceMark struct {
@@ -231,26 +248,72 @@ type serviceMark struct {
 	svc string
 }
 
-func (c *serviceMarks) mark(id trace.SpanID, svc string) {
-	n := binary.BigEndian.Uint64(id[:])
-	c.slots[n%crossingSlots].Store(&serviceMark{id: n, svc: svc})
+func (c *serviceMarks) window(n uint64) []atomic.Pointer[serviceMark] {
+	h := n % markSlots
+	return c.slots[h : h+serviceMarkWindow]
 }
 
-// get returns the service marked for id.
-func (c *serviceMarks) get(id trace.SpanID) (string, bool) {
+func (c *serviceMarks) mark(id trace.SpanID, svc string) {
 	n := binary.BigEndian.Uint64(id[:])
-	if e := c.slots[n%crossingSlots].Load(); e != nil && e.id == n {
-		return e.svc, true
+	e := &serviceMark{id: n, svc: svc}
+	w := c.window(n)
+	for i := range w {
+		if w[i].Load() == nil && w[i].CompareAndSwap(nil, e) {
+			return
+		}
 	}
-	return "", false
+	w[0].Store(e)
+}
+
+// find returns the mark of the span n and its slot, or nil.
+func (c *serviceMarks) find(n uint64) (*atomic.Pointer[serviceMark], *serviceMark) {
+	w := c.window(n)
+	for i := range w {
+		if e := w[i].Load(); e != nil && e.id == n {
+			return &w[i], e
+		}
+	}
+	return nil, nil
 }
 
 // take returns the service marked for id, and unmarks it.
 func (c *serviceMarks) take(id trace.SpanID) (string, bool) {
-	n := binary.BigEndian.Uint64(id[:])
-	slot := &c.slots[n%crossingSlots]
-	if e := slot.Load(); e != nil && e.id == n && slot.CompareAndSwap(e, nil) {
+	slot, e := c.find(binary.BigEndian.Uint64(id[:]))
+	if e != nil && slot.CompareAndSwap(e, nil) {
 		return e.svc, true
 	}
 	return "", false
+}
+
+// ownerMarks holds each span's own service.name from its start: in live
+// while the span runs, then in ended, where a child that starts after its
+// parent ended (detached work) still finds it until a later-ended span
+// with its own service.name takes its slot.
+type ownerMarks struct {
+	live  serviceMarks
+	ended [markSlots]atomic.Pointer[serviceMark]
+}
+
+func (o *ownerMarks) mark(id trace.SpanID, svc string) { o.live.mark(id, svc) }
+
+// get returns the service marked for id, live or ended.
+func (o *ownerMarks) get(id trace.SpanID) (string, bool) {
+	n := binary.BigEndian.Uint64(id[:])
+	if _, e := o.live.find(n); e != nil {
+		return e.svc, true
+	}
+	if e := o.ended[n%markSlots].Load(); e != nil && e.id == n {
+		return e.svc, true
+	}
+	return "", false
+}
+
+// end moves id's mark from live to ended; in that order, so a child
+// starting meanwhile finds it in one or the other.
+func (o *ownerMarks) end(id trace.SpanID) {
+	n := binary.BigEndian.Uint64(id[:])
+	if slot, e := o.live.find(n); e != nil {
+		o.ended[n%markSlots].Store(e)
+		slot.CompareAndSwap(e, nil)
+	}
 }

@@ -1,6 +1,7 @@
 // This file tests the Processor's own methods (end to end into an
 // Aggregator, ForceFlush, local parents of another provider, concurrent
-// starts) and holds TestMain and the span helpers the package's tests share.
+// starts, service marks in a busy process) and holds TestMain and the span
+// helpers the package's tests share.
 
 package otelstats
 
@@ -382,6 +383,72 @@ func TestDetachedParent(t *testing.T) {
 			t.Errorf("span %d %q: top-level %v, want %v", i, s.Name(), sp.TopLevel, top)
 		}
 	}
+}
+
+// fillOnEnd passes a Processor each span's start, and maps each span as it
+// ends (as OnEnd does, without an Aggregator), keeping the last mapped.
+type fillOnEnd struct {
+	p    *Processor
+	last stats.Span
+}
+
+func (f *fillOnEnd) OnStart(ctx context.Context, rw sdktrace.ReadWriteSpan) { f.p.OnStart(ctx, rw) }
+func (f *fillOnEnd) OnEnd(s sdktrace.ReadOnlySpan) {
+	var b [scratchSize]byte
+	f.p.fill(&f.last, s, b[:])
+}
+func (f *fillOnEnd) Shutdown(context.Context) error   { return nil }
+func (f *fillOnEnd) ForceFlush(context.Context) error { return nil }
+
+// TestServiceMarksOutliveOtherSpans: in a busy process, many spans with
+// their own service.name start and end while a request runs; neither the
+// request's own service.name nor, for a long-lived child, its parent's is
+// lost to them, so children of the request's service are not top-level.
+// Once every span has ended no live mark is left.
+func TestServiceMarksOutliveOtherSpans(t *testing.T) {
+	// Many times markSlots: marks left in their slots after their spans
+	// ended would replace the request's almost surely.
+	const others = 5 * markSlots
+	p := newProcessor(nil, WithSpanServiceNames())
+	f := &fillOnEnd{p: p}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f),
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	billing := trace.WithAttributes(attribute.String("service.name", "billing"))
+	busy := func() {
+		for range others {
+			ctx, o := tr.Start(context.Background(), "other", trace.WithSpanKind(trace.SpanKindServer), billing)
+			_, c := tr.Start(ctx, "other step", billing)
+			c.End()
+			o.End()
+		}
+	}
+	ctx, req := tr.Start(context.Background(), "request", trace.WithSpanKind(trace.SpanKindServer), billing)
+	_, long := tr.Start(ctx, "long step", billing) // its parent's service is marked at its start
+	busy()
+	_, late := tr.Start(ctx, "late step", billing) // reads the parent's service at its start
+	late.End()
+	if f.last.Service != "billing" || f.last.TopLevel {
+		t.Errorf("child started after %d other spans: service %q top-level %v; want billing, false", 2*others, f.last.Service, f.last.TopLevel)
+	}
+	long.End()
+	if f.last.Service != "billing" || f.last.TopLevel {
+		t.Errorf("child ended after %d other spans: service %q top-level %v; want billing, false", 2*others, f.last.Service, f.last.TopLevel)
+	}
+	req.End()
+	if n := liveMarks(&p.owners.live) + liveMarks(&p.parents); n != 0 {
+		t.Errorf("%d marks left once every span ended, want 0", n)
+	}
+}
+
+func liveMarks(c *serviceMarks) (n int) {
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // startsOnly passes a Processor the starts of spans only, and keeps none.
