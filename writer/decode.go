@@ -16,7 +16,7 @@ import (
 
 // Limits of DecodePayload. Memory is also bounded by the input (sketches
 // aside: see DecodePayload): no slice is preallocated beyond what the
-// remaining bytes could hold, and a payload carries at most one group per
+// input could hold, and a payload carries at most one group per
 // MinWireGroupBytes of it, one bucket per minWireBucketBytes and one
 // string-array element per MinWireStringBytes (a decoded group, bucket or
 // string is many times larger than the least its encoding takes).
@@ -45,7 +45,8 @@ type Group struct {
 	DBType                                       string
 	SpanDerivedPrimaryTags, AdditionalMetricTags []string
 	// Wire holds the summaries instead of Ok and Err when the Decoder has
-	// WireSketches set; nil otherwise, and for a group without either.
+	// WireSketches set; nil otherwise, and for a group whose summaries are
+	// both empty.
 	Wire *GroupSketches
 }
 
@@ -92,7 +93,7 @@ func DecodePayload(b []byte) (*Payload, error) { return decodePayload(b, false) 
 // strict.
 func decodePayload(b []byte, strict bool) (*Payload, error) {
 	newDecoder := func() *decoder {
-		return &decoder{groups: min(MaxGroups, len(b)/MinWireGroupBytes+16), strs: stringBudget(b), strict: strict}
+		return &decoder{groups: min(MaxGroups, groupRoom(b)), groupRoom: groupRoom(b), strs: stringBudget(b), strict: strict}
 	}
 	p, err := decodeInto(b, newDecoder(), new(Payload))
 	if err != nil && invalidSketch(err) {
@@ -133,6 +134,14 @@ func stringBudget(b []byte) int {
 // the decoder allocate far more than its size.
 const MinWireGroupBytes = 48
 
+// groupRoom is how many groups the group slices of a payload of b may
+// preallocate together: one per MinWireGroupBytes, as the budget of a
+// decoder of untrusted input, and a few more for a tiny payload. Groups
+// within that budget are allocated once, at their number.
+func groupRoom(b []byte) int {
+	return len(b)/MinWireGroupBytes + 16
+}
+
 // maxSpareSketches bounds the emptied sketches a Decoder keeps: with at
 // most MaxDecodedBins bins each, what it holds between payloads stays
 // bounded whatever its input.
@@ -164,11 +173,15 @@ type Decoder struct {
 	scratch aggregate.Sketch // WireSketches: each summary is validated in it
 }
 
-// A Decoder drops an arena grown past these between payloads, so that what
-// it keeps stays bounded whatever its input; real payloads of the relay's
-// 64 KiB datagrams hold a few hundred groups.
+// An arena grows to at most these unless one slice needs more, and a
+// Decoder drops one past them between payloads, so that what it keeps
+// stays bounded whatever its input.
 const (
-	maxKeptGroups  = 1024
+	// maxKeptGroups is the most groups the relay's budget, one per
+	// MinWireGroupBytes, lets a datagram of 64 KiB (its default limit)
+	// carry: a Decoder reused for such datagrams keeps its arenas instead
+	// of allocating them for each (TestDecoderKeepsRoomForAFullDatagram).
+	maxKeptGroups  = 1<<16/MinWireGroupBytes + 1
 	maxKeptStrings = 4096
 	// maxCarvedStrings is the longest string array carved from the arena;
 	// longer (rare) ones are allocated on their own.
@@ -240,7 +253,7 @@ func (dec *Decoder) start(b []byte, maxGroups int) {
 	dec.buckets, dec.groups, dec.strs, dec.wires = dec.buckets[:0], dec.groups[:0], dec.strs[:0], dec.wires[:0]
 	// Clamped at 0: decodeArray compares budgets as unsigned, so a
 	// negative one would admit any number of groups.
-	dec.d = decoder{groups: min(max(maxGroups, 0), MaxGroups), strs: stringBudget(b), alias: true, spares: &dec.spares, kept: &dec.kept,
+	dec.d = decoder{groups: min(max(maxGroups, 0), MaxGroups), groupRoom: groupRoom(b), strs: stringBudget(b), alias: true, spares: &dec.spares, kept: &dec.kept,
 		bucketArena: &dec.buckets, groupArena: &dec.groups, strArena: &dec.strs}
 	if dec.WireSketches {
 		dec.d.wireArena, dec.d.scratch = &dec.wires, &dec.scratch
@@ -276,9 +289,10 @@ func decodeInto(b []byte, d *decoder, p *Payload) (*Payload, error) {
 // decoder tracks how many groups the payload may still carry, for
 // MaxGroups, and where to put what it decodes.
 type decoder struct {
-	groups int
-	strs   int  // string-array elements the payload may still carry
-	alias  bool // strings alias the input (Decoder)
+	groups    int
+	groupRoom int  // groups the payload's group slices may still preallocate (groupRoom)
+	strs      int  // string-array elements the payload may still carry
+	alias     bool // strings alias the input (Decoder)
 	// lenient reads a summary that decodes but is not the agent's
 	// (invalidSketch) as empty: the second pass that tells whether the
 	// rest of a payload decodes.
@@ -533,13 +547,14 @@ func (k *mapKey) at(b []byte) bool {
 // decodeArray reads a msgpack array (nil: empty) of at most *budget
 // elements, which it takes from *budget, with elem reading each element;
 // with skipNil a nil element is skipped, as msgp does for the bucket and
-// group arrays. It preallocates for no more elements than the rest of b
-// could hold at minSize bytes each: a hostile header cannot make it
-// allocate beyond a small multiple of the input's size. The preallocation
-// is carved from arena when it is not nil and holds at most maxCarve
-// elements.
-func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
-	arena *[]T, maxCarve int, elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
+// group arrays. It preallocates for at most *room elements, which it takes
+// from *room: the caller sizes room to the input, so that a hostile header
+// cannot make it allocate beyond a small multiple of the input's size,
+// while an array within it is allocated once, at its length. The
+// preallocation is carved from arena when it is not nil and holds at most
+// maxCarve elements; the arena grows to at most maxKept (see carve).
+func decodeArray[T any](b []byte, budget, room *int, skipNil bool,
+	arena *[]T, maxCarve, maxKept int, elem func(b []byte, v *T) ([]byte, error)) ([]T, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -555,12 +570,15 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 	}
 	*budget -= int(n)
 	var out []T
-	c := int(min(uint64(n), uint64(len(b)/minSize)))
+	var c int
 	if arena != nil && int(n) <= maxCarve && int(n) <= cap(*arena)-len(*arena) {
 		c = int(n) // room the arena already has costs nothing
+	} else {
+		c = min(int(n), *room)
+		*room -= c
 	}
 	if arena != nil && c <= maxCarve {
-		out = carve(arena, c)
+		out = carve(arena, c, maxKept)
 	} else {
 		out = make([]T, 0, c)
 	}
@@ -570,15 +588,15 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 			continue
 		}
 		if len(out) == cap(out) && arena != nil && int(n) <= maxCarve {
-			// Elements smaller than minSize: grow from the arena, which
-			// keeps the room for the next Decode (BenchmarkDecoderSmallGroups).
+			// More elements than room: grow from the arena, which
+			// keeps the room for the next Decode.
 			need := min(2*cap(out)+16, int(n))
 			if cap(*arena)-len(*arena) < need {
 				// Sized to this array, not doubled: an arena past
-				// maxKeptGroups would be dropped, not kept.
+				// maxKept would be dropped, not kept.
 				*arena = make([]T, 0, need)
 			}
-			out = append(carve(arena, need), out...)
+			out = append(carve(arena, need, maxKept), out...)
 		}
 		out = append(out, *new(T))
 		if b, err = elem(b, &out[len(out)-1]); err != nil {
@@ -593,12 +611,14 @@ func decodeArray[T any](b []byte, budget *int, minSize int, skipNil bool,
 
 // carve returns an empty slice of capacity n from the unused tail of
 // *arena, replacing the arena by a larger one when it has no room (slices
-// carved before keep the old one). An element may hold a stale value until
-// it is appended over.
-func carve[T any](arena *[]T, n int) []T {
+// carved before keep the old one): twice as large, up to maxKept, so that
+// the last one holds what a Decode carved and a reused Decoder converges
+// on an arena it keeps. An element may hold a stale value until it is
+// appended over.
+func carve[T any](arena *[]T, n, maxKept int) []T {
 	a := *arena
 	if cap(a)-len(a) < n {
-		a = make([]T, 0, max(2*cap(a), n, 16))
+		a = make([]T, 0, max(n, min(max(2*cap(a), 16), maxKept)))
 	}
 	l := len(a)
 	*arena = a[:l+n]
@@ -609,13 +629,6 @@ func carve[T any](arena *[]T, n int) []T {
 // wire: a map of one Duration key (9 bytes) and its value.
 const minWireBucketBytes = 8
 
-// minGroupPrealloc is the wire size per group assumed when preallocating a
-// group slice. A real group is hundreds of bytes (its keys alone take 200),
-// so real payloads are sized right at once, while a hostile header cannot
-// reserve much more memory than the input's size for groups that are not
-// there; smaller groups, if any, grow the slice as they are read.
-const minGroupPrealloc = 128
-
 func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 	h := &p.Header
 	// A bucket decodes into 48 bytes; input claiming more than one per
@@ -623,6 +636,7 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 	// datagram allocate 48 times its size. The budget is the payload's, not
 	// each Stats key's: a repeated key would get it afresh.
 	buckets := min(MaxBuckets, len(b)/minWireBucketBytes+1)
+	room := len(b) // a bucket takes a byte at least
 	return d.decodeMap(b, payloadKeys, func(i int, b []byte) (_ []byte, err error) {
 		switch i {
 		case pHostname:
@@ -633,7 +647,7 @@ func (d *decoder) payload(b []byte, p *Payload) ([]byte, error) {
 			h.Version, b, err = d.readString(b)
 		case pStats:
 			if err = d.agentNil(b, msgp.ArrayType); err == nil {
-				p.Buckets, b, err = decodeArray(b, &buckets, 1, true, d.bucketArena, maxCarvedBuckets, d.bucket)
+				p.Buckets, b, err = decodeArray(b, &buckets, &room, true, d.bucketArena, maxCarvedBuckets, maxCarvedBuckets, d.bucket)
 			}
 		case pLang:
 			h.Lang, b, err = d.readString(b)
@@ -673,7 +687,7 @@ func (d *decoder) bucket(b []byte, bk *DecodedBucket) ([]byte, error) {
 			bk.Duration, b, err = msgp.ReadUint64Bytes(b)
 		case bStats:
 			if err = d.agentNil(b, msgp.ArrayType); err == nil {
-				bk.Groups, b, err = decodeArray(b, &d.groups, minGroupPrealloc, true, d.groupArena, MaxGroups, d.group)
+				bk.Groups, b, err = decodeArray(b, &d.groups, &d.groupRoom, true, d.groupArena, MaxGroups, maxKeptGroups, d.group)
 			}
 		case bAgentTimeShift:
 			bk.AgentTimeShift, b, err = msgp.ReadInt64Bytes(b)
@@ -816,8 +830,8 @@ func (d *decoder) strings(b []byte) ([]string, []byte, error) {
 		return nil, b, err
 	}
 	limit := min(MaxStrings, d.strs)
-	budget := limit
-	out, b, err := decodeArray(b, &budget, 1, false, d.strArena, maxCarvedStrings, func(b []byte, s *string) (_ []byte, err error) {
+	budget, room := limit, len(b) // a string takes a byte at least
+	out, b, err := decodeArray(b, &budget, &room, false, d.strArena, maxCarvedStrings, maxKeptStrings, func(b []byte, s *string) (_ []byte, err error) {
 		*s, b, err = d.readString(b)
 		return b, err
 	})

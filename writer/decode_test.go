@@ -781,32 +781,179 @@ func TestSkipMatchesMsgp(t *testing.T) {
 	}
 }
 
-// TestDecodeGroupHeaderWithinBudget: a group array header that both
-// decoders' budgets let through (1 MiB / MinWireGroupBytes groups) with
-// junk behind it instead of groups preallocates for what the bytes left
-// can hold, not for every group the header promises: within
-// TestDecodeHugeArrayHeaders' bound of a few times the input, where
-// preallocating them all takes 7×.
+// TestDecodeGroupHeaderWithinBudget: a group array header that the
+// decoders' budgets let through (1 MiB / MinWireGroupBytes groups, or
+// MaxGroups for a Decoder given that budget) with junk behind it instead
+// of groups preallocates for no more groups than the input could hold at
+// MinWireGroupBytes each: what valid groups at the budget take anyway
+// (TestDecoderGroupsAtBudget), not a Group for each of MaxGroups.
 func TestDecodeGroupHeaderWithinBudget(t *testing.T) {
 	const junk = 1 << 20
-	n := uint32(junk / MinWireGroupBytes) // within len(b)/MinWireGroupBytes+16
-	in := append(mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(n), bytes.Repeat([]byte{0xc1}, junk)...)
-	for name, decode := range map[string]func() error{
-		"DecodePayload": func() error { _, err := DecodePayload(in); return err },
-		"Decoder (the relay's budget)": func() error {
-			var d Decoder
-			_, err := d.Decode(in, len(in)/MinWireGroupBytes+1)
-			return err
-		},
-	} {
-		var err error
-		got := allocated(func() { err = decode() })
-		if err == nil {
-			t.Fatalf("%s: decoded", name)
+	for _, n := range []uint32{junk / MinWireGroupBytes, MaxGroups} {
+		in := append(mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(n), bytes.Repeat([]byte{0xc1}, junk)...)
+		for name, decode := range map[string]func() error{
+			"DecodePayload": func() error { _, err := DecodePayload(in); return err },
+			"Decoder (the relay's budget)": func() error {
+				var d Decoder
+				_, err := d.Decode(in, len(in)/MinWireGroupBytes+1)
+				return err
+			},
+			"Decoder (budget MaxGroups)": func() error {
+				var d Decoder
+				_, err := d.Decode(in, MaxGroups)
+				return err
+			},
+		} {
+			var err error
+			got := allocated(func() { err = decode() })
+			if err == nil {
+				t.Fatalf("%s, %d groups: decoded", name, n)
+			}
+			if bound := 64<<10 + uint64(unsafe.Sizeof(Group{}))*uint64(groupRoom(in)); got > bound {
+				t.Errorf("%s, %d groups: a %d-byte input allocated %d bytes (%.1f×), bound %d",
+					name, n, len(in), got, float64(got)/float64(len(in)), bound)
+			}
 		}
-		// TestDecodeHugeArrayHeaders' bound: "a few times the input at most".
-		if bound := 64<<10 + 4*uint64(len(in)); got > bound {
-			t.Errorf("%s: a %d-byte input allocated %d bytes (%.1f×), bound %d", name, len(in), got, float64(got)/float64(len(in)), bound)
+	}
+}
+
+// budgetPayload is a payload as large as a relay's datagram may carry
+// (64 KiB less the envelope) of as many copies of group as the relay's
+// budget lets through, one per MinWireGroupBytes, spread over the given
+// number of buckets, its Hostname padding the rest.
+func budgetPayload(group []byte, buckets int) []byte {
+	const size = 1<<16 - EnvelopeSize
+	n := size/MinWireGroupBytes + 1
+	b := mp(nil).m(2).key("Stats").a(uint32(buckets))
+	for i := range buckets {
+		k := n / buckets
+		if i < n%buckets {
+			k++
 		}
+		b = b.m(1).key("Stats").a(uint32(k))
+		for range k {
+			b = append(b, group...)
+		}
+	}
+	b = b.key("Hostname")
+	pad := size - len(b) - 5
+	b = b.raw(0xdb, byte(pad>>24), byte(pad>>16), byte(pad>>8), byte(pad))
+	return append(b, make([]byte, pad)...)
+}
+
+// budgetGroup is a group of fewer bytes than MinWireGroupBytes, which a
+// relay's datagram may carry as many of as its budget allows; plain: a
+// Decoder without WireSketches may be given it (a summary with a value
+// builds a Sketch: see DecodePayload).
+type budgetGroup struct {
+	name  string
+	group []byte
+	plain bool
+}
+
+func budgetGroups() []budgetGroup {
+	return []budgetGroup{
+		{"empty map", mp(nil).m(0), true},
+		{"hits 1", mp(nil).m(1).u64("Hits", 1), true},
+		{"one empty summary", mp(nil).m(1).key("OkSummary").raw(0xc4, 0), true},
+		{"two empty summaries", mp(nil).m(2).key("OkSummary").raw(0xc4, 0).key("ErrorSummary").raw(0xc4, 0), true},
+		{"least summary", mp(nil).m(2).u64("Hits", 1).key("OkSummary").raw(msgp.AppendBytes(nil, AppendSketch(nil, sketchOf(1)))...), false},
+	}
+}
+
+// TestDecoderGroupsAtBudget: a fresh Decoder given the relay's budget
+// allocates for a full datagram of the least groups (budgetGroups) about
+// what their Groups take, one per MinWireGroupBytes: their slice is
+// allocated once at its length, an empty summary costs nothing, and a
+// summary's GroupSketches are carved from an arena that grows to at most
+// maxKeptGroups.
+func TestDecoderGroupsAtBudget(t *testing.T) {
+	for _, tc := range budgetGroups() {
+		if len(tc.group) >= MinWireGroupBytes {
+			t.Fatalf("%s: a group of %d bytes", tc.name, len(tc.group))
+		}
+		for _, buckets := range []int{1, 2} {
+			in := budgetPayload(tc.group, buckets)
+			n := len(in)/MinWireGroupBytes + 1
+			for _, wire := range []bool{true, false} {
+				if !wire && !tc.plain {
+					continue
+				}
+				var p *Payload
+				var err error
+				got := allocated(func() {
+					d := Decoder{WireSketches: wire}
+					p, err = d.Decode(in, n)
+				})
+				if err != nil || len(p.Buckets) != buckets || len(p.Buckets[0].Groups)*buckets < n-1 {
+					t.Fatalf("%s, %d buckets, WireSketches %v: %v", tc.name, buckets, wire, err)
+				}
+				bound := 8.0 // a Group per MinWireGroupBytes: 7×
+				if !tc.plain {
+					bound += 3 // a GroupSketches each, from an arena doubling up to maxKeptGroups
+				}
+				if buckets > 1 {
+					bound += 4 // the second bucket's slice from an arena of twice the first's
+				}
+				if x := float64(got) / float64(len(in)); x > bound {
+					t.Errorf("%s, %d buckets, WireSketches %v: a %d-byte payload allocated %d bytes (%.1f×), bound %.0f×",
+						tc.name, buckets, wire, len(in), got, x, bound)
+				}
+			}
+		}
+	}
+}
+
+// TestDecoderKeepsRoomForAFullDatagram: a Decoder reused for full
+// datagrams of the least groups, in one bucket or two, summaries on the
+// wire, settles on arenas it keeps: it allocates nothing per payload,
+// where dropping an arena grown past maxKeptGroups would have it allocate
+// the groups of every such datagram again.
+func TestDecoderKeepsRoomForAFullDatagram(t *testing.T) {
+	var ins [][]byte
+	for _, g := range budgetGroups() {
+		ins = append(ins, budgetPayload(g.group, 1), budgetPayload(g.group, 2))
+	}
+	dec := Decoder{WireSketches: true}
+	decodeAll := func() {
+		for _, in := range ins {
+			if _, err := dec.Decode(in, len(in)/MinWireGroupBytes+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 3 { // the arenas grow to what a payload needs over a few
+		decodeAll()
+	}
+	if allocs := testing.AllocsPerRun(5, decodeAll); allocs != 0 {
+		t.Errorf("%v allocations per %d payloads, want 0", allocs, len(ins))
+	}
+	if cap(dec.groups) > maxKeptGroups || cap(dec.wires) > maxKeptGroups {
+		t.Errorf("arenas of %d groups and %d GroupSketches kept, want at most %d", cap(dec.groups), cap(dec.wires), maxKeptGroups)
+	}
+	t.Logf("kept: %d groups, %d GroupSketches, %d strings: %d bytes", cap(dec.groups), cap(dec.wires), cap(dec.strs),
+		uintptr(cap(dec.groups))*unsafe.Sizeof(Group{})+uintptr(cap(dec.wires))*unsafe.Sizeof(GroupSketches{})+uintptr(cap(dec.strs))*unsafe.Sizeof(""))
+}
+
+// TestDecoderGroupsPastRoom: a Decoder given a budget beyond its input
+// (MaxGroups) decodes more one-byte groups than it preallocates for,
+// growing their slice as it reads them, and once reused, decodes them
+// again without allocating.
+func TestDecoderGroupsPastRoom(t *testing.T) {
+	const n = 1000 // within maxKeptGroups
+	in := mp(nil).m(1).key("Stats").a(1).m(1).key("Stats").a(n).raw(bytes.Repeat(mp(nil).m(1).u64("Hits", 1), n)...)
+	if n <= groupRoom(in) {
+		t.Fatalf("%d groups within the room of %d", n, groupRoom(in))
+	}
+	var dec Decoder
+	decode := func() {
+		p, err := dec.Decode(in, MaxGroups)
+		if err != nil || len(p.Buckets[0].Groups) != n || p.Buckets[0].Groups[n-1].Hits != 1 {
+			t.Fatalf("Decode = %v", err)
+		}
+	}
+	decode()
+	if allocs := testing.AllocsPerRun(5, decode); allocs != 0 {
+		t.Errorf("%v allocations per reused Decode, want 0", allocs)
 	}
 }

@@ -67,7 +67,8 @@ func (dec *Decoder) AddSketch(into *aggregate.Sketch, w *WireSketch) {
 // readWire reads a summary as readSummary does, into g.Wire's Ok (or Err,
 // with isErr) as a WireSketch: validated and summarized (count, bin range)
 // in one scan of its counts when laid out as AppendSketch writes, else
-// decoded into the decoder's scratch sketch, which then empties.
+// decoded into the decoder's scratch sketch, which then empties. g.Wire
+// stays nil while both summaries are empty.
 func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 	var w WireSketch
 	var err error
@@ -99,7 +100,13 @@ func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 		}
 	}
 	if g.Wire == nil {
-		ws := carve(d.wireArena, 1)[:1]
+		if w.count == 0 {
+			// Carved only for values: groups of empty summaries, a few
+			// bytes each, would cost a GroupSketches more
+			// (TestEmptyGroupsCannotAmplify in internal/relay).
+			return b, err
+		}
+		ws := carve(d.wireArena, 1, maxKeptGroups)[:1]
 		ws[0] = GroupSketches{}
 		g.Wire = &ws[0]
 	}
@@ -107,6 +114,9 @@ func (d *decoder) readWire(b []byte, g *Group, isErr bool) ([]byte, error) {
 		g.Wire.Err = w
 	} else {
 		g.Wire.Ok = w
+	}
+	if g.Wire.Ok.count == 0 && g.Wire.Err.count == 0 {
+		g.Wire = nil // a repeated key emptied it
 	}
 	return b, err
 }

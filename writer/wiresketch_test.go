@@ -313,3 +313,53 @@ func TestWireSketchesReencoded(t *testing.T) {
 	}
 	check("Packer.PackPayload", bodies[0])
 }
+
+// TestEmptySummariesLeaveWireNil: with WireSketches, a group whose
+// summaries are both empty (absent, nil, empty bins, or one emptied by a
+// repeated key) has no Wire, and is written again with empty summaries,
+// as the agent reads them; one summary with values gets a Wire.
+func TestEmptySummariesLeaveWireNil(t *testing.T) {
+	one := AppendSketch(nil, sketchOf(1))
+	for _, tc := range []struct {
+		name   string
+		n      uint32
+		fields mp
+		wire   bool
+	}{
+		{"none", 1, mp(nil).u64("Hits", 1), false},
+		{"nil", 2, mp(nil).key("OkSummary").raw(0xc0).key("ErrorSummary").raw(0xc0), false},
+		{"empty bins", 2, mp(nil).key("OkSummary").raw(0xc4, 0).key("ErrorSummary").raw(0xc4, 0), false},
+		{"empty sketches", 2, mp(nil).key("OkSummary").raw(msgp.AppendBytes(nil, emptySketch)...).
+			key("ErrorSummary").raw(msgp.AppendBytes(nil, emptySketch)...), false},
+		{"emptied by a repeated key", 3, mp(nil).u64("Hits", 1).key("OkSummary").raw(msgp.AppendBytes(nil, one)...).
+			key("OkSummary").raw(0xc4, 0), false},
+		{"ok only", 3, mp(nil).u64("Hits", 1).key("OkSummary").raw(msgp.AppendBytes(nil, one)...).
+			key("ErrorSummary").raw(0xc4, 0), true},
+		{"error only", 3, mp(nil).u64("Hits", 1).key("OkSummary").raw(0xc4, 0).
+			key("ErrorSummary").raw(msgp.AppendBytes(nil, one)...), true},
+	} {
+		dec := Decoder{WireSketches: true}
+		p, err := dec.Decode(oneGroup(tc.n, tc.fields), MaxGroups)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		g := &p.Buckets[0].Groups[0]
+		if (g.Wire != nil) != tc.wire {
+			t.Fatalf("%s: Wire %+v, want one: %v", tc.name, g.Wire, tc.wire)
+		}
+		back, err := DecodePayloadAsAgent(p.Append(nil))
+		if err != nil {
+			t.Fatalf("%s: written again: %v", tc.name, err)
+		}
+		count := func(s *aggregate.Sketch) uint64 { // nil: empty
+			if s == nil {
+				return 0
+			}
+			return s.Count()
+		}
+		bg := &back.Buckets[0].Groups[0]
+		if tc.wire != (count(bg.Ok)+count(bg.Err) == 1) {
+			t.Fatalf("%s: written again with summaries %v, %v", tc.name, bg.Ok, bg.Err)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"math"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/writer"
@@ -187,22 +186,91 @@ func hitsGroups(b []byte, n int, hits uint64, invalidLast bool, field func([]byt
 	return b
 }
 
+// budgetDatagram is a datagram of DefaultMaxDatagram bytes whose buckets
+// (one or more) hold as many copies of group as the decoder's budget lets
+// through, one per writer.MinWireGroupBytes, its Hostname padding the rest.
+func budgetDatagram(group []byte, buckets int) []byte {
+	n := (DefaultMaxDatagram-writer.EnvelopeSize)/writer.MinWireGroupBytes + 1
+	b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1})
+	b = msgp.AppendMapHeader(b, 2)
+	b = msgp.AppendString(b, "Stats")
+	b = msgp.AppendArrayHeader(b, uint32(buckets))
+	for i := range buckets {
+		k := n / buckets
+		if i < n%buckets {
+			k++
+		}
+		b = msgp.AppendMapHeader(b, 3)
+		b = msgp.AppendString(b, "Start")
+		b = msgp.AppendUint64(b, w0)
+		b = msgp.AppendString(b, "Duration")
+		b = msgp.AppendUint64(b, 10*sec)
+		b = msgp.AppendString(b, "Stats")
+		b = msgp.AppendArrayHeader(b, uint32(k))
+		for range k {
+			b = append(b, group...)
+		}
+	}
+	b = msgp.AppendString(b, "Hostname")
+	pad := DefaultMaxDatagram - len(b) - 5
+	b = append(b, 0xdb, byte(pad>>24), byte(pad>>16), byte(pad>>8), byte(pad)) // str32
+	return append(b, make([]byte, pad)...)
+}
+
 // TestEmptyGroupsCannotAmplify: a datagram of 20 000 one-byte groups (empty
 // maps) would decode into 20 000 Groups of a few hundred bytes each; it is
-// rejected as malformed having allocated a small multiple of its size.
+// rejected as malformed having allocated a small multiple of its size. A
+// full datagram of groups within the decoder's budget, each one or a few
+// keys and the Hostname padding the rest, is accepted having allocated
+// about a Group per writer.MinWireGroupBytes (7×): the slice is allocated
+// once, at its length, and an empty summary costs nothing; a summary with
+// a value adds its GroupSketches, a second bucket an arena twice the
+// first's.
 func TestEmptyGroupsCannotAmplify(t *testing.T) {
-	b := groupsDatagram(uint64(time.Now().UnixNano()), 1e9, 20000)
+	over := groupsDatagram(w0, 10*sec, 20000)
 	for range 20000 {
-		b = msgp.AppendMapHeader(b, 0)
+		over = msgp.AppendMapHeader(over, 0)
 	}
-	r := New(Config{})
-	grew, err := acceptAllocated(r, b)
-	var re *RejectError
-	if !errors.As(err, &re) || re.Reason != Malformed {
-		t.Fatalf("Accept = %v, want a malformed reject", err)
-	}
-	if grew > 16*uint64(len(b)) {
-		t.Fatalf("a %d-byte datagram allocated %d bytes (%.0f×), bound 16×", len(b), grew, float64(grew)/float64(len(b)))
+	var one aggregate.Sketch
+	one.Add(1)
+	empty := msgp.AppendMapHeader(nil, 0)
+	hits := msgp.AppendUint64(msgp.AppendString(msgp.AppendMapHeader(nil, 1), "Hits"), 1)
+	emptySummary := msgp.AppendBytes(msgp.AppendString(msgp.AppendMapHeader(nil, 1), "OkSummary"), nil)
+	twoEmpty := msgp.AppendBytes(msgp.AppendString(msgp.AppendMapHeader(nil, 2), "OkSummary"), nil)
+	twoEmpty = msgp.AppendBytes(msgp.AppendString(twoEmpty, "ErrorSummary"), nil)
+	summary := msgp.AppendUint64(msgp.AppendString(msgp.AppendMapHeader(nil, 2), "Hits"), 1)
+	summary = msgp.AppendBytes(msgp.AppendString(summary, "OkSummary"), writer.AppendSketch(nil, &one))
+	// Bounds: the Groups' 7×, up to 3× for the merge and the rest of
+	// Accept; GroupSketches 3× more, a second bucket 4×.
+	for _, tc := range []struct {
+		name   string
+		d      []byte
+		accept bool
+		bound  float64 // allocated per datagram byte
+	}{
+		{"20 000 empty maps", over, false, 1}, // refused before anything is allocated
+		{"empty maps", budgetDatagram(empty, 1), true, 10},
+		{"hits 1", budgetDatagram(hits, 1), true, 10},
+		{"an empty summary", budgetDatagram(emptySummary, 1), true, 10},
+		{"two empty summaries", budgetDatagram(twoEmpty, 1), true, 10},
+		{"hits 1, a summary of 1", budgetDatagram(summary, 1), true, 13},
+		{"empty maps, two buckets", budgetDatagram(empty, 2), true, 14},
+		{"hits 1, a summary of 1, two buckets", budgetDatagram(summary, 2), true, 16},
+	} {
+		r := newTestRelay(Config{})
+		grew, err := acceptAllocated(r, tc.d)
+		if tc.accept {
+			if err != nil {
+				t.Fatalf("%s: Accept = %v", tc.name, err)
+			}
+		} else if re := (*RejectError)(nil); !errors.As(err, &re) || re.Reason != Malformed {
+			t.Fatalf("%s: Accept = %v, want a malformed reject", tc.name, err)
+		}
+		t.Logf("%s: a %d-byte datagram allocated %d bytes (%.1f×)", tc.name, len(tc.d), grew, float64(grew)/float64(len(tc.d)))
+		if float64(grew) > tc.bound*float64(len(tc.d)) {
+			t.Errorf("%s: a %d-byte datagram allocated %d bytes (%.1f×), bound %.0f×",
+				tc.name, len(tc.d), grew, float64(grew)/float64(len(tc.d)), tc.bound)
+		}
 	}
 }
 
@@ -359,25 +427,40 @@ func peerTagsDatagram(n, k int, invalidLast bool) []byte {
 // tags, or one group of 60 000, would decode into 16 bytes (and an arena
 // doubling) per byte received; it is rejected as malformed (past one
 // string-array element per writer.MinWireStringBytes) having allocated at
-// most 16× its size.
+// most 16× its size. A full datagram of as many groups of 15 empty peer
+// tags as the group budget lets through, the Hostname padding the rest,
+// reaches the string budget four fifths of the way in, having allocated
+// its Groups (7×, see TestEmptyGroupsCannotAmplify) and the strings up to
+// the budget (4×) from arenas of at most a few thousand strings.
 func TestEmptyStringsCannotAmplify(t *testing.T) {
+	peers := msgp.AppendArrayHeader(msgp.AppendString(msgp.AppendMapHeader(nil, 1), "PeerTags"), 15)
+	for range 15 {
+		peers = msgp.AppendString(peers, "")
+	}
 	for _, tc := range []struct {
-		n, k    int
-		invalid bool
-	}{{800, 40, true}, {800, 40, false}, {1, 60000, false}} {
-		b := peerTagsDatagram(tc.n, tc.k, tc.invalid)
+		name  string
+		d     []byte
+		bound uint64 // allocated per datagram byte
+	}{
+		{"800 groups × 40 empty peer tags, the last invalid", peerTagsDatagram(800, 40, true), 16},
+		{"800 groups × 40 empty peer tags", peerTagsDatagram(800, 40, false), 16},
+		{"1 group × 60 000 empty peer tags", peerTagsDatagram(1, 60000, false), 16},
+		{"groups × 15 empty peer tags at the group budget", budgetDatagram(peers, 1), 13},
+	} {
+		b := tc.d
 		if len(b) > DefaultMaxDatagram {
-			t.Fatalf("datagram of %d bytes, want at most %d", len(b), DefaultMaxDatagram)
+			t.Fatalf("%s: datagram of %d bytes, want at most %d", tc.name, len(b), DefaultMaxDatagram)
 		}
 		r := newTestRelay(Config{})
 		grew, err := acceptAllocated(r, b)
 		var re *RejectError
 		if !errors.As(err, &re) || re.Reason != Malformed {
-			t.Errorf("%d groups × %d empty peer tags: Accept = %v, want a malformed reject", tc.n, tc.k, err)
+			t.Errorf("%s: Accept = %v, want a malformed reject", tc.name, err)
 		}
-		if grew > 16*uint64(len(b)) {
-			t.Errorf("%d groups × %d empty peer tags: a %d-byte datagram allocated %d bytes (%.0f×), bound 16×",
-				tc.n, tc.k, len(b), grew, float64(grew)/float64(len(b)))
+		t.Logf("%s: a %d-byte datagram allocated %d bytes (%.1f×)", tc.name, len(b), grew, float64(grew)/float64(len(b)))
+		if grew > tc.bound*uint64(len(b)) {
+			t.Errorf("%s: a %d-byte datagram allocated %d bytes (%.1f×), bound %d×",
+				tc.name, len(b), grew, float64(grew)/float64(len(b)), tc.bound)
 		}
 	}
 }

@@ -140,7 +140,7 @@ type Relay struct {
 	ov          overflowHashes
 	// Per-datagram scratch, reused: *hasher (its buffers) and
 	// *writer.Decoder (its payload, slices and scratch sketch: at most
-	// ~500 KB kept each, see writer.maxKeptGroups), held until the merge
+	// ~655 KB kept each, see writer.maxKeptGroups), held until the merge
 	// ends: the payload's summaries are added from its bytes.
 	hashers, decoders sync.Pool
 
