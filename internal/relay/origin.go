@@ -263,13 +263,14 @@ func (o *Origins) originAt(pid int32, now int64) origin {
 		}
 		e.local = e.known && id == "" && o.self != nil && bytes.Equal(b, o.self)
 	}
-	if !e.known && ok && prev.known && prev.id != "" && !prev.gone && now-prev.expires < int64(OriginTTL) {
+	if !e.known && ok && prev.known && (prev.id != "" || prev.local) && !prev.gone && now-prev.expires < int64(OriginTTL) {
 		// Expired just as the process exited after its last datagrams (a
 		// final report at Stop): no process holds the pid, so none took it
-		// into another container since; its container is kept for the
-		// datagrams of that report, read together, not for a process that
-		// takes the pid next (TestOriginOutlivesExit).
-		e.id, e.known, e.gone = prev.id, true, true
+		// into another container since; its container, or its sharing the
+		// relay's, is kept for the datagrams of that report, read
+		// together, not for a process that takes the pid next
+		// (TestOriginOutlivesExit, TestLocalOriginOutlivesExit).
+		e.id, e.local, e.known, e.gone = prev.id, prev.local, true, true
 		e.expires = now + int64(originGoneFor)
 	}
 	o.mu.Lock()

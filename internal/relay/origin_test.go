@@ -355,9 +355,11 @@ func TestNestedCgroupKeepsTheClaim(t *testing.T) {
 // TestLocalSenders: a live sender without a container id whose cgroup file
 // is the relay's own ("0::/" here, what a container in a private cgroup
 // namespace shows) is Local: it shares the relay's container. Another
-// cgroup, a container id, or a dead process is not. Its payloads merge
-// apart from those of a UDP sender of the same identity, and harvest as
-// Local.
+// cgroup, a container id, or a dead process is not. Where that decides
+// their fate (LocalApart: a relay in a container forwarding over the
+// agent's Unix socket) its payloads merge apart from those of a UDP sender
+// of the same identity, and harvest as Local; elsewhere one identity is
+// one batch.
 func TestLocalSenders(t *testing.T) {
 	private := "0::/\n"
 	root := fakeProc(t, map[int32]string{int32(os.Getpid()): private, 301: private, 302: cgroups["host"], 303: cgroups["systemd"], 304: private})
@@ -368,17 +370,22 @@ func TestLocalSenders(t *testing.T) {
 			t.Errorf("pid %d: Local %v, want %v", pid, got, want)
 		}
 	}
-	r := newTestRelay(Config{Origins: o})
-	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 3, 0))), 301, Unix)
-	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 5, 0))), 0, UDP)
-	mustAccept(t, r, datagram(1, header("c"), bucket(w0, 10*sec, entry(key("r"), 7, 0))), 302, Unix)
-	got := map[bool]uint64{}
-	batches := harvestAll(t, r)
-	for _, b := range batches {
-		got[b.Local] += b.Hits
-	}
-	if len(batches) != 2 || got[true] != 3 || got[false] != 12 {
-		t.Fatalf("%d batches, hits by Local %v; want 2: the local sender's 3 apart from the other 12", len(batches), got)
+	for _, apart := range []bool{true, false} {
+		r := newTestRelay(Config{Origins: o, LocalApart: apart})
+		mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 3, 0))), 301, Unix)
+		mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(key("r"), 5, 0))), 0, UDP)
+		mustAccept(t, r, datagram(1, header("c"), bucket(w0, 10*sec, entry(key("r"), 7, 0))), 302, Unix)
+		got := map[bool]uint64{}
+		batches := harvestAll(t, r)
+		for _, b := range batches {
+			got[b.Local] += b.Hits
+		}
+		if apart && (len(batches) != 2 || got[true] != 3 || got[false] != 12) {
+			t.Fatalf("LocalApart: %d batches, hits by Local %v; want 2: the local sender's 3 apart from the other 12", len(batches), got)
+		}
+		if !apart && (len(batches) != 1 || got[false] != 15) {
+			t.Fatalf("not LocalApart: %d batches, hits by Local %v; want one of 15", len(batches), got)
+		}
 	}
 }
 
@@ -399,7 +406,7 @@ func TestLocalClaimIsOneIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newTestRelay(Config{Origins: NewOrigins(root, nil)})
+	r := newTestRelay(Config{Origins: NewOrigins(root, nil), LocalApart: true})
 	h := header("a")
 	h.ContainerID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("r"), 2, 0))), 4242, Unix)
@@ -489,6 +496,41 @@ func TestOriginOutlivesExit(t *testing.T) {
 	}
 	if len(got) != 2 || got[dockerID] != 2 || got[""] != 3 {
 		t.Fatalf("hits by container %v; want 2 in %s, 3 in none (its container read an hour before)", got, dockerID[:12])
+	}
+}
+
+// TestLocalOriginOutlivesExit: a sender sharing the relay's cgroup (a
+// private namespace's "0::/", which names no container) whose origin
+// expires as it exits after its final report stays local for that report,
+// as a contained sender keeps its container: a relay in a container
+// forwarding over the agent's Unix socket would else drop it as
+// unattributable. A minute later the pid is no longer taken as local.
+func TestLocalOriginOutlivesExit(t *testing.T) {
+	const pid = 4244
+	root := fakeProc(t, map[int32]string{int32(os.Getpid()): "0::/\n", pid: "0::/\n"})
+	now := t0
+	clock := func() time.Time { return now }
+	r := New(Config{Origins: NewOrigins(root, clock), LocalApart: true, Now: clock})
+	send := func(seq, hits uint64) {
+		t.Helper()
+		start := uint64(now.UnixNano()) - uint64(now.UnixNano())%(10*sec)
+		mustAccept(t, r, datagram(seq, header("rt"), bucket(start, 10*sec, entry(key("a"), hits, 0))), pid, Unix)
+	}
+	send(1, 3)
+	now = t0.Add(OriginTTL + time.Second)
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+	send(2, 5)
+	now = now.Add(OriginTTL + time.Second)
+	send(3, 7)
+	got := map[bool]uint64{}
+	for _, b := range r.Harvest(now.Add(time.Hour)) {
+		got[b.Local] += b.Hits
+		r.Forwarded(b.Hits)
+	}
+	if got[true] != 8 || got[false] != 7 {
+		t.Fatalf("hits by local %v; want 8 local (before the exit and just after), 7 not (a minute after)", got)
 	}
 }
 

@@ -73,6 +73,11 @@ type Config struct {
 	// origin detection. The relay looks pids up at its own clock's time
 	// (Now), not at the one given to NewOrigins.
 	Origins *Origins
+	// LocalApart keeps the payloads of senders sharing the relay's cgroup
+	// (Batch.Local) apart from others of the same identity: set where that
+	// decides their fate, forwarding over the agent's Unix socket from a
+	// relay in a container; elsewhere one identity is one POST.
+	LocalApart bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -135,6 +140,7 @@ type Stats struct {
 type Relay struct {
 	maxDatagram int
 	origins     *Origins
+	localApart  bool // Config.LocalApart
 	now         func() time.Time
 	seed        uint64
 	ov          overflowHashes
@@ -180,7 +186,7 @@ func New(c Config) *Relay {
 		c.Now = time.Now
 	}
 	r := &Relay{
-		maxDatagram: c.MaxDatagram, origins: c.Origins, now: c.Now, seed: rand.Uint64(),
+		maxDatagram: c.MaxDatagram, origins: c.Origins, localApart: c.LocalApart, now: c.Now, seed: rand.Uint64(),
 		st:      state{interval: uint64(c.Interval), maxGroups: c.MaxGroups, maxBytes: c.MaxHeldBytes},
 		dropped: make(map[string]uint64),
 	}
@@ -299,7 +305,7 @@ func (r *Relay) decode(dec *writer.Decoder, d []byte, pid int32, t Transport, no
 			}
 			// Local only matters without a container id: with one, the
 			// payload is of the same identity as any other of that id.
-			local = o.local && p.ContainerID == ""
+			local = r.localApart && o.local && p.ContainerID == ""
 		}
 	}
 	if err := checkClaim(p); err != nil {
