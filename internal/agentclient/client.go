@@ -237,11 +237,21 @@ func (c *Client) Off() bool { return c.off.Load() }
 // that packs its payloads to it spares them the split before sending.
 func (c *Client) MaxBody() int64 { return c.maxBody }
 
-// Close releases idle connections; the client must not be used after it.
+// Close drops, counted, what still waits for a retry (Final first gives
+// it a last chance) and releases idle connections; the client must not be
+// used after it.
 func (c *Client) Close() {
+	rs := c.retries
+	c.retries, c.retryLen = nil, 0
+	for _, p := range rs {
+		c.drop(p, errClosed)
+	}
 	c.http.CloseIdleConnections()
 	c.cancel()
 }
+
+// errClosed is why Close drops a payload still waiting for a retry.
+var errClosed = errors.New("client closed before the agent took it")
 
 // Send attempts p now; a retryable failure queues it within the budget.
 func (c *Client) Send(p *Payload) { c.attempt(p) }

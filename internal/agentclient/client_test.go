@@ -64,6 +64,35 @@ func testConfig(url string) Config {
 		MaxRetryPayloads: 8, MaxRetryBytes: 1 << 20, InfoRefresh: time.Second}
 }
 
+// TestCloseDropsWaitingRetries: Close without Final drops a payload that
+// waits for a retry, counted and its Waiter answered, where it used to
+// leave it neither sent nor dropped and a Flush waiting for ever.
+func TestCloseDropsWaitingRetries(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(srv.URL), obs)
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: splitBody(), Hits: 120, Waiter: NewWaiter(done, 1, nil)})
+	if c.Pending() != 1 || obs.retried != 1 {
+		t.Fatalf("pending %d, retried %d after a 503; want the payload waiting", c.Pending(), obs.retried)
+	}
+	c.Close()
+	if c.Pending() != 0 || obs.dropped != 1 || obs.sent != 0 || !errors.Is(obs.lastErr, errClosed) {
+		t.Fatalf("after Close: pending %d, dropped %d (%v), sent %d; want the one dropped as closed", c.Pending(), obs.dropped, obs.lastErr, obs.sent)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the waiter answered nil for a dropped payload")
+		}
+	default:
+		t.Fatal("the waiter is not answered")
+	}
+}
+
 // TestRetryBackoff: the n-th retry of a payload waits RetryBackoff×2ⁿ,
 // capped at MaxRetryBackoff, jittered into [d/2, d], and the jitter
 // spreads the waits.

@@ -149,7 +149,8 @@ func (s *connSys) init(c *Conn) error {
 }
 
 // KernelDrops returns how many datagrams the kernel dropped on this UDP
-// socket because its receive buffer was full. The kernel stamps its drop
+// socket: because its receive buffer was full, mostly (the counter also
+// holds checksum failures and socket-filter drops). The kernel stamps its drop
 // counter on each datagram it queues (SO_RXQ_OVFL), and KernelDrops also
 // reads that counter from the socket (SO_MEMINFO): drops after the last
 // datagram read (the end of a burst, the relay stopping) are counted
