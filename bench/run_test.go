@@ -338,6 +338,10 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 		// any run does not count toward the target, however high its ratio.
 		{"the SDK shed in one run", comparable + shedding("0") + comparable + shedding("0.5"),
 			"| lowest of 3 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (the SDK shed): 200k spread | **missed** |"},
+		// With no comparable cell the target still gets its row, naming
+		// every cell left out and why.
+		{"no comparable cell", cell("20k", "burst=1ms", "30", "3.0") + shedding("0.5") + cell("20k", "burst=1ms", "30", "3.0") + shedding("0.5"),
+			"| no comparable cell; pacing differs in: 20k burst=1ms; the SDK shed in: 200k spread | **missed** |"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			report := runReport(t, map[string]string{"paced.txt": tc.rounds})

@@ -52,7 +52,7 @@ func (c *consumer) report(n int, done chan error) {
 		}
 		err = ErrAgentOff
 	case c.stopping && c.halt.Load(): // no time left to encode it
-		c.dropUnencoded(m, 0)
+		c.dropUnencoded(m, nil)
 		err = errStopDeadline
 	default:
 		if c.send(m, done) {
@@ -68,17 +68,25 @@ func (c *consumer) report(n int, done chan error) {
 }
 
 // dropUnencoded counts c.buckets[:m] dropped: Stop gave up before they
-// were encoded, or while, with payloads of them packed (one if none was:
-// PayloadsDropped counts the report).
-func (c *consumer) dropUnencoded(m, payloads int) {
-	var hits uint64
+// were encoded, or while, with parts of them packed: PayloadsDropped counts
+// those, and one more for the groups Pack had not finished (or the report,
+// when none was packed).
+func (c *consumer) dropUnencoded(m int, parts []part) {
+	var hits, packed uint64
 	for _, b := range c.buckets[:m] {
 		for _, e := range b.Groups {
 			hits += e.Hits
 		}
 	}
+	for _, p := range parts {
+		packed += p.hits
+	}
+	payloads := uint64(len(parts))
+	if payloads == 0 || packed < hits {
+		payloads++
+	}
 	c.ctr.noteError(errStopDeadline) // the log line and Health say why
-	c.ctr.droppedReport(uint64(max(payloads, 1)), hits)
+	c.ctr.droppedReport(payloads, hits)
 }
 
 // send packs c.buckets[:m] and queues the payloads for the sender; it
@@ -99,7 +107,7 @@ func (c *consumer) send(m int, done chan error) bool {
 		for _, p := range r.parts {
 			c.bufs.put(p.body)
 		}
-		c.dropUnencoded(m, len(r.parts))
+		c.dropUnencoded(m, r.parts)
 		return false
 	}
 	c.finalSent = c.finalSent || c.final

@@ -21,12 +21,18 @@ const memoSlots = 4096
 // statements and routes go to the smaller table of large entries.
 const memoSmallEntry = 512
 
-// memoLargeSlots is the size of each memo's table of large entries: room
-// for an application's repeated long statements, the costliest to
-// obfuscate again, where memoSlots entries of a 5 KB statement and its
+// memoLargeSlots and memoLargeBytes size each memo's table of large
+// entries: as many slots as the small table, so an application's repeated
+// long statements (the costliest to obfuscate again: ~20 µs for 600 bytes)
+// collide no more often than short values (TestMemoKeepsLongStatements);
+// bounded in bytes, where full slots of a 5 KB statement and its
 // obfuscation would hold tens of MiB for the life of the process
-// (TestMemoRetainedHeap).
-const memoLargeSlots = 256
+// (TestMemoRetainedHeap). Past the bytes, entries are evicted in slot
+// order from a moving cursor.
+const (
+	memoLargeSlots = memoSlots
+	memoLargeBytes = 2 << 20
+)
 
 // memo maps a key (bytes) to a computed string or tag list. It is safe for
 // concurrent use without locks: a slot holds an immutable entry, replaced
@@ -35,6 +41,10 @@ type memo struct {
 	seed  maphash.Seed
 	small [memoSlots]atomic.Pointer[memoEntry]
 	large [memoLargeSlots]atomic.Pointer[memoEntry]
+	// largeBytes is the size of the entries in large, exact: each is
+	// added as it is swapped in and taken off as it is swapped out.
+	largeBytes atomic.Int64
+	cursor     atomic.Uint32 // the next large slot evictLarge empties
 	// maxKey is the longest key kept: attribute values have no length
 	// limit by default, and a slot holding megabytes would make the memo
 	// bounded in count only. A longer key is computed every time.
@@ -94,12 +104,37 @@ func (m *memo) put(e *memoEntry) *memoEntry {
 		return e
 	}
 	h := maphash.String(m.seed, e.key)
-	if e.size() <= memoSmallEntry {
+	n := e.size()
+	if n <= memoSmallEntry {
 		m.small[h%memoSlots].Store(e)
-	} else {
-		m.large[h%memoLargeSlots].Store(e)
+		return e
+	}
+	i := h % memoLargeSlots
+	if old := m.large[i].Swap(e); old != nil {
+		n -= old.size()
+	}
+	if m.largeBytes.Add(int64(n)) > memoLargeBytes {
+		m.evictLarge(i)
 	}
 	return e
+}
+
+// evictLarge empties large slots other than keep until the entries fit
+// memoLargeBytes again; at most one pass over the table, as concurrent
+// puts may keep adding.
+func (m *memo) evictLarge(keep uint64) {
+	for range memoLargeSlots {
+		if m.largeBytes.Load() <= memoLargeBytes {
+			return
+		}
+		j := uint64(m.cursor.Add(1)) % memoLargeSlots
+		if j == keep {
+			continue
+		}
+		if old := m.large[j].Swap(nil); old != nil {
+			m.largeBytes.Add(-int64(old.size()))
+		}
+	}
 }
 
 // str returns compute(key) remembered under key; compute receives the key
