@@ -15,7 +15,7 @@
 //
 // Any number of goroutines may call Push, Claim (then Commit), Cap, Len,
 // Pushed, Close, Closed, Wake and GiveUp concurrently. Drain, DrainClosed,
-// DiscardClosed, Ready, At, Release, Park, ParkUntil and Unpark form the
+// DiscardClosed, Ready, At, Release, Park, ParkUntil, ParkHead and Unpark form the
 // consumer side and must only ever be called from exactly one consumer
 // goroutine at a time. SetClear is called before the ring is shared.
 //

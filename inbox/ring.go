@@ -377,8 +377,8 @@ func (r *Ring[T]) wakes(pos, w uint64) bool {
 func (r *Ring[T]) published(pos uint64) bool { return r.buf[pos&r.mask].seq.Load() == pos+1 }
 
 // Wake returns the channel that receives a token when, while the consumer is
-// parked, a push reaches ParkUntil's mark (any push, after Park) or the ring
-// is closed. A token can be spurious (at most one per Park/Unpark race), so
+// parked, a push reaches ParkUntil's mark (any push, after Park), the head
+// slot is written (after ParkHead) or the ring is closed. A token can be spurious (at most one per Park/Unpark race), so
 // after receiving the consumer should Unpark, Drain, and Park again if
 // nothing was there.
 func (r *Ring[T]) Wake() <-chan struct{} { return r.wake }

@@ -58,8 +58,56 @@ func ExampleConfig_relay() {
 		panic(err)
 	}
 
-	// Stop's report is usually one datagram; a report due at a bucket
-	// boundary crossed meanwhile would come before it.
+	readRelay(relay)
+	h := agg.Health()
+	fmt.Println("counted", h.Counted)
+	// Output:
+	// from prod/web (my-tracer/1.0), sequence numbers from 1
+	// hits 10 errors 1 payloads the sender dropped 0
+	// counted 10
+}
+
+// The same toward a relay's UDP port (statsrelay's default is
+// udp://127.0.0.1:8127): datagrams of at most 65 507 bytes, what UDP
+// carries, unless MaxDatagramBytes says less.
+func ExampleConfig_udp() {
+	relay, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		panic(err)
+	}
+	defer relay.Close()
+
+	agg, err := stats.New(stats.Config{
+		AgentURL: "udp://" + relay.LocalAddr().String(),
+		Env:      "prod", Service: "web", TracerVersion: "my-tracer/1.0",
+	})
+	if err != nil {
+		panic(err)
+	}
+	agg.Start()
+	for i := range 10 {
+		agg.Publish(&stats.Span{
+			Service: "web", Name: "http.request", Resource: "GET /users/:id", SpanKind: "server",
+			Start:    time.Now().Add(-3 * time.Millisecond).UnixNano(),
+			Duration: int64(3 * time.Millisecond), TopLevel: true, Error: i == 0,
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := agg.Stop(ctx); err != nil {
+		panic(err)
+	}
+	readRelay(relay)
+	// Output:
+	// from prod/web (my-tracer/1.0), sequence numbers from 1
+	// hits 10 errors 1 payloads the sender dropped 0
+}
+
+// readRelay reads the datagrams of one sender up to its final flag, as a
+// relay would, and prints what they hold. Stop's report is usually one
+// datagram; a report due at a bucket boundary crossed meanwhile would come
+// before it.
+func readRelay(relay net.Conn) {
 	buf := make([]byte, 1<<16)
 	relay.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var hits, errs, dropped uint64
@@ -90,10 +138,4 @@ func ExampleConfig_relay() {
 		final = env.Final()
 	}
 	fmt.Println("hits", hits, "errors", errs, "payloads the sender dropped", dropped)
-	h := agg.Health()
-	fmt.Println("counted", h.Counted)
-	// Output:
-	// from prod/web (my-tracer/1.0), sequence numbers from 1
-	// hits 10 errors 1 payloads the sender dropped 0
-	// counted 10
 }

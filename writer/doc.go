@@ -27,8 +27,9 @@
 // Packer gets from its Alloc and hands to emit). The package has no
 // mutable state after initialisation, so every function is safe for
 // concurrent use, as long as the caller does not mutate an entry, sketch or
-// buffer while another goroutine encodes or decodes it. A TypeSplitter
-// keeps memory between calls and is for one goroutine at a time. In the SDK
+// buffer while another goroutine encodes or decodes it. A TypeSplitter and
+// a Decoder keep memory between calls and are each for one goroutine at a
+// time. In the SDK
 // only the consumer goroutine encodes, from entries it owns.
 //
 // # Design

@@ -49,8 +49,9 @@ const (
 	InfoRecheck = 10
 )
 
-// Config bounds the client's work. Every field must be set: the callers
-// own the choice (from the defaults above) and its documentation.
+// Config bounds the client's work. Every field must be set, but those whose
+// comment gives a zero or nil meaning: the callers own the choice (from the
+// defaults above) and its documentation.
 type Config struct {
 	Endpoint Endpoint
 	// Timeout bounds one request.
