@@ -396,8 +396,13 @@ func TestDroppedAfterTimeout(t *testing.T) {
 func TestOverAgentLimitDroppedTooLarge(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
+	// A peer_tags list, so that the relay's reading of /info shows.
+	ag.SetInfo(map[string]any{"endpoints": []string{"/v0.6/stats", "/info"}, "peer_tags": []string{"peer.service"}})
 	ag.SetMaxRequestBytes(400)
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	// Else the forward at stop may come first and learn the limit from
+	// the agent's 400 read-limit answer, one request sent (flaky in CI).
+	waitFor(t, "/info read", func() bool { return srv.Relay().Stats().PeerTagKeys == 1 })
 	conn := dialUDP(t, srv)
 	defer conn.Close()
 	start := uint64(time.Now().Truncate(time.Second).UnixNano())
