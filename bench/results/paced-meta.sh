@@ -1,5 +1,5 @@
-paced_started="2026-12-06 22:40:41 UTC"
-paced_elapsed="2821"
-paced_commit="2df5b7d"
+paced_started="2026-12-07 03:20:25 UTC"
+paced_elapsed="2868"
+paced_commit="693f5cc"
 paced_count="5" paced_benchtime="100x"
 paced_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" paced_gover="go version go1.26.8 linux/amd64"
