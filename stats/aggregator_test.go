@@ -728,10 +728,9 @@ func TestAbandonedSlotDoesNotSpin(t *testing.T) {
 }
 
 // TestTicksBehindAbandonedSlotDoNotSpin: each tick drains what is queued
-// and waits up to slotWait for a claimed slot; it used to spin a core for
-// all of it, a tick after tick behind a slot no Publish will write (49 %
-// of a core at a 200 ms interval). It sleeps, backing off, instead: the
-// process's CPU over 2 s stays under a tenth of it.
+// and waits up to slotWait for a claimed slot, sleeping and backing off
+// rather than spinning, tick after tick behind a slot no Publish will
+// write: the process's CPU over 2 s stays under a tenth of it.
 func TestTicksBehindAbandonedSlotDoNotSpin(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
@@ -757,10 +756,10 @@ func TestTicksBehindAbandonedSlotDoNotSpin(t *testing.T) {
 
 // TestStalledSlotReadOnItsCommit: behind a slot its Publish is slow to
 // write, with the wake mark's worth queued behind it, the consumer backs
-// off to a try per slotWait; the slot's commit wakes it, where it used to
-// sleep until its next try (up to slotWait more of a filling inbox). Three
-// stalls long enough to reach the longest pause, ending at three phases of
-// it, are each read within 30 ms of the commit (before: 31, 99, 66 ms).
+// off to a try per slotWait; the slot's commit wakes it, not its next try
+// (up to slotWait later, of a filling inbox). Three stalls long enough to
+// reach the longest pause, ending at three phases of it, are each read
+// within 30 ms of the commit.
 func TestStalledSlotReadOnItsCommit(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()

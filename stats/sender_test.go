@@ -760,12 +760,23 @@ func (r *recordingOut) nextDue() (time.Time, bool) { return time.Time{}, false }
 func (r *recordingOut) runDue(time.Time)           {}
 func (r *recordingOut) stop()                      {}
 
-// TestSendJitter: a report that Flush waits for is sent at once; an
-// interval's report (nobody waits for it) after a random delay of at most
-// SendJitter, the delays differing.
-func TestSendJitter(t *testing.T) {
-	const jitter = 50 * time.Millisecond
-	// The sender's jitter is what SendJitter leaves past the bucket's close.
+// sentAt returns when the n-th report was sent, once it was.
+func (r *recordingOut) sentAt(t *testing.T, n int) time.Time {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("report %d sent", n), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.sent) > n
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent[n]
+}
+
+// recordingSender runs the sender of an aggregator of 1 s intervals whose
+// jitter past a bucket's close is jitter, fed by in, into a recordingOut.
+func recordingSender(t *testing.T, jitter time.Duration) (chan *report, *sender, *recordingOut) {
+	t.Helper()
 	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: jitter + time.Second/graceDivisor})
 	if err != nil {
 		t.Fatal(err)
@@ -775,17 +786,18 @@ func TestSendJitter(t *testing.T) {
 	s := a.snd
 	s.out, s.in = out, in
 	go s.run()
-	sent := func(n int) func() bool {
-		return func() bool {
-			out.mu.Lock()
-			defer out.mu.Unlock()
-			return len(out.sent) == n
-		}
-	}
+	return in, s, out
+}
+
+// TestSendJitter: a report that Flush waits for is sent at once; an
+// interval's report (nobody waits for it) after a random delay of at most
+// SendJitter, the delays differing.
+func TestSendJitter(t *testing.T) {
+	const jitter = 50 * time.Millisecond
+	in, s, out := recordingSender(t, jitter)
 	flushed := time.Now()
 	in <- &report{parts: []part{{}}, done: make(chan error, 1)} // a Flush: not delayed
-	waitFor(t, "the flushed report sent", sent(1))
-	if d := out.sent[0].Sub(flushed); d > jitter/2 {
+	if d := out.sentAt(t, 0).Sub(flushed); d > jitter/2 {
 		t.Errorf("the report Flush waits for was sent %s after it was queued", d)
 	}
 	// One report at a time: held reports leave in order, so reports queued
@@ -794,10 +806,7 @@ func TestSendJitter(t *testing.T) {
 	for i := range 20 {
 		queued := time.Now()
 		in <- &report{}
-		waitFor(t, "an interval report sent", sent(i+2))
-		out.mu.Lock()
-		d := out.sent[i+1].Sub(queued)
-		out.mu.Unlock()
+		d := out.sentAt(t, i+1).Sub(queued)
 		lo, hi = min(lo, d), max(hi, d)
 	}
 	close(in)
@@ -817,26 +826,11 @@ func TestSendJitter(t *testing.T) {
 // which could push it past the agent's and a relay's time windows.
 func TestJitterCountsFromTheQueueing(t *testing.T) {
 	const jitter = 400 * time.Millisecond
-	a, err := New(Config{AgentURL: "http://127.0.0.1:1", BucketInterval: time.Second, SendJitter: jitter + time.Second/graceDivisor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &recordingOut{}
-	in := make(chan *report, 32)
-	s := a.snd
-	s.out, s.in = out, in
-	go s.run()
+	in, s, out := recordingSender(t, jitter)
 	for i := range 5 {
 		took := time.Now()
 		in <- &report{queued: took.Add(-2 * jitter)}
-		waitFor(t, "the late report sent", func() bool {
-			out.mu.Lock()
-			defer out.mu.Unlock()
-			return len(out.sent) == i+1
-		})
-		out.mu.Lock()
-		d := out.sent[i].Sub(took)
-		out.mu.Unlock()
+		d := out.sentAt(t, i).Sub(took)
 		// Five fresh jitters all under 50 ms: 1 in 33 000.
 		if d > 50*time.Millisecond {
 			t.Errorf("report %d queued %s ago sent %s after the sender took it, want at once", i, 2*jitter, d)

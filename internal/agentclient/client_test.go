@@ -65,8 +65,8 @@ func testConfig(url string) Config {
 }
 
 // TestCloseDropsWaitingRetries: Close without Final drops a payload that
-// waits for a retry, counted and its Waiter answered, where it used to
-// leave it neither sent nor dropped and a Flush waiting for ever.
+// waits for a retry, counted and its Waiter answered: otherwise it would
+// be neither sent nor dropped, and a Flush would wait for ever.
 func TestCloseDropsWaitingRetries(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -463,18 +463,9 @@ func TestOriginOutlivesExit(t *testing.T) {
 		start := uint64(now.UnixNano()) - uint64(now.UnixNano())%(10*sec)
 		mustAccept(t, r, datagram(seq, header("rt"), bucket(start, 10*sec, entry(key("a"), hits, 0))), pid, Unix)
 	}
-	send(1, 3)
-	now = t0.Add(OriginTTL + time.Second)
-	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
-		t.Fatal(err)
-	}
-	send(2, 5)
-	now = now.Add(OriginTTL + time.Second)
-	send(3, 7)
 	got := map[string]uint64{}
-	for _, b := range r.Harvest(now.Add(time.Hour)) {
+	for _, b := range sendAcrossExit(t, r, root, pid, &now) {
 		got[b.ContainerID] += b.Hits
-		r.Forwarded(b.Hits)
 	}
 	if len(got) != 2 || got[dockerID] != 8 || got[""] != 7 {
 		t.Fatalf("hits by container %v; want 8 in %s (before the exit and just after), 7 in none (a minute after)", got, dockerID[:12])
@@ -511,27 +502,38 @@ func TestLocalOriginOutlivesExit(t *testing.T) {
 	now := t0
 	clock := func() time.Time { return now }
 	r := New(Config{Origins: NewOrigins(root, clock), LocalApart: true, Now: clock})
+	got := map[bool]uint64{}
+	for _, b := range sendAcrossExit(t, r, root, pid, &now) {
+		got[b.Local] += b.Hits
+	}
+	if got[true] != 8 || got[false] != 7 {
+		t.Fatalf("hits by local %v; want 8 local (before the exit and just after), 7 not (a minute after)", got)
+	}
+}
+
+// sendAcrossExit has pid send 3 spans, then, its origin expired and the
+// process gone, 5 more, then 7 a minute later, at *now (r's clock), and
+// returns the batches harvested, counted forwarded.
+func sendAcrossExit(t *testing.T, r *Relay, root string, pid int32, now *time.Time) []Batch {
+	t.Helper()
 	send := func(seq, hits uint64) {
 		t.Helper()
 		start := uint64(now.UnixNano()) - uint64(now.UnixNano())%(10*sec)
 		mustAccept(t, r, datagram(seq, header("rt"), bucket(start, 10*sec, entry(key("a"), hits, 0))), pid, Unix)
 	}
 	send(1, 3)
-	now = t0.Add(OriginTTL + time.Second)
-	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
+	*now = now.Add(OriginTTL + time.Second)
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(int(pid)))); err != nil {
 		t.Fatal(err)
 	}
 	send(2, 5)
-	now = now.Add(OriginTTL + time.Second)
+	*now = now.Add(OriginTTL + time.Second)
 	send(3, 7)
-	got := map[bool]uint64{}
-	for _, b := range r.Harvest(now.Add(time.Hour)) {
-		got[b.Local] += b.Hits
+	out := r.Harvest(now.Add(time.Hour))
+	for _, b := range out {
 		r.Forwarded(b.Hits)
 	}
-	if got[true] != 8 || got[false] != 7 {
-		t.Fatalf("hits by local %v; want 8 local (before the exit and just after), 7 not (a minute after)", got)
-	}
+	return out
 }
 
 // TestHostLocalSenderClaimOverridden: a relay on a host sharing its cgroup

@@ -23,8 +23,8 @@ const memoSmallEntry = 512
 
 // memoLargeSlots and memoLargeBytes size each memo's table of large
 // entries: as many slots as the small table, so an application's repeated
-// long statements (the costliest to obfuscate again: ~20 µs for 600 bytes)
-// collide no more often than short values (TestMemoKeepsLongStatements);
+// long statements (the costliest to obfuscate again) collide no more often
+// than short values (TestMemoKeepsLongStatements);
 // bounded in bytes, where full slots of a 5 KB statement and its
 // obfuscation would hold tens of MiB for the life of the process
 // (TestMemoRetainedHeap). Past the bytes, entries are evicted in slot

@@ -119,9 +119,9 @@ func heapInUse() int {
 
 // TestMemoKeepsLongStatements: 256 distinct long statements (an ORM's
 // SELECTs of 600 bytes and their obfuscation) put once are almost all
-// found again (a 256-slot table kept ~63 %, each miss a ~20 µs
-// obfuscation); 20 000 of 5 KB stay within memoLargeBytes, and the byte
-// count the table keeps is its entries' exact size.
+// found again, each miss being an obfuscation; 20 000 of 5 KB stay within
+// memoLargeBytes, and the byte count the table keeps is its entries'
+// exact size.
 func TestMemoKeepsLongStatements(t *testing.T) {
 	m := newMemo(memoMaxKey)
 	pad := strings.Repeat("c, ", 200)
