@@ -1,6 +1,6 @@
 // This file holds the Table's benchmarks: adding a span whose key is held,
-// a new key at the cap, churning or freshly built labels; and one
-// Sketch insert.
+// a new key at the cap, churning or freshly built labels; one Sketch
+// insert; and quantizing a long list of IP addresses.
 
 package aggregate
 
@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -237,5 +238,25 @@ func BenchmarkTableAddHitFreshStrings(b *testing.B) {
 	}, func(int) {})
 	if tb.CollapsedSpans() != 0 || tb.Len() != 200 {
 		b.Fatalf("steady state collapsed %d spans over %d entries", tb.CollapsedSpans(), tb.Len())
+	}
+}
+
+// BenchmarkQuantizeIPList: what Publish pays to quantize a peer tag longer
+// than stats.MaxTagLen, a Kafka bootstrap list of 60 brokers by address
+// (915 bytes, read to 4*max), and the same list read whole.
+func BenchmarkQuantizeIPList(b *testing.B) {
+	var parts []string
+	for i := range 60 {
+		parts = append(parts, fmt.Sprintf("10.0.%d.%d:9092", i/200, i%200+1))
+	}
+	v := strings.Join(parts, ",") + ",kafka-extra.internal:9092"
+	for _, max := range []int{165, len(v)} {
+		b.Run(fmt.Sprintf("max=%d", max), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(min(len(v), 4*max)))
+			for b.Loop() {
+				QuantizeIPsTo(v, max)
+			}
+		})
 	}
 }

@@ -114,7 +114,11 @@ func TestQuantizeIPsToReadsABoundedPrefix(t *testing.T) {
 	}
 	long := b.String()
 	for _, v := range []string{long[:200], long[:5000], long} {
-		got, want := QuantizeIPsTo(v, max), QuantizeIPs(v)
+		got, whole := QuantizeIPsTo(v, max)
+		want := QuantizeIPs(v)
+		if whole != (len(v) <= 4*max) {
+			t.Fatalf("QuantizeIPsTo(%.30q..., %d) of %d bytes says whole %v", v, max, len(v), whole)
+		}
 		if len(got) <= max || got[:max] != want[:max] {
 			t.Fatalf("QuantizeIPsTo(%.30q..., %d) = %.60q, QuantizeIPs %.60q", v, max, got, want)
 		}
@@ -122,8 +126,8 @@ func TestQuantizeIPsToReadsABoundedPrefix(t *testing.T) {
 			t.Fatalf("QuantizeIPsTo(%.30q..., %d) made %d bytes: it read on past the cut", v, max, len(got))
 		}
 	}
-	if got := QuantizeIPsTo("10.0.0.1,10.0.0.2", max); got != "blocked-ip-address" {
-		t.Fatalf("short value: %q", got)
+	if got, whole := QuantizeIPsTo("10.0.0.1,10.0.0.2", max); got != "blocked-ip-address" || !whole {
+		t.Fatalf("short value: %q, whole %v", got, whole)
 	}
 }
 
@@ -132,8 +136,8 @@ func TestQuantizeIPsToReadsABoundedPrefix(t *testing.T) {
 func TestQuantizeIPsToHugeMax(t *testing.T) {
 	for _, max := range []int{math.MaxInt, math.MaxInt/4 + 1, math.MaxInt / 2} {
 		v := "10.0.0.1,10.0.0.2,h"
-		if got, want := QuantizeIPsTo(v, max), QuantizeIPs(v); got != want {
-			t.Fatalf("QuantizeIPsTo(%q, %d) = %q, want %q", v, max, got, want)
+		if got, _ := QuantizeIPsTo(v, max); got != QuantizeIPs(v) {
+			t.Fatalf("QuantizeIPsTo(%q, %d) = %q, want %q", v, max, got, QuantizeIPs(v))
 		}
 	}
 }
@@ -147,7 +151,11 @@ func TestQuantizeIPsToReadsABoundedEntry(t *testing.T) {
 	const max = 190
 	tail := strings.Repeat("a", 1<<20)
 	for _, v := range []string{"10.0.0.1" + tail, "http://10.0.0.1/" + tail, "h1," + tail, "fe80::1%" + tail} {
-		got, want := QuantizeIPsTo(v, max), QuantizeIPs(v)
+		got, whole := QuantizeIPsTo(v, max)
+		want := QuantizeIPs(v)
+		if whole {
+			t.Fatalf("QuantizeIPsTo(%.20q..., %d) says it read all %d bytes", v, max, len(v))
+		}
 		if len(want) <= max && got != want || len(want) > max && (len(got) <= max || got[:max] != want[:max]) {
 			t.Fatalf("QuantizeIPsTo(%.20q..., %d) = %.40q..., QuantizeIPs %.40q...", v, max, got, want)
 		}

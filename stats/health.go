@@ -84,8 +84,10 @@ type Health struct {
 	// than MaxPeerTags (the spans themselves are counted).
 	PeerTagsCut uint64
 	// LabelsTruncated counts label values (peer tags included) cut to
-	// their length limit (MaxResourceLen and the others in span.go); the
-	// spans themselves are counted.
+	// their length limit (MaxResourceLen and the others in span.go), and
+	// peer tags holding a list of IP addresses longer than Publish reads
+	// (4*MaxTagLen bytes), whose unread entries are left out; the spans
+	// themselves are counted.
 	LabelsTruncated uint64
 	// AgentOffSpans were not aggregated because the agent did not accept
 	// client stats when they were published (see AgentOff).

@@ -192,10 +192,14 @@ const (
 	MaxResourceLen = 5000
 	// MaxTagLen bounds the labels that become tags of the stats metrics —
 	// span kind, HTTP method and endpoint, gRPC status code, service source
-	// — and each "key:value" peer tag: the agent's tag normalizer
-	// (traceutil.NormalizeTag) keeps no more. A peer tag's IP addresses are
-	// quantized after the cut, as the agent's concentrator does: a list of
-	// short addresses can come out about twice as long.
+	// — and each "key:value" peer tag, in bytes: the SDK's own bound (the
+	// agent does not cut these labels of client stats), the 200 characters
+	// Datadog keeps of a tag for an ASCII one, so a non-ASCII label is cut
+	// sooner than the backend would. A peer tag's IP addresses are
+	// quantized before the cut, as the agent quantizes the whole value
+	// (reading at most 4*MaxTagLen bytes of it: aggregate.QuantizeIPsTo);
+	// a tag kept whole is quantized by the table, so a list of short
+	// addresses can come out about twice as long as this.
 	MaxTagLen = 200
 )
 
@@ -303,7 +307,8 @@ func truncateLabels(r *aggregate.Record) (n int) {
 }
 
 // truncatePeerTags cuts each "key:value" tag of vs to MaxTagLen bytes and
-// returns how many it cut. A value's IP addresses are quantized first, as the
+// returns how many it cut, counting a list QuantizeIPsTo read only in
+// part though it came out short. A value's IP addresses are quantized first, as the
 // table would: the agent quantizes the whole value, and a list cut first
 // would end in a partial address that no longer quantizes.
 func truncatePeerTags(vs []string) (n int) {
@@ -313,13 +318,20 @@ func truncatePeerTags(vs []string) (n int) {
 		}
 		// A colon past the cut leaves no value in the cut tag: the search
 		// stops there, so that a long tag without one costs no more.
+		whole := true
 		if c := strings.IndexByte(v[:MaxTagLen], ':'); c >= 0 {
-			if q := aggregate.QuantizeIPsTo(v[c+1:], MaxTagLen-c-1); q != v[c+1:] {
+			var q string
+			if q, whole = aggregate.QuantizeIPsTo(v[c+1:], MaxTagLen-c-1); q != v[c+1:] {
 				v = v[:c+1] + q
 			}
 		}
-		if len(v) > MaxTagLen {
+		switch {
+		case len(v) > MaxTagLen:
 			v = stableCut(truncateUTF8(v, MaxTagLen))
+			n++
+		case !whole:
+			// A list longer than QuantizeIPsTo reads that quantized
+			// short: its unread entries are left out, a cut too.
 			n++
 		}
 		vs[i] = v

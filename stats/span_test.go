@@ -379,3 +379,28 @@ func TestStableCut(t *testing.T) {
 		}
 	}
 }
+
+// TestLongIPListReadInPartIsCounted: a peer tag holding a list of IP
+// addresses longer than Publish reads (4*MaxTagLen bytes) that quantizes
+// short loses its unread entries (here a host name the agent would keep):
+// counted in LabelsTruncated, not left out silently.
+func TestLongIPListReadInPartIsCounted(t *testing.T) {
+	var b strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&b, "10.0.%d.%d:9092,", i/200, i%200+1)
+	}
+	b.WriteString("kafka-extra.internal:9092")
+	tag := "messaging.kafka.bootstrap.servers:" + b.String()
+	var r aggregate.Record
+	_, cut := (&Span{SpanKind: "producer", PeerTags: []string{tag}, Duration: 1}).Snapshot(&r)
+	if want := "messaging.kafka.bootstrap.servers:" + aggregate.BlockedIP + ":9092"; r.PeerTags[0] != want || cut != 1 {
+		t.Fatalf("%d-byte list keyed %q, %d labels cut; want %q, 1", len(tag), r.PeerTags[0], cut, want)
+	}
+	// Read whole (under 4*MaxTagLen bytes), the same list is exact and no cut.
+	short := "messaging.kafka.bootstrap.servers:" + strings.Repeat("10.0.0.1:9092,", 30) + "kafka-extra.internal:9092"
+	r = aggregate.Record{}
+	if _, cut := (&Span{SpanKind: "producer", PeerTags: []string{short}, Duration: 1}).Snapshot(&r); cut != 0 ||
+		r.PeerTags[0] != "messaging.kafka.bootstrap.servers:"+aggregate.BlockedIP+":9092,kafka-extra.internal:9092" {
+		t.Fatalf("%d-byte list keyed %q, %d labels cut; want it whole, 0", len(short), r.PeerTags[0], cut)
+	}
+}

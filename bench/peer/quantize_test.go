@@ -41,7 +41,10 @@ func TestQuantizeIPsMatchesAgent(t *testing.T) {
 			if len(v) > 4*max {
 				continue
 			}
-			got := aggregate.QuantizeIPsTo(v, max)
+			got, whole := aggregate.QuantizeIPsTo(v, max)
+			if !whole {
+				t.Fatalf("QuantizeIPsTo(%q, %d) says it left part of a value of at most 4*max bytes unread", v, max)
+			}
 			if len(want) <= max && got != want || len(want) > max && (len(got) <= max || got[:max] != want[:max]) {
 				t.Fatalf("QuantizeIPsTo(%q, %d) = %q, the agent's %q", v, max, got, want)
 			}
