@@ -19,10 +19,12 @@ import (
 	"github.com/spanstats/spanstats/writer"
 )
 
-// Bounds of the wait for a full socket or a missing relay: the sender
-// sleeps at most datagramPatience in all retrying a report's datagrams
-// (per report, for held reports a Flush takes along), then drops what is
-// left (counted, and announced in the next datagram's envelope).
+// Bounds of the wait for a full socket or a missing relay: the sender is
+// charged at most datagramPatience in all retrying a report's datagrams,
+// per report (and per held report a Flush takes along), then drops what
+// is left (counted, and announced in the next datagram's envelope). A
+// sleep's lateness past sleepSlack is not charged (see pauseFor): a sender
+// starved of CPU may wait longer.
 const (
 	datagramPatience   = 100 * time.Millisecond
 	datagramFirstPause = 500 * time.Microsecond
@@ -57,6 +59,11 @@ var ErrDatagramTooLarge = errors.New("stats: group too large for a datagram, dro
 // relayResolver is the system's resolver, its DNS sockets closed when a
 // lookup is given up: Go's resolver would read an unanswered one until its
 // own timeout (resolv.conf's, seconds), a goroutine left behind past Stop.
+// Where the platform's resolver serves lookups instead (macOS and Windows
+// by default, a cgo build as nsswitch.conf asks), Dial is not used: the
+// lookup still returns when its context ends, but the platform's call runs
+// on to its own timeout in the background. PreferGo is not forced: on
+// macOS the Go resolver's own DNS queries can prompt the firewall.
 var relayResolver = &net.Resolver{Dial: dialDNS}
 
 func dialDNS(ctx context.Context, network, address string) (net.Conn, error) {
@@ -387,11 +394,12 @@ func (d *datagramOut) pauseFor(patience *time.Duration, want time.Duration) {
 }
 
 // writeCharged writes b, charging the patience for a write that found the socket
-// full: off Linux Write waits up to dgram's sendWait before it says so,
-// which the report's bound must cover; on Linux it returns at once.
+// full: off Linux a write waits for room up to what is left of the
+// patience (dgram's sendWait at most, its minSendWait at least), which the
+// report's bound must cover; on Linux it returns at once.
 func (d *datagramOut) writeCharged(b []byte, patience *time.Duration) error {
 	start := time.Now()
-	err := d.conn.Write(b)
+	err := d.conn.WriteWithin(b, *patience)
 	if errors.Is(err, dgram.ErrWouldBlock) {
 		take(patience, time.Since(start))
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -371,6 +372,9 @@ func (s *Sender) Write(b []byte) error {
 	}
 	return writeError(errno)
 }
+
+// WriteWithin is Write: here a write never waits, whatever wait allows.
+func (s *Sender) WriteWithin(b []byte, _ time.Duration) error { return s.Write(b) }
 
 // raiseSendBuffer sets conn's send buffer to n bytes unless it is that
 // large already: lowering net.core.wmem_default (which an operator may

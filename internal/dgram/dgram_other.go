@@ -148,12 +148,21 @@ type senderSys struct{}
 
 func (s *senderSys) init(string) {}
 
+// minSendWait is the least WriteWithin waits: a deadline already past
+// fails the write untried, and a report out of patience still gets one try
+// per datagram.
+const minSendWait = 100 * time.Microsecond
+
 // Write sends b as one datagram. Here it may wait up to sendWait while the
 // socket's send buffer is full; the errors match ErrWouldBlock (EAGAIN,
 // ENOBUFS: a full Unix datagram queue on the BSDs; a full buffer past
 // sendWait), ErrNoRelay and net.ErrClosed as on Linux.
-func (s *Sender) Write(b []byte) error {
-	s.conn.SetWriteDeadline(time.Now().Add(sendWait))
+func (s *Sender) Write(b []byte) error { return s.WriteWithin(b, sendWait) }
+
+// WriteWithin is Write waiting at most wait for room (sendWait at most,
+// minSendWait at least), so that a caller's own bound holds.
+func (s *Sender) WriteWithin(b []byte, wait time.Duration) error {
+	s.conn.SetWriteDeadline(time.Now().Add(min(max(wait, minSendWait), sendWait)))
 	_, err := s.conn.Write(b)
 	if err == nil {
 		return nil
