@@ -360,7 +360,8 @@ func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin
 		}
 		switch o.dist {
 		case "loguniform":
-			s.Duration = int64(math.Exp(lnMin + rng.Float64()*(lnMax-lnMin)))
+			// Clamped: exp(log(min)) can round to a nanosecond under -min.
+			s.Duration = min(max(int64(math.Exp(lnMin+rng.Float64()*(lnMax-lnMin))), int64(o.minDur)), int64(o.maxDur))
 		case "uniform":
 			s.Duration = int64(o.minDur) + rng.Int64N(int64(o.maxDur-o.minDur)+1)
 		default:
@@ -395,7 +396,9 @@ func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin
 			}
 			publish()
 		}
-		wait := time.Duration((first + float64(j)*every - time.Since(begin).Seconds()) * float64(time.Second))
+		// At most an hour: a rate so low that the wait overflows a
+		// Duration (a span every 300 years) must not turn into no wait.
+		wait := time.Duration(min(first+float64(j)*every-time.Since(begin).Seconds(), 3600) * float64(time.Second))
 		timer.Reset(max(wait, step))
 		select {
 		case <-ctx.Done():
