@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // closedBit is the top bit of the tail word; setting it makes every later
@@ -228,7 +229,7 @@ func (r *Ring[T]) Drain(dst []T) int {
 
 // DrainClosed is Drain for after Close: it moves up to len(dst) items, and
 // when the next item's slot was claimed before Close but is not yet written
-// it waits (yielding with runtime.Gosched) for the producer to finish. Once
+// it waits (yielding, then sleeping: awaitWrite) for the producer to finish. Once
 // it returns 0 for a non-empty dst the ring is empty and no item will ever
 // appear again. If the ring is not closed it behaves exactly like Drain.
 // Consumer goroutine only.
@@ -242,13 +243,9 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 	n := 0
 	for n < len(dst) && head+uint64(n) != final {
 		s := &r.buf[(head+uint64(n))&r.mask]
-		// The claim succeeded, so the write is only moments away.
-		for s.seq.Load() != head+uint64(n)+1 {
-			if r.gaveUp.Load() {
-				r.Release(n)
-				return n
-			}
-			runtime.Gosched()
+		if !r.awaitWrite(s, head+uint64(n)) {
+			r.Release(n)
+			return n
 		}
 		dst[n] = s.val
 		n++
@@ -256,6 +253,38 @@ func (r *Ring[T]) DrainClosed(dst []T) int {
 	r.Release(n)
 	return n
 }
+
+// awaitWrite waits for s, claimed at pos before Close, to be written and
+// reports whether it was (false: GiveUp). The claim succeeded, so the
+// write is only moments away: it yields awaitYields times, then sleeps,
+// backing off to awaitMaxSleep, so that a producer that never finishes
+// (its copy panicked) does not cost a core until GiveUp
+// (TestStopBehindAbandonedSlotDoesNotSpin in stats).
+func (r *Ring[T]) awaitWrite(s *slot[T], pos uint64) bool {
+	sleep := awaitMinSleep
+	for i := 0; s.seq.Load() != pos+1; i++ {
+		switch {
+		case r.gaveUp.Load():
+			return false
+		case i < awaitYields:
+			runtime.Gosched()
+		default:
+			time.Sleep(sleep)
+			sleep = min(2*sleep, awaitMaxSleep)
+		}
+	}
+	return true
+}
+
+// The wait of awaitWrite: about a millisecond of yields on a busy host (a
+// producer preempted in its copy runs again within a time slice), then
+// sleeps of 50 µs doubling to 2 ms: a second behind a slot never written
+// costs about 500 wake-ups, not a core.
+const (
+	awaitYields   = 1000
+	awaitMinSleep = 50 * time.Microsecond
+	awaitMaxSleep = 2 * time.Millisecond
+)
 
 // GiveUp makes DrainClosed and DiscardClosed stop waiting for slots claimed
 // before Close and not yet written: DrainClosed returns what was written
@@ -284,16 +313,8 @@ func (r *Ring[T]) DiscardClosed() int {
 	head := r.head.Load()
 	var zero T
 	for pos := head; pos != final; pos++ {
-		s := &r.buf[pos&r.mask]
-		written := true
-		for s.seq.Load() != pos+1 { // claimed before Close: written in a moment
-			if r.gaveUp.Load() {
-				written = false // its producer may write it yet: leave it
-				break
-			}
-			runtime.Gosched()
-		}
-		if written {
+		// A slot given up on is left alone: its producer may write it yet.
+		if s := &r.buf[pos&r.mask]; r.awaitWrite(s, pos) {
 			s.val = zero
 		}
 	}

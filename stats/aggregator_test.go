@@ -831,6 +831,32 @@ func TestStopWithoutDeadlinePastAnAbandonedSlot(t *testing.T) {
 	}
 }
 
+// TestStopBehindAbandonedSlotDoesNotSpin: Stop waits stopSlotWait for a
+// slot claimed before Close and never written, sleeping and backing off
+// after a moment of yielding, not yielding the whole time: the process's
+// CPU over that second stays under a quarter of it (it was a whole core).
+func TestStopBehindAbandonedSlotDoesNotSpin(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 8})
+	abandonSlot(t, a, 1)
+	cpu0, start := cputime.Process(), time.Now()
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	took, cpu := time.Since(start), cputime.Process()-cpu0
+	t.Logf("Stop behind an abandoned slot took %v, process CPU %v", took, cpu)
+	if took < stopSlotWait {
+		t.Fatalf("Stop took %v, under stopSlotWait %v: it did not wait for the slot", took, stopSlotWait)
+	}
+	if cpu > stopSlotWait/4 {
+		t.Errorf("process CPU %v during a Stop of %v behind an abandoned slot: the wait spins", cpu, took)
+	}
+	if h := a.Health(); h.StopUndrained != 2 || h.Pending != 0 {
+		t.Fatalf("health %+v: want the slot and the one behind it undrained", h)
+	}
+}
+
 // stallSlot claims a slot of a's inbox, publishes behind spans behind it,
 // writes the slot after hold (a producer preempted in its copy) and
 // returns how long the consumer then took to count total spans.
