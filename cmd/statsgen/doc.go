@@ -19,8 +19,9 @@
 //
 // Design: each producer draws a key out of -keys (service × resource, with
 // a span kind and, for non-server spans, a peer tag), an error with
-// probability -errors and a duration from -dist, and paces itself in 1 ms
-// steps to its share of -rate (or runs flat out with -rate 0). The printed
+// probability -errors and a duration from -dist, and sleeps until its next
+// span is due, waking at most once a millisecond, to keep its share of
+// -rate (or runs flat out with -rate 0). The printed
 // quantiles come from the DDSketches as the agent would decode them, so the
 // output checks the whole pipeline: inbox, table, encoder, HTTP and decoder.
 //
