@@ -36,7 +36,7 @@ var (
 	// buffer or the relay's receive queue is full (EAGAIN, ENOBUFS).
 	ErrWouldBlock = errors.New("dgram: send queue full")
 	// ErrNoRelay: nothing listens at the relay's address (ENOENT,
-	// ECONNREFUSED).
+	// ECONNREFUSED), or the relay there is stopping (EPIPE).
 	ErrNoRelay = errors.New("dgram: no relay listening")
 	// ErrDrained: after Drain, the socket holds no more datagrams.
 	ErrDrained = errors.New("dgram: socket drained")
@@ -62,6 +62,9 @@ var sendErrors = [...]sendError{
 	// next writes fail so, and only dialing again reaches a new relay.
 	{ErrNoRelay, syscall.ECONNRESET},
 	{ErrNoRelay, syscall.ENOTCONN},
+	// A relay stopping: its socket is shut for reading (Conn.Drain)
+	// before it closes.
+	{ErrNoRelay, syscall.EPIPE},
 }
 
 // writeError maps the errno of one send to what Write returns.
@@ -437,6 +440,14 @@ func (c *Conn) GrantedBuffer() int { return c.rcvbuf / reportedPerGranted }
 // waits (that call then drains too).
 func (c *Conn) Drain() error {
 	c.draining.Store(true)
+	if uc, ok := c.pc.(*net.UnixConn); ok {
+		// A sender that connected to the socket is not refused by its
+		// file's removal: shut for reading, it is (EPIPE on Linux), so a
+		// drained read that finds the queue empty leaves nothing for the
+		// close to drop (TestDrainRefusesConnectedSenders). The queued
+		// datagrams are still read.
+		uc.CloseRead()
+	}
 	return c.pc.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting ReadBatch
 }
 

@@ -298,8 +298,10 @@ func TestWriteFullQueue(t *testing.T) {
 	}
 }
 
-// TestDrain: after Drain, ReadBatch returns what was queued, then
-// ErrDrained without waiting; a ReadBatch already waiting is woken.
+// TestDrain: after Drain, ReadBatch returns ErrDrained without waiting; a
+// ReadBatch already waiting is woken; a datagram sent after it is refused
+// (ErrNoRelay: the sender retries elsewhere or counts its drop), what was
+// queued before it is read (TestDrainRefusesConnectedSenders).
 func TestDrain(t *testing.T) {
 	r := listenUnixgram(t)
 	b := NewBatch(4, 1024)
@@ -312,24 +314,11 @@ func TestDrain(t *testing.T) {
 	if err := <-woken; !errors.Is(err, ErrDrained) {
 		t.Fatalf("a waiting ReadBatch after Drain: %v, want ErrDrained", err)
 	}
-	for i := range 6 {
-		if err := r.send.Write(payload(i, 100)); err != nil {
-			t.Fatal(err)
-		}
+	if err := r.send.Write(payload(0, 100)); !errors.Is(err, ErrNoRelay) {
+		t.Fatalf("a send after Drain: %v, want ErrNoRelay", err)
 	}
-	read := 0
-	for {
-		n, err := r.conn.ReadBatch(b)
-		if errors.Is(err, ErrDrained) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		read += n
-	}
-	if read != 6 {
-		t.Fatalf("drained %d datagrams, want the 6 queued", read)
+	if n, err := r.conn.ReadBatch(b); n != 0 || !errors.Is(err, ErrDrained) {
+		t.Fatalf("ReadBatch after Drain of an empty socket: %d, %v; want 0, ErrDrained", n, err)
 	}
 }
 
@@ -876,5 +865,52 @@ func TestPrivateNameLengths(t *testing.T) {
 	}
 	if _, err := privateName("/" + strings.Repeat("d", MaxUnixPath-5) + "/x"); err == nil {
 		t.Error("a directory leaving no room: no error")
+	}
+}
+
+// TestDrainRefusesConnectedSenders: a sender that connected to the Unix
+// socket (another tracer, a net.Dial client; the SDK names the path in each
+// send) is not refused by the socket file's removal. Drain refuses it
+// (EPIPE), so that once a drained read finds the queue empty nothing more
+// can arrive: what the kernel took before Drain is read, what comes after
+// is refused where the sender sees it, and nothing is taken and then
+// dropped by the close.
+func TestDrainRefusesConnectedSenders(t *testing.T) {
+	path := sockdir.Path(t, "relay.sock")
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 3 {
+		if _, err := s.Write(payload(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Unlink()
+	if err := c.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(payload(3, 100)); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("a connected sender's write after Drain: %v, want EPIPE", err)
+	}
+	b, got := NewBatch(DefaultBatchSize, 1024), 0
+	for {
+		n, err := c.ReadBatch(b)
+		got += n
+		if errors.Is(err, ErrDrained) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != 3 {
+		t.Fatalf("drained %d datagrams, want the 3 sent before Drain", got)
 	}
 }
