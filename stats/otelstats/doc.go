@@ -33,7 +33,11 @@
 // mapping against the agent's own functions.
 //
 // Which of the agent's conversions: the one followed and checked is its
-// stats-only conversion (transform.OtelSpanToDDSpanMinimal). The agent's
+// stats-only conversion (transform.OtelSpanToDDSpanMinimal), for every
+// field but top-level, which follows the receiver's ComputeTopLevel on the
+// converted spans (above): the stats-only path's GetTopLevelOTelSpans reads
+// the child's own attributes for its parent's service too, so a span whose
+// own service.name differs from its parent's is not top-level there. The agent's
 // OTLP receiver converts with the full one (OtelSpanToDDSpan), which copies
 // every attribute into the span's tags and metrics before the concentrator
 // reads them, and there known cases differ: a span's server.address is the

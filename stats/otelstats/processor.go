@@ -6,6 +6,7 @@ package otelstats
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -88,7 +89,8 @@ func WithPeerTagKeys(keys ...string) Option {
 
 // NewProcessor returns a Processor publishing to agg. The caller starts agg
 // before spans end and stops it after the TracerProvider's Shutdown (which
-// does not stop agg), so the spans ended during shutdown are counted.
+// flushes agg but does not stop it), so the spans ended during shutdown are
+// counted.
 // It panics if agg is nil.
 func NewProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 	if agg == nil {
@@ -182,8 +184,17 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	p.agg.Publish(&sp)
 }
 
-// Shutdown does nothing: the Aggregator is the caller's to stop.
-func (p *Processor) Shutdown(context.Context) error { return nil }
+// Shutdown flushes the Aggregator as ForceFlush does, as OpenTelemetry
+// asks of a processor's Shutdown, so that a provider shut down reports its
+// spans even where the Aggregator is stopped late or never; it does not
+// stop the Aggregator, which is the caller's (and may serve other
+// providers). An Aggregator already stopped has nothing to flush: nil.
+func (p *Processor) Shutdown(ctx context.Context) error {
+	if err := p.ForceFlush(ctx); !errors.Is(err, stats.ErrStopped) {
+		return err
+	}
+	return nil
+}
 
 // ForceFlush reports what the Aggregator holds now (stats.Aggregator.Flush)
 // and waits for the agent's answer, retries included, with its error. When
@@ -213,24 +224,50 @@ const markSlots = 4096
 // crossings marks the spans started under a local parent of another
 // TracerProvider, so of another export, where the agent finds the parent
 // outside the child's chunk and ComputeTopLevel makes the child
-// top-level. OnEnd takes the mark back; a mark a collision overwrites
-// leaves its span to the rule for a local parent. Span IDs are random and
-// never 0, so a slot holds one span's ID or 0.
-type crossings struct{ slots [markSlots]atomic.Uint64 }
+// top-level. OnEnd takes the mark back. A mark takes a free slot of the
+// window at its ID (as serviceMarks does), so spans that start and end
+// while another runs never replace its mark: only a window full of live
+// marks makes a new mark replace the one at its ID, leaving that span to
+// the rule for a local parent (TestCrossingsOfManySpansAtOnce). Span IDs
+// are random and never 0, so a slot holds one span's ID or 0.
+type crossings struct {
+	// The last windows run on past markSlots rather than wrap.
+	slots [markSlots + serviceMarkWindow - 1]atomic.Uint64
+}
+
+func (c *crossings) window(n uint64) []atomic.Uint64 {
+	h := n % markSlots
+	return c.slots[h : h+serviceMarkWindow]
+}
 
 func (c *crossings) mark(id trace.SpanID) {
 	n := binary.BigEndian.Uint64(id[:])
-	c.slots[n%markSlots].Store(n)
+	w := c.window(n)
+	for i := range w {
+		if w[i].Load() == 0 && w[i].CompareAndSwap(0, n) {
+			return
+		}
+	}
+	w[0].Store(n)
 }
 
 // take reports whether id was marked, and unmarks it.
 func (c *crossings) take(id trace.SpanID) bool {
 	n := binary.BigEndian.Uint64(id[:])
-	return n != 0 && c.slots[n%markSlots].CompareAndSwap(n, 0)
+	if n == 0 {
+		return false
+	}
+	w := c.window(n)
+	for i := range w {
+		if w[i].Load() == n && w[i].CompareAndSwap(n, 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // serviceMarkWindow is how many slots from its hash a span's service mark
-// may take: one cache line of pointers.
+// (or crossing mark) may take: one cache line of pointers (of IDs).
 const serviceMarkWindow = 8
 
 // serviceMarks holds a service per span ID, from the span's start to its
