@@ -86,6 +86,23 @@ func TestBudgetPeerTagsPerKey(t *testing.T) {
 	}
 }
 
+// TestCollapsedPeerTagsCountsSpans: a span with several peer tags over
+// their budgets counts once in Collapsed(FieldPeerTags), as a span counts
+// once per other field, so the count stays within CollapsedSpans (Health
+// says each field's count is part of it).
+func TestCollapsedPeerTagsCountsSpans(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{PeerTag: 1})
+	for i := range 3 {
+		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+		s.SetPeerTags([]string{fmt.Sprint("a:", i), fmt.Sprint("b:", i), fmt.Sprint("c:", i)})
+		tb.Add(&s)
+	}
+	if spans, peer := tb.CollapsedSpans(), tb.Collapsed(FieldPeerTags); spans != 2 || peer != 2 {
+		t.Fatalf("CollapsedSpans %d, Collapsed(peer tags) %d; want 2, 2 (the last two spans, each with 3 tags over)", spans, peer)
+	}
+}
+
 // TestBudgetPeerKeysPerInterval: peer-tag keys beyond maxPeerTagKeys
 // collapse for the rest of their interval only: 64 junk keys in one
 // interval do not make a real key's values tracer_blocked_value in the

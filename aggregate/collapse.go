@@ -62,10 +62,14 @@ func (t *Table) admit(s *Record, kept []string) uint16 {
 	}
 	for i, p := range kept {
 		if vs := b.peerSetCached(i, p, ep, t.peerKeys == nil); !vs.ok(p, ep) {
-			t.collapsed[FieldPeerTags]++
 			kept[i] = vs.blocked
 			rejected |= 1 << FieldPeerTags
 		}
+	}
+	// Once per span, however many of its tags were over: as every field,
+	// within CollapsedSpans (TestCollapsedPeerTagsCountsSpans).
+	if rejected&(1<<FieldPeerTags) != 0 {
+		t.collapsed[FieldPeerTags]++
 	}
 	if rejected != 0 {
 		if m := rejected &^ (1 << FieldPeerTags); m != t.runMask {
@@ -184,7 +188,8 @@ func (m *collapsedMemo) matches(s *Record, rejected uint16, kept []string) bool 
 // sameUnless is same(a, b), or true when the field was collapsed.
 func sameUnless(a, b string, collapsed uint16) bool { return collapsed != 0 || same(a, b) }
 
-// Collapsed is the number of values of field f replaced by BlockedValue.
+// Collapsed is the number of spans whose field f was replaced by
+// BlockedValue (for FieldPeerTags: one or more of their peer tags).
 func (t *Table) Collapsed(f Field) uint64 {
 	n := t.collapsed[f]
 	if f != FieldPeerTags && t.runMask&(1<<f) != 0 {

@@ -300,8 +300,8 @@ func (a *Aggregator) Health() Health {
 	// Every part is read before its whole, and every writer adds to the
 	// whole first, so a snapshot taken meanwhile never has a part above
 	// its whole: what left the table (cleared, sent, unsent) and what is
-	// counted apart (collapsed, overflowed, late) within Counted, a label
-	// field's Collapsed within CollapsedSpans, the after-timeout counts
+	// counted apart (collapsed, overflowed, late) within Counted, each
+	// field's Collapsed (peer tags too) within CollapsedSpans, the after-timeout counts
 	// within theirs, the retries within the failed attempts they follow
 	// (TestHealthPartsNeverExceedWhole, TestHealthRetriedNeverExceedsFailed).
 	var byField FieldCounts

@@ -25,7 +25,7 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
 	a := newStarted(t, Config{AgentURL: ag.URL(), MaxAggregates: 1, InboxSize: 1024,
-		CardinalityLimits: aggregate.Limits{Resource: 1}})
+		CardinalityLimits: aggregate.Limits{Resource: 1, PeerTag: 1}})
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	for p := range 2 {
@@ -33,9 +33,16 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; !done.Load(); i++ {
-				// Producer 1's spans ended long ago: late, in the oldest bucket.
-				a.Publish(&Span{Service: "s", Name: "op", Resource: fmt.Sprint(p, i), SpanKind: "server",
-					Start: int64(p), Duration: 100})
+				// Producer 1's spans ended long ago: late, in the oldest
+				// bucket. Every other span is a client's with three peer
+				// tags over their budget: a span, not a tag, per collapse.
+				s := Span{Service: "s", Name: "op", Resource: fmt.Sprint(p, i), SpanKind: "server",
+					Start: int64(p), Duration: 100}
+				if i%2 == 1 {
+					s.SpanKind = "client"
+					s.PeerTags = []string{fmt.Sprint("peer.service:s", i), fmt.Sprint("peer.hostname:h", i), fmt.Sprint("db.instance:d", i)}
+				}
+				a.Publish(&s)
 			}
 		}()
 	}
@@ -50,8 +57,11 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 			bad = fmt.Sprintf("LateSpans %d > Counted %d", h.LateSpans, h.Counted)
 		case h.Overflowed > h.Counted:
 			bad = fmt.Sprintf("Overflowed %d > Counted %d", h.Overflowed, h.Counted)
-		case h.Collapsed[aggregate.FieldResource] > h.CollapsedSpans:
-			bad = fmt.Sprintf("Collapsed[resource] %d > CollapsedSpans %d", h.Collapsed[aggregate.FieldResource], h.CollapsedSpans)
+		}
+		for f, n := range h.Collapsed {
+			if n > h.CollapsedSpans && bad == "" {
+				bad = fmt.Sprintf("Collapsed[%v] %d > CollapsedSpans %d", aggregate.Field(f), n, h.CollapsedSpans)
+			}
 		}
 	}
 	done.Store(true)
@@ -60,9 +70,9 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 	if bad != "" {
 		t.Fatal(bad)
 	}
-	if h := a.Health(); h.CollapsedSpans == 0 || h.LateSpans == 0 || h.Overflowed == 0 {
-		t.Fatalf("collapsed %d, late %d, overflowed %d: want each > 0 for the test to mean anything",
-			h.CollapsedSpans, h.LateSpans, h.Overflowed)
+	if h := a.Health(); h.CollapsedSpans == 0 || h.LateSpans == 0 || h.Overflowed == 0 || h.Collapsed[aggregate.FieldPeerTags] == 0 {
+		t.Fatalf("collapsed %d (peer tags %d), late %d, overflowed %d: want each > 0 for the test to mean anything",
+			h.CollapsedSpans, h.Collapsed[aggregate.FieldPeerTags], h.LateSpans, h.Overflowed)
 	}
 }
 
