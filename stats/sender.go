@@ -371,21 +371,21 @@ func (s *sender) On() {
 
 // Info counts the read and hands the agent's peer tags to the consumer.
 func (s *sender) Info(info *agentclient.Info) {
+	if !s.fixedPeerTags && info.PeerTags != nil {
+		// Read again every InfoRecheck × InfoRefresh while the agent takes
+		// stats (every poll while it does not): a new list empties the
+		// tables' caches. Before the count: a caller that sees the read
+		// counted publishes under the new list.
+		if k := s.peerTags.Load(); k == nil || !slices.Equal(*k, info.PeerTags) {
+			keys := slices.Clone(info.PeerTags)
+			s.peerTags.Store(&keys)
+		}
+	}
 	s.ctr.infoErr.Store(nil) // before the count: a snapshot with the read has no stale error
 	s.ctr.infoReads.Add(1)
 	if s.infoStreak > 0 {
 		s.logs.log.Info("spanstats: the agent's /info answers again", "failed_reads", s.infoStreak)
 		s.infoStreak = 0
-	}
-	if !s.fixedPeerTags && info.PeerTags != nil {
-		// Read again every InfoRecheck × InfoRefresh while the agent takes
-		// stats (every poll while it does not): a new list empties the
-		// tables' caches.
-		if k := s.peerTags.Load(); k != nil && slices.Equal(*k, info.PeerTags) {
-			return
-		}
-		keys := slices.Clone(info.PeerTags)
-		s.peerTags.Store(&keys)
 	}
 }
 

@@ -111,9 +111,10 @@ type Observer interface {
 	// Off: the agent refused stats (a 404, or /info without the stats
 	// endpoint); switched says it was accepting them until now.
 	Off(switched bool)
-	// On: /info lists the stats endpoint again after Off.
+	// On: /info lists the stats endpoint again after Off (Info of that
+	// read first).
 	On()
-	// Info: /info was read.
+	// Info: /info was read; before On or Off of the same read.
 	Info(info *Info)
 	// InfoFailed: /info could not be read (no agent, a non-2xx answer but
 	// 404, a body that is not its JSON); the state stays as the last read
@@ -642,6 +643,9 @@ func (c *Client) ReadInfo() {
 		c.recheckDue = time.Now().Add(c.cfg.RecheckInfo - time.Duration(rand.Int64N(int64(c.cfg.RecheckInfo)/10+1)))
 	}
 	c.maxBody = info.Config.MaxRequestBytes
+	// Before On: what the owner takes from the answer (its peer_tags list)
+	// is in place when it accepts spans again.
+	c.obs.Info(info)
 	if slices.Contains(info.Endpoints, StatsPath) {
 		c.infoDue = time.Now().Add(c.cfg.InfoRefresh)
 		if c.off.Swap(false) {
@@ -664,7 +668,6 @@ func (c *Client) ReadInfo() {
 		// (Final's first) moves the poll later, and what waits with it.
 		c.retriesAfterPoll()
 	}
-	c.obs.Info(info)
 }
 
 // SetReadStop gives the owner's stop (nil: none): an /info read that the
