@@ -436,18 +436,14 @@ func (c *Conn) GrantedBuffer() int { return c.rcvbuf / reportedPerGranted }
 
 // Drain makes ReadBatch stop waiting: it returns what the socket already
 // holds, then ErrDrained. A stopping reader takes the datagrams the kernel
-// queued before the socket closes. It is safe to call while a ReadBatch
-// waits (that call then drains too).
+// queued before the socket closes; on Linux a Unix socket refuses new ones
+// from then on, senders connected to it too. It is safe to call while a
+// ReadBatch waits (that call then drains too).
 func (c *Conn) Drain() error {
+	// Before the flag: a ReadBatch that sees it finds the socket refusing
+	// senders already (on Linux: refuseSenders).
+	c.sys.refuseSenders(c)
 	c.draining.Store(true)
-	if uc, ok := c.pc.(*net.UnixConn); ok {
-		// A sender that connected to the socket is not refused by its
-		// file's removal: shut for reading, it is (EPIPE on Linux), so a
-		// drained read that finds the queue empty leaves nothing for the
-		// close to drop (TestDrainRefusesConnectedSenders). The queued
-		// datagrams are still read.
-		uc.CloseRead()
-	}
 	return c.pc.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting ReadBatch
 }
 

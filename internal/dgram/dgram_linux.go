@@ -161,6 +161,18 @@ func (c *Conn) KernelDrops() uint64 {
 	return c.sys.drops.Load()
 }
 
+// refuseSenders shuts a Unix socket for reading, as Drain begins. A sender
+// that connected to the socket is not refused by its file's removal; shut
+// so, it is (EPIPE), so a drained read that finds the queue empty leaves
+// nothing for the close to drop (TestDrainRefusesConnectedSenders); the
+// queued datagrams are still read. Linux only: FreeBSD's shutdown of an
+// unconnected socket flushes its queue.
+func (s *connSys) refuseSenders(c *Conn) {
+	if uc, ok := c.pc.(*net.UnixConn); ok {
+		uc.CloseRead()
+	}
+}
+
 // pollDrops counts the socket's drop counter as it stands now; nothing
 // for a Unix socket (a full one drops nothing) or a closed one.
 func (s *connSys) pollDrops(c *Conn) {

@@ -85,6 +85,10 @@ func (c *Conn) KernelDrops() uint64 { return 0 }
 
 func (s *connSys) pollDrops(*Conn) {}
 
+// refuseSenders does nothing here: FreeBSD's shutdown of an unconnected
+// socket flushes its queue, macOS refuses it (see the Linux one).
+func (s *connSys) refuseSenders(*Conn) {}
+
 type batchSys struct{}
 
 func (s *batchSys) init(*Batch) {}
