@@ -342,10 +342,11 @@ func QuantizeIPs(v string) string {
 // compared with those kept before it, so it stops there, and it reads v
 // only up to its last comma within 4*max bytes, or up to 4*max bytes when
 // an entry runs past them: a value of any length costs bounded time.
-// whole reports that it read all of v; when it did not and q is at most
-// max bytes, q may differ from QuantizeIPs(v)'s first max bytes (the
+// whole reports that it read all of v; when it did not, q may differ from
+// QuantizeIPs(v)'s first max bytes: when q is at most max bytes (the
 // entries left unread would have added to it, or been duplicates), and
-// the caller should count the value as cut.
+// when an entry longer than 4*max turns on bytes past them (a scheme
+// there), and the caller should count the value as cut.
 func QuantizeIPsTo(v string, max int) (q string, whole bool) {
 	if max <= 0 {
 		return v, true

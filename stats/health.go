@@ -86,8 +86,10 @@ type Health struct {
 	// LabelsTruncated counts label values (peer tags included) cut to
 	// their length limit (MaxResourceLen and the others in span.go), and
 	// peer tags holding a list of IP addresses longer than Publish reads
-	// (4*MaxTagLen bytes), whose unread entries are left out; the spans
-	// themselves are counted.
+	// (4 × what MaxTagLen leaves for the value after its key), whose
+	// unread entries are left out (counted even where they were all
+	// duplicates, the tag then as the agent keys it); the spans themselves
+	// are counted.
 	LabelsTruncated uint64
 	// AgentOffSpans were not aggregated because the agent did not accept
 	// client stats when they were published (see AgentOff).

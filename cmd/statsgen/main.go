@@ -91,10 +91,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-min must be > 0, got %s", o.minDur)
 	case o.dist != "fixed" && o.maxDur < o.minDur: // fixed uses -min alone
 		return fmt.Errorf("need -min <= -max, got -min %s -max %s", o.minDur, o.maxDur)
-	case !(o.rate >= 0 && o.rate <= maxRate):
-		// NaN fails the first test too; past maxRate the pacing's per-step
-		// budget would no longer count down (1e30 - 1 == 1e30).
-		return fmt.Errorf("-rate must be in [0, %g] (0: as fast as possible)", maxRate)
+	case !(o.rate == 0 || o.rate >= minRate && o.rate <= maxRate):
+		// NaN fails every test; past maxRate the pacing's per-step budget
+		// would no longer count down (1e30 - 1 == 1e30).
+		return fmt.Errorf("-rate must be 0 (as fast as possible) or in [%g, %g]", minRate, maxRate)
 	case o.interval < stats.MinBucketInterval || o.interval > stats.MaxBucketInterval:
 		return fmt.Errorf("-interval %s: want %s..%s", o.interval, stats.MinBucketInterval, stats.MaxBucketInterval)
 	case o.dist != "loguniform" && o.dist != "uniform" && o.dist != "fixed":
@@ -111,8 +111,13 @@ const stopTimeout = 10 * time.Second
 const settleWait = 500 * time.Millisecond
 
 // maxRate bounds -rate: far beyond what any machine publishes, and low
-// enough that the pacing counts its spans one by one.
-const maxRate = 1e9
+// enough that the pacing counts its spans one by one. minRate (a span
+// every eleven days) keeps the pacing's times finite: below about
+// 1e-308 producers/rate is +Inf, and the next span's wait NaN.
+const (
+	maxRate = 1e9
+	minRate = 1e-6
+)
 
 // maxKeys and maxProducers bound what the run allocates up front (a
 // resource string per key, a goroutine per producer): a mistyped count
@@ -334,7 +339,7 @@ func resourceNames(keys int) []string {
 }
 
 // produce publishes spans until ctx ends, pacing itself to its share of the
-// rate in 1 ms steps (or as fast as it can with -rate 0).
+// rate, waking at most once a millisecond (or as fast as it can with -rate 0).
 func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin time.Time, resources []string) {
 	rng := rand.New(rand.NewPCG(uint64(p), 42))
 	kinds := []string{"server", "server", "client", "consumer"}
@@ -396,8 +401,8 @@ func produce(ctx context.Context, agg *stats.Aggregator, o options, p int, begin
 			}
 			publish()
 		}
-		// At most an hour: a rate so low that the wait overflows a
-		// Duration (a span every 300 years) must not turn into no wait.
+		// At most an hour: a wait of days (a rate near minRate) is
+		// slept an hour at a time.
 		wait := time.Duration(min(first+float64(j)*every-time.Since(begin).Seconds(), 3600) * float64(time.Second))
 		timer.Reset(max(wait, step))
 		select {

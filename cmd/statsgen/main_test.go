@@ -100,6 +100,9 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *options) { o.keys = 1_000_000_000 }, "-keys must be at most 1000000, got 1000000000"},
 		{func(o *options) { o.producers = 100_000_000 }, "-producers must be at most 10000, got 100000000"},
 		{func(o *options) { o.run = 0 }, "-run must be > 0, got 0s"},
+		// Below minRate producers/rate is +Inf at 1e-320, the wait NaN.
+		{func(o *options) { o.rate = 1e-320 }, "-rate must be 0 (as fast as possible) or in [1e-06, 1e+09]"},
+		{func(o *options) { o.rate = -1 }, "-rate must be 0 (as fast as possible) or in [1e-06, 1e+09]"},
 	} {
 		o := good
 		tc.set(&o)

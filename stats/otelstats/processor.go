@@ -188,9 +188,12 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 // asks of a processor's Shutdown, so that a provider shut down reports its
 // spans even where the Aggregator is stopped late or never; it does not
 // stop the Aggregator, which is the caller's (and may serve other
-// providers). An Aggregator already stopped has nothing to flush: nil.
+// providers). As ForceFlush, without a deadline in ctx it waits for the
+// agent's answer, retries included (seconds, with no agent), and returns
+// its error; with one, at most half the time left. An Aggregator stopped
+// already, or never started, has nothing it could flush: nil.
 func (p *Processor) Shutdown(ctx context.Context) error {
-	if err := p.ForceFlush(ctx); !errors.Is(err, stats.ErrStopped) {
+	if err := p.ForceFlush(ctx); !errors.Is(err, stats.ErrStopped) && !errors.Is(err, stats.ErrNotStarted) {
 		return err
 	}
 	return nil

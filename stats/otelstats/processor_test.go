@@ -286,6 +286,14 @@ func TestShutdownFlushes(t *testing.T) {
 	if err := agg.Flush(context.Background()); err != nil {
 		t.Fatalf("Flush after the provider's Shutdown: %v, want the Aggregator still running", err)
 	}
+	// An Aggregator never started has nothing a Shutdown could flush.
+	idle, err := stats.New(stats.Config{AgentURL: agent.URL(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewProcessor(idle).Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown with an Aggregator never started: %v, want nil", err)
+	}
 }
 
 // TestLocalParentOfAnotherProviderSameResource: two TracerProviders built
