@@ -166,6 +166,7 @@ func (f *forwarder) run(stop context.Context) {
 			f.client.RunDue(time.Now())
 		case <-stop.Done():
 			<-f.final
+			f.s.relay.CloseSequences() // every datagram read is merged
 			f.forward(allWindows)
 			f.client.Final(stopRetries)
 			f.trouble.check(f.s.troubleCounters(), cfg.Now(), true)

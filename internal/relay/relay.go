@@ -103,7 +103,8 @@ type Stats struct {
 	// it is known, every key kept.
 	PeerTagKeys int
 	// SeqGaps counts datagrams missing between two of one sender, once
-	// missing at two harvests in a row (see sender), or, sooner, when the
+	// missing at two harvests in a row (see sender), or at stop
+	// (CloseSequences), or, sooner, when the
 	// sender has maxRuns holes open (with more than about eight decode
 	// workers, -procs, a sender whose report spans many datagrams can open
 	// that many by reordering alone: then counted here, and later in
@@ -463,6 +464,15 @@ func (r *Relay) Harvest(boundary time.Time) []Batch {
 	r.outstanding += before - r.st.hits
 	r.senders.harvest(now)
 	return out
+}
+
+// CloseSequences counts the holes still open in every sender's sequence
+// as gaps (Stats.SeqGaps), which a harvest counts only once two saw them
+// missing: for the stop, once every datagram read is merged.
+func (r *Relay) CloseSequences() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.senders.closeAll()
 }
 
 // Forwarded records that the agent took hits spans of harvested batches.

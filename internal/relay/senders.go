@@ -274,6 +274,16 @@ func (sd *sender) markRun() int {
 	return n
 }
 
+// closeAll counts every sender's holes as gaps: at stop, once every
+// datagram read is merged, none can be filled any more.
+func (s *senders) closeAll() {
+	for _, sd := range s.m {
+		if len(sd.runs) > 1 {
+			s.close(sd, len(sd.runs)-1)
+		}
+	}
+}
+
 // sweep forgets the senders idle for s.idle. One last seen after now was
 // seen before the wall clock stepped back: it is taken as seen now, or it
 // would be kept for as long as the step besides s.idle.

@@ -388,3 +388,33 @@ func stopDuringSlowInfo(t *testing.T, failFirst bool) {
 			took, stopTimeout, st.SpansForwarded, hits.Load(), st.SpansDropped)
 	}
 }
+
+// TestStopCountsOpenGaps: a hole in a sender's sequence is counted as a
+// gap once two harvests saw it missing (it may be a datagram another
+// worker decodes), but at stop every datagram read is merged and nothing
+// more is read: the holes still open then are gaps, counted before Run
+// returns, not left out of the relay's last counts.
+func TestStopCountsOpenGaps(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	s, stopRelay := startServer(t, relay.ServerConfig{UnixPath: "-", AgentURL: ag.URL(), Interval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler)})
+	c, err := net.Dial("udp", s.Addr(relay.UDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, seq := range []uint64{1, 2, 5} { // 3 and 4 never come
+		if _, err := c.Write(validDatagram(seq, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "three datagrams merged", func() bool { return s.Relay().Stats().SpansReceived == 6 })
+	if st := s.Relay().Stats(); st.SeqGaps != 0 {
+		t.Fatalf("%d gaps before any harvest, want 0", st.SeqGaps)
+	}
+	stopRelay()
+	if st := s.Relay().Stats(); st.SeqGaps != 2 || st.SpansForwarded != 6 {
+		t.Fatalf("after stop: %d gaps, %d spans forwarded; want 2, 6", st.SeqGaps, st.SpansForwarded)
+	}
+}
