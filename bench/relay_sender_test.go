@@ -33,7 +33,9 @@ import (
 // Go scheduler, and so that getrusage(RUSAGE_SELF) in the benchmark is the
 // receiver's CPU alone. It writes with blocking sendmmsg(2): a Unix sender
 // sleeps in the kernel while the receiver's queue is full, a UDP sender
-// outruns the receiver and the kernel drops the excess.
+// outruns a receiver that decodes and the kernel drops the excess (of 1 KiB
+// datagrams, not always one that only reads: bench/run marks those cells
+// sender-bound).
 
 // senderEnv holds "network address datagram-file rate" for TestRelaySender:
 // rate is the datagrams per second it offers (0: as fast as the socket

@@ -384,6 +384,54 @@ func TestRunReportRelayTargets(t *testing.T) {
 	}
 }
 
+// TestRunReportSenderBoundUDP: where a UDP drain lost nothing in any run
+// the sender set its pace, so the targets over it are not ratios: a
+// receiver that lost more than a tenth of what was sent misses (it takes
+// at most that share of what the drain can), one that lost less measures
+// nothing, and the ratio in the table is marked sender-bound.
+func TestRunReportSenderBoundUDP(t *testing.T) {
+	recv := func(lost1p string) string {
+		return "BenchmarkRelayReceive/udp/1KiB-2 \t 100\t 1 ns/op\t 1000 datagrams/s-drain\t 990 datagrams/s-relay\t 0.99 relay-ratio\t" +
+			" 1100 datagrams/s-drain-1p\t 1000 datagrams/s-relay-1p\t 1.0 relay-1p-ratio\t 0 lost/sent-drain\t 0.02 lost/sent-relay\t" +
+			" 0 lost/sent-drain-1p\t " + lost1p + " lost/sent-relay-1p\n"
+	}
+	report := runReport(t, map[string]string{
+		"relay-meta.sh": "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=2 relay_benchtime=1x\n",
+		"relay.txt":     recv("0.11") + recv("0.13"),
+	})
+	for _, want := range []string{
+		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, both on one processor (the default) | not measured: the drain on one processor lost nothing in any run, so the sender set its pace; the receiver lost 0.12 of what was sent (median), so it takes at most 88.0 % of what the drain can | **missed** |",
+		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, on two processors (-procs 2) | not measured: the drain lost nothing in any run, so the sender set its pace; the receiver lost 0.02 of what was sent (median), so it takes at most 98.0 % of what the drain can | **not measured** |",
+		"**0.99** (runs 0.99–0.99) (sender-bound)",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report lacks %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
+		}
+	}
+}
+
+// TestRunReportShedCellLabelled: a paced cell where the SDK shed in one
+// run of three (its median shed 0) is left out of the 20-fold target, and
+// its row in the table says why.
+func TestRunReportShedCellLabelled(t *testing.T) {
+	line := func(shed string) string {
+		return "BenchmarkPaced/workload=SteadyState/rate=200k/burst=1ms-2 \t 100\t 1 ns/op\t" +
+			" 3000 cpu-ns/span-peer\t 100 cpu-ns/span-spanstats\t 30 ratio\t" +
+			" 1.0 pacing-ratio-peer\t 1.0 pacing-ratio-spanstats\t 0 shed/op-peer\t " + shed + " shed/op-spanstats\n"
+	}
+	report := runReport(t, map[string]string{
+		"paced-meta.sh": "paced_started=x paced_elapsed=0 paced_commit=x\npaced_count=3 paced_benchtime=100x\n",
+		"idle.txt":      strings.Repeat("BenchmarkIdle-2 \t 1\t 1 ns/op\t 0.25 wakeups/s\t 0.01 %core-aggregator\n", 3),
+		"paced.txt":     line("0") + line("0") + line("0.001"),
+	})
+	if row := rowOf(report, "| SteadyState | 200k spans/s | burst=1ms |"); !strings.Contains(row, "**30.0×** (not comparable: the SDK shed in a run)") {
+		t.Errorf("the row of a cell the SDK shed in does not say so:\n%s", row)
+	}
+	if row := rowOf(report, "| ≥ 20× less CPU per span than the peer in every cell, SteadyState"); !strings.Contains(row, "the SDK shed in: 200k burst=1ms | **missed**") {
+		t.Errorf("the target row:\n%s", row)
+	}
+}
+
 // TestRunReportTakesARoundWithoutAMetric: a benchmark may leave a unit
 // out of a round (the relay's ratios where a side took no datagram): the
 // report is written, that unit's median over the rounds that have it.
