@@ -236,14 +236,15 @@ func (c *consumer) reportAll(t time.Time, done chan error) {
 	if !t.After(c.start) {
 		// The clock went back (by less than steppedBack sees) or did not
 		// move since the last report: a bucket of length 0 holding spans
-		// would be refused, so it runs to its nominal end.
-		end = c.boundary
+		// would be refused, and one to its nominal end would claim time to
+		// come and overlap the next report; it runs a nanosecond, in the
+		// same window, and the next starts after it
+		// (TestFlushAfterSmallStepBack, TestFlushesAtOneInstantDoNotOverlap).
+		end = c.start.Add(time.Nanosecond)
 	}
 	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, end)
 	n++
-	if t.After(c.start) {
-		c.start = t
-	}
+	c.start = end
 	c.report(n, done)
 }
 

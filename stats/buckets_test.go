@@ -437,8 +437,9 @@ func TestIdleStepBackSeen(t *testing.T) {
 
 // TestFlushAfterSmallStepBack: a Flush that finds the clock gone back
 // behind the current bucket's start, by less than an interval, reports
-// that bucket to its nominal end, never with Duration 0 (which the relay
-// and the agent refuse) however many spans it holds.
+// that bucket a nanosecond long, never with Duration 0 (which the relay
+// and the agent refuse) however many spans it holds, nor to its nominal
+// end (time to come, which the next report would cover again).
 func TestFlushAfterSmallStepBack(t *testing.T) {
 	const iv = 10 * time.Second
 	d := newDriven(t, iv, epoch.Add(3*time.Second))
@@ -448,8 +449,49 @@ func TestFlushAfterSmallStepBack(t *testing.T) {
 	d.now = epoch.Add(iv - 100*time.Millisecond) // the clock steps back 0.5 s
 	d.c.flush(make(chan error, 1))
 	got := d.reports(epoch)
-	if len(got) != 1 || got[0].start != iv || got[0].length != iv || got[0].hits["x"] != 1 {
-		t.Fatalf("flush: %v; want [10s +10s) map[x:1]", got)
+	if len(got) != 1 || got[0].start != iv || got[0].length != time.Nanosecond || got[0].hits["x"] != 1 {
+		t.Fatalf("flush: %v; want [10s +1ns) map[x:1]", got)
+	}
+	// The clock back past the bucket's start: the next report starts
+	// after the first, not over it again.
+	d.publish("y", time.Time{})
+	d.now = epoch.Add(iv + 4*time.Second)
+	d.c.flush(make(chan error, 1))
+	got = d.reports(epoch)
+	if len(got) != 1 || got[0].start != iv+time.Nanosecond || got[0].length != 4*time.Second-time.Nanosecond || got[0].hits["y"] != 1 {
+		t.Fatalf("next flush: %v; want [10.000000001s +3.999999999s) map[y:1]", got)
+	}
+}
+
+// TestFlushesAtOneInstantDoNotOverlap: Flushes at one clock reading
+// report disjoint buckets, each a nanosecond past the one before, and the
+// bucket's close goes on from the last: no time is reported twice.
+func TestFlushesAtOneInstantDoNotOverlap(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.at(epoch.Add(iv + iv/graceDivisor)) // the previous bucket closed
+	d.reports(epoch)
+	d.now = epoch.Add(iv + 5*time.Second)
+	var all []bucket
+	for _, res := range []string{"a", "b", "c"} {
+		d.publish(res, time.Time{})
+		d.c.flush(make(chan error, 1))
+		all = append(all, d.reports(epoch)...)
+	}
+	d.publish("d", epoch.Add(17*time.Second)) // ended before the boundary: the bucket's close
+	d.at(epoch.Add(2*iv + 100*time.Millisecond))
+	d.at(epoch.Add(2*iv + iv/graceDivisor))
+	all = append(all, d.reports(epoch)...)
+	if len(all) < 4 {
+		t.Fatalf("reports %v; want at least 4", all)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].start < all[i-1].start+all[i-1].length {
+			t.Errorf("%v overlaps %v", all[i], all[i-1])
+		}
+	}
+	if all[0].start != iv || all[0].length != 5*time.Second || all[1].length != time.Nanosecond || all[2].length != time.Nanosecond {
+		t.Errorf("reports %v; want [10s +5s), then two of a nanosecond", all)
 	}
 }
 
@@ -526,17 +568,17 @@ func TestFlushBucketsOnTheWallClock(t *testing.T) {
 	if len(got) != 1 || got[0].start != iv+400*time.Millisecond || got[0].length != time.Second || got[0].hits["y"] != 1 {
 		t.Fatalf("slewed: %v; want [10.4s +1s) map[y:1], ending where the next begins", got)
 	}
-	// A step back of 0.3 s: the bucket runs to its nominal end, and the
-	// next one does not start before it.
+	// A step back of 0.3 s: the bucket runs a nanosecond, and the next
+	// one starts after it, not before.
 	d.publish("z", epoch.Add(iv+1300*time.Millisecond))
 	d.now = reading(t, base, epoch.Add(iv+1100*time.Millisecond), time.Hour+1100*time.Millisecond)
 	d.c.flush(make(chan error, 1))
 	got = d.reports(epoch)
-	if len(got) != 1 || got[0].start != iv+1400*time.Millisecond || got[0].length != iv-1400*time.Millisecond || got[0].hits["z"] != 1 {
-		t.Fatalf("stepped back: %v; want [11.4s +8.6s) map[z:1]", got)
+	if len(got) != 1 || got[0].start != iv+1400*time.Millisecond || got[0].length != time.Nanosecond || got[0].hits["z"] != 1 {
+		t.Fatalf("stepped back: %v; want [11.4s +1ns) map[z:1]", got)
 	}
-	if s := d.c.start.Sub(epoch); s != iv+1400*time.Millisecond {
-		t.Fatalf("after the step back the next bucket starts at %v, want 11.4s", s)
+	if s := d.c.start.Sub(epoch); s != iv+1400*time.Millisecond+time.Nanosecond {
+		t.Fatalf("after the step back the next bucket starts at %v, want 11.400000001s", s)
 	}
 }
 
