@@ -118,6 +118,15 @@ func (f *forwarder) run(stop context.Context) {
 			// and realign on the new time.
 			now := cfg.Now()
 			stepped := boundary.Sub(now) > cfg.Interval
+			if end := boundary.Add(cfg.Grace); !stepped && now.Before(end) {
+				// Early on the wall clock, which went back by less than
+				// that (or runs slow of the monotonic one the timer
+				// keeps): the senders on this host, on the same wall
+				// clock, still send the window's reports. Wait for its
+				// grace on the wall clock (TestSmallStepBackDoesNotForwardEarly).
+				tick.Reset(end.Sub(now))
+				continue
+			}
 			due := boundary // the windows this round forwarded end by it
 			if stepped {
 				f.s.clockStepsBack.Add(1)

@@ -311,3 +311,38 @@ func TestLateTickRunsOneRound(t *testing.T) {
 			got, st.SeqGaps, st.SeqLate)
 	}
 }
+
+// TestSmallStepBackDoesNotForwardEarly: the wall clock stepping back by
+// more than the grace but less than an interval, before a round: the
+// round's timer fires on the monotonic clock, when the wall clock has not
+// yet reached the window's end. The senders on the host are still filling
+// the window by their clocks, so the round waits for its grace on the wall
+// clock: the window goes to the agent once, with what came after the step.
+func TestSmallStepBackDoesNotForwardEarly(t *testing.T) {
+	s := startClocked(t, time.Second)
+	for s.now().Sub(s.now().Truncate(time.Second)) > 200*time.Millisecond {
+		time.Sleep(5 * time.Millisecond) // early in a window: time to step before its round
+	}
+	w := s.now().Truncate(time.Second)
+	s.send(t, 0, w, "r", 3)
+	waitFor(t, "the first datagram", func() bool { return s.Relay().Stats().SpansReceived == 3 })
+	s.offset.Store(int64(-600 * time.Millisecond))
+	// Past the round's timer (the window's end and 50 ms of grace, on the
+	// monotonic clock), before the wall clock reaches the window's end.
+	time.Sleep(time.Until(w.Add(1100 * time.Millisecond)))
+	s.send(t, 0, w, "r", 4)
+	waitFor(t, "both datagrams forwarded", func() bool { return s.Relay().Stats().SpansForwarded == 7 })
+	var reqs []uint64
+	for _, p := range statstest.Accepted(s.ag.Requests()) {
+		for _, b := range p.Payload.Buckets {
+			for _, g := range b.Groups {
+				reqs = append(reqs, g.Hits)
+			}
+		}
+	}
+	if len(reqs) != 1 || reqs[0] != 7 {
+		t.Fatalf("the window reached the agent as %v hits; want once, 7", reqs)
+	}
+	// A step of less than an interval is waited out, not taken for one.
+	wantMetrics(t, s.Server, "statsrelay_clock_steps_back_total 0")
+}
