@@ -161,15 +161,37 @@ func (c *Conn) KernelDrops() uint64 {
 	return c.sys.drops.Load()
 }
 
-// refuseSenders shuts a Unix socket for reading, as Drain begins. A sender
-// that connected to the socket is not refused by its file's removal; shut
-// so, it is (EPIPE), so a drained read that finds the queue empty leaves
-// nothing for the close to drop (TestDrainRefusesConnectedSenders); the
-// queued datagrams are still read. Linux only: FreeBSD's shutdown of an
-// unconnected socket flushes its queue.
+// refuseSenders makes the socket refuse new datagrams as Drain begins, so
+// that a drained read that finds the queue empty leaves nothing for the
+// close to drop; the queued datagrams are still read. A Unix socket is
+// shut for reading: a sender connected to it, which the file's removal
+// does not refuse, gets EPIPE (TestDrainRefusesConnectedSenders). A UDP
+// socket is connected to its own address: the kernel delivers it nothing
+// from anyone else, and answers a sender with port unreachable, which its
+// next send reports (ECONNREFUSED: the SDK's ErrNoRelay), as once the
+// socket is closed (TestDrainRefusesUDPSenders); in a -udp-reuseport
+// group the other sockets take the port's datagrams. Linux only:
+// FreeBSD's shutdown of an unconnected socket flushes its queue.
 func (s *connSys) refuseSenders(c *Conn) {
-	if uc, ok := c.pc.(*net.UnixConn); ok {
-		uc.CloseRead()
+	switch pc := c.pc.(type) {
+	case *net.UnixConn:
+		pc.CloseRead()
+	case *net.UDPConn:
+		a, ok := pc.LocalAddr().(*net.UDPAddr)
+		if !ok {
+			return
+		}
+		var sa unix.Sockaddr
+		if ip4 := a.IP.To4(); ip4 != nil {
+			sa4 := &unix.SockaddrInet4{Port: a.Port}
+			copy(sa4.Addr[:], ip4)
+			sa = sa4
+		} else {
+			sa6 := &unix.SockaddrInet6{Port: a.Port}
+			copy(sa6.Addr[:], a.IP.To16())
+			sa = sa6
+		}
+		c.rc.Control(func(fd uintptr) { unix.Connect(int(fd), sa) })
 	}
 }
 
