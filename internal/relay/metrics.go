@@ -221,7 +221,7 @@ var help = map[string]string{
 	"statsrelay_senders":                           "Senders in the sender table.",
 	"statsrelay_senders_forgotten_total":           "Senders evicted from a full sender table while still sending.",
 	"statsrelay_spans_dropped_after_timeout_total": "Spans dropped after a request, sent whole, timed out, lost its connection before the answer or was cut by the stop: the agent may have taken them.",
-	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, too_large (one group over the agent's request limit), stopped, unattributable.",
+	"statsrelay_spans_dropped_total":               "Spans dropped, by reason: max_groups, max_bytes, retry_budget, agent_off, refused, too_large (the agent, or a proxy before it, answered 413 down to one group), stopped, unattributable.",
 	"statsrelay_spans_folded_total":                "Spans folded into an overflow group at the -max-groups or -max-held-bytes bound.",
 	"statsrelay_overflow_groups_total":             "Overflow groups created at the -max-groups or -max-held-bytes bound (one per identity and window).",
 	"statsrelay_spans_forwarded_total":             "Spans the agent accepted.",

@@ -61,7 +61,7 @@ const (
 	DropRetryBudget    = "retry_budget"   // the agent failed past the retry budget
 	DropAgentOff       = "agent_off"      // the agent does not accept stats (404)
 	DropRefused        = "refused"        // the agent answered 400 or another 4xx/3xx
-	DropTooLarge       = "too_large"      // one group over the agent's limit (413, /info max_request_bytes): no split fits it
+	DropTooLarge       = "too_large"      // 413 (or over /info's max_request_bytes) down to one group: no split fits it; a proxy's limit too
 	DropStopped        = "stopped"        // the stop's deadline ended the retries
 	DropUnattributable = "unattributable" // no container id, agent on a Unix socket, relay in a container
 )
