@@ -318,6 +318,30 @@ func ipv4Len(s string, sep byte) (int, bool) {
 	return len(s), true
 }
 
+// LastEntryKept reports whether quantizing v (QuantizeIPs) leaves its last
+// comma-separated entry as it is: not an IP address to quantize, nor a
+// repeat of an earlier entry. For a value whose earlier entries are
+// quantized and distinct already (a cut of what QuantizeTagTo returns),
+// that is whether QuantizeIPs(v) == v, found without allocating.
+func LastEntryKept(v string) bool {
+	j := strings.LastIndexByte(v, ',')
+	last := v[j+1:]
+	if _, _, _, ok := quantizeEntry(last); ok {
+		return false
+	}
+	for rest := v[:max(j, 0)]; j >= 0; {
+		i := strings.LastIndexByte(rest, ',')
+		if rest[i+1:] == last {
+			return false
+		}
+		if i < 0 {
+			break
+		}
+		rest = rest[:i]
+	}
+	return true
+}
+
 // QuantizeIPs returns the peer-tag value v as the table keys it: each
 // comma-separated entry that is an IP address (with an optional port,
 // scheme or "ip-" prefix) replaced by BlockedIP, loopback and cloud
@@ -348,9 +372,28 @@ func QuantizeIPs(v string) string {
 // when an entry longer than 4*max turns on bytes past them (a scheme
 // there), and the caller should count the value as cut.
 func QuantizeIPsTo(v string, max int) (q string, whole bool) {
+	q, whole, _ = quantizeTagTo(v, -1, max, false)
+	return q, whole
+}
+
+// QuantizeTagTo is QuantizeIPsTo for the value of tag ("key:value", its
+// first colon at c), for a tag about to be cut: it returns the tag with its
+// value so quantized, a slice of tag when that changes nothing, else built
+// in one allocation. When it read the value whole and the quantized value
+// is at most max bytes, it returns tag itself and fits: quantized again
+// (as a Table does), it comes out the same, and it costs no allocation
+// here (TestLongPeerTagsAllocateOnceAtMost in stats).
+func QuantizeTagTo(tag string, c, max int) (q string, whole, fits bool) {
+	return quantizeTagTo(tag, c, max, true)
+}
+
+// quantizeTagTo is QuantizeTagTo; c = -1 quantizes all of tag, and
+// keepFit false builds the quantized tag even where it fits.
+func quantizeTagTo(tag string, c, max int, keepFit bool) (q string, whole, fits bool) {
 	if max <= 0 {
-		return v, true
+		return tag, true, false
 	}
+	v := tag[c+1:]
 	whole = true
 	// min: 4*max wraps negative for a max past math.MaxInt/4.
 	if n := 4 * min(max, len(v)); len(v) > n {
@@ -364,11 +407,17 @@ func QuantizeIPsTo(v string, max int) (q string, whole bool) {
 		}
 	}
 	if !mayHoldIP(v) {
-		return v, whole
+		return tag[:c+1+len(v)], whole, false
 	}
-	b, changed := quantizeValue(nil, v, max)
-	if !changed {
-		return v, whole
+	// On the stack for a tag that comes out short: only a result kept
+	// is copied to the heap.
+	var scratch [512]byte
+	b, changed := quantizeValue(append(scratch[:0], tag[:c+1]...), v, max)
+	switch {
+	case !changed:
+		return tag[:c+1+len(v)], whole, false
+	case keepFit && whole && len(b)-(c+1) <= max:
+		return tag, true, true
 	}
-	return string(b), whole
+	return string(b), whole, false
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/spanstats/spanstats/aggregate"
 	"github.com/spanstats/spanstats/internal/casefold"
@@ -318,19 +319,30 @@ func truncatePeerTags(vs []string) (n int) {
 		}
 		// A colon past the cut leaves no value in the cut tag: the search
 		// stops there, so that a long tag without one costs no more.
-		whole := true
+		whole, built := true, false
 		if c := strings.IndexByte(v[:MaxTagLen], ':'); c >= 0 {
-			var q string
-			if q, whole = aggregate.QuantizeIPsTo(v[c+1:], MaxTagLen-c-1); q != v[c+1:] {
-				v = v[:c+1] + q
+			q, w, fits := aggregate.QuantizeTagTo(v, c, MaxTagLen-c-1)
+			if fits {
+				// Read whole, and short once quantized: the table
+				// quantizes the tag so again, so it goes as it is,
+				// not copied (TestLongPeerTagsAllocateOnceAtMost).
+				continue
 			}
+			whole, built = w, unsafe.StringData(q) != unsafe.StringData(v)
+			v = q
 		}
 		switch {
 		case len(v) > MaxTagLen:
-			v = stableCut(truncateUTF8(v, MaxTagLen))
+			// A tag QuantizeTagTo built is this call's own: cut, not
+			// copied again; a slice of the tracer's is copied (truncateUTF8).
+			if built {
+				v = stableCut(cutUTF8(v, MaxTagLen))
+			} else {
+				v = stableCut(truncateUTF8(v, MaxTagLen))
+			}
 			n++
 		case !whole:
-			// A list longer than QuantizeIPsTo reads that quantized
+			// A list longer than QuantizeTagTo reads that quantized
 			// short: its unread entries are left out, a cut too.
 			n++
 		}
@@ -343,24 +355,23 @@ func truncatePeerTags(vs []string) (n int) {
 // a peer tag's value again, and a cut may end in a partial entry that reads
 // otherwise ("10.1.2.34" of "10.1.2.345") or repeats an earlier one, which
 // the table would rewrite (past MaxTagLen) or drop: such a last entry is
-// left out. The entries before it are whole, and quantized already.
+// left out. The entries before it are whole, quantized and distinct already
+// (v is a cut of what QuantizeTagTo returned), so only the last is checked,
+// without allocating.
 func stableCut(v string) string {
 	c := strings.IndexByte(v, ':')
 	if c < 0 {
 		return v
 	}
 	val := v[c+1:]
-	if aggregate.QuantizeIPs(val) == val {
+	if aggregate.LastEntryKept(val) {
 		return v
 	}
-	for aggregate.QuantizeIPs(val) != val {
-		j := strings.LastIndexByte(val, ',')
-		if j < 0 { // its one entry: the tag goes without a value, which the table drops
-			return v[:c+1]
-		}
-		val = val[:j]
+	j := strings.LastIndexByte(val, ',')
+	if j < 0 { // its one entry: the tag goes without a value, which the table drops
+		return v[:c+1]
 	}
-	return v[:c+1+len(val)]
+	return v[:c+1+j]
 }
 
 // truncateUTF8 cuts v (len(v) > max) to what the agent's TruncateUTF8
@@ -370,12 +381,15 @@ func stableCut(v string) string {
 // bytes just before it too). It is a copy: a slice of v would keep all of v
 // alive in the inbox and in the consumer's recent-span cache, which holds
 // label strings by identity.
-func truncateUTF8(v string, max int) string {
+func truncateUTF8(v string, max int) string { return strings.Clone(cutUTF8(v, max)) }
+
+// cutUTF8 is truncateUTF8 without the copy: a slice of v.
+func cutUTF8(v string, max int) string {
 	s := v[:max]
 	for len(s) > 0 && !endsValid(s) {
 		s = s[:len(s)-1]
 	}
-	return strings.Clone(s)
+	return s
 }
 
 // endsValid reports whether s ends in valid UTF-8 of one to four bytes.

@@ -6,7 +6,9 @@ package stats
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -396,11 +398,82 @@ func TestLongIPListReadInPartIsCounted(t *testing.T) {
 	if want := "messaging.kafka.bootstrap.servers:" + aggregate.BlockedIP + ":9092"; r.PeerTags[0] != want || cut != 1 {
 		t.Fatalf("%d-byte list keyed %q, %d labels cut; want %q, 1", len(tag), r.PeerTags[0], cut, want)
 	}
-	// Read whole (under 4*MaxTagLen bytes), the same list is exact and no cut.
+	// Read whole (under 4*MaxTagLen bytes), the same list is exact and no
+	// cut: Publish leaves it as it is, and the table keys it quantized.
 	short := "messaging.kafka.bootstrap.servers:" + strings.Repeat("10.0.0.1:9092,", 30) + "kafka-extra.internal:9092"
 	r = aggregate.Record{}
-	if _, cut := (&Span{SpanKind: "producer", PeerTags: []string{short}, Duration: 1}).Snapshot(&r); cut != 0 ||
-		r.PeerTags[0] != "messaging.kafka.bootstrap.servers:"+aggregate.BlockedIP+":9092,kafka-extra.internal:9092" {
-		t.Fatalf("%d-byte list keyed %q, %d labels cut; want it whole, 0", len(short), r.PeerTags[0], cut)
+	if _, cut := (&Span{SpanKind: "producer", PeerTags: []string{short}, Duration: 1}).Snapshot(&r); cut != 0 || r.PeerTags[0] != short {
+		t.Fatalf("%d-byte list queued as %q, %d labels cut; want it as it is, 0", len(short), r.PeerTags[0], cut)
+	}
+	tb := aggregate.NewTable(0)
+	tb.Add(&r)
+	if e := tb.Touched(nil); len(e) != 1 || !slices.Equal(e[0].PeerTags, []string{"messaging.kafka.bootstrap.servers:" + aggregate.BlockedIP + ":9092,kafka-extra.internal:9092"}) {
+		t.Fatalf("the table keys the list as %q", e[0].PeerTags)
+	}
+}
+
+// TestLongPeerTagsAllocateOnceAtMost: a peer tag over MaxTagLen costs
+// Publish no allocation when it quantizes short read whole (the table
+// quantizes it again), and one when it is cut, IP addresses quantized or
+// not, as the Publish doc promises of a label over its limit (a list of
+// more than 16 distinct entries before the cut costs the set that drops
+// repeats besides: about an allocation per entry).
+func TestLongPeerTagsAllocateOnceAtMost(t *testing.T) {
+	var brokers, hosts strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&brokers, "10.0.%d.%d:9092,", i/200, i%200+1)
+	}
+	for i := range 12 {
+		fmt.Fprintf(&hosts, "10.1.2.3,host-with-a-longer-name-%02d,", i)
+	}
+	for _, tc := range []struct {
+		name, tag string
+		allocs    float64
+	}{
+		{"a repeated address, read whole", "peer.hostname:" + strings.Repeat("10.1.2.3,", 41), 0},
+		{"a value without addresses", "peer.hostname:" + strings.Repeat("h", 1000), 1},
+		{"60 brokers by address, read in part", "messaging.kafka.bootstrap.servers:" + brokers.String(), 1},
+		{"an address among host names, cut", "out.host:" + hosts.String(), 1},
+	} {
+		s := Span{SpanKind: "client", PeerTags: []string{tc.tag}, Duration: 1}
+		if got := testing.AllocsPerRun(100, func() {
+			var r aggregate.Record
+			s.Snapshot(&r)
+		}); got != tc.allocs {
+			t.Errorf("%s (%d bytes): %v allocations per Snapshot, want %v", tc.name, len(tc.tag), got, tc.allocs)
+		}
+	}
+}
+
+// TestCutPeerTagsAreStable: a peer tag Publish cuts is one the table's
+// quantization leaves as it is (no partial address it would rewrite, no
+// repeat it would drop at the end), on random lists of addresses, ports,
+// schemes, host names and repeats: the cut checks its last entry only.
+func TestCutPeerTagsAreStable(t *testing.T) {
+	pieces := []string{"10.1.2.3", "10.1.2.345", "10.1.2.3:80", "host-a", "host-b", "http://10.0.0.1", "ip-10-0-0-1",
+		"fe80::1", "[::1]:80", "127.0.0.1", "a", "", "10.1.2.34", "db.internal:5432", "10.1.2.3"}
+	rng := rand.New(rand.NewPCG(7, 9))
+	cut := 0
+	for range 20000 {
+		var b strings.Builder
+		b.WriteString([]string{"out.host:", "peer.hostname:", "messaging.kafka.bootstrap.servers:"}[rng.IntN(3)])
+		for n := 20 + rng.IntN(120); n > 0; n-- {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+			if rng.IntN(8) > 0 {
+				b.WriteString(",")
+			}
+		}
+		tags := []string{b.String()}
+		if truncatePeerTags(tags) == 0 {
+			continue
+		}
+		cut++
+		v := tags[0][strings.IndexByte(tags[0], ':')+1:]
+		if q := aggregate.QuantizeIPs(v); q != v || len(tags[0]) > MaxTagLen {
+			t.Fatalf("%q cut to %q (%d bytes), which the table quantizes to %q", b.String(), tags[0], len(tags[0]), q)
+		}
+	}
+	if cut < 1000 {
+		t.Fatalf("only %d of 20000 tags cut: the test means little", cut)
 	}
 }
