@@ -244,7 +244,12 @@ func (c *consumer) reportAll(t time.Time, done chan error) {
 	}
 	c.tabs[n], c.buckets[n] = c.table, bucketOf(c.start, end)
 	n++
-	c.start = end
+	// The start stays before the boundary (a report from it has a length,
+	// in this window): should such reports bring it there, the next
+	// overlaps this one by a nanosecond.
+	if end.Before(c.boundary) {
+		c.start = end
+	}
 	c.report(n, done)
 }
 

@@ -544,6 +544,37 @@ func reading(t *testing.T, base, wall time.Time, mono time.Duration) time.Time {
 	return r
 }
 
+// TestNanosecondReportsStayInTheirWindow: Flushes at a nanosecond before
+// the boundary, each reporting a nanosecond, never move the bucket's start
+// onto the boundary: every report has a length and starts in the window
+// its spans ended in, the bucket's close included.
+func TestNanosecondReportsStayInTheirWindow(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.at(epoch.Add(iv + iv/graceDivisor)) // [0, 10s) closed
+	d.reports(epoch)
+	b := epoch.Add(2 * iv)
+	d.now = b.Add(-time.Nanosecond)
+	var all []bucket
+	for _, res := range []string{"a", "b", "c"} {
+		d.publish(res, b.Add(-2*time.Nanosecond))
+		d.c.flush(make(chan error, 1))
+		all = append(all, d.reports(epoch)...)
+	}
+	d.publish("d", b.Add(-2*time.Nanosecond))
+	d.at(b.Add(100 * time.Millisecond))
+	d.at(b.Add(iv / graceDivisor))
+	all = append(all, d.reports(epoch)...)
+	if len(all) != 4 {
+		t.Fatalf("reports %v; want 4", all)
+	}
+	for _, x := range all {
+		if x.length <= 0 || x.start >= 2*iv || x.start+x.length > 2*iv {
+			t.Errorf("report %v: want a length, within [10s, 20s)", x)
+		}
+	}
+}
+
 // TestFlushBucketsOnTheWallClock: buckets between two Flushes are measured
 // on the wall clock, as their Start is, not by the monotonic readings
 // time.Now also carries: while NTP slews the wall clock, a Start on one
