@@ -105,7 +105,7 @@ func (l *troubleLog) write(k trouble, n, spans uint64, h *Health) {
 	case troubleShed:
 		// spans here are Health.AggregateDropped, another cause (none
 		// today: the overflow entry takes them), named apart.
-		msg, args := "spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up)", []any{"spans", n}
+		msg, args := "spanstats: spans dropped before aggregation (inbox full: the consumer could not keep up, or waits on a slot a Publish that panicked never wrote)", []any{"spans", n}
 		if spans > 0 {
 			if n == 0 {
 				msg, args = "spanstats: spans could not be aggregated", nil
@@ -115,8 +115,9 @@ func (l *troubleLog) write(k trouble, n, spans uint64, h *Health) {
 		l.log.Warn(msg, append(args, since...)...)
 	case troubleUndrained:
 		// Its own line: the shed line blames a full inbox, and these were
-		// published in time but Stop's deadline came before the consumer.
-		l.log.Warn("spanstats: spans not aggregated: Stop's deadline came before the consumer took them from the inbox",
+		// published in time but Stop's deadline came before the consumer
+		// (or the consumer gave up on a slot a panicked Publish left).
+		l.log.Warn("spanstats: spans not aggregated: Stop's deadline came before the consumer took them from the inbox, or they queued behind a slot a Publish that panicked never wrote",
 			append([]any{"spans", n}, since...)...)
 	default:
 		panic("BUG: unknown trouble kind")
