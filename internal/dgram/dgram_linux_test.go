@@ -902,19 +902,30 @@ func TestDrainRefusesConnectedSenders(t *testing.T) {
 	if _, err := s.Write(payload(3, 100)); !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("a connected sender's write after Drain: %v, want EPIPE", err)
 	}
+	if got := readDrained(t, c, nil); got != 3 {
+		t.Fatalf("drained %d datagrams, want the 3 sent before Drain", got)
+	}
+}
+
+// readDrained reads c, drained, until it says so, handing each datagram
+// and its index to each (if any), and returns how many it read.
+func readDrained(t *testing.T, c *Conn, each func(i int, d Datagram)) int {
+	t.Helper()
 	b, got := NewBatch(DefaultBatchSize, 1024), 0
 	for {
 		n, err := c.ReadBatch(b)
-		got += n
+		for _, d := range b.Datagrams()[:n] {
+			if each != nil {
+				each(got, d)
+			}
+			got++
+		}
 		if errors.Is(err, ErrDrained) {
-			break
+			return got
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if got != 3 {
-		t.Fatalf("drained %d datagrams, want the 3 sent before Drain", got)
 	}
 }
 
@@ -943,22 +954,11 @@ func TestDrainRefusesUDPSenders(t *testing.T) {
 	if !refused {
 		t.Error("no send after Drain was refused (ErrNoRelay)")
 	}
-	b, got := NewBatch(DefaultBatchSize, 1024), 0
-	for {
-		n, err := r.conn.ReadBatch(b)
-		for _, d := range b.Datagrams()[:n] {
-			if d.Data[0] != payload(got, 1)[0] {
-				t.Errorf("datagram %d read after Drain is not one sent before it", got)
-			}
-			got++
+	got := readDrained(t, r.conn, func(i int, d Datagram) {
+		if d.Data[0] != payload(i, 1)[0] {
+			t.Errorf("datagram %d read after Drain is not one sent before it", i)
 		}
-		if errors.Is(err, ErrDrained) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	if got != 3 {
 		t.Fatalf("drained %d datagrams, want the 3 sent before Drain", got)
 	}

@@ -164,17 +164,25 @@ func TestResourcesAlternate(t *testing.T) {
 	}
 }
 
-// TestProcessorEndToEnd: spans ended under a TracerProvider with a sampler
-// that drops everything (wrapped in RecordDropped) reach the fake agent as
-// groups, with their counts.
-func TestProcessorEndToEnd(t *testing.T) {
+// startedAgg starts a fake agent (closed at the test's end) and an
+// Aggregator sending to it, started; the test stops it.
+func startedAgg(t *testing.T) (*statstest.Agent, *stats.Aggregator) {
+	t.Helper()
 	agent := statstest.New()
-	defer agent.Close()
+	t.Cleanup(agent.Close)
 	agg, err := stats.New(stats.Config{AgentURL: agent.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	agg.Start()
+	return agent, agg
+}
+
+// TestProcessorEndToEnd: spans ended under a TracerProvider with a sampler
+// that drops everything (wrapped in RecordDropped) reach the fake agent as
+// groups, with their counts.
+func TestProcessorEndToEnd(t *testing.T) {
+	agent, agg := startedAgg(t)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSampler(RecordDropped(sdktrace.NeverSample())),
 		sdktrace.WithResource(resource.NewWithAttributes("", svcRes...)),
@@ -266,13 +274,7 @@ func TestForceFlushLeavesTimeForTheNext(t *testing.T) {
 // the span when it returns, before the Aggregator is stopped; the
 // Aggregator keeps running.
 func TestShutdownFlushes(t *testing.T) {
-	agent := statstest.New()
-	defer agent.Close()
-	agg, err := stats.New(stats.Config{AgentURL: agent.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agg.Start()
+	agent, agg := startedAgg(t)
 	defer agg.Stop(context.Background())
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(NewProcessor(agg)))
 	_, s := tp.Tracer("t").Start(context.Background(), "op", trace.WithSpanKind(trace.SpanKindServer))
