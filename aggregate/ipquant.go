@@ -409,15 +409,22 @@ func quantizeTagTo(tag string, c, max int, keepFit bool) (q string, whole, fits 
 	if !mayHoldIP(v) {
 		return tag[:c+1+len(v)], whole, false
 	}
-	// On the stack for a tag that comes out short: only a result kept
-	// is copied to the heap.
-	var scratch [512]byte
+	// On the stack, room for the most quantizeValue writes here (max and
+	// the entry that crosses it, of at most 4*max bytes, with its
+	// BlockedIP) for a tag of stats.MaxTagLen: only a result kept is
+	// copied to the heap, once.
+	var scratch [1024]byte
 	b, changed := quantizeValue(append(scratch[:0], tag[:c+1]...), v, max)
 	switch {
 	case !changed:
 		return tag[:c+1+len(v)], whole, false
 	case keepFit && whole && len(b)-(c+1) <= max:
 		return tag, true, true
+	}
+	// Past max, a byte more is all a cut reads: the copy kept (and the
+	// cut of it a record holds) is no longer than that.
+	if len(b)-(c+1) > max { // so c+1+max+1 <= len(b): no overflow
+		b = b[:c+1+max+1]
 	}
 	return string(b), whole, false
 }

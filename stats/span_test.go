@@ -434,6 +434,8 @@ func TestLongPeerTagsAllocateOnceAtMost(t *testing.T) {
 		{"a value without addresses", "peer.hostname:" + strings.Repeat("h", 1000), 1},
 		{"60 brokers by address, read in part", "messaging.kafka.bootstrap.servers:" + brokers.String(), 1},
 		{"an address among host names, cut", "out.host:" + hosts.String(), 1},
+		// The entry that crosses the limit quantized whole: 800 bytes built.
+		{"an address and a long suffix, cut", "k:10.1.2.3" + strings.Repeat("y", 780), 1},
 	} {
 		s := Span{SpanKind: "client", PeerTags: []string{tc.tag}, Duration: 1}
 		if got := testing.AllocsPerRun(100, func() {
