@@ -65,10 +65,13 @@ type Config struct {
 	MaxRetryPayloads, MaxRetryBytes int
 	// InfoRefresh is the longest /info poll period while the agent is off
 	// or /info is stale (see NextDue). The first poll after the agent went
-	// off, or after /info could not be read, comes after RetryBackoff, and
-	// each poll that finds it so doubles the wait up to InfoRefresh: an
-	// agent back within seconds (a restart) is seen within seconds, one
-	// that stays off is polled at InfoRefresh.
+	// off, or after /info could not be read, comes after RetryBackoff when
+	// a payload was taken since the last such trouble (else the wait goes
+	// on from where it was: an agent whose /info lists stats but whose
+	// POST answers 404 must not be polled ever faster), and each poll that
+	// finds it so doubles the wait up to InfoRefresh: an agent back within
+	// seconds (a restart) is seen within seconds, one that stays off is
+	// polled at InfoRefresh.
 	InfoRefresh time.Duration
 	// RecheckInfo is how often /info is read again while the agent takes
 	// stats, for a peer_tags list or a request limit changed by an agent

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spanstats/spanstats/internal/dgram"
 )
@@ -331,15 +333,28 @@ func (c *Client) post(p *Payload) error {
 		}
 		// Written whole, then no answer: the agent may have read and taken
 		// it before the connection broke (killed, a proxy's reset), as
-		// before a timeout.
+		// before a timeout. Whole means handed to the kernel: a reset
+		// before the agent read it all looks the same, so this errs
+		// toward "maybe taken" (counted after timeout), never toward loss.
 		return fmt.Errorf("%w: %w", errLostOnceSent, err)
 	}
 	defer drainClose(resp.Body)
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 != 2 {
-		return &AgentError{StatusCode: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
+		return &AgentError{StatusCode: resp.StatusCode, Body: printable(bytes.TrimSpace(msg))}
 	}
 	return nil
+}
+
+// printable is an answer's text as Health and the log show it: invalid
+// UTF-8 and control characters (a proxy's binary page, NULs) become '?'.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, string(b))
 }
 
 // maxDrain bounds what is read and discarded of an answer to let its

@@ -326,3 +326,24 @@ func TestParseURLErrorsHideThePassword(t *testing.T) {
 		t.Errorf("error %v: want it to say how to escape the password", err)
 	}
 }
+
+// TestAgentErrorBodyPrintable: the start of an agent's (or a proxy's)
+// answer kept for Health and the log has its invalid UTF-8 and control
+// characters replaced, so that neither carries NULs or terminal escapes.
+func TestAgentErrorBodyPrintable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == StatsPath {
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte("bad\x00msgp \xff\x1b[31mred é"))
+		}
+	}))
+	defer srv.Close()
+	c := New(context.Background(), testConfig(srv.URL), &counting{})
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: []byte{0x80}, Hits: 5, Waiter: NewWaiter(done, 1, nil)})
+	var ae *AgentError
+	if err := <-done; !errors.As(err, &ae) || ae.Body != "bad?msgp ??[31mred é" {
+		t.Fatalf("outcome %v; want an AgentError with body %q", err, "bad?msgp ??[31mred é")
+	}
+}
