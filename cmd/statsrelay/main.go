@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -132,8 +133,15 @@ func signalContext() (context.Context, func()) {
 				mu.Unlock()
 				continue
 			}
-			// A log line, in -log-format: the relay's stderr is its log.
-			slog.Error(fmt.Sprintf("statsrelay: second signal (%v): exiting without the final forward", s))
+			// A log line, in -log-format: the relay's stderr is its log;
+			// with what it abandons, which /metrics cannot tell once the
+			// process is gone.
+			var held []any
+			if srv := serving.Load(); srv != nil {
+				st := srv.Relay().Stats()
+				held = []any{"spans_pending", st.SpansPending, "spans_received", st.SpansReceived, "spans_forwarded", st.SpansForwarded}
+			}
+			slog.Error(fmt.Sprintf("statsrelay: second signal (%v): exiting without the final forward", s), held...)
 			runForcedExit()
 			os.Exit(128 + int(s.(syscall.Signal)))
 		}
@@ -157,6 +165,9 @@ var forcedExit struct {
 	sync.Mutex
 	f func()
 }
+
+// serving is the relay serve runs, for the second signal's log line.
+var serving atomic.Pointer[relay.Server]
 
 // atForcedExit makes f run at a second signal's exit, until the returned
 // function is called.
@@ -206,10 +217,7 @@ func durationText(_ []string, a slog.Attr) slog.Attr {
 // statsrelay_build_info give it.
 func printVersion(w io.Writer) {
 	version, revision := relay.Build()
-	if revision == "" {
-		revision = "unknown"
-	}
-	fmt.Fprintf(w, "statsrelay %s (revision %s, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "statsrelay %s (revision %q, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // agentFromEnv is -agent's default, found as the tracers find the agent:
@@ -310,8 +318,9 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		}
 	})
 	if o.version {
-		// Whatever else is set, or set wrong: an operator asking which
-		// build runs gets the answer, not a configuration error.
+		// Whatever else the environment sets, or sets wrong (a bad
+		// value on the command line is the flag package's exit 2): an
+		// operator asking which build runs gets the answer.
 		return o, nil
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -577,6 +586,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	log.Info("statsrelay started", "unix", srv.Addr(relay.Unix), "udp", srv.Addr(relay.UDP),
 		"agent", agentclient.Redact(o.cfg.AgentURL), "interval", o.cfg.Interval, "grace", o.cfg.Grace, "http", httpAddr,
 		"procs", runtime.GOMAXPROCS(0), "version", buildVersion, "revision", buildRevision, "go", runtime.Version())
+	serving.Store(srv)
+	defer serving.Store(nil)
 	err = srv.Run(ctx, o.stopTimeout)
 	st := srv.Relay().Stats()
 	// Said here as well as in /metrics, which nobody can scrape once the

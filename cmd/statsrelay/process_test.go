@@ -395,6 +395,10 @@ func TestBinarySecondSignalExits(t *testing.T) {
 		!strings.Contains(b.output(), "second signal (terminated): exiting without the final forward") {
 		t.Fatalf("after a second SIGTERM: exit status %d in %s; want 143 at once, said:\n%s", code, took, b.output())
 	}
+	// What it abandons is said: the one span whose forward the agent holds.
+	if !strings.Contains(b.output(), "spans_pending=1 spans_received=1 spans_forwarded=0") {
+		t.Fatalf("the second signal's line does not say what is abandoned:\n%s", b.output())
+	}
 }
 
 // TestBinaryRepeatedSignalStopsGracefully: SIGTERM delivered twice at once,
@@ -735,11 +739,8 @@ func TestBinaryVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("statsrelay -version: %v\n%s", err, stderr.String())
 	}
-	version, revision := relay.Build() // the same binary
-	if revision == "" {
-		revision = "unknown"
-	}
-	want := fmt.Sprintf("statsrelay %s (revision %s, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	version, revision := relay.Build() // the same binary; its revision as the start line gives it (quoted: "" without VCS)
+	want := fmt.Sprintf("statsrelay %s (revision %q, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	if string(out) != want || stderr.Len() != 0 {
 		t.Errorf("statsrelay -version wrote %q and on stderr %q; want %q and nothing", out, stderr.String(), want)
 	}
