@@ -308,7 +308,7 @@ func truncateLabels(r *aggregate.Record) (n int) {
 }
 
 // truncatePeerTags cuts each "key:value" tag of vs to MaxTagLen bytes and
-// returns how many it cut, counting a list QuantizeIPsTo read only in
+// returns how many it cut, counting a list QuantizeTagTo read only in
 // part though it came out short. A value's IP addresses are quantized first, as the
 // table would: the agent quantizes the whole value, and a list cut first
 // would end in a partial address that no longer quantizes.
