@@ -118,10 +118,11 @@ func (a *Aggregator) Start() {
 // dropped (inbox full, published after Stop, or the agent does not accept
 // stats; each counted in Health) and for a nil s (not counted); an
 // ineligible span returns true — it is correctly not counted. Label values over their limits (MaxResourceLen
-// and the others) are cut, and cost one allocation each (a peer tag whose
-// list of IP addresses quantizes under MaxTagLen is not cut, and costs
-// none; one cut after more than 16 distinct entries costs the set that
-// drops repeated entries besides). Before Start
+// and the others) are cut, and cost one allocation each (a peer tag read
+// whole whose value quantizes to MaxTagLen or less is not cut, and costs
+// none; one read in part is counted cut, and costs one; once more than 16
+// distinct entries are read, the set that drops repeats costs about an
+// allocation per entry besides, cut or not). Before Start
 // nothing drains the inbox: once it is full, the first drop logs a warning
 // that Start was never called. A Publish that panics while it copies s
 // (only a span another goroutine changes meanwhile can make it) leaves its

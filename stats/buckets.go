@@ -223,8 +223,10 @@ func (c *consumer) closePrev() {
 	c.report(1, nil)
 }
 
-// reportAll reports every open bucket, the current one up to t, and
-// starts the current one's next report at t.
+// reportAll reports every open bucket, the current one up to t (a
+// nanosecond from its start when t is not after it), and starts the
+// current one's next report where this one ended, unless that is the
+// boundary.
 func (c *consumer) reportAll(t time.Time, done chan error) {
 	n := 0
 	if c.prevOpen {

@@ -64,8 +64,9 @@ type Health struct {
 	// for reuse included, the overflow groups not.
 	Entries uint64
 	// CollapsedSpans were counted with at least one label over its
-	// cardinality budget (replaced by tracer_blocked_value); Collapsed counts
-	// the collapses per field. Both are part of Counted.
+	// cardinality budget (replaced by tracer_blocked_value); Collapsed counts,
+	// per field, the spans whose value of it (for peer tags, any of them)
+	// was collapsed. Both are part of Counted.
 	CollapsedSpans uint64
 	Collapsed      FieldCounts
 	// LateSpans were counted in the oldest open bucket because no open

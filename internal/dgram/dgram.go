@@ -436,8 +436,10 @@ func (c *Conn) GrantedBuffer() int { return c.rcvbuf / reportedPerGranted }
 
 // Drain makes ReadBatch stop waiting: it returns what the socket already
 // holds, then ErrDrained. A stopping reader takes the datagrams the kernel
-// queued before the socket closes; on Linux a Unix socket refuses new ones
-// from then on, senders connected to it too. It is safe to call while a
+// queued before the socket closes; on Linux the socket refuses new ones
+// from then on: a Unix one is shut for reading (connected senders get
+// EPIPE), a UDP one connected to itself (senders get ECONNREFUSED; the
+// other sockets of a reuseport group take the port). It is safe to call while a
 // ReadBatch waits (that call then drains too).
 func (c *Conn) Drain() error {
 	// Before the flag: a ReadBatch that sees it finds the socket refusing

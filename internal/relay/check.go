@@ -61,12 +61,11 @@ const (
 	// interval (10 s by default) or shorter.
 	MaxBucketDuration = time.Hour
 	// MaxClockSkew is how far in the future (by the relay's clock) a bucket
-	// may start: senders on other hosts (UDP) may run slightly ahead. Its
-	// end may be further: an SDK whose Flush finds its clock a little
-	// behind the bucket's start sends the bucket to its nominal end, up to
-	// an interval ahead; the relay windows such a bucket by its clock
-	// (or the bucket's start, if later), not by that end (see
-	// state.merge).
+	// may start: senders on other hosts (UDP) may run slightly ahead. An
+	// SDK whose Flush finds its clock behind the bucket's start sends a
+	// bucket of one nanosecond from that start (stats' reportAll); the
+	// relay windows a bucket by its end capped at its own clock (or the
+	// bucket's start, if later: see state.merge).
 	MaxClockSkew = time.Minute
 	// maxPayloadHits bounds the hits of one payload: more than a process
 	// can count in an interval, and far enough below 2^64 that no sum of
