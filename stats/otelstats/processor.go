@@ -238,9 +238,12 @@ type crossings struct {
 	slots [markSlots + serviceMarkWindow - 1]atomic.Uint64
 }
 
-func (c *crossings) window(n uint64) []atomic.Uint64 {
+func (c *crossings) window(n uint64) []atomic.Uint64 { return markWindow(c.slots[:], n) }
+
+// markWindow is the window of slots a mark of span ID n may take.
+func markWindow[T any](slots []T, n uint64) []T {
 	h := n % markSlots
-	return c.slots[h : h+serviceMarkWindow]
+	return slots[h : h+serviceMarkWindow]
 }
 
 func (c *crossings) mark(id trace.SpanID) {
@@ -289,8 +292,7 @@ type serviceMark struct {
 }
 
 func (c *serviceMarks) window(n uint64) []atomic.Pointer[serviceMark] {
-	h := n % markSlots
-	return c.slots[h : h+serviceMarkWindow]
+	return markWindow(c.slots[:], n)
 }
 
 func (c *serviceMarks) mark(id trace.SpanID, svc string) {

@@ -581,10 +581,9 @@ func (f *topCounter) ForceFlush(context.Context) error { return nil }
 // TestCrossingsOfManySpansAtOnce: 500 spans running at once under a local
 // parent of another TracerProvider are each top-level, as the agent makes
 // them (their parent is in another export): a crossing mark takes a free
-// slot of its window, where one slot per ID lost 31 to 41 of 500 marks to
-// others. The IDs come from a fixed seed, under which about 30 of them
-// share a slot: random ones lose a mark in about one run in 4000 (and
-// about one mark in 20 000 at 1000 at once).
+// slot of its window rather than replacing the one at its ID. The IDs come
+// from a fixed seed under which about 30 of them share a slot, so the run
+// is the same every time (random ones can fill a window now and then).
 func TestCrossingsOfManySpansAtOnce(t *testing.T) {
 	p := newProcessor(nil)
 	f := &topCounter{p: p}
