@@ -191,7 +191,8 @@ type Config struct {
 	// there is none; dd-trace-go sends none: leave Tags nil unless that is
 	// what is meant. EnvTags (DD_TAGS) is never copied there, only read
 	// for the fallbacks above, and not at all when Tags is non-nil. An
-	// empty GitCommitSha comes from EnvGitCommit.
+	// empty GitCommitSha comes from EnvGitCommit, unless
+	// EnvGitMetadataEnabled is false.
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 

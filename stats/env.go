@@ -35,6 +35,10 @@ const (
 	// the traces of dd-trace-go.
 	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
 	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha (else DD_TAGS' git.commit.sha)
+	// EnvGitMetadataEnabled "false" keeps DD_GIT_COMMIT_SHA and DD_TAGS'
+	// git.commit.sha out of the payload, as dd-trace-go; the config's own
+	// GitCommitSha is still sent.
+	EnvGitMetadataEnabled = "DD_TRACE_GIT_METADATA_ENABLED"
 	// EnvOtelService stands in for an unset DD_SERVICE, as in dd-trace-go.
 	EnvOtelService = "OTEL_SERVICE_NAME"
 	// EnvOtelResourceAttributes stands in for an unset DD_TAGS, as in
@@ -95,6 +99,14 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// The OpenTelemetry variables stand in only for fields the config
 	// leaves to the environment.
 	serviceFromConfig, tagsFromConfig := c.Service != "", c.Tags != nil
+	gitFromEnv := true // as dd-trace-go: git metadata is on unless turned off
+	if raw := getenv(EnvGitMetadataEnabled); raw != "" {
+		if on, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
+			ignore(EnvGitMetadataEnabled, raw, "want true or false")
+		} else {
+			gitFromEnv = on
+		}
+	}
 	for _, f := range []struct {
 		v    *string
 		name string
@@ -102,7 +114,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		{&c.Env, EnvEnv}, {&c.Service, EnvService}, {&c.Version, EnvVersion},
 		{&c.Hostname, EnvHostname}, {&c.GitCommitSha, EnvGitCommit},
 	} {
-		if *f.v != "" {
+		if *f.v != "" || f.name == EnvGitCommit && !gitFromEnv {
 			continue
 		}
 		if v := strings.TrimSpace(getenv(f.name)); controlAt(v) >= 0 {
@@ -124,7 +136,9 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	}
 	// Set by the config or their own variable (a usable value: not blank,
 	// no control character): DD_TAGS does not replace them.
-	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != ""
+	// git.commit.sha is read from DD_TAGS or the config's Tags only, as
+	// dd-trace-go reads it from DD_TAGS only (TestEnvGitCommitNotFromOtelAttributes).
+	envSet, serviceSet, versionSet, gitSet := c.Env != "", c.Service != "", c.Version != "", c.GitCommitSha != "" || !gitFromEnv
 	// DD_TAGS (or OTEL_RESOURCE_ATTRIBUTES) is read for these fallbacks
 	// only, not copied into the payload's Tags: the agent (v0.85) takes a
 	// payload's Tags as its container's tags, in place of those it would
@@ -141,6 +155,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		}
 		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, ddTags, getenv, log); ok {
 			tags = otelTags(raw, ignore)
+			gitSet = true
 		}
 	}
 	// As dd-trace-go: the env, service and version tags stand in for

@@ -296,6 +296,36 @@ func TestEnvGitCommitFromTags(t *testing.T) {
 	}
 }
 
+// TestEnvGitMetadataDisabled: as dd-trace-go, DD_TRACE_GIT_METADATA_ENABLED
+// false keeps DD_GIT_COMMIT_SHA and DD_TAGS' git.commit.sha out of the
+// payload; the config's own GitCommitSha is still sent, and a value that is
+// not a boolean is ignored with a warning (git metadata stays on).
+func TestEnvGitMetadataDisabled(t *testing.T) {
+	off := map[string]string{EnvGitMetadataEnabled: "false", EnvGitCommit: "abc123", EnvTags: "git.commit.sha:def456,env:prod"}
+	c, logs := envCase(Config{}, off, false)
+	if c.GitCommitSha != "" || c.Env != "prod" || len(logs) != 0 {
+		t.Fatalf("disabled: GitCommitSha %q env %q (logs %q), want none sent, env prod", c.GitCommitSha, c.Env, logs)
+	}
+	c, _ = envCase(Config{GitCommitSha: "cfg"}, off, false)
+	if c.GitCommitSha != "cfg" {
+		t.Fatalf("disabled: the config's GitCommitSha became %q", c.GitCommitSha)
+	}
+	c, logs = envCase(Config{}, map[string]string{EnvGitMetadataEnabled: "nope", EnvGitCommit: "abc123"}, false)
+	if c.GitCommitSha != "abc123" || len(logs) != 1 || !strings.Contains(logs[0], EnvGitMetadataEnabled) {
+		t.Fatalf("bad flag: GitCommitSha %q (logs %q), want abc123 and one warning naming the variable", c.GitCommitSha, logs)
+	}
+}
+
+// TestEnvGitCommitNotFromOtelAttributes: dd-trace-go reads git.commit.sha
+// from DD_TAGS only; OTEL_RESOURCE_ATTRIBUTES, standing in for DD_TAGS,
+// gives env, service and version but not the commit.
+func TestEnvGitCommitNotFromOtelAttributes(t *testing.T) {
+	c, _ := envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "git.commit.sha=abc123,service.name=web"}, false)
+	if c.GitCommitSha != "" || c.Service != "web" {
+		t.Fatalf("OTEL_RESOURCE_ATTRIBUTES: GitCommitSha %q service %q, want none and web", c.GitCommitSha, c.Service)
+	}
+}
+
 // TestEnvOpenTelemetryFallbacks: as dd-trace-go, OTEL_SERVICE_NAME stands in
 // for an unset DD_SERVICE and OTEL_RESOURCE_ATTRIBUTES for an unset DD_TAGS
 // (key=value pairs; deployment.environment, service.name and
