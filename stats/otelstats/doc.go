@@ -20,7 +20,9 @@
 // and peer tags
 // from the agent's default keys. Top-level follows the agent's default,
 // ComputeTopLevel (a root span, one with a remote parent, a local parent
-// of another TracerProvider or one the sampler dropped — a parent known by
+// of another TracerProvider or one not recorded, which the sampler dropped
+// (under RecordDropped such a parent is recorded and counted, top-level
+// itself, so its child is not) — a parent known by
 // its context alone, trace.ContextWithSpanContext, is taken as one of the
 // same TracerProvider when sampled, as one dropped when not — or one whose own
 // service.name gives it another service than its local parent's: the

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -374,6 +375,37 @@ func TestParentNotRecorded(t *testing.T) {
 	p.fill(&sp, rec.spans[0], b[:])
 	if !sp.TopLevel || sp.TraceRoot {
 		t.Fatalf("child of a dropped local parent: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
+	}
+}
+
+// TestParentRecordedDropped: under RecordDropped the parent the sampler
+// dropped is recorded and counted here, top-level itself, so its child is
+// not: one top-level span per entry into the service, as dd-trace-go,
+// whose top-level does not depend on sampling. Only a parent never
+// recorded (TestParentNotRecorded) leaves its child top-level.
+func TestParentRecordedDropped(t *testing.T) {
+	p := newProcessor(nil)
+	rec := &startOnly{p: p}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(RecordDropped(dropNamed{"middleware"})),
+		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("t")
+	ctx, mw := tr.Start(context.Background(), "middleware")
+	_, h := tr.Start(ctx, "handler", trace.WithSpanKind(trace.SpanKindClient))
+	h.End()
+	mw.End()
+	if len(rec.spans) != 2 || !rec.spans[0].SpanContext().IsSampled() || rec.spans[1].SpanContext().IsSampled() {
+		t.Fatalf("%d spans recorded; want the sampled handler, then the middleware recorded unsampled", len(rec.spans))
+	}
+	var top []bool
+	for _, s := range rec.spans {
+		var sp stats.Span
+		var b [scratchSize]byte
+		p.fill(&sp, s, b[:])
+		top = append(top, sp.TopLevel)
+	}
+	if !slices.Equal(top, []bool{false, true}) {
+		t.Fatalf("top-level of handler, middleware: %v; want [false true]", top)
 	}
 }
 
