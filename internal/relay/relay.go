@@ -80,6 +80,12 @@ type Config struct {
 	LocalApart bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// InFlight is the most datagrams the receive path feeding Accept holds
+	// between reading and merging (zero: the Server's default queue and
+	// batches with eight workers): a sender first met further than that
+	// above sequence 1 that then sends 1 has restarted, since no reordering
+	// can bring its 1 in after them.
+	InFlight int
 }
 
 // Stats is a snapshot of a Relay's counters. SpansReceived = SpansForwarded +
@@ -192,6 +198,7 @@ func New(c Config) *Relay {
 		dropped: make(map[string]uint64),
 	}
 	r.senders.idle = int64(max(SenderIdle, senderIdleIntervals*c.Interval))
+	r.senders.inFlight = uint64(max(c.InFlight, 0))
 	h := hasher{seed: r.seed}
 	r.ov.full, r.ov.typeless = h.group(&overflowGroup), h.typeless(&overflowGroup)
 	r.hashers.New = func() any { return &hasher{seed: r.seed} }

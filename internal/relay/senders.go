@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
 )
 
 // Bounds of the sender table.
@@ -91,14 +93,33 @@ type senders struct {
 	sweeps           uint64
 	// idle is how long a silent sender is kept (ns; 0: SenderIdle).
 	idle int64
+	// inFlight is the most datagrams the receive path holds between
+	// reading and merging (0: defaultInFlight): the workers cannot merge
+	// a sender's datagram after one sent further past it than that.
+	inFlight uint64
+}
+
+// defaultInFlight is senders.inFlight unset: the Server's default queue
+// and batches with eight decode workers.
+const defaultInFlight = uint64(DefaultQueue+8+int(NumTransports)) * dgram.DefaultBatchSize
+
+// reorderSpan is how far below a fresh sender's lowest sequence a
+// datagram can still be one the workers reordered.
+func (s *senders) reorderSpan() uint64 {
+	if s.inFlight > 0 {
+		return s.inFlight
+	}
+	return defaultInFlight
 }
 
 // observe records datagram seq of the sender whose RuntimeID hashes to id
 // at now. A sender seen for the first time has no reference (it may
 // predate the relay, or have been forgotten): until the harvest after
 // next a lower sequence extends its runs down (the workers reordered them,
-// maybe across a harvest), after it nothing below its lowest counts.
-// Sequence 1 again is a restart (the SDK counts from 1) if the next
+// maybe across a harvest), after it nothing below its lowest counts; one
+// further below its lowest than the receive path holds datagrams
+// (inFlight) cannot be reordered: 1 is a restart (the sender started over
+// with its RuntimeID), another late. Sequence 1 again is a restart (the SDK counts from 1) if the next
 // datagram is one received before too, or if it says the sender stops,
 // else a duplicate, counted late (another 1 meanwhile too). A sender
 // forgotten with that undecided counts no restart.
@@ -155,7 +176,7 @@ func (s *senders) add(sd *sender, seq uint64, final bool) {
 	r := sd.runs
 	top := &r[len(r)-1]
 	switch {
-	case seq < r[0].lo && sd.fresh > 0: // merged after a later one: extend down
+	case seq < r[0].lo && sd.fresh > 0 && r[0].lo-seq <= s.reorderSpan(): // merged after a later one: extend down
 		if seq+1 == r[0].lo {
 			r[0].lo = seq
 		} else {
@@ -163,7 +184,7 @@ func (s *senders) add(sd *sender, seq uint64, final bool) {
 		}
 		// The holes opened now get a harvest's grace, like any other.
 		sd.mark = seq
-	case seq < r[0].lo: // older than anything counted
+	case seq < r[0].lo: // older than anything counted, or sent before the relay met the sender
 		if seq == 1 {
 			s.restart(sd, seq)
 		} else {

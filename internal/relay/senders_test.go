@@ -81,7 +81,7 @@ func (m *seqModel) observe(seq uint64, final bool) {
 	case !m.known:
 		m.reset(seq)
 		m.fresh = freshHarvests
-	case seq < m.first && m.fresh > 0: // reordered below the first merged
+	case seq < m.first && m.fresh > 0 && m.first-seq <= defaultInFlight: // reordered below the first merged
 		m.first, m.mark = seq, seq
 		m.got[seq] = true
 		m.overflow()
@@ -177,6 +177,28 @@ func TestSenderRunsModel(t *testing.T) {
 	}
 }
 
+// TestFreshSenderRestartBeyondReordering: a sender first met at 500
+// (it predates the relay) that starts over at 1 with its RuntimeID has
+// restarted: no reordering in a receive path holding 176 datagrams brings
+// its 1 in after its 500, so 2..499 are no gaps; within that span a lower
+// sequence is still taken as reordered, its holes gaps.
+func TestFreshSenderRestartBeyondReordering(t *testing.T) {
+	s := senders{inFlight: 176}
+	for _, q := range []uint64{500, 501, 1, 2, 3} {
+		s.observe(7, q, false, 0)
+	}
+	s.observe(8, 100, false, 0)
+	s.observe(8, 1, false, 0) // 99 below: within the span
+	s.observe(9, 500, false, 0)
+	s.observe(9, 3, false, 0) // far below, not 1: late
+	for i := range 3 {
+		s.harvest(int64(i) * int64(10*time.Second))
+	}
+	if s.gaps != 98 || s.restarts != 1 || s.late != 1 {
+		t.Fatalf("gaps %d restarts %d late %d; want 98 (sender 8's 2..99), 1 (sender 7), 1 (sender 9's 3)", s.gaps, s.restarts, s.late)
+	}
+}
+
 // TestFullSenderTableSweepsRarely: new senders beyond MaxSenders evict one
 // sender each, and the full table is walked for idle ones at most once a
 // second, not once per new sender.
@@ -239,6 +261,8 @@ func TestHostileSequenceCannotWrapGaps(t *testing.T) {
 // TestSequenceZeroAfterMaxIsLate: sequence 0 (no SDK sends it) after a
 // run ending at MaxUint64 is not the next in order: 0-1 wraps to that run's
 // top, which then ended below its start and broke every count after it.
+// Both 0s are late: far below the sender's first, neither can be one the
+// workers reordered (TestFreshSenderRestartBeyondReordering).
 func TestSequenceZeroAfterMaxIsLate(t *testing.T) {
 	var s senders
 	for _, seq := range []uint64{math.MaxUint64, 0, 0} {
@@ -250,8 +274,8 @@ func TestSequenceZeroAfterMaxIsLate(t *testing.T) {
 			t.Fatalf("runs %v: not disjoint ascending runs", sd.runs)
 		}
 	}
-	if s.late != 1 {
-		t.Fatalf("late %d, want 1 (the duplicated 0)", s.late)
+	if s.late != 2 {
+		t.Fatalf("late %d, want 2 (both 0s)", s.late)
 	}
 }
 

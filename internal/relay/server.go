@@ -333,7 +333,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	// agent's Unix socket is filed under the relay's own container.
 	s.selfContained = ep.UnixSocket != "" && InContainer(cfg.ProcRoot)
 	s.relay = New(Config{Interval: cfg.Interval, MaxGroups: cfg.MaxGroups, MaxHeldBytes: cfg.MaxHeldBytes, MaxDatagram: cfg.MaxDatagram,
-		Origins: s.origins, LocalApart: s.selfContained, Now: cfg.Now})
+		Origins: s.origins, LocalApart: s.selfContained, Now: cfg.Now,
+		InFlight: (cfg.Queue + cfg.Workers + int(NumTransports)) * cfg.BatchSize})
 	// UDP first: a start that fails must not have replaced a socket file
 	// that another relay still receives on.
 	if cfg.UDPAddr != "" && cfg.UDPAddr != "-" {
