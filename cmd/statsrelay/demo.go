@@ -96,6 +96,17 @@ func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, dem
 	}
 	wg.Wait()
 	took := time.Since(began)
+	// The last window closed while publishing is forwarded a grace after
+	// its boundary: shown before the aggregators stop, it gets a counter
+	// line of its own, apart from the partial bucket Stop sends.
+	settle := time.Now().Truncate(demoInterval).Add(defaultGrace(demoInterval) + demoInterval/4)
+	for ctx.Err() == nil && time.Now().Before(settle) {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	show()
 	var total uint64
 	var sdk stats.Health // summed over the aggregators
 	var stopErr error
