@@ -257,8 +257,10 @@ type Config struct {
 	// MaxUDPDatagramBytes; at most MaxUDPDatagramBytes over UDP and
 	// MaxMaxDatagramBytes otherwise).
 	// A payload of one group that alone exceeds it is dropped and counted
-	// (ErrDatagramTooLarge). Over a Unix socket the send buffer is raised to
-	// twice the limit, which the kernel caps at net.core.wmem_max.
+	// (ErrDatagramTooLarge). The socket's send buffer is raised to twice
+	// the limit (never lowered), which the kernel caps at
+	// net.core.wmem_max (kern.ipc.maxsockbuf on macOS and FreeBSD, whose
+	// UDP sockets start at 9 216 bytes).
 	MaxDatagramBytes int
 	// HTTPTimeout bounds each request to the agent (default 10 s, within
 	// [MinHTTPTimeout, MaxHTTPTimeout]).

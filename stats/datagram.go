@@ -133,8 +133,8 @@ func (d *datagramOut) stop() {
 	}
 }
 
-// dial connects to the relay; the socket buffer of a Unix socket is raised
-// so that two datagrams of the limit fit in it (the kernel caps it at
+// dial connects to the relay; the socket's send buffer is raised so that
+// two datagrams of the limit fit in it (the kernel caps it at
 // net.core.wmem_max; a datagram beyond the buffer fails, counted).
 func (d *datagramOut) dial(patience *time.Duration) error {
 	var err error
@@ -149,7 +149,7 @@ func (d *datagramOut) dial(patience *time.Duration) error {
 	if !d.addr.IsValid() {
 		return d.lookErr
 	}
-	d.conn, err = dgram.DialUDP(d.addr)
+	d.conn, err = dgram.DialUDP(d.addr, 2*d.limit)
 	if err != nil && d.host != "" {
 		// An address of the name that cannot be dialed (::1 on a host
 		// without IPv6, a route gone) is one refused: the next one is
@@ -347,6 +347,13 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		d.conn = nil
 		d.relookup = true
 		d.nextAddr()
+	}
+	if errors.Is(err, syscall.EMSGSIZE) && d.to.network == "udp" {
+		// Within MaxDatagramBytes: over the send buffer dial asked for
+		// and the system cut down, or more than the route carries.
+		return fmt.Errorf("sending %d bytes to relay %s: %w: over the socket's send buffer, which the system caps "+
+			"(net.core.wmem_max on Linux, kern.ipc.maxsockbuf on macOS and FreeBSD), or over what the route carries: "+
+			"lower MaxDatagramBytes", len(p.body), d.relay(), err)
 	}
 	if errors.Is(err, syscall.EMSGSIZE) && d.to.network == "unixgram" {
 		// Within MaxDatagramBytes, so over the send buffer dial asked for

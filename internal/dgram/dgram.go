@@ -545,12 +545,28 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 // ErrNoRelay once the kernel has seen the port unreachable, on Linux that
 // very Write when the relay is on the same host (the kernel's answer is
 // there when the send returns), else the next one.
-func DialUDP(addr netip.AddrPort) (*Sender, error) {
+//
+// Its send buffer is raised to at least sndbuf bytes, as DialUnixgram's:
+// macOS and FreeBSD start a UDP socket at 9 216 bytes
+// (net.inet.udp.maxdgram) and refuse a longer datagram with EMSGSIZE.
+func DialUDP(addr netip.AddrPort, sndbuf int) (*Sender, error) {
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, dialError(err)
 	}
+	if sndbuf > 0 {
+		if err := raiseSendBuffer(conn, sndbuf); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
 	return newSender(conn, "")
+}
+
+// bufferedConn is a socket whose send buffer raiseSendBuffer sets.
+type bufferedConn interface {
+	SyscallConn() (syscall.RawConn, error)
+	SetWriteBuffer(int) error
 }
 
 func dialError(err error) error {

@@ -413,7 +413,7 @@ func (s *Sender) WriteWithin(b []byte, _ time.Duration) error { return s.Write(b
 // raiseSendBuffer sets conn's send buffer to n bytes unless it is that
 // large already: lowering net.core.wmem_default (which an operator may
 // have raised for bursts) would queue fewer datagrams before EAGAIN.
-func raiseSendBuffer(conn *net.UnixConn, n int) error {
+func raiseSendBuffer(conn bufferedConn, n int) error {
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		return err

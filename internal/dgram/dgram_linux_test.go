@@ -414,7 +414,7 @@ func TestUDPRelayGoneRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort())
+	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +463,7 @@ func TestListenUDPShared(t *testing.T) {
 	}
 	snd := make([]*Sender, senders)
 	for i := range snd {
-		if snd[i], err = DialUDP(addr.AddrPort()); err != nil {
+		if snd[i], err = DialUDP(addr.AddrPort(), 0); err != nil {
 			t.Fatal(err)
 		}
 		defer snd[i].Close()
@@ -781,34 +781,44 @@ func TestBindKnowsItsOwnFile(t *testing.T) {
 	}
 }
 
-// TestDialUnixgramOnlyRaisesSendBuffer: the buffer asked of DialUnixgram is
-// a floor for the datagrams it must hold. One under the socket's default
-// (net.core.wmem_default, which an operator may have raised for bursts)
-// used to lower it, so fewer datagrams waited in the relay's queue before
-// the sender got EAGAIN; one over it is granted.
-func TestDialUnixgramOnlyRaisesSendBuffer(t *testing.T) {
-	r := listenUnixgram(t)
-	sndbuf := func(n int) int {
-		t.Helper()
-		s, err := DialUnixgram(r.path, n)
-		if err != nil {
-			t.Fatal(err)
+// TestDialOnlyRaisesSendBuffer: the buffer asked of DialUnixgram and
+// DialUDP is a floor for the datagrams it must hold. One under the
+// socket's default (net.core.wmem_default, which an operator may have
+// raised for bursts) used to lower it, so fewer datagrams waited in the
+// relay's queue before the sender got EAGAIN; one over it is granted (over
+// UDP too, where macOS and FreeBSD start at 9 216 bytes and refuse a
+// longer datagram).
+func TestDialOnlyRaisesSendBuffer(t *testing.T) {
+	u, p := listenUnixgram(t), listenUDP(t, 0)
+	for _, kind := range []struct {
+		name string
+		dial func(n int) (*Sender, error)
+	}{
+		{"unixgram", func(n int) (*Sender, error) { return DialUnixgram(u.path, n) }},
+		{"udp", func(n int) (*Sender, error) { return DialUDP(p.conn.LocalAddr().(*net.UDPAddr).AddrPort(), n) }},
+	} {
+		sndbuf := func(n int) int {
+			t.Helper()
+			s, err := kind.dial(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var v int
+			var gerr error
+			if err := s.rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || gerr != nil {
+				t.Fatal(err, gerr)
+			}
+			return v
 		}
-		defer s.Close()
-		var v int
-		var gerr error
-		if err := s.rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || gerr != nil {
-			t.Fatal(err, gerr)
+		def := sndbuf(0)
+		if got := sndbuf(def / 4); got < def {
+			t.Errorf("%s: dial(%d): SO_SNDBUF %d, under the default %d", kind.name, def/4, got, def)
 		}
-		return v
-	}
-	def := sndbuf(0)
-	if got := sndbuf(def / 4); got < def {
-		t.Errorf("DialUnixgram(%d): SO_SNDBUF %d, under the default %d", def/4, got, def)
-	}
-	// Linux doubles the value set (for its bookkeeping) and reports that.
-	if got := sndbuf(def); got < 2*def {
-		t.Errorf("DialUnixgram(%d): SO_SNDBUF %d, want at least %d", def, got, 2*def)
+		// Linux doubles the value set (for its bookkeeping) and reports that.
+		if got := sndbuf(def); got < 2*def {
+			t.Errorf("%s: dial(%d): SO_SNDBUF %d, want at least %d", kind.name, def, got, 2*def)
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ package dgram
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"syscall"
 	"time"
@@ -184,4 +183,4 @@ func (s *Sender) WriteWithin(b []byte, wait time.Duration) error {
 
 // raiseSendBuffer sets conn's send buffer to n bytes (see the Linux one;
 // elsewhere the default is not read).
-func raiseSendBuffer(conn *net.UnixConn, n int) error { return conn.SetWriteBuffer(n) }
+func raiseSendBuffer(conn bufferedConn, n int) error { return conn.SetWriteBuffer(n) }

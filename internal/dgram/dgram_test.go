@@ -57,7 +57,7 @@ func listenUDP(t testing.TB, rcvbuf int) relay {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort())
+	s, err := DialUDP(c.LocalAddr().(*net.UDPAddr).AddrPort(), 1<<17)
 	if err != nil {
 		t.Fatal(err)
 	}
