@@ -215,8 +215,13 @@ func (c *consumer) shift(t time.Time) {
 	c.setFloor(next)
 }
 
-// closePrev reports the previous bucket.
+// closePrev reports the previous bucket; during a Clear it is left to be
+// discarded with the rest.
 func (c *consumer) closePrev() {
+	if c.clearing {
+		c.prevOpen = false
+		return
+	}
 	c.tabs[0] = c.prev
 	c.buckets[0] = bucketOf(c.prevStart, c.prevEnd)
 	c.prevOpen = false

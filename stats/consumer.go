@@ -115,6 +115,7 @@ type consumer struct {
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's reports: wait for the sender
+	clearing  bool                // in clear: a bucket a boundary closes is discarded, not reported
 	final     bool                // Stop's last report: the relay's final flag
 	finalSent bool                // the final report went to the sender
 
@@ -597,8 +598,12 @@ func (c *consumer) flushUntil(done chan error, until <-chan struct{}) {
 
 func (c *consumer) clear() {
 	// What waits in the inbox was published before the signal too: a
-	// parked consumer holds up to drainPeriod of spans there.
+	// parked consumer holds up to drainPeriod of spans there. A boundary
+	// its drain crosses after a pause closes a bucket of spans published
+	// before the signal as well (TestClearAfterPauseDiscardsOpenBucket).
+	c.clearing = true
 	c.drainQueued()
+	c.clearing = false
 	// Kept as report keeps them, so a Clear reuses what it grew.
 	c.touched = c.table.Touched(c.touched[:0])
 	c.touched1 = c.prev.Touched(c.touched1[:0])

@@ -329,6 +329,32 @@ func TestClearBeforeBucketClose(t *testing.T) {
 	}
 }
 
+// TestClearAfterPauseDiscardsOpenBucket: after a pause from the previous
+// bucket's grace past the next boundary, a Clear that the consumer takes
+// before its timer drains the inbox first, and the boundary that drain
+// crosses closes the previous bucket: it is cleared with the rest, not
+// reported (its span was published before the Clear).
+func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("a", epoch.Add(4*time.Second))
+	d.at(epoch.Add(10*time.Second + 100*time.Millisecond)) // [0, 10 s), holding "a", in its grace
+	d.now = epoch.Add(25 * time.Second)
+	d.publish("b", epoch.Add(24*time.Second)) // in the inbox
+	d.a.Clear()
+	<-d.c.clearCh // the consumer takes the Clear before its timer
+	d.c.clear()
+	d.at(d.now)
+	for _, b := range d.reports(epoch) {
+		if b.hits["a"] != 0 || b.hits["b"] != 0 {
+			t.Fatalf("a span published before Clear was reported in %v", b)
+		}
+	}
+	if h := d.a.Health(); h.Cleared != 2 {
+		t.Fatalf("cleared %d, want the 2 spans published before Clear", h.Cleared)
+	}
+}
+
 // TestClearBeforeHaltedStop: a Clear that returned before Stop was called
 // is carried out when Stop's context has already ended and the consumer
 // is inside a batch (it leaves its loop by the halt check): the spans are
