@@ -148,8 +148,13 @@ func quantizeValue(dst []byte, v string, max int) ([]byte, bool) {
 		default:
 			kept = append(kept, [2]int{at, len(dst)})
 		}
-		if j < 0 || len(dst)-base > max {
+		if j < 0 {
 			break
+		}
+		if n := len(dst) - base; n > max {
+			// The rest unread: unchanged if what was kept is v's own
+			// start (then v's first max bytes are the result's too).
+			return dst, n > len(v) || string(dst[base:]) != v[:n]
 		}
 		from += j + 1
 	}

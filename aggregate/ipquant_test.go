@@ -4,6 +4,7 @@
 package aggregate
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -162,5 +163,31 @@ func TestQuantizeIPsToReadsABoundedEntry(t *testing.T) {
 		if len(got) > 4*max+len(BlockedIP) {
 			t.Fatalf("QuantizeIPsTo(%.20q..., %d) made %d bytes of a %d-byte value: it read on past 4*max", v, max, len(got), len(v))
 		}
+	}
+}
+
+// TestQuantizeTagToUnchangedLongListIsASlice: a list of host names (a
+// comma: it may hold an address) longer than max, none an address or a
+// duplicate, is unchanged in what was read: QuantizeTagTo hands back a
+// slice of the tag, with no allocation, as its doc says, where it used to
+// copy it because the read stopped before the end.
+func TestQuantizeTagToUnchangedLongListIsASlice(t *testing.T) {
+	var hosts []string
+	for i := range 64 {
+		hosts = append(hosts, fmt.Sprintf("broker-%02d.kafka.internal", i))
+	}
+	tag := "peer.hostname:" + strings.Join(hosts, ",")
+	c := strings.IndexByte(tag, ':')
+	var q string
+	var whole bool
+	allocs := testing.AllocsPerRun(100, func() { q, whole, _ = QuantizeTagTo(tag, c, 100) })
+	if allocs != 0 || unsafe.StringData(q) != unsafe.StringData(tag) || !strings.HasPrefix(tag, q) || len(q)-(c+1) <= 100 {
+		t.Fatalf("allocs %v, q shares the tag's bytes %v, q %q (whole %v); want a slice of the tag past max, no allocation",
+			allocs, unsafe.StringData(q) == unsafe.StringData(tag), q, whole)
+	}
+	// A duplicate within what is read still changes it.
+	dup := "peer.hostname:" + hosts[0] + "," + hosts[0] + "," + strings.Join(hosts[1:], ",")
+	if q, _, _ := QuantizeTagTo(dup, c, 100); strings.Count(q[c+1:min(len(q), c+1+100)], hosts[0]) != 1 {
+		t.Fatalf("duplicate kept: %q", q)
 	}
 }
