@@ -96,7 +96,7 @@ func (s *Server) snapshot(set *metrics.Set) {
 		}
 		l := fmt.Sprintf(`{transport=%q}`, t.String())
 		counter("statsrelay_kernel_drops_total"+l, c.KernelDrops())
-		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(time.Duration(s.wait[t].Load()).Seconds())
+		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(s.wait[t].waited().Seconds())
 		if t == UDP {
 			gauge("statsrelay_udp_receive_buffer_bytes", float64(c.GrantedBuffer()))
 		}

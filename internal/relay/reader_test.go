@@ -147,6 +147,11 @@ func TestReaderWaitMeasured(t *testing.T) {
 		t.Fatal("the reader read without a free batch")
 	}
 	atLeast := time.Since(blocked)
+	// A scrape during the stall shows the wait under way: an operator
+	// looks when the readers are stuck.
+	if w := s.wait[UDP].waited(); w < atLeast {
+		t.Fatalf("during the stall: wait %v, want at least the %v it has been held", w, atLeast)
+	}
 	s.free.put(held[0])
 	j := <-s.queue
 	if n := len(j.b.Datagrams()); n != 1 {
@@ -155,7 +160,7 @@ func TestReaderWaitMeasured(t *testing.T) {
 	s.closeConns()
 	s.free.put(j.b) // the reader's next read then finds the socket closed
 	<-done
-	if w := time.Duration(s.wait[UDP].Load()); w < atLeast {
+	if w := s.wait[UDP].waited(); w < atLeast {
 		t.Fatalf("wait measured %v, want at least the %v it was held", w, atLeast)
 	}
 	rec := httptest.NewRecorder()

@@ -212,7 +212,7 @@ type Server struct {
 	queue   chan job    // read batches for the decode workers
 	spinner atomic.Bool // a decode worker is polling the queue
 	free    batchStack
-	wait    [NumTransports]atomic.Int64 // ns readers waited for a free batch
+	wait    [NumTransports]readerWait // how long readers waited for a free batch
 
 	// selfContained: the relay runs in a container, so a request without
 	// a container header over the agent's Unix socket would be filed
@@ -492,6 +492,39 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 	return nil
 }
 
+// readerWait is the time a socket's reader waited for a free batch, the
+// wait under way included, so that a scrape during a stall shows it
+// growing (TestReaderWaitsForFreeBatch). The lock is taken only by a
+// reader that waits anyway, and by a scrape.
+type readerWait struct {
+	mu    sync.Mutex
+	total time.Duration
+	since time.Time // the wait under way began; zero: none
+}
+
+func (w *readerWait) begin() {
+	w.mu.Lock()
+	w.since = time.Now()
+	w.mu.Unlock()
+}
+
+func (w *readerWait) end() {
+	w.mu.Lock()
+	w.total += time.Since(w.since)
+	w.since = time.Time{}
+	w.mu.Unlock()
+}
+
+// waited is the total so far, the wait under way included.
+func (w *readerWait) waited() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since.IsZero() {
+		return w.total
+	}
+	return w.total + time.Since(w.since)
+}
+
 // read is one socket's reader: each recvmmsg batch is handed on at once
 // to the decode workers. When every batch is in use it waits (the kernel's
 // queue takes the pressure), and the wait is counted.
@@ -505,9 +538,9 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		select {
 		case <-s.free.avail:
 		default:
-			start := time.Now()
+			s.wait[t].begin()
 			<-s.free.avail
-			s.wait[t].Add(int64(time.Since(start)))
+			s.wait[t].end()
 		}
 		b := s.free.pop()
 		if _, err := c.ReadBatch(b); err != nil {
