@@ -494,7 +494,7 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 
 // readerWait is the time a socket's reader waited for a free batch, the
 // wait under way included, so that a scrape during a stall shows it
-// growing (TestReaderWaitsForFreeBatch). The lock is taken only by a
+// growing (TestReaderWaitMeasured). The lock is taken only by a
 // reader that waits anyway, and by a scrape.
 type readerWait struct {
 	mu    sync.Mutex
