@@ -47,12 +47,18 @@ type Endpoint struct {
 }
 
 // Redact returns raw for logs and errors with any password in it hidden:
-// url.URL.Redacted's form when raw parses, and when it does not, whatever
-// stands between "://" and the last "@" after it replaced, as a URL that
-// fails to parse may still hold a password.
+// url.URL.Redacted's form when raw parses, the user name hidden too when
+// no password follows it (a token sent as the user name:
+// "http://TOKEN@proxy:8126"), and when raw does not parse, whatever stands
+// between "://" and the last "@" after it replaced, as a URL that fails to
+// parse may still hold a password.
 func Redact(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User != nil {
+			if pw, _ := u.User.Password(); pw == "" && u.User.Username() != "" {
+				u.User = url.User("xxxxx")
+				return u.String()
+			}
 			return u.Redacted()
 		}
 		// "user:pw@host" parses as scheme "user"; an "@" with nothing

@@ -147,6 +147,10 @@ func TestParseURLWithoutScheme(t *testing.T) {
 func TestRedact(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{"http://user:pw@agent:8126", "http://user:xxxxx@agent:8126"},
+		// A user name with no password is the credential (a token sent
+		// as Basic authorization's user): hidden.
+		{"http://s3cretToken@agent:8126", "http://xxxxx@agent:8126"},
+		{"https://s3cretToken:@agent:8126", "https://xxxxx@agent:8126"},
 		{"http://agent:8126", "http://agent:8126"},
 		{"unix:///tmp/a@b.sock", "unix:///tmp/a@b.sock"},
 		{"http://user:pw@bad host:8126", "http://xxxxx@bad host:8126"},
