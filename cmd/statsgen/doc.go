@@ -26,7 +26,8 @@
 // output checks the whole pipeline: inbox, table, encoder, HTTP and decoder.
 //
 // Exit status: 0 when every counted span was delivered (spans the inbox shed
-// under load are counted, not lost); 1 when some were not, the embedded
+// under load are counted, not lost); 1 when some were not, the agent did
+// not accept client stats (those spans are never counted), the embedded
 // agent decoded another number, or a signal ended the stop; 2 for a flag
 // it refuses.
 package main
