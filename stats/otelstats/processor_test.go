@@ -353,13 +353,13 @@ func (d dropNamed) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sampling
 
 func (d dropNamed) Description() string { return "dropNamed" }
 
-// TestParentNotRecorded: a span whose local parent the sampler dropped is
-// exported without it, so the agent's ComputeTopLevel finds the parent
-// outside the chunk and makes the span top-level.
-func TestParentNotRecorded(t *testing.T) {
+// middlewareHandler starts a "middleware" span and its child "handler"
+// (a client span) under sampler, through a Processor, and returns the
+// Processor with what was recorded, in the order the spans ended.
+func middlewareHandler(t *testing.T, sampler sdktrace.Sampler) (*Processor, []sdktrace.ReadOnlySpan) {
 	p := newProcessor(nil)
 	rec := &startOnly{p: p}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(dropNamed{"middleware"}),
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler),
 		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	tr := tp.Tracer("t")
@@ -367,12 +367,20 @@ func TestParentNotRecorded(t *testing.T) {
 	_, h := tr.Start(ctx, "handler", trace.WithSpanKind(trace.SpanKindClient))
 	h.End()
 	mw.End()
-	if len(rec.spans) != 1 {
-		t.Fatalf("%d spans recorded; want the handler's alone", len(rec.spans))
+	return p, rec.spans
+}
+
+// TestParentNotRecorded: a span whose local parent the sampler dropped is
+// exported without it, so the agent's ComputeTopLevel finds the parent
+// outside the chunk and makes the span top-level.
+func TestParentNotRecorded(t *testing.T) {
+	p, spans := middlewareHandler(t, dropNamed{"middleware"})
+	if len(spans) != 1 {
+		t.Fatalf("%d spans recorded; want the handler's alone", len(spans))
 	}
 	var sp stats.Span
 	var b [scratchSize]byte
-	p.fill(&sp, rec.spans[0], b[:])
+	p.fill(&sp, spans[0], b[:])
 	if !sp.TopLevel || sp.TraceRoot {
 		t.Fatalf("child of a dropped local parent: top-level %v root %v; want true, false", sp.TopLevel, sp.TraceRoot)
 	}
@@ -384,21 +392,12 @@ func TestParentNotRecorded(t *testing.T) {
 // whose top-level does not depend on sampling. Only a parent never
 // recorded (TestParentNotRecorded) leaves its child top-level.
 func TestParentRecordedDropped(t *testing.T) {
-	p := newProcessor(nil)
-	rec := &startOnly{p: p}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(RecordDropped(dropNamed{"middleware"})),
-		sdktrace.WithResource(resource.NewWithAttributes("", attribute.String("service.name", "shop"))))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	tr := tp.Tracer("t")
-	ctx, mw := tr.Start(context.Background(), "middleware")
-	_, h := tr.Start(ctx, "handler", trace.WithSpanKind(trace.SpanKindClient))
-	h.End()
-	mw.End()
-	if len(rec.spans) != 2 || !rec.spans[0].SpanContext().IsSampled() || rec.spans[1].SpanContext().IsSampled() {
-		t.Fatalf("%d spans recorded; want the sampled handler, then the middleware recorded unsampled", len(rec.spans))
+	p, spans := middlewareHandler(t, RecordDropped(dropNamed{"middleware"}))
+	if len(spans) != 2 || !spans[0].SpanContext().IsSampled() || spans[1].SpanContext().IsSampled() {
+		t.Fatalf("%d spans recorded; want the sampled handler, then the middleware recorded unsampled", len(spans))
 	}
 	var top []bool
-	for _, s := range rec.spans {
+	for _, s := range spans {
 		var sp stats.Span
 		var b [scratchSize]byte
 		p.fill(&sp, s, b[:])
