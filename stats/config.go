@@ -281,7 +281,8 @@ type Config struct {
 	// PeerTagKeys, when set, are the only peer-tag keys kept (but for the
 	// "_dd.base_service" tag of an internal span, or one without kind, which
 	// the agent keeps whatever its list holds). When empty the
-	// agent's /info peer_tags list is used once read; until then every key
+	// agent's /info peer_tags list is used once read (none when it sends
+	// none: its peer_tags_aggregation is off); until then every key
 	// is kept (each key under its own budget). New refuses an empty key,
 	// white space around one, a control character or a ":" in one.
 	PeerTagKeys []string

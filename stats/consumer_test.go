@@ -234,7 +234,8 @@ func TestMemoryBoundedUnderCardinalityAttack(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != agentclient.StatsPath {
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"]}`)
+			// The keys of the spans' peer tags, as a default agent lists them.
+			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"],"peer_tags":["db.system","peer.hostname","peer.service"]}`)
 			return
 		}
 		b, _ := io.ReadAll(r.Body)

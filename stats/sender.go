@@ -371,13 +371,16 @@ func (s *sender) On() {
 
 // Info counts the read and hands the agent's peer tags to the consumer.
 func (s *sender) Info(info *agentclient.Info) {
-	if !s.fixedPeerTags && info.PeerTags != nil {
+	if !s.fixedPeerTags {
 		// Read again every InfoRecheck × InfoRefresh while the agent takes
 		// stats (every poll while it does not): a new list empties the
 		// tables' caches. Before the count: a caller that sees the read
-		// counted publishes under the new list.
+		// counted publishes under the new list. No list (peer_tags null:
+		// the agent's peer_tags_aggregation is off, or an agent older than
+		// the list) keeps no peer tag, as the agent's own concentrator and
+		// dd-trace-go then keep none (TestPeerTagsAggregationOffMatchesAgent).
 		if k := s.peerTags.Load(); k == nil || !slices.Equal(*k, info.PeerTags) {
-			keys := slices.Clone(info.PeerTags)
+			keys := append(make([]string, 0, len(info.PeerTags)), info.PeerTags...)
 			s.peerTags.Store(&keys)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
+	"github.com/DataDog/datadog-agent/pkg/trace/config"
 	agentstats "github.com/DataDog/datadog-agent/pkg/trace/stats"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -191,4 +192,62 @@ func appendPeerTagGroups(groups [][]string, p *pb.ClientStatsPayload) [][]string
 		}
 	}
 	return groups
+}
+
+// TestPeerTagsAggregationOffMatchesAgent: an agent run with
+// apm_config.peer_tags_aggregation false aggregates no peer tags: its
+// /info says "peer_tags": null and its concentrator (as dd-trace-go's)
+// keys a client span on none. The SDK, having read that /info, sends the
+// client span without peer tags, where it used to keep every key.
+func TestPeerTagsAggregationOffMatchesAgent(t *testing.T) {
+	var conf *config.AgentConfig
+	ag := startAgentReceiver(t, "", func(c *config.AgentConfig) { c.PeerTagsAggregation = false; conf = c })
+	// The agent's own concentrator, with the keys the agent uses.
+	now := time.Now()
+	sc := newSpanConcentrator(now)
+	ss, ok := sc.NewStatSpanWithConfig(agentstats.StatSpanConfig{
+		Service: "web", Name: "http.client", Resource: "GET /x", ParentID: 1, Start: now.UnixNano(), Duration: 1000,
+		Meta:    map[string]string{"span.kind": "client", "peer.service": "billing", "unlisted.key": "x"},
+		Metrics: map[string]float64{"_dd.measured": 1}, PeerTags: conf.ConfiguredPeerTags(),
+	})
+	if !ok {
+		t.Fatal("agent does not count the span")
+	}
+	sc.AddSpan(ss, agentstats.PayloadAggregationKey{Env: "e"}, "", nil, "")
+	var want []string
+	for _, p := range sc.Flush(now.Add(time.Hour).UnixNano(), true) {
+		for _, b := range p.Stats {
+			for _, g := range b.Stats {
+				want = append(want, g.PeerTags...)
+			}
+		}
+	}
+
+	agg, err := stats.New(stats.Config{AgentURL: ag.url, Env: "interop", Service: "web", InfoRefresh: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Start()
+	for deadline := time.Now().Add(10 * time.Second); agg.Health().InfoReads == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the SDK never read the agent's /info")
+		}
+	}
+	agg.Publish(&stats.Span{Service: "web", Name: "http.client", Resource: "GET /x", SpanKind: "client",
+		Start: time.Now().UnixNano() - 1000, Duration: 1000, PeerTags: []string{"peer.service:billing", "unlisted.key:x"}})
+	if err := agg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range ag.received() {
+		for _, b := range r.p.Stats {
+			for _, g := range b.Stats {
+				got = append(got, g.PeerTags...)
+			}
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("agent with peer_tags_aggregation off (peer_tags list %q): the agent's concentrator keys the client span on peer tags %q, the SDK sent %q",
+			conf.ConfiguredPeerTags(), want, got)
+	}
 }

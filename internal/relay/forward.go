@@ -337,9 +337,10 @@ func (f *forwarder) Info(info *agentclient.Info) {
 		f.s.log.Info("statsrelay: the agent's /info answers again", "failed_reads", f.infoStreak)
 		f.infoStreak = 0
 	}
-	if info.PeerTags != nil {
-		f.s.relay.SetPeerTagKeys(info.PeerTags)
-	}
+	// No list (peer_tags null: peer_tags_aggregation off, or an agent
+	// older than the list) keeps no peer tag, as the agent's own
+	// concentrator keeps none then.
+	f.s.relay.SetPeerTagKeys(append(make([]string, 0, len(info.PeerTags)), info.PeerTags...))
 }
 
 func (s *Server) countRequest(code string) {

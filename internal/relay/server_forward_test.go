@@ -186,6 +186,49 @@ func TestAgentPeerTagList(t *testing.T) {
 	}
 }
 
+// TestAgentWithoutPeerTagList: an agent whose /info has no peer_tags list
+// (null: its peer_tags_aggregation is off) keys its own stats on no peer
+// tag; the relay, once it has read that, keeps none either, not even an
+// internal span's _dd.base_service, where it used to keep every key.
+func TestAgentWithoutPeerTagList(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	ag.SetInfo(map[string]any{"version": "7.99.0", "endpoints": []string{"/v0.6/stats", "/info"}, "peer_tags": nil})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-"})
+	defer stop()
+	waitFor(t, "the relay to read /info", func() bool { return srv.Relay().Stats().PeerTagKeys == 0 })
+	conn := dialUDP(t, srv)
+	defer conn.Close()
+	start := uint64(time.Now().Truncate(10 * time.Second).UnixNano())
+	var groups []writer.Group
+	for kind, tag := range map[string]string{"client": "peer.service:users-db", "internal": "_dd.base_service:orig"} {
+		g := writer.Group{}
+		g.Service, g.Name, g.SpanKind, g.Hits, g.Duration = "web", "op", kind, 2, 20
+		g.PeerTags = []string{tag}
+		groups = append(groups, g)
+	}
+	pl := writer.Payload{Header: writer.Header{Service: "web", RuntimeID: "r"},
+		Buckets: []writer.DecodedBucket{{Start: start, Duration: uint64(time.Second), Groups: groups}}}
+	if _, err := conn.Write(pl.Append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: 1}))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the datagram", func() bool { return srv.Relay().Stats().SpansReceived == 4 })
+	stop()
+	n := 0
+	for _, r := range statstest.Accepted(ag.Requests()) {
+		for _, b := range r.Payload.Buckets {
+			for _, g := range b.Groups {
+				if n++; len(g.PeerTags) != 0 {
+					t.Errorf("%s group forwarded with peer tags %q; want none", g.SpanKind, g.PeerTags)
+				}
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d groups at the agent, want 2", n)
+	}
+}
+
 // TestAgentPeerTagListKeepsBaseService: as the agent (and the SDK posting
 // itself) does, the one _dd.base_service tag of an internal span or one
 // without kind is kept whether the agent's list holds its key or not; a
