@@ -64,7 +64,8 @@ type Span struct {
 	// so a buffer the caller reuses will do.
 	PeerTags []string
 	// Start is the span's start (unix ns); Duration its length (ns). Spans
-	// with Duration <= 0 are not counted. A span is counted in the bucket
+	// with Duration <= 0 are not counted (the agent counts them as 0 long:
+	// see Eligible). A span is counted in the bucket
 	// of its end, Start+Duration, as the agent does; Start 0 means it ended
 	// when the aggregator reads it. The previous bucket stays open for a
 	// tenth of the interval (at most 1 s) after its end, so a span published just after
@@ -128,7 +129,10 @@ func lowerKindWord(k string) uint64 {
 
 // Eligible reports whether the span is counted: top-level, measured, or of
 // kind server, client, producer or consumer; and with a positive duration.
-// These are the agent's and dd-trace-java's rules.
+// These are dd-trace-java's rules, and the agent's but for the duration:
+// its concentrator counts a span of duration 0 (its normalizer makes a
+// negative one 0), which is not counted here (Health.Ineligible), as
+// DESIGN §4 has it.
 func (s *Span) Eligible() bool {
 	if s.Duration <= 0 {
 		return false
