@@ -70,9 +70,12 @@ func newStatsRecorder(t *testing.T) *statsRecorder {
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet && req.URL.Path == "/info" {
 			// The SDK reads /info and reports only to an agent that lists
-			// the stats endpoint. No peer_tags: every peer-tag key is kept.
+			// the stats endpoint; its peer_tags list (a default agent's
+			// keys) holds every key the workload's peer tags use. An
+			// answer without a list would keep none, as the agent does.
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"version":"7.99.0-interop","endpoints":["/v0.4/traces","/v0.6/stats","/info"]}`)
+			_, _ = io.WriteString(w, `{"version":"7.99.0-interop","endpoints":["/v0.4/traces","/v0.6/stats","/info"],`+
+				`"peer_tags":["db.instance","db.system","grpc.host","messaging.destination","messaging.system","out.host","peer.hostname","peer.service"]}`)
 			return
 		}
 		if req.Method != http.MethodPost || req.URL.Path != "/v0.6/stats" {
