@@ -112,6 +112,7 @@ type consumer struct {
 	period    time.Duration       // drainPeriod; tests shorten it to reach quiet parks often
 	quiet     bool                // the last drainPeriod brought no span
 	wakeups   atomic.Uint64       // times the consumer left a park (BenchmarkIdle)
+	quietPark atomic.Bool         // parked until the first push, no timer (TestQuietParkWakeRace waits for it)
 	peerKeys  *[]string           // the list last given to the table
 	batchPtrs []*aggregate.Record // the inbox slots of the batch being aggregated
 	stopping  bool                // Stop's reports: wait for the sender
@@ -278,8 +279,11 @@ func (c *consumer) run() {
 		}
 		if poll != nil {
 			c.poll.Reset(c.period)
+		} else {
+			c.quietPark.Store(true)
 		}
 		stopped := c.await(c.in.Wake(), poll)
+		c.quietPark.Store(false)
 		c.in.Unpark()
 		if stopped {
 			c.finish()

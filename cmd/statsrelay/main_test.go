@@ -305,26 +305,20 @@ func TestDemo(t *testing.T) {
 	t.Setenv("TMPDIR", long)
 	// Started early in an interval, publishing ends before the relay
 	// forwards the last window it closed (a grace after its boundary):
-	// the demo must still show that window's table with a counter line
-	// of its own.
+	// the demo must still show that forward with a counter line of its
+	// own, before Stop's. Two intervals so started are three forward
+	// rounds (the first window, the second, Stop's), each with its counter
+	// line; the demo used to stop before the second and show it under
+	// Stop's. (A loaded host may send a report late, into the next round:
+	// its request holds two buckets, under one counter line.)
 	iv := stats.MinBucketInterval
 	time.Sleep(time.Until(time.Now().Truncate(iv).Add(iv + iv/10)))
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), &out, iv, 2); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	pending := "" // a bucket start shown without a counter line yet
-	for line := range strings.SplitSeq(out.String(), "\n") {
-		switch {
-		case strings.HasPrefix(line, "bucket "):
-			if start := strings.Fields(line)[1]; pending != "" && pending != start {
-				t.Fatalf("bucket %s's table has no counter line of its own (next: %s):\n%s", pending, start, out.String())
-			} else {
-				pending = start
-			}
-		case strings.HasPrefix(line, "relay: "):
-			pending = ""
-		}
+	if n := strings.Count(out.String(), "\nrelay: "); n < 3 {
+		t.Fatalf("%d counter lines for 2 intervals started early in one, want one per forward round, 3:\n%s", n, out.String())
 	}
 	m := regexp.MustCompile(`Publish called (\d+) times .* counted (\d+), inbox full (\d+); sent to the relay (\d+), unsent 0\n` +
 		`sent \d+ spans; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).
