@@ -119,7 +119,8 @@ func (s *senders) reorderSpan() uint64 {
 // maybe across a harvest), after it nothing below its lowest counts; one
 // further below its lowest than the receive path holds datagrams
 // (inFlight) cannot be reordered: 1 is a restart (the sender started over
-// with its RuntimeID), another late. Sequence 1 again is a restart (the SDK counts from 1) if the next
+// with its RuntimeID), another late. Sequence 1 again is a restart (the
+// SDK counts from 1) if the next
 // datagram is one received before too, or if it says the sender stops,
 // else a duplicate, counted late (another 1 meanwhile too). A sender
 // forgotten with that undecided counts no restart.
