@@ -8,6 +8,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,17 +66,31 @@ type statsRecorder struct {
 	other   []string // any other request: the SDK should send none
 }
 
-func newStatsRecorder(t *testing.T) *statsRecorder {
+// interopPeerTags are a default agent's keys that the interop workload's
+// peer tags use.
+var interopPeerTags = []string{"db.instance", "db.system", "grpc.host", "messaging.destination", "messaging.system",
+	"out.host", "peer.hostname", "peer.service"}
+
+// newStatsRecorder starts a recorder whose /info lists peerTags as its
+// peer_tags (interopPeerTags when none are given).
+func newStatsRecorder(t *testing.T, peerTags ...string) *statsRecorder {
 	r := &statsRecorder{}
+	if peerTags == nil {
+		peerTags = interopPeerTags
+	}
+	info, err := json.Marshal(map[string]any{"version": "7.99.0-interop",
+		"endpoints": []string{"/v0.4/traces", "/v0.6/stats", "/info"}, "peer_tags": peerTags})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet && req.URL.Path == "/info" {
 			// The SDK reads /info and reports only to an agent that lists
-			// the stats endpoint; its peer_tags list (a default agent's
-			// keys) holds every key the workload's peer tags use. An
-			// answer without a list would keep none, as the agent does.
+			// the stats endpoint; its peer_tags list holds every key the
+			// test's peer tags use (an answer without a list would keep
+			// none, as the agent does).
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"version":"7.99.0-interop","endpoints":["/v0.4/traces","/v0.6/stats","/info"],`+
-				`"peer_tags":["db.instance","db.system","grpc.host","messaging.destination","messaging.system","out.host","peer.hostname","peer.service"]}`)
+			_, _ = w.Write(info)
 			return
 		}
 		if req.Method != http.MethodPost || req.URL.Path != "/v0.6/stats" {
