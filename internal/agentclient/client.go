@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -192,8 +191,8 @@ type Client struct {
 	readStop context.Context
 
 	retries []*Payload // waiting for their due time
-	// splitParts, while SendAll handles a pass's outcomes, gathers the
-	// parts of the payloads split in it, posted together after them.
+	// splitParts, during a Pass, is its queue: the parts of a payload
+	// split in it go out in it.
 	splitParts *[]*Payload
 	retryLen   int       // bytes in retries
 	infoDue    time.Time // next /info poll, while off or while infoStale
@@ -262,56 +261,84 @@ var errClosed = errors.New("client closed before the agent took it")
 func (c *Client) Send(p *Payload) { c.attempt(p) }
 
 // SendAll attempts every payload of ps now, as Send does, with up to
-// Parallel requests in flight. The outcomes are handled once every request
-// has returned, in ps's order and on the caller's goroutine, as Send's
-// are: the Observer and the retry state see one goroutine.
+// Parallel requests in flight: a Pass of ps.
 func (c *Client) SendAll(ps []*Payload) {
-	if c.cfg.Parallel == 1 || len(ps) == 1 {
-		for _, p := range ps {
-			if c.pastCutoff() {
-				c.wait(p)
-				continue
-			}
-			c.attempt(p)
-		}
-		return
+	pass := c.NewPass()
+	for _, p := range ps {
+		pass.Send(p)
 	}
-	errs := make([]error, len(ps))
-	posted, waits := make([]bool, len(ps)), make([]bool, len(ps))
-	slots := make(chan struct{}, c.cfg.Parallel)
-	var wg sync.WaitGroup
-	for i, p := range ps {
-		if c.off.Load() || c.overLimit(p) {
-			continue // attempt drops or splits it below, unposted
+	pass.Close()
+}
+
+// A Pass attempts payloads as they are handed to it, as Send does, with up
+// to Parallel requests in flight. A payload takes the first slot free, and
+// each outcome is handled as it comes back, on the caller's goroutine (the
+// Observer and the retry state see one goroutine): a slow request holds
+// its slot, not the payloads after it (TestPassSlowRequestHoldsOneSlot).
+// The parts of a payload split in the pass go out in it, as slots free.
+// Open one at a time, and Close it before any other call to the Client.
+type Pass struct {
+	c        *Client
+	queue    []*Payload // handed to the pass, or split in it, and not yet attempted
+	inflight int
+	done     chan posted
+	outer    *[]*Payload // the Client's splitParts before the pass
+}
+
+// posted is a request's outcome, from its goroutine to the pass.
+type posted struct {
+	p   *Payload
+	err error
+}
+
+// NewPass starts a pass.
+func (c *Client) NewPass() *Pass {
+	s := &Pass{c: c, done: make(chan posted, max(c.cfg.Parallel, 1)), outer: c.splitParts}
+	c.splitParts = &s.queue
+	return s
+}
+
+// Send attempts p in the pass: it returns once p is posted (or held,
+// split or dropped without a request), handling the outcomes of earlier
+// requests while it waits for a slot, so at most Parallel bodies are out.
+func (s *Pass) Send(p *Payload) {
+	s.queue = append(s.queue, p)
+	s.pump(false)
+}
+
+// Close waits for every request of the pass and handles its outcome.
+func (s *Pass) Close() {
+	s.pump(true)
+	s.c.splitParts = s.outer
+}
+
+// pump attempts the queued payloads as slots free, handling outcomes
+// meanwhile; all: until none is queued or in flight, else until none is
+// queued.
+func (s *Pass) pump(all bool) {
+	c := s.c
+	for {
+		if len(s.queue) == 0 && (!all || s.inflight == 0) {
+			return
 		}
-		slots <- struct{}{}
-		if c.pastCutoff() {
-			<-slots
-			waits[i] = true
+		if len(s.queue) > 0 && s.inflight < max(c.cfg.Parallel, 1) {
+			p := s.queue[0]
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			switch {
+			case c.off.Load() || c.overLimit(p):
+				c.attempt(p) // held, or split into the queue, unposted
+			case c.pastCutoff():
+				c.wait(p)
+			default:
+				s.inflight++
+				go func() { s.done <- posted{p, c.post(p)} }()
+			}
 			continue
 		}
-		posted[i] = true
-		wg.Go(func() {
-			defer func() { <-slots }()
-			errs[i] = c.post(p)
-		})
-	}
-	wg.Wait()
-	var parts []*Payload
-	c.splitParts = &parts
-	for i, p := range ps {
-		switch {
-		case posted[i]:
-			c.settle(p, errs[i])
-		case waits[i]:
-			c.wait(p)
-		default:
-			c.attempt(p)
-		}
-	}
-	c.splitParts = nil
-	if len(parts) > 0 {
-		c.SendAll(parts)
+		r := <-s.done
+		s.inflight--
+		c.settle(r.p, r.err) // a split queues its parts
 	}
 }
 
@@ -604,10 +631,11 @@ func (c *Client) split(p *Payload, cause error) {
 		p.Waiter.left += len(parts) - 1 // one payload becomes several
 	}
 	c.release(p)
-	// As any pass: within Final's window no part is posted after it ends,
-	// and the parts go out Parallel at a time (TestFinalSplitIsBounded),
-	// those of every payload a pass splits together, not one payload's
-	// after another's (TestSplitsOfAPassGoOutTogether).
+	// In a pass, the parts join its queue: within Final's window no part
+	// is posted after it ends, and they go out Parallel at a time
+	// (TestFinalSplitIsBounded), those of every payload the pass splits
+	// together, not one payload's after another's
+	// (TestSplitsOfAPassGoOutTogether); outside one, in a pass of their own.
 	if c.splitParts != nil {
 		*c.splitParts = append(*c.splitParts, parts...)
 		return

@@ -309,9 +309,8 @@ type ordered struct {
 func (o *ordered) Sent(p *Payload) { o.counting.Sent(p); o.sentHits = append(o.sentHits, p.Hits) }
 
 // TestSendAllParallel: SendAll has exactly Parallel requests in flight while
-// the agent holds them, no more, and hands the outcomes to the Observer in
-// the payloads' order once all returned: a failed one is queued for a
-// retry, the others are sent.
+// the agent holds them, no more, and hands each outcome to the Observer as
+// it returns: a failed one is queued for a retry, the others are sent.
 func TestSendAllParallel(t *testing.T) {
 	const parallel, payloads, failing = 4, 10, 6
 	var inFlight, peak, started atomic.Int64
@@ -370,8 +369,8 @@ func TestSendAllParallel(t *testing.T) {
 			want = append(want, uint64(100+i))
 		}
 	}
-	if obs.sent != payloads-1 || obs.failed != 1 || obs.retried != 1 || obs.dropped != 0 ||
-		!slices.Equal(obs.sentHits, want) {
+	if got := slices.Sorted(slices.Values(obs.sentHits)); obs.sent != payloads-1 || obs.failed != 1 || obs.retried != 1 ||
+		obs.dropped != 0 || !slices.Equal(got, want) {
 		t.Fatalf("outcomes %+v sent in order %v, want %v sent and one retried", obs.counting, obs.sentHits, want)
 	}
 	if len(c.retries) != 1 || c.retries[0].Hits != 100+failing {
@@ -1080,6 +1079,46 @@ func TestSplitKeepsMaybeDelivered(t *testing.T) {
 		if !md {
 			t.Errorf("part %d dropped without MaybeDelivered, though the whole may be at the agent", i)
 		}
+	}
+}
+
+// TestPassSlowRequestHoldsOneSlot: in a pass, a request the agent is slow
+// to answer holds its slot, not the payloads after it: with Parallel 2 and
+// the first of twenty held, the other nineteen are sent through the other
+// slot, and their outcomes handled, before it is released. SendAll used to
+// wait for a whole chunk's requests before handing on the next.
+func TestPassSlowRequestHoldsOneSlot(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Datadog-Meta-Lang") == "slow" {
+			<-release
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Parallel = 2
+	obs := &ordered{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	pass := c.NewPass()
+	for i := range 20 {
+		h := &Headers{Lang: "go"}
+		if i == 0 {
+			h.Lang = "slow"
+		}
+		pass.Send(&Payload{Body: []byte{0x80}, Hits: uint64(100 + i), Headers: h})
+	}
+	// Every Send returned with the slow request still held: the other
+	// slot took the rest; all but the last two outcomes are handled.
+	if obs.sent < 18 || slices.Contains(obs.sentHits, 100) {
+		close(release)
+		pass.Close()
+		t.Fatalf("with the first request held: %d sent (%v), want at least 18, not the held one", obs.sent, obs.sentHits)
+	}
+	close(release)
+	pass.Close()
+	if obs.sent != 20 || obs.sentHits[len(obs.sentHits)-1] != 100 && obs.sentHits[len(obs.sentHits)-2] != 100 {
+		t.Fatalf("after the release: %d sent in order %v, want 20, the held one among the last", obs.sent, obs.sentHits)
 	}
 }
 

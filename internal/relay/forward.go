@@ -188,24 +188,19 @@ func (f *forwarder) run(stop context.Context) {
 // forward sends every identity's windows that ended at or before boundary:
 // one request per identity (more if it exceeds MaxPayloadBytes, or the
 // lower body limit the agent's /info gives), up to ForwardParallel at
-// once. Payloads are encoded and sent a few times ForwardParallel at a
-// time, so that the round's bodies do not all exist at once beside the
-// merged groups they encode.
+// once. Each payload is encoded as a request slot frees, in one pass of
+// the agent client: the round's bodies do not all exist at once beside
+// the merged groups they encode, and a request the agent is slow to
+// answer holds its slot, not the identities after it.
 func (f *forwarder) forward(boundary time.Time) {
 	start := time.Now()
-	chunk := forwardChunk * f.s.cfg.ForwardParallel
 	// Packed to the agent's limit when /info gave a lower one: the client
 	// would split each larger body and post the parts one at a time.
 	f.packer.Limit = f.s.cfg.MaxPayloadBytes
 	if m := f.client.MaxBody(); m > 0 && m < int64(f.packer.Limit) {
 		f.packer.Limit = int(m)
 	}
-	ps := make([]*agentclient.Payload, 0, chunk)
-	send := func() {
-		f.client.SendAll(ps)
-		clear(ps)
-		ps = ps[:0]
-	}
+	pass := f.client.NewPass()
 	var identities, requests int
 	var spans, unattributable uint64
 	for _, b := range f.s.relay.Harvest(boundary) {
@@ -222,14 +217,11 @@ func (f *forwarder) forward(boundary time.Time) {
 		}
 		b.RuntimeID = f.runtimeID
 		f.packer.PackPayload(&b.Payload, func(body []byte, hits uint64) {
-			ps = append(ps, &agentclient.Payload{Body: body, Hits: hits, Headers: h})
+			pass.Send(&agentclient.Payload{Body: body, Hits: hits, Headers: h})
 			requests++
-			if len(ps) == chunk {
-				send()
-			}
 		})
 	}
-	send()
+	pass.Close()
 	took := time.Since(start)
 	f.s.lastRound.Store(int64(took))
 	f.s.rounds.Add(1)
@@ -248,11 +240,6 @@ func (f *forwarder) forward(boundary time.Time) {
 // reads /info again while the agent takes stats, for its peer_tags list:
 // at a forward round, by itself, not through the client's RecheckInfo.
 const infoRecheck = agentclient.InfoRecheck
-
-// forwardChunk is how many times ForwardParallel payloads a round encodes
-// before sending them: enough that a slow request rarely leaves the other
-// slots idle while the chunk waits for it.
-const forwardChunk = 4
 
 // The forwarder is the agent client's Observer: every outcome settles the
 // Relay's accounting and the request counter.

@@ -6,13 +6,16 @@ package relay_test
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,6 +150,53 @@ func TestForwardCarriesRelayRuntimeIDAndSequence(t *testing.T) {
 	}
 	if !seqs[1] || !seqs[2] || !seqs[3] || !seqs[4] {
 		t.Fatalf("sequences %v, want 1, 2, 3, 4", seqs)
+	}
+}
+
+// TestSlowRequestHoldsOneSlot: an agent slow to answer one request holds
+// that request's slot, not the identities after it (README, -forward-parallel):
+// it holds the round's first request for 1.5 s and answers every other at
+// once, and the 69 other identities reach it meanwhile (ForwardParallel 8).
+// The round used to go out in chunks of 32 payloads, each waiting for its
+// slowest: 38 of 70 requests came after the held one was answered.
+func TestSlowRequestHoldsOneSlot(t *testing.T) {
+	var n atomic.Int32
+	var mu sync.Mutex
+	var arrivals []time.Time
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/info" {
+			_, _ = io.WriteString(w, `{"endpoints":["/v0.6/stats"]}`)
+			return
+		}
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		if n.Add(1) == 1 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+	}))
+	defer agent.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: agent.URL, UnixPath: "-", Interval: time.Second,
+		Grace: 50 * time.Millisecond, AgentTimeout: 5 * time.Second, ForwardParallel: 8})
+	defer stop()
+	conn := dialUDP(t, srv)
+	defer conn.Close()
+	// Early in a second: the 70 datagrams are merged before that window's
+	// round, which forwards them all.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
+	sendIdentities(t, conn, "slow-", 70, 3)
+	waitFor(t, "70 identities forwarded", func() bool { return srv.Relay().Stats().SpansForwarded == 70*3 })
+	mu.Lock()
+	defer mu.Unlock()
+	late := 0
+	for _, a := range arrivals {
+		if a.Sub(arrivals[0]) > time.Second {
+			late++
+		}
+	}
+	if len(arrivals) != 70 || late > 0 {
+		t.Fatalf("%d requests, %d of them more than 1 s after the round's first: held back by the one slow request", len(arrivals), late)
 	}
 }
 
