@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,6 +189,34 @@ func waitBlocked(t *testing.T, fn, state string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no goroutine in %s blocked in %s", fn, state)
 		}
+	}
+}
+
+// TestReaderWaitTwoReaders: two readers of one transport waiting at once
+// (a rebound Unix socket's old reader drains beside the new one) each add
+// their wait; a single start time used to be overwritten by the second and
+// zeroed by the first to end, and the total went negative for good.
+func TestReaderWaitTwoReaders(t *testing.T) {
+	var w readerWait
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	for range 2 {
+		started.Add(1)
+		done.Go(func() {
+			w.begin()
+			started.Done()
+			<-release
+			w.end()
+		})
+	}
+	started.Wait()
+	t0 := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	both := time.Since(t0) // both waited at least this long
+	close(release)
+	done.Wait()
+	if got := w.waited(); got < 2*both || got > 10*time.Second {
+		t.Fatalf("two readers waited at least %v each: total %v, want at least %v", both, got, 2*both)
 	}
 }
 

@@ -492,37 +492,47 @@ func (s *Server) Run(ctx context.Context, stopTimeout time.Duration) error {
 	return nil
 }
 
-// readerWait is the time a socket's reader waited for a free batch, the
-// wait under way included, so that a scrape during a stall shows it
-// growing (TestReaderWaitMeasured). The lock is taken only by a
-// reader that waits anyway, and by a scrape.
+// readerWait is the time a socket's readers waited for a free batch, the
+// waits under way included, so that a scrape during a stall shows it
+// growing (TestReaderWaitMeasured). Two readers of one transport may wait
+// at once (a rebound Unix socket's old reader drains beside the new one):
+// each adds its own wait. The lock is taken only by a reader that waits
+// anyway, and by a scrape.
 type readerWait struct {
-	mu    sync.Mutex
-	total time.Duration
-	since time.Time // the wait under way began; zero: none
+	mu      sync.Mutex
+	total   time.Duration // up to last
+	last    time.Time
+	waiting int
+}
+
+// add brings total up to now.
+func (w *readerWait) add(now time.Time) {
+	if w.waiting > 0 {
+		w.total += time.Duration(w.waiting) * now.Sub(w.last)
+	}
+	w.last = now
 }
 
 func (w *readerWait) begin() {
 	w.mu.Lock()
-	w.since = time.Now()
+	w.add(time.Now())
+	w.waiting++
 	w.mu.Unlock()
 }
 
 func (w *readerWait) end() {
 	w.mu.Lock()
-	w.total += time.Since(w.since)
-	w.since = time.Time{}
+	w.add(time.Now())
+	w.waiting--
 	w.mu.Unlock()
 }
 
-// waited is the total so far, the wait under way included.
+// waited is the total so far, the waits under way included.
 func (w *readerWait) waited() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.since.IsZero() {
-		return w.total
-	}
-	return w.total + time.Since(w.since)
+	w.add(time.Now())
+	return w.total
 }
 
 // read is one socket's reader: each recvmmsg batch is handed on at once
