@@ -46,6 +46,17 @@ type Endpoint struct {
 	UnixSocket string
 }
 
+// redacted hides the credentials net/http leaves in err's URL: it masks a
+// password, not a user name that is the credential ("http://TOKEN@host"),
+// and the error reaches Health and the logs.
+func redacted(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = Redact(ue.URL)
+	}
+	return err
+}
+
 // Redact returns raw for logs and errors with any password in it hidden:
 // url.URL.Redacted's form when raw parses, the user name hidden too when
 // no password follows it (a token sent as the user name:
@@ -329,6 +340,7 @@ func (c *Client) post(p *Payload) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		err = redacted(err)
 		if !wrote.Load() {
 			// The body never went out whole (a timeout while writing to an
 			// agent that does not read): the agent cannot have taken it.
@@ -410,7 +422,7 @@ func (c *Client) fetchInfo(ctx context.Context) (*Info, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, redacted(err)
 	}
 	// Read to its end whatever is not decoded (a 404's or 5xx's text, the
 	// whitespace after the JSON): /info is polled for as long as the agent

@@ -178,6 +178,35 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// TestErrorsHideUserOnlyCredential: the errors of a request and of an
+// /info read, which reach Health and the logs, hide a user name that is
+// the credential, as Redact does: net/http's own mask a password only.
+func TestErrorsHideUserOnlyCredential(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens: every request fails
+	for _, url := range []string{"http://s3cretToken@" + addr, "http://user:s3cretToken@" + addr} {
+		obs := &counting{}
+		cfg := testConfig(url)
+		cfg.MaxRetries = 0
+		c := New(context.Background(), cfg, obs)
+		c.ReadInfo()
+		c.Send(&Payload{Body: []byte{0x80}, Hits: 1})
+		c.Close()
+		if obs.lastInfoErr == nil || obs.lastErr == nil {
+			t.Fatalf("%s: /info error %v, request error %v; want both", url, obs.lastInfoErr, obs.lastErr)
+		}
+		for _, e := range []error{obs.lastInfoErr, obs.lastErr} {
+			if strings.Contains(e.Error(), "s3cretToken") || !strings.Contains(e.Error(), "xxxxx@"+addr) {
+				t.Errorf("%s: error %q; want the credential hidden, the address kept", url, e)
+			}
+		}
+	}
+}
+
 // TestHTTPURLWithQueryRefused: a query or fragment in an http(s) agent URL
 // would be dropped without a word; refused, with what to write.
 func TestHTTPURLWithQueryRefused(t *testing.T) {
