@@ -355,6 +355,30 @@ func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
 	}
 }
 
+// TestClearDuringClockStepDiscards: as TestClearAfterPauseDiscardsOpenBucket,
+// with the wall clock stepped back past an interval when the Clear's drain
+// reads it: the realignment reports the open buckets outside a Clear, and
+// in one leaves them to be discarded with the rest.
+func TestClearDuringClockStepDiscards(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("a", epoch.Add(4*time.Second))
+	d.at(epoch.Add(5 * time.Second)) // "a" in the current bucket
+	d.now = epoch.Add(-20 * time.Second)
+	d.publish("b", time.Time{}) // in the inbox: the Clear's drain reads the clock
+	d.a.Clear()
+	<-d.c.clearCh
+	d.c.clear()
+	for _, b := range d.reports(epoch) {
+		if b.hits["a"] != 0 || b.hits["b"] != 0 {
+			t.Fatalf("a span published before Clear was reported in %v", b)
+		}
+	}
+	if h := d.a.Health(); h.Cleared != 2 || h.ClockStepsBack != 1 {
+		t.Fatalf("cleared %d, clock steps back %d; want the 2 spans published before Clear, 1 step", h.Cleared, h.ClockStepsBack)
+	}
+}
+
 // TestClearBeforeHaltedStop: a Clear that returned before Stop was called
 // is carried out when Stop's context has already ended and the consumer
 // is inside a batch (it leaves its loop by the halt check): the spans are
