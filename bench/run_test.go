@@ -372,6 +372,8 @@ func TestRunReportThroughputTargetReadsThroughput(t *testing.T) {
 	for adv, want := range map[string]string{
 		"4000000": "| 4e+06 vs 1e+07 counted/s = 0.40 (cpu-ns/counted 300 vs 200) | **missed** |",
 		"6000000": "| 6e+06 vs 1e+07 counted/s = 0.60 (cpu-ns/counted 300 vs 200) | **met** |",
+		// Not rounded onto its target beside the verdict.
+		"4996000": "| 5e+06 vs 1e+07 counted/s = 0.4996 (cpu-ns/counted 300 vs 200) | **missed** |",
 	} {
 		report := runReport(t, map[string]string{"root.txt": root(adv)})
 		row := rowOf(report, "adversarial throughput ≥ ½ the steady state throughput", "(BenchmarkAdversarial ÷ BenchmarkSteadyState")
