@@ -143,7 +143,11 @@ func (a *Aggregator) Publish(s *Span) bool {
 		return true
 	}
 	if a.off.Load() {
-		a.c.agentOff.Add(1)
+		if a.inbox.Closed() { // as Stop's doc says, whatever the agent's state
+			a.c.afterStop.Add(1)
+		} else {
+			a.c.agentOff.Add(1)
+		}
 		return false
 	}
 	if c, ok := a.inbox.Claim(); ok {

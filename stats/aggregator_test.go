@@ -245,10 +245,25 @@ func TestEndToEndConservation(t *testing.T) {
 	}
 }
 
+// TestPublishAfterStopIsCounted: a span published after Stop counts in
+// AfterStop, as Stop's doc says, also where the agent was off at Stop (it
+// used to count in AgentOffSpans then).
 func TestPublishAfterStopIsCounted(t *testing.T) {
 	ag := statstest.New()
 	defer ag.Close()
+	off := statstest.New()
+	defer off.Close()
+	off.SetInfo(map[string]any{"endpoints": []string{"/v0.4/traces"}})
 	a := newStarted(t, Config{AgentURL: ag.URL()})
+	b := newStarted(t, Config{AgentURL: off.URL()})
+	waitFor(t, "the agent off", func() bool { return b.Health().AgentOff })
+	stop(t, b)
+	if b.Publish(&Span{Name: "op", TopLevel: true, Duration: 1}) {
+		t.Fatal("Publish after Stop returned true")
+	}
+	if h := b.Health(); h.AfterStop != 1 || h.AgentOffSpans != 0 || h.Published != 1 {
+		t.Fatalf("agent off: AfterStop %d AgentOffSpans %d Published %d, want 1, 0, 1", h.AfterStop, h.AgentOffSpans, h.Published)
+	}
 	stop(t, a)
 	if a.Publish(&Span{Name: "op", TopLevel: true, Duration: 1}) {
 		t.Fatal("Publish after Stop returned true")

@@ -35,9 +35,9 @@ const (
 	// the traces of dd-trace-go.
 	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
 	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha (else DD_TAGS' git.commit.sha)
-	// EnvGitMetadataEnabled "false" keeps DD_GIT_COMMIT_SHA and DD_TAGS'
-	// git.commit.sha out of the payload, as dd-trace-go; the config's own
-	// GitCommitSha is still sent.
+	// EnvGitMetadataEnabled "false" keeps DD_GIT_COMMIT_SHA and the
+	// git.commit.sha tag (of DD_TAGS or Config.Tags) out of the payload,
+	// as dd-trace-go; the config's own GitCommitSha is still sent.
 	EnvGitMetadataEnabled = "DD_TRACE_GIT_METADATA_ENABLED"
 	// EnvOtelService stands in for an unset DD_SERVICE, as in dd-trace-go.
 	EnvOtelService = "OTEL_SERVICE_NAME"
