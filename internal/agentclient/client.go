@@ -318,6 +318,15 @@ func (s *Pass) Close() {
 func (s *Pass) pump(all bool) {
 	c := s.c
 	for {
+		// Outcomes that came back first: a 404 among them holds what
+		// follows unposted (TestPassHandlesOutcomesBeforePosting).
+		select {
+		case r := <-s.done:
+			s.inflight--
+			c.settle(r.p, r.err)
+			continue
+		default:
+		}
 		if len(s.queue) == 0 && (!all || s.inflight == 0) {
 			return
 		}
@@ -506,9 +515,13 @@ func (c *Client) settle(p *Payload, err error) {
 		c.drop(p, fmt.Errorf("%w: %w", ErrRetryBudget, err))
 	case tooLarge:
 		// The agent's limit is lower than /info said, or was not read:
-		// read it again soon (not at InfoRefresh from the last good read).
-		c.infoStale = true
-		c.pollInfoLater()
+		// read it again soon (not at InfoRefresh from the last good read),
+		// once: every 413 of a pass doubling the wait would put it off
+		// (TestTooLargeOncePollsSoon).
+		if !c.infoStale {
+			c.infoStale = true
+			c.pollInfoLater()
+		}
 		c.split(p, err)
 	case notFound:
 		switched := !c.off.Swap(true)

@@ -1122,6 +1122,69 @@ func TestPassSlowRequestHoldsOneSlot(t *testing.T) {
 	}
 }
 
+// TestPassHandlesOutcomesBeforePosting: a 404 that came back while the
+// pass had a slot free is handled before the next payload is posted: the
+// agent is off, and that payload is held, not posted to it.
+func TestPassHandlesOutcomesBeforePosting(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		posts.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Parallel = 4
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	pass := c.NewPass()
+	pass.Send(&Payload{Body: []byte{0x80}, Hits: 1})
+	for posts.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the 404 is back, waiting in done
+	pass.Send(&Payload{Body: []byte{0x80}, Hits: 2})
+	pass.Close() // the second payload's request, if any, has returned
+	got := posts.Load()
+	if got != 1 {
+		t.Fatalf("%d POSTs after the first 404 had come back (off seen: %v at the end); want 1, the second payload held unposted",
+			got, c.Off())
+	}
+}
+
+// TestTooLargeOncePollsSoon: a pass whose eight payloads the agent refuses
+// as too large reads /info again about RetryBackoff later, as the first
+// refusal asks: each refusal used to double the wait (1.3 s here).
+func TestTooLargeOncePollsSoon(t *testing.T) {
+	body := splitBody()
+	limit := len(body) * 2 / 3
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if len(b) > limit {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		}
+	}))
+	defer srv.Close()
+	cfg := testConfig(srv.URL)
+	cfg.Parallel = 8
+	cfg.RetryBackoff, cfg.InfoRefresh = 10*time.Millisecond, 10*time.Second
+	obs := &counting{}
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	ps := make([]*Payload, 8)
+	for i := range ps {
+		ps[i] = &Payload{Body: append([]byte(nil), body...), Hits: 120}
+	}
+	start := time.Now()
+	c.SendAll(ps)
+	due, ok := c.NextDue()
+	if wait := due.Sub(start); !ok || wait > 10*cfg.RetryBackoff {
+		t.Fatalf("after one pass of %d 413s (split %d, sent %d) the /info re-read is due in %v; want about RetryBackoff %v",
+			len(ps), obs.split, obs.sent, wait, cfg.RetryBackoff)
+	}
+}
+
 // TestFinalSplitIsBounded: a payload waiting for its retry meets, in
 // Final's window, an agent that refuses large bodies and never answers
 // small ones. Its parts are posted as any pass's payloads, Parallel at a

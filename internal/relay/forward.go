@@ -188,14 +188,15 @@ func (f *forwarder) run(stop context.Context) {
 // forward sends every identity's windows that ended at or before boundary:
 // one request per identity (more if it exceeds MaxPayloadBytes, or the
 // lower body limit the agent's /info gives), up to ForwardParallel at
-// once. Each payload is encoded as a request slot frees, in one pass of
-// the agent client: the round's bodies do not all exist at once beside
-// the merged groups they encode, and a request the agent is slow to
-// answer holds its slot, not the identities after it.
+// once. Each payload is encoded when the one before it has a request slot,
+// in one pass of the agent client: at most ForwardParallel + 1 bodies (and
+// the parts of one the agent refused as too large) exist at once beside
+// the merged groups they encode, and a request the agent is slow to answer
+// holds its slot, not the identities after it.
 func (f *forwarder) forward(boundary time.Time) {
 	start := time.Now()
 	// Packed to the agent's limit when /info gave a lower one: the client
-	// would split each larger body and post the parts one at a time.
+	// would decode each larger body and encode it again in parts.
 	f.packer.Limit = f.s.cfg.MaxPayloadBytes
 	if m := f.client.MaxBody(); m > 0 && m < int64(f.packer.Limit) {
 		f.packer.Limit = int(m)

@@ -1,6 +1,6 @@
 // This file tests the forward to the agent: what each request carries
 // (fields, Type twins, the relay's runtime id and sequence, the agent's
-// peer tag list) and how rounds run in parallel and in chunks.
+// peer tag list) and how rounds run in parallel.
 
 package relay_test
 
@@ -424,10 +424,10 @@ func TestForwardParallel(t *testing.T) {
 	}
 }
 
-// TestForwardInChunks: with -forward-parallel 1 a round is encoded and sent
-// four payloads at a time; nine identities still reach the agent once each,
-// every span forwarded.
-func TestForwardInChunks(t *testing.T) {
+// TestForwardInSequence: with -forward-parallel 1 a round encodes each
+// payload as the one before it is answered; nine identities still reach
+// the agent once each, every span forwarded.
+func TestForwardInSequence(t *testing.T) {
 	const identities, hits = 9, 3
 	ag := statstest.New()
 	defer ag.Close()
@@ -459,10 +459,9 @@ func TestForwardInChunks(t *testing.T) {
 
 // TestForwardParallelUnderAgentLimit: the agent's /info gives a body limit
 // below the relay's MaxPayloadBytes, and each identity's payload is over
-// it. The payloads are packed to the agent's limit, so they go out
-// ForwardParallel at once, as any others; split after packing, the client
-// would post the parts one at a time, a round taking ForwardParallel
-// times as long.
+// it. The payloads are packed to the agent's limit and go out
+// ForwardParallel at once, as any others, every one taken (none refused
+// as too large).
 func TestForwardParallelUnderAgentLimit(t *testing.T) {
 	const parallel, identities, groups, limit = 3, 4, 40, 1500
 	ag := statstest.New()
