@@ -191,8 +191,9 @@ type Config struct {
 	// there is none; dd-trace-go sends none: leave Tags nil unless that is
 	// what is meant. EnvTags (DD_TAGS) is never copied there, only read
 	// for the fallbacks above, and not at all when Tags is non-nil. An
-	// empty GitCommitSha comes from EnvGitCommit, unless
-	// EnvGitMetadataEnabled is false.
+	// empty GitCommitSha comes from EnvGitCommit, else the git.commit.sha
+	// tag of Tags or EnvTags (not OTEL_RESOURCE_ATTRIBUTES); from neither
+	// when EnvGitMetadataEnabled is false.
 	Tags                                []string
 	GitCommitSha, ImageTag, ProcessTags string
 
@@ -258,7 +259,8 @@ type Config struct {
 	// MaxMaxDatagramBytes otherwise).
 	// A payload of one group that alone exceeds it is dropped and counted
 	// (ErrDatagramTooLarge). The socket's send buffer is raised to twice
-	// the limit (never lowered), which the kernel caps at
+	// the limit (on Linux never lowered; elsewhere set to it), which the
+	// kernel caps at
 	// net.core.wmem_max (kern.ipc.maxsockbuf on macOS and FreeBSD, whose
 	// UDP sockets start at 9 216 bytes).
 	MaxDatagramBytes int

@@ -239,12 +239,17 @@ func TestPeerTagsAggregationOffMatchesAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
+	groups := 0
 	for _, r := range ag.received() {
 		for _, b := range r.p.Stats {
 			for _, g := range b.Stats {
 				got = append(got, g.PeerTags...)
+				groups++
 			}
 		}
+	}
+	if groups != 1 {
+		t.Fatalf("the agent received %d groups, want the client span's one", groups)
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("agent with peer_tags_aggregation off (peer_tags list %q): the agent's concentrator keys the client span on peer tags %q, the SDK sent %q",

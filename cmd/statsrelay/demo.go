@@ -195,9 +195,11 @@ func printCounters(out io.Writer, st relay.Stats) {
 	for r, n := range st.Rejected {
 		rejected[relay.Reason(r).String()] = n
 	}
-	fmt.Fprintf(out, "relay: datagrams unix %d udp %d, rejected %s, spans received %d forwarded %d pending %d dropped %s, groups %d, senders %d\n",
+	// late: spans that came after their window's forward, sent with the
+	// next round's request (a bucket then shows in two requests).
+	fmt.Fprintf(out, "relay: datagrams unix %d udp %d, rejected %s, spans received %d forwarded %d (late %d) pending %d dropped %s, groups %d, senders %d\n",
 		st.Datagrams[relay.Unix], st.Datagrams[relay.UDP], byReason(rejected), st.SpansReceived, st.SpansForwarded,
-		st.SpansPending, byReason(st.SpansDropped), st.Groups, st.Senders)
+		st.LateSpans, st.SpansPending, byReason(st.SpansDropped), st.Groups, st.Senders)
 }
 
 // byReason is "none", or the non-zero counts as "reason n, ..." by reason.

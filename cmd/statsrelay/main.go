@@ -503,7 +503,7 @@ func check(o *options) error {
 	case o.stopTimeout <= 0 || o.stopTimeout > 10*time.Minute:
 		return fmt.Errorf("-stop-timeout %s: want 0 < stop-timeout <= 10m", o.stopTimeout)
 	case o.procs < 0 || o.procs > maxProcs:
-		return fmt.Errorf("-procs %d: want 0..%d (0: every CPU)", o.procs, maxProcs)
+		return fmt.Errorf("-procs %d: want 0..%d (0: as Go sets it)", o.procs, maxProcs)
 	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:
 		return fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
 	case c.SocketCheck != 0 && (c.SocketCheck < 10*time.Millisecond || c.SocketCheck > time.Hour):

@@ -248,8 +248,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{[]string{"-forward-parallel", "0"}, nil, "-forward-parallel"},
 		{[]string{"-spin-wait", "2ms"}, nil, "-spin-wait"},
 		{[]string{"-spin-wait", "-1us"}, nil, "-spin-wait"},
-		{[]string{"-procs", "-1"}, nil, "-procs -1: want 0..1024 (0: every CPU)"},
-		{nil, map[string]string{"STATSRELAY_PROCS": "5000"}, "-procs 5000: want 0..1024 (0: every CPU) (set by STATSRELAY_PROCS)"},
+		{[]string{"-procs", "-1"}, nil, "-procs -1: want 0..1024 (0: as Go sets it)"},
+		{nil, map[string]string{"STATSRELAY_PROCS": "5000"}, "-procs 5000: want 0..1024 (0: as Go sets it) (set by STATSRELAY_PROCS)"},
 		{[]string{"-socket-check", "1ms"}, nil, "-socket-check 1ms: want 0 (never) or 10ms..1h"},
 		{[]string{"-socket-check", "-1s"}, nil, "-socket-check"},
 		// Past what SO_RCVBUF takes: it would wrap to a buffer of a few KiB.
@@ -309,16 +309,23 @@ func TestDemo(t *testing.T) {
 	// own, before Stop's. Two intervals so started are three forward
 	// rounds (the first window, the second, Stop's), each with its counter
 	// line; the demo used to stop before the second and show it under
-	// Stop's. (A loaded host may send a report late, into the next round:
-	// its request holds two buckets, under one counter line.)
+	// Stop's. A loaded host may send reports late, into the next round
+	// (a request then holds two buckets, under one counter line): then the
+	// count says nothing, and only the summary is checked.
 	iv := stats.MinBucketInterval
 	time.Sleep(time.Until(time.Now().Truncate(iv).Add(iv + iv/10)))
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), &out, iv, 2); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if n := strings.Count(out.String(), "\nrelay: "); n < 3 {
+	late := regexp.MustCompile(`\(late (\d+)\)`).FindAllStringSubmatch(out.String(), -1)
+	if len(late) == 0 {
+		t.Fatalf("no counter line:\n%s", out.String())
+	}
+	if n := strings.Count(out.String(), "\nrelay: "); late[len(late)-1][1] == "0" && n < 3 {
 		t.Fatalf("%d counter lines for 2 intervals started early in one, want one per forward round, 3:\n%s", n, out.String())
+	} else if late[len(late)-1][1] != "0" {
+		t.Logf("spans came late (%s): the rounds' counter lines not checked", late[len(late)-1][0])
 	}
 	m := regexp.MustCompile(`Publish called (\d+) times .* counted (\d+), inbox full (\d+); sent to the relay (\d+), unsent 0\n` +
 		`sent \d+ spans; relay received (\d+) = forwarded (\d+) \+ dropped 0 \+ pending 0; agent decoded (\d+) hits`).

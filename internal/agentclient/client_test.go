@@ -1085,7 +1085,7 @@ func TestSplitKeepsMaybeDelivered(t *testing.T) {
 // TestPassSlowRequestHoldsOneSlot: in a pass, a request the agent is slow
 // to answer holds its slot, not the payloads after it: with Parallel 2 and
 // the first of twenty held, the other nineteen are sent through the other
-// slot, and their outcomes handled, before it is released. SendAll used to
+// slot, and all but the last one's outcomes handled, before it is released. SendAll used to
 // wait for a whole chunk's requests before handing on the next.
 func TestPassSlowRequestHoldsOneSlot(t *testing.T) {
 	release := make(chan struct{})

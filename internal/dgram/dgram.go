@@ -546,7 +546,8 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 // very Write when the relay is on the same host (the kernel's answer is
 // there when the send returns), else the next one.
 //
-// Its send buffer is raised to at least sndbuf bytes, as DialUnixgram's:
+// Its send buffer is set to at least sndbuf bytes, as DialUnixgram's (on
+// Linux a larger default is kept):
 // macOS and FreeBSD start a UDP socket at 9 216 bytes
 // (net.inet.udp.maxdgram) and refuse a longer datagram with EMSGSIZE.
 func DialUDP(addr netip.AddrPort, sndbuf int) (*Sender, error) {

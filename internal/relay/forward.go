@@ -189,8 +189,8 @@ func (f *forwarder) run(stop context.Context) {
 // one request per identity (more if it exceeds MaxPayloadBytes, or the
 // lower body limit the agent's /info gives), up to ForwardParallel at
 // once. Each payload is encoded when the one before it has a request slot,
-// in one pass of the agent client: at most ForwardParallel + 1 bodies (and
-// the parts of one the agent refused as too large) exist at once beside
+// in one pass of the agent client: at most ForwardParallel + 1 bodies'
+// worth of bytes (a refused body's parts replace it) exist at once beside
 // the merged groups they encode, and a request the agent is slow to answer
 // holds its slot, not the identities after it.
 func (f *forwarder) forward(boundary time.Time) {

@@ -425,8 +425,9 @@ func TestForwardParallel(t *testing.T) {
 }
 
 // TestForwardInSequence: with -forward-parallel 1 a round encodes each
-// payload as the one before it is answered; nine identities still reach
-// the agent once each, every span forwarded.
+// payload while the one before it is in flight and posts it once that one
+// is answered; nine identities still reach the agent once each, every span
+// forwarded.
 func TestForwardInSequence(t *testing.T) {
 	const identities, hits = 9, 3
 	ag := statstest.New()
