@@ -1155,7 +1155,7 @@ func TestPassHandlesOutcomesBeforePosting(t *testing.T) {
 
 // TestTooLargeOncePollsSoon: a pass whose eight payloads the agent refuses
 // as too large reads /info again about RetryBackoff later, as the first
-// refusal asks: each refusal used to double the wait (1.3 s here).
+// refusal asks: each refusal used to double the wait.
 func TestTooLargeOncePollsSoon(t *testing.T) {
 	body := splitBody()
 	limit := len(body) * 2 / 3

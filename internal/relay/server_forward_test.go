@@ -157,8 +157,7 @@ func TestForwardCarriesRelayRuntimeIDAndSequence(t *testing.T) {
 // that request's slot, not the identities after it (README, -forward-parallel):
 // it holds the round's first request for 1.5 s and answers every other at
 // once, and the 69 other identities reach it meanwhile (ForwardParallel 8).
-// The round used to go out in chunks of 32 payloads, each waiting for its
-// slowest: 38 of 70 requests came after the held one was answered.
+// The round used to go out in chunks, each waiting for its slowest request.
 func TestSlowRequestHoldsOneSlot(t *testing.T) {
 	var n atomic.Int32
 	var mu sync.Mutex
