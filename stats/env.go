@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -88,7 +87,7 @@ func EnvCardinalityLimit(f aggregate.Field) string {
 func (c Config) withEnv(getenv func(string) string, exists func(string) bool, log *slog.Logger) Config {
 	ignore := func(name, value, why string) {
 		value = strings.TrimSpace(value)
-		if name == EnvRelayURL || name == EnvAgentURL || name == EnvAgentHost {
+		if name == EnvRelayURL || name == EnvAgentURL || name == EnvAgentHost || name == EnvAgentPort {
 			value = agentclient.Redact(value) // a password in a URL stays out of the logs; an "@" in a tag is no password
 		}
 		log.Warn("spanstats: ignoring an environment variable, as if it were unset", "name", name, "value", value, "reason", why)
@@ -147,14 +146,10 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	tags := c.Tags
 	ddTags := false // DD_TAGS is set and used
 	if !tagsFromConfig {
-		if raw := getenv(EnvTags); slices.ContainsFunc(parseTags(raw), func(t string) bool { return controlAt(t) >= 0 }) {
-			ignore(EnvTags, raw, "has a control character")
-		} else {
-			tags = parseTags(raw)
-			ddTags = strings.TrimSpace(raw) != ""
-		}
+		tags = withoutControlTags(EnvTags, parseTags(getenv(EnvTags)), log)
+		ddTags = len(tags) > 0
 		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, ddTags, getenv, log); ok {
-			tags = otelTags(raw, ignore)
+			tags = withoutControlTags(EnvOtelResourceAttributes, otelTags(raw), log)
 			gitSet = true
 		}
 	}
@@ -174,10 +169,11 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 			c.GitCommitSha = v
 		}
 	}
-	if raw := getenv(EnvReportHostname); c.Hostname == "" && raw != "" {
+	// Parsed even where Hostname is set, so a bad value is still logged.
+	if raw := getenv(EnvReportHostname); raw != "" {
 		if report, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
 			ignore(EnvReportHostname, raw, "want true or false")
-		} else if report {
+		} else if report && c.Hostname == "" {
 			h, err := os.Hostname()
 			if err != nil {
 				log.Warn("spanstats: cannot read the host name; sending none", "name", EnvReportHostname, "err", err)
@@ -292,7 +288,7 @@ func otelFallback(dd, ot string, ddUsed bool, getenv func(string) string, log *s
 // pairs split as DD_TAGS is, at "=" rather than ":", the unified service
 // tags among them put in front as dd-trace-go puts them; nil, with a
 // warning, for a control character.
-func otelTags(raw string, ignore func(name, value, why string)) []string {
+func otelTags(raw string) []string {
 	var named, other []string
 	forEachTag(raw, "=", func(k, v string) {
 		if dd, ok := otelTagNames[k]; ok {
@@ -301,12 +297,22 @@ func otelTags(raw string, ignore func(name, value, why string)) []string {
 			other = append(other, k+":"+v)
 		}
 	})
-	tags := append(named, other...)
-	if slices.ContainsFunc(tags, func(t string) bool { return controlAt(t) >= 0 }) {
-		ignore(EnvOtelResourceAttributes, raw, "has a control character")
-		return nil
+	return append(named, other...)
+}
+
+// withoutControlTags returns tags less those holding a control character,
+// each logged: one such tag, which may be one nobody reads, does not cost
+// the variable's env, service and version with it.
+func withoutControlTags(name string, tags []string, log *slog.Logger) []string {
+	kept := tags[:0]
+	for _, t := range tags {
+		if controlAt(t) >= 0 {
+			log.Warn("spanstats: ignoring a tag of an environment variable, as if it were absent", "name", name, "tag", t, "reason", "has a control character")
+			continue
+		}
+		kept = append(kept, t)
 	}
-	return tags
+	return kept
 }
 
 // forEachTag calls fn with each key and value of raw, split as dd-trace-go's

@@ -429,3 +429,28 @@ func TestEnvTagsStayOutOfThePayload(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvBadPartsLoggedAlone: a credential pasted into DD_TRACE_AGENT_PORT
+// stays out of the log as in the other agent variables; a DD_TAGS tag with
+// a control character is dropped alone, the others still giving env,
+// service and version; a bad DD_TRACE_REPORT_HOSTNAME is logged even where
+// DD_TRACE_SOURCE_HOSTNAME makes it moot.
+func TestEnvBadPartsLoggedAlone(t *testing.T) {
+	_, logs := envCase(Config{}, map[string]string{EnvAgentPort: "http://user:s3cret@agent:8126"}, false)
+	if len(logs) != 1 || strings.Contains(logs[0], "s3cret") || !strings.Contains(logs[0], EnvAgentPort) {
+		t.Errorf("URL in the port variable: logs %q; want one warning without the password", logs)
+	}
+	c, logs := envCase(Config{}, map[string]string{EnvTags: "env:prod,service:web,note:a\x01b,version:2\x02"}, false)
+	if c.Env != "prod" || c.Service != "web" || c.Version != "" || len(logs) != 2 ||
+		!strings.Contains(logs[0], "note:a") || !strings.Contains(logs[1], "version:2") {
+		t.Errorf("two bad tags: env %q service %q version %q logs %q; want prod, web, none, a warning for each bad tag", c.Env, c.Service, c.Version, logs)
+	}
+	c, logs = envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "deployment.environment=e,k=a\x01b"}, false)
+	if c.Env != "e" || len(logs) != 1 || !strings.Contains(logs[0], EnvOtelResourceAttributes) {
+		t.Errorf("bad attribute: env %q logs %q; want e and one warning", c.Env, logs)
+	}
+	c, logs = envCase(Config{}, map[string]string{EnvHostname: "h1", EnvReportHostname: "yes"}, false)
+	if c.Hostname != "h1" || len(logs) != 1 || !strings.Contains(logs[0], EnvReportHostname) {
+		t.Errorf("bad report flag beside a source host name: hostname %q logs %q; want h1 and one warning", c.Hostname, logs)
+	}
+}

@@ -22,7 +22,11 @@ import (
 // Hostname is left to c: the agent names an OTLP span's host from several
 // resource attributes by cloud provider (datadog.host.name, host.id,
 // host.name, k8s.node.name, ...), which this does not follow; an empty
-// Hostname files the stats under the agent's own host.
+// Hostname files the stats under the agent's own host. Env and version
+// are the resource's, one per Aggregator: the agent lets a span's own
+// deployment.environment(.name) and service.version attributes win over
+// the resource's, which a span that sets them differently (rare: they
+// describe the process) does not get here.
 func ConfigFromResource(c stats.Config, r *resource.Resource) stats.Config {
 	if r == nil {
 		return c
