@@ -742,6 +742,51 @@ func TestAbandonedSlotDoesNotSpin(t *testing.T) {
 	}
 }
 
+// TestQuietParkBehindAbandonedSlot: a consumer parked quiet (no timer,
+// woken by the first push) when a Publish abandons the head slot used to
+// park quiet again after each push behind it, so every push woke it and,
+// once pushes stopped, nothing but a tick did: the slot went unread. It
+// parks quiet only with nothing queued, so behind the slot it looks once
+// a period (5 ms here), as Publish's doc says.
+func TestQuietParkBehindAbandonedSlot(t *testing.T) {
+	ag := statstest.New()
+	defer ag.Close()
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, BucketInterval: time.Hour},
+		func(a *Aggregator) { a.cons.period = 5 * time.Millisecond })
+	for deadline := time.Now().Add(5 * time.Second); !a.cons.quietPark.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer never parked quiet")
+		}
+	}
+	c, ok := a.inbox.Claim() // as a Publish that panicked mid-copy
+	if !ok {
+		t.Fatal("cannot claim a slot")
+	}
+	w0 := a.cons.wakeups.Load()
+	for i := range 200 {
+		s := raceSpan(i)
+		a.Publish(&s)
+		time.Sleep(200 * time.Microsecond)
+	}
+	w1 := a.cons.wakeups.Load()
+	time.Sleep(time.Second)
+	w2 := a.cons.wakeups.Load()
+	s := raceSpan(0)
+	s.snapshot(c.Value())
+	c.Commit()
+	t.Logf("wake-ups: %d over 200 pushes behind the slot, %d in the second after", w1-w0, w2-w1)
+	if w1-w0 > 100 {
+		t.Errorf("%d wake-ups for 200 pushes behind the slot: each push wakes the consumer", w1-w0)
+	}
+	if w2-w1 < 20 {
+		t.Errorf("%d wake-ups in a second behind the slot, want about one per 5 ms period", w2-w1)
+	}
+	stop(t, a)
+	if h := a.Health(); h.Counted != 201 {
+		t.Fatalf("counted %d of 201 once the slot was written: %+v", h.Counted, h)
+	}
+}
+
 // TestTicksBehindAbandonedSlotDoNotSpin: each tick drains what is queued
 // and waits up to slotWait for a claimed slot, sleeping and backing off
 // rather than spinning, tick after tick behind a slot no Publish will

@@ -234,7 +234,10 @@ func (c *consumer) run() {
 		}
 		idle = 0
 		wake, poll := mark, c.poll.C
-		if c.quiet {
+		// Quiet only with nothing queued: behind a slot a panicked Publish
+		// left claimed, a quiet park would wake on each push and never look
+		// at the slot between them (TestQuietParkBehindAbandonedSlot).
+		if c.quiet && c.in.Len() == 0 {
 			wake, poll = 1, nil
 		}
 		if !c.in.ParkUntil(wake) {
@@ -339,14 +342,16 @@ func (c *consumer) fired() {
 }
 
 // clearPending carries out a Clear made before the Flush or Stop that
-// select picked: when both are ready it picks either, and a Clear that
+// select picked, reporting whether there was one: when both are ready it picks either, and a Clear that
 // returned before Stop was called must not be skipped
 // (TestClearBeforeStopIsCarriedOut).
-func (c *consumer) clearPending() {
+func (c *consumer) clearPending() bool {
 	select {
 	case <-c.clearCh:
 		c.clear()
+		return true
 	default:
+		return false
 	}
 }
 
@@ -365,7 +370,14 @@ func (c *consumer) consume() int {
 	// boundary it has reached is one they may have ended after: crossed
 	// first, they go to the bucket of their end, not the one ending, even
 	// when the timer has not been handled yet. One clock read per batch.
-	c.crossBoundaries(c.now())
+	t := c.now()
+	if c.prevOpen && !t.Before(c.boundary) && !c.clearing && c.clearPending() {
+		// After a pause the crossing would report the previous bucket,
+		// though a Clear made meanwhile must discard it: the Clear took
+		// this batch too (TestPausedConsumeTakesPendingClear).
+		return 0
+	}
+	c.crossBoundaries(t)
 	batch := c.batchPtrs[:n]
 	for i := range batch {
 		batch[i] = in.At(i)

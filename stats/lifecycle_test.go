@@ -355,6 +355,33 @@ func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
 	}
 }
 
+// TestPausedConsumeTakesPendingClear: as TestClearAfterPauseDiscardsOpenBucket,
+// with the consumer reading a batch before it takes the Clear (select
+// picked the inbox's wake-up): the boundary the batch crosses would report
+// the bucket the Clear must discard, so the Clear is taken first.
+func TestPausedConsumeTakesPendingClear(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("a", epoch.Add(4*time.Second))
+	d.at(epoch.Add(10*time.Second + 100*time.Millisecond)) // [0, 10 s), holding "a", in its grace
+	d.now = epoch.Add(25 * time.Second)
+	d.publish("b", epoch.Add(24*time.Second)) // in the inbox
+	d.a.Clear()
+	d.c.consume()
+	d.publish("c", epoch.Add(25*time.Second)) // after the Clear was taken
+	d.at(epoch.Add(45 * time.Second))
+	var c uint64
+	for _, b := range d.reports(epoch) {
+		if b.hits["a"] != 0 || b.hits["b"] != 0 {
+			t.Fatalf("a span published before Clear was reported in %v", b)
+		}
+		c += b.hits["c"]
+	}
+	if h := d.a.Health(); h.Cleared != 2 || c != 1 {
+		t.Fatalf("cleared %d, reported c %d times; want the 2 spans published before Clear cleared, c once", h.Cleared, c)
+	}
+}
+
 // TestClearDuringClockStepDiscards: as TestClearAfterPauseDiscardsOpenBucket,
 // with the wall clock stepped back past an interval when the Clear's drain
 // reads it: the realignment reports the open buckets outside a Clear, and
