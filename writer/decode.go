@@ -71,7 +71,12 @@ type Payload struct {
 // refuses it, as the agent does). It rejects a value of
 // the wrong type (a summary must be bin, as the agent requires), a sketch
 // that DecodeSketch rejects, more than MaxBuckets buckets, MaxGroups groups
-// or MaxStrings strings in an array, truncated input and trailing bytes.
+// or MaxStrings strings in an array, truncated input and trailing bytes
+// (which the agent, reading one object from the request body, ignores).
+// The agent's own msgp limits are not applied: it refuses a skipped value
+// nested over 100 000 levels and a summary or array over 500 000
+// elements, where the budgets above bound the memory here instead; no
+// tracer writes any of these.
 // Bytes that do not decode win: the error of a sketch that decodes but is
 // not the agent's (ErrMapping, ErrNegativeValues, ErrBadCount) is returned
 // only if the rest of b decodes (the rest is read again to tell, such
@@ -263,7 +268,8 @@ func (dec *Decoder) start(b []byte, maxGroups int) {
 // DecodePayloadAsAgent is DecodePayload refusing, as the agent's msgp
 // decoder does (answering 400), nil for an array (the buckets, the groups,
 // the tags and peer tags) or a summary, which DecodePayload reads as
-// empty; a nil bucket or group in its array is skipped by both.
+// empty; a nil bucket or group in its array is skipped by both. It differs
+// from the agent where DecodePayload does (trailing bytes, the limits).
 func DecodePayloadAsAgent(b []byte) (*Payload, error) { return decodePayload(b, true) }
 
 // agentNil refuses, in a strict decoder, nil where the agent's msgp code
