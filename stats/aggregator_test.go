@@ -389,7 +389,7 @@ type decodingOut struct {
 func (d *decodingOut) start() {}
 func (d *decodingOut) send(r *report, _ bool) {
 	for _, p := range r.parts {
-		pl, err := writer.DecodePayload(p.body)
+		pl, err := writer.DecodePayloadAsAgent(p.body) // as the agent: a nil array or summary is a 400
 		if err != nil && d.err == nil {
 			d.err = err
 		}
