@@ -538,8 +538,9 @@ func defaultGrace(interval time.Duration) time.Duration {
 // SDKs offer is a fraction of one processor, and on one its reader hands
 // each batch to a decode worker without waking a thread: about a tenth to a
 // quarter less CPU per datagram than on two at fixed loads (BenchmarkRelayPaced),
-// and as many 1 KiB datagrams a second at saturation (BenchmarkRelay).
-// More processors decode large datagrams faster under overload.
+// and at least as many 1 KiB datagrams a second at saturation
+// (BenchmarkRelay). More may decode large Unix datagrams faster under
+// overload.
 const defaultProcs = 1
 
 // maxProcs bounds -procs.
