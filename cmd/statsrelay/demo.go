@@ -34,7 +34,7 @@ func runDemo(ctx context.Context, out io.Writer, demoInterval time.Duration, dem
 	// bytes of the 103 a path holds; some CI runners' longer): then /tmp.
 	dir, err := sockdir.MkdirTemp("statsrelay-demo")
 	if err != nil {
-		return err
+		return fmt.Errorf("-demo: a directory for its socket in $TMPDIR (%s): %w", os.TempDir(), err)
 	}
 	defer os.RemoveAll(dir)
 	defer atForcedExit(func() { _ = os.RemoveAll(dir) })() // a second Ctrl-C too

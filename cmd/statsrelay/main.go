@@ -49,6 +49,7 @@ type options struct {
 	logLevel    slog.Level        // parsed from levelName by check
 	fromEnv     map[string]string // flag name → the variable that set it
 	versionEnv  bool              // STATSRELAY_VERSION is set (and ignored)
+	badProcsEnv string            // a GOMAXPROCS the runtime ignores (not a positive number)
 }
 
 func main() {
@@ -68,6 +69,9 @@ func main() {
 	setupLog(o, os.Stderr)
 	if o.versionEnv {
 		slog.Warn("statsrelay: ignoring STATSRELAY_VERSION: -version is read from the command line only")
+	}
+	if o.badProcsEnv != "" {
+		slog.Warn("statsrelay: ignoring GOMAXPROCS: not a positive number; running on -procs' default", "GOMAXPROCS", o.badProcsEnv, "procs", o.procs)
 	}
 	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {
 		slog.Warn("statsrelay: ignoring environment variables that name no flag (see statsrelay -h)", "variables", strings.Join(unknown, ","))
@@ -328,7 +332,13 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	if _, ok := fromEnv["procs"]; !set["procs"] && !ok {
 		if v, ok := lookupEnv("GOMAXPROCS"); ok && v != "" {
-			o.procs = 0 // the operator's GOMAXPROCS, which the runtime read
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				o.procs = 0 // the operator's GOMAXPROCS, which the runtime read
+			} else {
+				// The runtime ignores it and takes every CPU: the default
+				// stands instead, with a warning.
+				o.badProcsEnv = v
+			}
 		}
 	}
 	_, spinEnv := fromEnv["spin-wait"]

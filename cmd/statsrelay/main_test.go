@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -89,6 +90,9 @@ func TestProcsAndSpinWait(t *testing.T) {
 		{[]string{"-procs", "2"}, map[string]string{"GOMAXPROCS": "3"}, 2, 0},
 		{nil, map[string]string{"GOMAXPROCS": "3", "STATSRELAY_PROCS": "1"}, 1, 0},
 		{nil, map[string]string{"GOMAXPROCS": ""}, 1, 0},
+		{nil, map[string]string{"GOMAXPROCS": "abc"}, 1, 0}, // the runtime ignores these: not kept
+		{nil, map[string]string{"GOMAXPROCS": "0"}, 1, 0},
+		{nil, map[string]string{"GOMAXPROCS": "-3"}, 1, 0},
 		{[]string{"-spin-wait", "0"}, nil, 1, -1},
 		{nil, map[string]string{"STATSRELAY_SPIN_WAIT": "0s"}, 1, -1},
 		{[]string{"-spin-wait", "30us"}, nil, 1, 30 * time.Microsecond},
@@ -290,6 +294,16 @@ func TestUsageNamesTheVariables(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestDemoWithoutTempDirSaysWhy: -demo where $TMPDIR does not exist
+// fails naming the demo and $TMPDIR, not with a bare stat error.
+func TestDemoWithoutTempDirSaysWhy(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "gone"))
+	err := runDemo(context.Background(), io.Discard, time.Second, 1)
+	if err == nil || !strings.Contains(err.Error(), "-demo") || !strings.Contains(err.Error(), "$TMPDIR") {
+		t.Fatalf("demo without a temp dir: %v; want an error naming -demo and $TMPDIR", err)
 	}
 }
 
