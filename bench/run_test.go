@@ -606,3 +606,30 @@ func TestRunReportMedianKeepsItsDigits(t *testing.T) {
 		t.Errorf("the target's row is %q, want it to hold %q", row, want)
 	}
 }
+
+// TestRunReportRegress: the regress part pairs each round's head with its
+// base, reads the median of those ratios against 0.95 (not the ratio of
+// the medians), and allocs/counted's medians against 1.05×.
+func TestRunReportRegress(t *testing.T) {
+	line := func(w, side, counted, allocs string) string {
+		return "Benchmark" + w + "/commit=" + side + "-2 \t 100\t 30 ns/op\t " + allocs + " allocs/counted\t " + counted + " counted/s\t 0 allocs/op\n"
+	}
+	var b strings.Builder
+	// Rounds: the host slows in round 2 for both sides; head ÷ base 0.90, 1.00, 0.96.
+	for _, r := range [][4]string{{"100", "90", "2e-06", "2e-06"}, {"50", "50", "2e-06", "2.2e-06"}, {"100", "96", "2e-06", "2e-06"}} {
+		b.WriteString(line("SteadyState", "base", r[0], r[2]) + line("SteadyState", "head", r[1], r[3]))
+		b.WriteString(line("ClientPeerTags", "base", r[0], r[2]) + line("ClientPeerTags", "head", "80", "1e-06"))
+	}
+	report := runReport(t, map[string]string{
+		"regress-meta.sh": "regress_started=x regress_elapsed=0 regress_commit=h regress_base=b\nregress_count=3 regress_benchtime=1x\n",
+		"regress.txt":     b.String(),
+	})
+	for _, want := range []string{
+		"| SteadyState | 100 | 90 | 0.96 (0.90–1.00) | 2e-06 | 2e-06 | met | met |",
+		"| ClientPeerTags | 100 | 80 | 0.80 (0.80–1.60) | 2e-06 | 1e-06 | missed | met |",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the regress table does not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
+		}
+	}
+}
