@@ -625,8 +625,8 @@ func TestRunReportRegress(t *testing.T) {
 		"regress.txt":     b.String(),
 	})
 	for _, want := range []string{
-		"| SteadyState | 100 | 90 | 0.96 (0.90–1.00) | 2e-06 | 2e-06 | met | met |",
-		"| ClientPeerTags | 100 | 80 | 0.80 (0.80–1.60) | 2e-06 | 1e-06 | missed | met |",
+		"| SteadyState | 100 | 90 | 0.96 (0.90–1.00) | 2e-06 (2e-06–2e-06) | 2e-06 (2e-06–2.2e-06) | met | met |",
+		"| ClientPeerTags | 100 | 80 | 0.80 (0.80–1.60) | 2e-06 (2e-06–2e-06) | 1e-06 (1e-06–1e-06) | missed | met |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("the regress table does not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))

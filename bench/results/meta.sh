@@ -1,5 +1,5 @@
-started="2026-12-06 15:43:05 UTC"
-elapsed="1756"
-commit="9f6f112"
+started="2026-12-07 11:03:27 UTC"
+elapsed="1781"
+commit="6fb3f11"
 COUNT="5" BENCHTIME="4s" BENCH="."
 machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" gover="go version go1.26.8 linux/amd64"

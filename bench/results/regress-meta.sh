@@ -1,0 +1,6 @@
+regress_started="2026-12-07 11:33:12 UTC"
+regress_elapsed="299"
+regress_commit="454ddff"
+regress_base="7dc039a"
+regress_count="10" regress_benchtime="4s"
+regress_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" regress_gover="go version go1.26.8 linux/amd64"
