@@ -68,11 +68,12 @@ func (c *consumer) route(batch []*aggregate.Record) int {
 			// One read decides: a second one, stepped back after the
 			// first, would realign with the spans added so far.
 			if t := c.wall(); c.steppedBack(t) {
-				if done > 0 {
+				if done > 0 || !c.clearing && len(c.clearCh) > 0 {
 					// realign would report the spans added so far before
-					// consume counts them: leave the rest to the next
-					// batch, whose first clock read realigns before it
-					// adds any.
+					// consume counts them, or what a pending Clear must
+					// discard: leave the rest to the next batch, whose
+					// first clock read takes the Clear, then realigns,
+					// before it adds any.
 					return done
 				}
 				c.realign(t)

@@ -370,12 +370,17 @@ func (c *consumer) consume() int {
 	// boundary it has reached is one they may have ended after: crossed
 	// first, they go to the bucket of their end, not the one ending, even
 	// when the timer has not been handled yet. One clock read per batch.
-	t := c.now()
-	if c.prevOpen && !t.Before(c.boundary) && !c.clearing && c.clearPending() {
-		// After a pause the crossing would report the previous bucket,
-		// though a Clear made meanwhile must discard it: the Clear took
-		// this batch too (TestPausedConsumeTakesPendingClear).
+	t := c.wall()
+	stepped := c.steppedBack(t)
+	if !c.clearing && (stepped || c.prevOpen && !t.Before(c.boundary)) && c.clearPending() {
+		// A clock step back (realign) or, after a pause, the crossing
+		// would report open buckets, though a Clear made meanwhile must
+		// discard them: the Clear took this batch too
+		// (TestPausedConsumeTakesPendingClear, TestSteppedBackConsumeTakesPendingClear).
 		return 0
+	}
+	if stepped {
+		c.realign(t)
 	}
 	c.crossBoundaries(t)
 	batch := c.batchPtrs[:n]

@@ -146,8 +146,14 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	tags := c.Tags
 	ddTags := false // DD_TAGS is set and used
 	if !tagsFromConfig {
-		tags = withoutControlTags(EnvTags, parseTags(getenv(EnvTags)), log)
-		ddTags = len(tags) > 0
+		// Set, DD_TAGS wins over OTEL_RESOURCE_ATTRIBUTES, as in
+		// dd-trace-go, even holding no tag (","), unless every tag it
+		// holds was dropped for a control character.
+		raw := getenv(EnvTags)
+		parsed := parseTags(raw)
+		n := len(parsed)
+		tags = withoutControlTags(EnvTags, parsed, log)
+		ddTags = strings.TrimSpace(raw) != "" && (n == 0 || len(tags) > 0)
 		if raw, ok := otelFallback(EnvTags, EnvOtelResourceAttributes, ddTags, getenv, log); ok {
 			tags = withoutControlTags(EnvOtelResourceAttributes, otelTags(raw), log)
 			gitSet = true
@@ -272,7 +278,8 @@ func urlReason(want string, err error) string {
 // otelFallback returns the OpenTelemetry variable ot, which stands in
 // for the Datadog variable dd as in dd-trace-go: ok only when ot is set
 // and dd is not used (ddUsed: set, and not ignored for a control
-// character); when both are, dd wins, with a warning naming both.
+// character, or for DD_TAGS not every tag of it); when both are, dd
+// wins, with a warning naming both.
 func otelFallback(dd, ot string, ddUsed bool, getenv func(string) string, log *slog.Logger) (raw string, ok bool) {
 	if raw = getenv(ot); strings.TrimSpace(raw) == "" {
 		return "", false
@@ -286,8 +293,8 @@ func otelFallback(dd, ot string, ddUsed bool, getenv func(string) string, log *s
 
 // otelTags reads OTEL_RESOURCE_ATTRIBUTES as DD_TAGS, for the fallbacks:
 // pairs split as DD_TAGS is, at "=" rather than ":", the unified service
-// tags among them put in front as dd-trace-go puts them; nil, with a
-// warning, for a control character.
+// tags among them put in front as dd-trace-go puts them (the caller drops
+// those with a control character: withoutControlTags).
 func otelTags(raw string) []string {
 	var named, other []string
 	forEachTag(raw, "=", func(k, v string) {

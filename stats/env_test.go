@@ -449,6 +449,14 @@ func TestEnvBadPartsLoggedAlone(t *testing.T) {
 	if c.Env != "e" || len(logs) != 1 || !strings.Contains(logs[0], EnvOtelResourceAttributes) {
 		t.Errorf("bad attribute: env %q logs %q; want e and one warning", c.Env, logs)
 	}
+	// Set but holding no tag, DD_TAGS still wins over the OTel variable,
+	// with the warning that both are set.
+	for _, raw := range []string{",", ":x", " , "} {
+		c, logs = envCase(Config{}, map[string]string{EnvTags: raw, EnvOtelResourceAttributes: "deployment.environment=otel"}, false)
+		if c.Env != "" || len(logs) != 1 || !strings.Contains(logs[0], "are set") {
+			t.Errorf("DD_TAGS %q beside the OTel variable: env %q logs %q; want none and the both-set warning", raw, c.Env, logs)
+		}
+	}
 	c, logs = envCase(Config{}, map[string]string{EnvHostname: "h1", EnvReportHostname: "yes"}, false)
 	if c.Hostname != "h1" || len(logs) != 1 || !strings.Contains(logs[0], EnvReportHostname) {
 		t.Errorf("bad report flag beside a source host name: hostname %q logs %q; want h1 and one warning", c.Hostname, logs)

@@ -382,6 +382,30 @@ func TestPausedConsumeTakesPendingClear(t *testing.T) {
 	}
 }
 
+// TestSteppedBackConsumeTakesPendingClear: as TestPausedConsumeTakesPendingClear,
+// with the wall clock stepped back past an interval instead of a pause:
+// the realignment the batch's clock read makes would report the open
+// buckets, so a pending Clear is taken first.
+func TestSteppedBackConsumeTakesPendingClear(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("a", epoch.Add(4*time.Second))
+	d.c.consume()                        // "a" in [0, 10 s)
+	d.now = epoch.Add(-60 * time.Second) // an NTP step back
+	d.publish("b", epoch.Add(-60*time.Second))
+	d.a.Clear()
+	d.c.consume()
+	d.at(epoch.Add(-30 * time.Second))
+	for _, b := range d.reports(epoch.Add(-2 * time.Minute)) {
+		if b.hits["a"] != 0 || b.hits["b"] != 0 {
+			t.Fatalf("a span published before Clear was reported in %v", b)
+		}
+	}
+	if h := d.a.Health(); h.Cleared != 2 || h.ClockStepsBack != 1 {
+		t.Fatalf("cleared %d, clock steps back %d; want the 2 spans published before Clear, 1 step", h.Cleared, h.ClockStepsBack)
+	}
+}
+
 // TestClearDuringClockStepDiscards: as TestClearAfterPauseDiscardsOpenBucket,
 // with the wall clock stepped back past an interval when the Clear's drain
 // reads it: the realignment reports the open buckets outside a Clear, and
