@@ -332,7 +332,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	}
 	if _, ok := fromEnv["procs"]; !set["procs"] && !ok {
 		if v, ok := lookupEnv("GOMAXPROCS"); ok && v != "" {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			if n, err := strconv.ParseInt(v, 10, 32); err == nil && n > 0 { // as the runtime reads it
 				o.procs = 0 // the operator's GOMAXPROCS, which the runtime read
 			} else {
 				// The runtime ignores it and takes every CPU: the default

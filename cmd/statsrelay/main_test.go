@@ -93,6 +93,7 @@ func TestProcsAndSpinWait(t *testing.T) {
 		{nil, map[string]string{"GOMAXPROCS": "abc"}, 1, 0}, // the runtime ignores these: not kept
 		{nil, map[string]string{"GOMAXPROCS": "0"}, 1, 0},
 		{nil, map[string]string{"GOMAXPROCS": "-3"}, 1, 0},
+		{nil, map[string]string{"GOMAXPROCS": "3000000000"}, 1, 0}, // past int32: the runtime ignores it too
 		{[]string{"-spin-wait", "0"}, nil, 1, -1},
 		{nil, map[string]string{"STATSRELAY_SPIN_WAIT": "0s"}, 1, -1},
 		{[]string{"-spin-wait", "30us"}, nil, 1, 30 * time.Microsecond},
