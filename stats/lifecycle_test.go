@@ -329,12 +329,10 @@ func TestClearBeforeBucketClose(t *testing.T) {
 	}
 }
 
-// TestClearAfterPauseDiscardsOpenBucket: after a pause from the previous
-// bucket's grace past the next boundary, a Clear that the consumer takes
-// before its timer drains the inbox first, and the boundary that drain
-// crosses closes the previous bucket: it is cleared with the rest, not
-// reported (its span was published before the Clear).
-func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
+// clearAfterPause drives a consumer holding "a" in the previous bucket's
+// grace, paused past the next boundary with "b" in the inbox, then
+// asks for a Clear.
+func clearAfterPause(t *testing.T) *driven {
 	const iv = 10 * time.Second
 	d := newDriven(t, iv, epoch.Add(3*time.Second))
 	d.publish("a", epoch.Add(4*time.Second))
@@ -342,6 +340,16 @@ func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
 	d.now = epoch.Add(25 * time.Second)
 	d.publish("b", epoch.Add(24*time.Second)) // in the inbox
 	d.a.Clear()
+	return d
+}
+
+// TestClearAfterPauseDiscardsOpenBucket: after a pause from the previous
+// bucket's grace past the next boundary, a Clear that the consumer takes
+// before its timer drains the inbox first, and the boundary that drain
+// crosses closes the previous bucket: it is cleared with the rest, not
+// reported (its span was published before the Clear).
+func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
+	d := clearAfterPause(t)
 	<-d.c.clearCh // the consumer takes the Clear before its timer
 	d.c.clear()
 	d.at(d.now)
@@ -360,13 +368,7 @@ func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
 // picked the inbox's wake-up): the boundary the batch crosses would report
 // the bucket the Clear must discard, so the Clear is taken first.
 func TestPausedConsumeTakesPendingClear(t *testing.T) {
-	const iv = 10 * time.Second
-	d := newDriven(t, iv, epoch.Add(3*time.Second))
-	d.publish("a", epoch.Add(4*time.Second))
-	d.at(epoch.Add(10*time.Second + 100*time.Millisecond)) // [0, 10 s), holding "a", in its grace
-	d.now = epoch.Add(25 * time.Second)
-	d.publish("b", epoch.Add(24*time.Second)) // in the inbox
-	d.a.Clear()
+	d := clearAfterPause(t)
 	d.c.consume()
 	d.publish("c", epoch.Add(25*time.Second)) // after the Clear was taken
 	d.at(epoch.Add(45 * time.Second))
