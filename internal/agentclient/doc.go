@@ -10,8 +10,8 @@
 // budget; and a Final that gives what waits its retries within the
 // owner's deadline.
 //
-// A Client is driven by one goroutine (Send, SendAll, RunDue, ReadInfo,
-// SetReadStop, Final and Close are not safe for concurrent use); only the off flag it shares through Config.Off is read
-// by other goroutines. Every outcome is reported to an Observer, so nothing
+// A Client is driven by one goroutine (its methods, NewPass and a Pass's
+// included, are not safe for concurrent use, Off aside); only the off
+// flag it shares through Config.Off is read by other goroutines. Every outcome is reported to an Observer, so nothing
 // it gives up on goes uncounted.
 package agentclient
