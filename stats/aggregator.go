@@ -211,6 +211,13 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	default:
 		return ErrNotStarted
 	}
+	select {
+	case <-a.cons.done:
+		// Stopped: ErrStopped whatever ctx says, not one or the other
+		// as select would pick between two ready cases.
+		return ErrStopped
+	default:
+	}
 	done := make(chan error, 1)
 	until := ctx.Done()
 	if until == nil {

@@ -274,6 +274,14 @@ func TestPublishAfterStopIsCounted(t *testing.T) {
 	if err := a.Flush(context.Background()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("Flush after Stop = %v, want ErrStopped", err)
 	}
+	// With ctx done too, always ErrStopped: select picked either before.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 100 {
+		if err := a.Flush(done); !errors.Is(err, ErrStopped) {
+			t.Fatalf("Flush %d after Stop with a cancelled ctx = %v, want ErrStopped", i, err)
+		}
+	}
 	if err := a.Stop(context.Background()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("second Stop = %v, want ErrStopped", err)
 	}

@@ -71,13 +71,17 @@
 // sees. A span whose end is
 // not after its start is not counted (the SDK counts positive durations
 // only, as dd-trace-java does), where the agent's OTLP path counts it with
-// a duration of 0: only spans given equal timestamps, as imported ones may
-// be, differ.
+// a duration of 0: spans given an end at or before their start (equal
+// timestamps, as imported ones may be, or an explicit end timestamp
+// earlier than the start, which the OTel SDK does not clamp) differ; they
+// are counted in Health.Ineligible.
 //
 // Concurrency: a Processor is safe for concurrent use; OnEnd runs on the
 // goroutine that ends the span, never blocks, and on a repeated route
 // allocates nothing of its own (BenchmarkOnEnd), unless a span's service,
-// operation name or peer-tag values are longer than 4 KiB.
+// operation name or peer-tag values are longer than 4 KiB, or a peer-tag
+// attribute holds a slice (written as the SDK's String writes it: one
+// allocation).
 //
 // Design: OnEnd indexes the span's attributes once by key, reads the
 // resource's from a cache kept per resource, and follows the agent's
