@@ -179,8 +179,11 @@ func (s *valueSet) decide(v string, epoch uint32) {
 	ok := true
 	if s.limit >= 0 {
 		// An absent label ("") is no value: it takes no room and is never
-		// replaced, as the agent's checkStringField leaves it.
-		ok = v == "" || s.within(v, epoch)
+		// replaced, as the agent's checkStringField leaves it. Nor is the
+		// replacement itself, which a span may carry already: counted as
+		// a collapse or not, it would depend on the span before it
+		// (TestLiteralBlockedValueNeverCounts).
+		ok = v == "" || v == s.blocked || s.within(v, epoch)
 	} else {
 		s.epoch = epoch // in use this interval (see dropStaleKeys)
 	}

@@ -210,3 +210,26 @@ func TestEmptyQuantizedPeerNotCachedAsRaw(t *testing.T) {
 		t.Errorf("with the caches\n  %s\nfull path\n  %s\nwant\n  %s", got, full, want)
 	}
 }
+
+// TestLiteralBlockedValueNeverCounts: a span that carries the sentinel
+// itself (a tracer that collapsed it already) joins the collapsed group
+// without being counted as collapsed, whatever the span before it: it used
+// to count only after a collapsed span, which checks the budgets first.
+func TestLiteralBlockedValueNeverCounts(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: 1})
+	add := func(res string) {
+		tb.Add(&Record{Service: "svc", Name: "op", Resource: res, SpanKind: "server", Duration: 1})
+	}
+	add("r0")         // the budget's one value
+	add("r1")         // collapsed: 1
+	add(BlockedValue) // after a collapsed span
+	add("r0")
+	add(BlockedValue) // after an admitted one
+	if n := tb.Collapsed(FieldResource); n != 1 || tb.CollapsedSpans() != 1 {
+		t.Fatalf("collapsed resource %d spans %d, want 1 and 1: the literal sentinel is no collapse", n, tb.CollapsedSpans())
+	}
+	if e := touchedByResource(tb)["svc|"+BlockedValue+"|[]"]; e == nil || e.Hits != 3 {
+		t.Fatalf("the collapsed group holds %+v, want the collapsed span and both sentinel ones", e)
+	}
+}
