@@ -342,9 +342,9 @@ func (c *consumer) fired() {
 }
 
 // clearPending carries out a Clear made before the Flush or Stop that
-// select picked, reporting whether there was one: when both are ready it picks either, and a Clear that
-// returned before Stop was called must not be skipped
-// (TestClearBeforeStopIsCarriedOut).
+// select picked, reporting whether there was one: when both are ready it
+// picks either, and a Clear that returned before Stop was called must not
+// be skipped (TestClearBeforeStopIsCarriedOut).
 func (c *consumer) clearPending() bool {
 	select {
 	case <-c.clearCh:
