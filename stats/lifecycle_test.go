@@ -408,6 +408,28 @@ func TestSteppedBackConsumeTakesPendingClear(t *testing.T) {
 	}
 }
 
+// TestStopStepBackWithPendingClear: at Stop, a clock step back that only
+// route's read sees, with a Clear made after Stop, used to make route
+// leave the span to a next batch that finish's one-span read never gives
+// it: counted undrained though Stop's ctx never ended. It is aggregated.
+func TestStopStepBackWithPendingClear(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("late", epoch.Add(-5*time.Minute)) // late for every open bucket
+	d.a.Clear()                                  // pending, not taken by the run loop
+	reads := 0
+	d.c.clock = func() time.Time {
+		if reads++; reads <= 2 { // finish's, then consume's
+			return epoch.Add(4 * time.Second)
+		}
+		return epoch.Add(-60 * time.Second) // route's: stepped back
+	}
+	d.c.finish()
+	if h := d.a.Health(); h.StopUndrained != 0 || h.Counted != 1 || h.ClockStepsBack != 1 {
+		t.Fatalf("undrained %d, counted %d, steps back %d; want 0, 1, 1", h.StopUndrained, h.Counted, h.ClockStepsBack)
+	}
+}
+
 // TestClearDuringClockStepDiscards: as TestClearAfterPauseDiscardsOpenBucket,
 // with the wall clock stepped back past an interval when the Clear's drain
 // reads it: the realignment reports the open buckets outside a Clear, and
