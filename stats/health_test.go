@@ -34,10 +34,10 @@ func TestHealthPartsNeverExceedWhole(t *testing.T) {
 			defer wg.Done()
 			for i := 0; !done.Load(); i++ {
 				// Every third span of each producer ended long ago: late,
-				// in the oldest bucket (on one producer alone, one that
-				// found the inbox full each time it ran published none at
-				// -cpu 1). Every other span is a client's with three peer
-				// tags over their budget: a span, not a tag, per collapse.
+				// in the oldest bucket (both make them: either may find the
+				// inbox full whenever it runs). Every other span is a
+				// client's with three peer tags over their budget: a span,
+				// not a tag, per collapse.
 				s := Span{Service: "s", Name: "op", Resource: fmt.Sprint(p, i), SpanKind: "server", Duration: 100}
 				if i%3 == 2 {
 					s.Start = 1

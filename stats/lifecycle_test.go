@@ -343,6 +343,17 @@ func clearAfterPause(t *testing.T) *driven {
 	return d
 }
 
+// noneBeforeClear fails t if any of reports counts "a" or "b", the spans
+// these tests publish before their Clear.
+func noneBeforeClear(t *testing.T, reports []bucket) {
+	t.Helper()
+	for _, b := range reports {
+		if b.hits["a"] != 0 || b.hits["b"] != 0 {
+			t.Fatalf("a span published before Clear was reported in %v", b)
+		}
+	}
+}
+
 // TestClearAfterPauseDiscardsOpenBucket: after a pause from the previous
 // bucket's grace past the next boundary, a Clear that the consumer takes
 // before its timer drains the inbox first, and the boundary that drain
@@ -353,11 +364,7 @@ func TestClearAfterPauseDiscardsOpenBucket(t *testing.T) {
 	<-d.c.clearCh // the consumer takes the Clear before its timer
 	d.c.clear()
 	d.at(d.now)
-	for _, b := range d.reports(epoch) {
-		if b.hits["a"] != 0 || b.hits["b"] != 0 {
-			t.Fatalf("a span published before Clear was reported in %v", b)
-		}
-	}
+	noneBeforeClear(t, d.reports(epoch))
 	if h := d.a.Health(); h.Cleared != 2 {
 		t.Fatalf("cleared %d, want the 2 spans published before Clear", h.Cleared)
 	}
@@ -372,11 +379,10 @@ func TestPausedConsumeTakesPendingClear(t *testing.T) {
 	d.c.consume()
 	d.publish("c", epoch.Add(25*time.Second)) // after the Clear was taken
 	d.at(epoch.Add(45 * time.Second))
+	reports := d.reports(epoch)
+	noneBeforeClear(t, reports)
 	var c uint64
-	for _, b := range d.reports(epoch) {
-		if b.hits["a"] != 0 || b.hits["b"] != 0 {
-			t.Fatalf("a span published before Clear was reported in %v", b)
-		}
+	for _, b := range reports {
 		c += b.hits["c"]
 	}
 	if h := d.a.Health(); h.Cleared != 2 || c != 1 {
@@ -398,11 +404,7 @@ func TestSteppedBackConsumeTakesPendingClear(t *testing.T) {
 	d.a.Clear()
 	d.c.consume()
 	d.at(epoch.Add(-30 * time.Second))
-	for _, b := range d.reports(epoch.Add(-2 * time.Minute)) {
-		if b.hits["a"] != 0 || b.hits["b"] != 0 {
-			t.Fatalf("a span published before Clear was reported in %v", b)
-		}
-	}
+	noneBeforeClear(t, d.reports(epoch.Add(-2*time.Minute)))
 	if h := d.a.Health(); h.Cleared != 2 || h.ClockStepsBack != 1 {
 		t.Fatalf("cleared %d, clock steps back %d; want the 2 spans published before Clear, 1 step", h.Cleared, h.ClockStepsBack)
 	}
@@ -444,11 +446,7 @@ func TestClearDuringClockStepDiscards(t *testing.T) {
 	d.a.Clear()
 	<-d.c.clearCh
 	d.c.clear()
-	for _, b := range d.reports(epoch) {
-		if b.hits["a"] != 0 || b.hits["b"] != 0 {
-			t.Fatalf("a span published before Clear was reported in %v", b)
-		}
-	}
+	noneBeforeClear(t, d.reports(epoch))
 	if h := d.a.Health(); h.Cleared != 2 || h.ClockStepsBack != 1 {
 		t.Fatalf("cleared %d, clock steps back %d; want the 2 spans published before Clear, 1 step", h.Cleared, h.ClockStepsBack)
 	}
