@@ -202,7 +202,8 @@ const (
 	// Datadog keeps of a tag for an ASCII one, so a non-ASCII label is cut
 	// sooner than the backend would. A peer tag's IP addresses are
 	// quantized before the cut, as the agent quantizes the whole value
-	// (reading at most 4*MaxTagLen bytes of it: aggregate.QuantizeTagTo);
+	// (reading at most 4 times what MaxTagLen leaves after the key and its
+	// colon: aggregate.QuantizeTagTo);
 	// a tag kept whole is quantized by the table, so a list of short
 	// addresses can come out about twice as long as this.
 	MaxTagLen = 200

@@ -70,7 +70,7 @@ func main() {
 	if o.versionEnv {
 		slog.Warn("statsrelay: ignoring STATSRELAY_VERSION: -version is read from the command line only")
 	}
-	if o.badProcsEnv != "" {
+	if o.badProcsEnv != "" && !o.demo { // -demo leaves GOMAXPROCS to the runtime
 		slog.Warn("statsrelay: ignoring GOMAXPROCS: not a positive number; running on -procs' default", "GOMAXPROCS", o.badProcsEnv, "procs", o.procs)
 	}
 	if unknown := unknownVars(flag.CommandLine, os.Environ()); len(unknown) > 0 {

@@ -79,9 +79,9 @@
 // Concurrency: a Processor is safe for concurrent use; OnEnd runs on the
 // goroutine that ends the span, never blocks, and on a repeated route
 // allocates nothing of its own (BenchmarkOnEnd), unless a span's service,
-// operation name or peer-tag values are longer than 4 KiB, or a peer-tag
-// attribute holds a slice (written as the SDK's String writes it: one
-// allocation).
+// operation name or peer-tag values are longer than 4 KiB, a peer tag is
+// cut at 200 bytes, or a peer-tag attribute holds a slice (written as the
+// SDK's String writes it): one allocation.
 //
 // Design: OnEnd indexes the span's attributes once by key, reads the
 // resource's from a cache kept per resource, and follows the agent's
