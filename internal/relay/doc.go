@@ -22,7 +22,9 @@
 // bucket runs from the earliest start, but not before the window, to the
 // latest end; its AgentTimeShift, a shift only the agent
 // records and agent v0.85.4 ignores on intake, is forwarded as 0), then by
-// group (every label field, tag lists as sets). Counts add and sketches
+// group (every label field; peer tags as a set, AdditionalMetricTags and
+// SpanDerivedPrimaryTags sorted with their duplicates kept, as the agent's
+// own hash keeps them apart). Counts add and sketches
 // merge exactly. Held groups are bounded by Config.MaxGroups and what they
 // take by Config.MaxHeldBytes: beyond either, spans fold into one overflow
 // group per identity and window whose labels are aggregate.BlockedValue.

@@ -325,7 +325,10 @@ func (s *state) merge(pp *prepared, ov overflowHashes, now uint64) (droppedGroup
 			fold := false
 			switch {
 			case i >= 0:
-				fold = growsPast(&w.groups[i], g, s.bytes, byteLimit)
+				// A sender's own overflow-keyed group that meets the relay's
+				// overflow group lands there anyway: not folded by the relay
+				// (TestSenderOverflowIsNotFolded).
+				fold = i != w.overflow && growsPast(&w.groups[i], g, s.bytes, byteLimit)
 			case s.groups >= groupLimit:
 				fold = true
 			default:

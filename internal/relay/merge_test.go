@@ -613,6 +613,33 @@ func TestMaxHeldBytesSketchGrowth(t *testing.T) {
 	}
 }
 
+// TestSenderOverflowIsNotFolded: past the byte bound, a sender's own
+// overflow-keyed group that would widen the relay's overflow group merges
+// into it without counting as folded by the relay, however near the bound
+// the held bytes are: its spans reach the same group either way.
+func TestSenderOverflowIsNotFolded(t *testing.T) {
+	const maxBytes = 1 << 20
+	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+	long := strings.Repeat("z", 8000)
+	for i := 0; r.Stats().OverflowGroups == 0; i++ { // fill until a key folds
+		mustAccept(t, r, datagram(uint64(i+1), header("a"), bucket(w0, 10*sec, entry(key(fmt.Sprint(long, i)), 1, 0, 10))), 0, UDP)
+	}
+	before := checkAccounting(t, r)
+	// The SDK's overflow entry, its latencies 1 µs to 100 s: hundreds of
+	// bins wider than the relay's overflow group holds.
+	own := entry(overflowGroup.Key, 3, 0, 1e-3, 1, 1e5)
+	mustAccept(t, r, datagram(1000, header("a"), bucket(w0, 10*sec, own)), 0, UDP)
+	s := checkAccounting(t, r)
+	if s.FoldedSpans != before.FoldedSpans || s.OverflowGroups != 1 || s.SpansPending != before.SpansPending+3 {
+		t.Fatalf("folded %d → %d, overflow groups %d, pending %d → %d; want folded unchanged, 1, +3",
+			before.FoldedSpans, s.FoldedSpans, s.OverflowGroups, before.SpansPending, s.SpansPending)
+	}
+	gs := harvestAll(t, r)[0].Buckets[0].Groups
+	if ov := gs[len(gs)-1]; ov.Resource != aggregate.BlockedValue || ov.Hits != before.FoldedSpans+3 || ov.Ok.Count() != before.FoldedSpans+3 {
+		t.Fatalf("overflow group: %d hits, %d in its sketch; want %d", ov.Hits, ov.Ok.Count(), before.FoldedSpans+3)
+	}
+}
+
 // TestHeldMemoryBoundedByBytes: a flood of datagrams each carrying a new
 // group of a 20 KB resource, a new identity of a 20 KB version and a 20 KB
 // RuntimeID (3 000 of them: 180 MB if held) keeps the relay's heap within MaxHeldBytes (16 MiB)
