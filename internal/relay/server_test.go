@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,7 +142,7 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	for k, w := range want {
 		g := got[k]
 		if g == nil || g.Hits != w.hits || g.Errors != w.errs || g.TopLevelHits != w.top || g.Duration != w.dur ||
-			g.OkCount+g.ErrCount != w.hits {
+			g.ErrCount != w.errs || g.OkCount != w.hits-w.errs {
 			t.Fatalf("%s: agent has %+v, published hits %d errors %d top %d duration %d", k.Resource, g, w.hits, w.errs, w.top, w.dur)
 		}
 	}
@@ -177,6 +178,42 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	checkIdentity(t, st)
 	if st.SpansReceived != 4*3000 || st.SpansForwarded != 4*3000 || st.SpansPending != 0 || st.Rejected != [relay.NumReasons]uint64{} {
 		t.Fatalf("relay stats %+v", st)
+	}
+	// Merged over the sockets, not only summed by the test: a key's groups
+	// of one window and identity (the Unix senders' container, if any)
+	// reach the agent as one group, in one request. Only spans the relay
+	// counted late (after their window's round) may come again with that
+	// start, in a later request.
+	type at struct {
+		cid   string
+		start uint64
+		key   statstest.GroupKey
+	}
+	seen := map[at][]uint64{}
+	for ri, r := range statstest.Accepted(ag.Requests()) {
+		inReq := map[at]bool{}
+		for _, b := range r.Payload.Buckets {
+			for i := range b.Groups {
+				g := &b.Groups[i]
+				k := at{r.Payload.ContainerID, b.Start, statstest.GroupKey{Service: g.Service, Name: g.Name,
+					Resource: g.Resource, Type: g.Type, SpanKind: g.SpanKind, HTTPStatusCode: g.HTTPStatusCode}}
+				if inReq[k] {
+					t.Fatalf("request %d: %s at %d twice: not merged", ri, g.Resource, b.Start)
+				}
+				inReq[k] = true
+				seen[k] = append(seen[k], g.Hits)
+			}
+		}
+	}
+	var again uint64 // hits in every repeat of a key at a start but its largest
+	for _, hs := range seen {
+		slices.Sort(hs)
+		for _, h := range hs[:len(hs)-1] {
+			again += h
+		}
+	}
+	if again > st.LateSpans {
+		t.Fatalf("%d hits came again at a start already forwarded, but the relay counted %d late: not merged", again, st.LateSpans)
 	}
 	if reqs := len(ag.Requests()); reqs >= int(st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP]) {
 		t.Fatalf("%d requests for %d datagrams: nothing was merged", reqs, st.Datagrams[relay.Unix]+st.Datagrams[relay.UDP])
