@@ -337,6 +337,7 @@ func (d *datagramOut) write(p part, flags uint8, patience *time.Duration) error 
 		if *patience <= 0 || d.ctx.Err() != nil {
 			break
 		}
+		d.ctr.datagramWaits.Add(1)
 		d.pauseFor(patience, pause/2+rand.N(pause/2+1))
 		err = d.writeCharged(p.body, patience)
 	}

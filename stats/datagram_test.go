@@ -248,6 +248,9 @@ func TestDatagramRetryWallTime(t *testing.T) {
 	if !errors.Is(err, dgram.ErrWouldBlock) || h.PayloadsSent != 0 || h.PayloadsDropped < 2 {
 		t.Fatalf("Flush = %v, sent %d, dropped %d; want every part of several dropped on the full socket", err, h.PayloadsSent, h.PayloadsDropped)
 	}
+	if h.DatagramWaits != uint64(sleeps) || sleeps == 0 {
+		t.Fatalf("%d waits on the full socket counted, %d slept", h.DatagramWaits, sleeps)
+	}
 	// Each sleep is charged at least d+late and at most d+sleepSlack, so
 	// the sleeps end within one pause after the patience, however loaded
 	// the host, and go on for most of it.

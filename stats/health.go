@@ -106,8 +106,15 @@ type Health struct {
 	PayloadsFailed uint64
 	// PayloadsRetried counts attempts scheduled after a retryable failure
 	// (toward a relay: a missing relay; a full socket's short waits are
-	// neither failures nor retries).
+	// neither failures nor retries: DatagramWaits).
 	PayloadsRetried uint64
+	// DatagramWaits counts, toward a relay, the times a datagram found the
+	// relay's socket full (EAGAIN, ENOBUFS) and was written again after a
+	// short pause, within the report's patience. Frequent waits say the
+	// relay's queue is short for this host's bursts (on Linux,
+	// net.unix.max_dgram_qlen); a wait that outlasts the patience also
+	// drops the payload (PayloadsDropped).
+	DatagramWaits uint64
 	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
 	// timed out, or lost its connection before the answer, after the
 	// request was sent: the agent may have accepted the payload, so the
@@ -199,6 +206,7 @@ type counters struct {
 	// Written by the sender (and the consumer when it drops a report).
 	payloadsSent, payloadsFailed, payloadsDropped, bytesSent atomic.Uint64
 	payloadsRetried, payloadsSplit, agentOffTimes, infoReads atomic.Uint64
+	datagramWaits                                            atomic.Uint64
 	spansSent, spansUnsent                                   atomic.Uint64
 	retriesAfterTimeout                                      atomic.Uint64
 	unsentAfterTimeout                                       atomic.Uint64
@@ -339,6 +347,7 @@ func (a *Aggregator) Health() Health {
 		SpansUnsent:         unsent,
 		PayloadsRetried:     retried,
 		PayloadsSplit:       c.payloadsSplit.Load(),
+		DatagramWaits:       c.datagramWaits.Load(),
 		AgentOffSpans:       c.agentOff.Load(),
 		AgentOff:            a.off.Load(),
 		AgentOffTimes:       c.agentOffTimes.Load(),

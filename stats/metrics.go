@@ -81,6 +81,7 @@ func (m *emitter) emit(h Health) {
 	count("payloads.retried", h.PayloadsRetried, l.PayloadsRetried)
 	count("payloads.retried_after_timeout", h.RetriesAfterTimeout, l.RetriesAfterTimeout)
 	count("payloads.split", h.PayloadsSplit, l.PayloadsSplit)
+	count("datagrams.waited", h.DatagramWaits, l.DatagramWaits)
 	count("payloads.dropped", h.PayloadsDropped, l.PayloadsDropped)
 	// The spans of those payloads: counted in an entry, then lost on the
 	// way out, which spans.dropped (before the table) does not tell.
