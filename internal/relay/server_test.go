@@ -179,6 +179,12 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	if st.SpansReceived != 4*3000 || st.SpansForwarded != 4*3000 || st.SpansPending != 0 || st.Rejected != [relay.NumReasons]uint64{} {
 		t.Fatalf("relay stats %+v", st)
 	}
+	// Four SDKs in good health: no datagram missing, restarted, repeated,
+	// unsequenced or dropped by its sender, no span folded.
+	if st.SeqGaps != 0 || st.SeqRestarts != 0 || st.SeqLate != 0 || st.Unsequenced != 0 ||
+		st.SenderDroppedPayloads != 0 || st.FoldedSpans != 0 {
+		t.Fatalf("relay stats %+v: want no gap, restart, late sequence, unsequenced datagram, sender drop or fold", st)
+	}
 	// Merged over the sockets, not only summed by the test: a key's groups
 	// of one window and identity (the Unix senders' container, if any)
 	// reach the agent as one group, in one request. Only spans the relay
