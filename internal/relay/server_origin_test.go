@@ -167,8 +167,24 @@ func TestUnixAgentDropsHostSender(t *testing.T) {
 	defer ag.Close()
 	srv, stop := startServer(t, relay.ServerConfig{AgentURL: "unix://" + sock, Origin: true, ProcRoot: root, UDPAddr: "-"})
 	defer stop()
+	sendFromChild(t, root, srv.Addr(relay.Unix), "0::/user.slice/user-1000.slice/session-2.scope\n")
+	waitFor(t, "the sender's datagram", func() bool { return srv.Relay().Stats().SpansReceived == 4 })
+	stop()
+	st := srv.Relay().Stats()
+	checkIdentity(t, st)
+	if n := len(ag.Requests()); n != 0 || st.SpansDropped[relay.DropUnattributable] != 4 || st.ContainerMismatches != 1 {
+		t.Fatalf("%d requests, unattributable %d, mismatches %d; want 0, 4, 1", n, st.SpansDropped[relay.DropUnattributable], st.ContainerMismatches)
+	}
+}
+
+// sendFromChild runs a sender in a child process, whose
+// <root>/<pid>/cgroup holds cgroup, and waits for it to have written
+// hostSenderDatagram (4 hits, claiming a container) to the relay's Unix
+// socket at addr.
+func sendFromChild(t *testing.T, root, addr, cgroup string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "STATSRELAY_TEST_SENDER="+srv.Addr(relay.Unix))
+	cmd.Env = append(os.Environ(), "STATSRELAY_TEST_SENDER="+addr)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -184,7 +200,7 @@ func TestUnixAgentDropsHostSender(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/user.slice/user-1000.slice/session-2.scope\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stat := strconv.Itoa(cmd.Process.Pid) + " (sender) S 1 1 1 0 -1 4194560" // alive, read as the relay decodes
@@ -197,12 +213,32 @@ func TestUnixAgentDropsHostSender(t *testing.T) {
 	if err := cmd.Wait(); err != nil || out.String() != "sent\n" {
 		t.Fatalf("sender: %v, said %q", err, out.String())
 	}
+}
+
+// TestOriginOfChildSender: a sender in another process and another
+// container than the relay's: the container id of the sending pid, read
+// from -proc-root, reaches the agent's headers and the payload, not the
+// relay's own nor the one the datagram claims (a mismatch, counted).
+func TestOriginOfChildSender(t *testing.T) {
+	const other = "9f2c5e8a7b6d4c3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e"
+	root := procRoot(t) // the relay runs in testContainer
+	ag := statstest.New()
+	defer ag.Close()
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), Origin: true, ProcRoot: root, UDPAddr: "-"})
+	defer stop()
+	sendFromChild(t, root, srv.Addr(relay.Unix), "0::/kubepods.slice/cri-containerd-"+other+".scope\n")
 	waitFor(t, "the sender's datagram", func() bool { return srv.Relay().Stats().SpansReceived == 4 })
 	stop()
 	st := srv.Relay().Stats()
 	checkIdentity(t, st)
-	if n := len(ag.Requests()); n != 0 || st.SpansDropped[relay.DropUnattributable] != 4 || st.ContainerMismatches != 1 {
-		t.Fatalf("%d requests, unattributable %d, mismatches %d; want 0, 4, 1", n, st.SpansDropped[relay.DropUnattributable], st.ContainerMismatches)
+	reqs := ag.Requests()
+	if len(reqs) != 1 || st.SpansForwarded != 4 || st.ContainerMismatches != 1 {
+		t.Fatalf("%d requests, forwarded %d, mismatches %d; want 1, 4, 1", len(reqs), st.SpansForwarded, st.ContainerMismatches)
+	}
+	if h := reqs[0].Header; h.Get("Datadog-Container-ID") != other || h.Get("Datadog-Entity-ID") != "ci-"+other ||
+		reqs[0].Payload.ContainerID != other {
+		t.Fatalf("container header %q, entity %q, payload %q; want the sender's %s", h.Get("Datadog-Container-ID"),
+			h.Get("Datadog-Entity-ID"), reqs[0].Payload.ContainerID, other)
 	}
 }
 
