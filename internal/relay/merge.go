@@ -325,10 +325,11 @@ func (s *state) merge(pp *prepared, ov overflowHashes, now uint64) (droppedGroup
 			fold := false
 			switch {
 			case i >= 0:
-				// A sender's own overflow-keyed group that meets the relay's
-				// overflow group lands there anyway: not folded by the relay
+				// A sender's own overflow-keyed group would fold into the
+				// group it found anyway (the relay's overflow group, or the
+				// one such a group started): not folded by the relay
 				// (TestSenderOverflowIsNotFolded).
-				fold = i != w.overflow && growsPast(&w.groups[i], g, s.bytes, byteLimit)
+				fold = !(gh == ov.full && sameGroup(g, &overflowGroup)) && growsPast(&w.groups[i], g, s.bytes, byteLimit)
 			case s.groups >= groupLimit:
 				fold = true
 			default:

@@ -617,26 +617,52 @@ func TestMaxHeldBytesSketchGrowth(t *testing.T) {
 // overflow-keyed group that would widen the relay's overflow group merges
 // into it without counting as folded by the relay, however near the bound
 // the held bytes are: its spans reach the same group either way.
+// The sender's group comes after the relay made its overflow group
+// (first=false), or before, making it (first=true).
 func TestSenderOverflowIsNotFolded(t *testing.T) {
-	const maxBytes = 1 << 20
-	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
-	long := strings.Repeat("z", 8000)
-	for i := 0; r.Stats().OverflowGroups == 0; i++ { // fill until a key folds
-		mustAccept(t, r, datagram(uint64(i+1), header("a"), bucket(w0, 10*sec, entry(key(fmt.Sprint(long, i)), 1, 0, 10))), 0, UDP)
-	}
-	before := checkAccounting(t, r)
-	// The SDK's overflow entry, its latencies 1 µs to 100 s: hundreds of
-	// bins wider than the relay's overflow group holds.
-	own := entry(overflowGroup.Key, 3, 0, 1e-3, 1, 1e5)
-	mustAccept(t, r, datagram(1000, header("a"), bucket(w0, 10*sec, own)), 0, UDP)
-	s := checkAccounting(t, r)
-	if s.FoldedSpans != before.FoldedSpans || s.OverflowGroups != 1 || s.SpansPending != before.SpansPending+3 {
-		t.Fatalf("folded %d → %d, overflow groups %d, pending %d → %d; want folded unchanged, 1, +3",
-			before.FoldedSpans, s.FoldedSpans, s.OverflowGroups, before.SpansPending, s.SpansPending)
-	}
-	gs := harvestAll(t, r)[0].Buckets[0].Groups
-	if ov := gs[len(gs)-1]; ov.Resource != aggregate.BlockedValue || ov.Hits != before.FoldedSpans+3 || ov.Ok.Count() != before.FoldedSpans+3 {
-		t.Fatalf("overflow group: %d hits, %d in its sketch; want %d", ov.Hits, ov.Ok.Count(), before.FoldedSpans+3)
+	for _, first := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first=%v", first), func(t *testing.T) {
+			const maxBytes = 1 << 20
+			r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+			seq := uint64(0)
+			send := func(e *aggregate.Entry) {
+				seq++
+				mustAccept(t, r, datagram(seq, header("a"), bucket(w0, 10*sec, e)), 0, UDP)
+			}
+			var sent uint64 // hits of the sender's own overflow entries
+			if first {
+				send(entry(overflowGroup.Key, 1, 0, 10))
+				sent++
+			}
+			// Fill until a long key folds, then short ones until one
+			// folds too: within a short group's cost of the bound.
+			long := strings.Repeat("z", 8000)
+			for i := 0; r.Stats().FoldedSpans == 0; i++ {
+				send(entry(key(fmt.Sprint(long, i)), 1, 0, 10))
+			}
+			for i, f := 0, r.Stats().FoldedSpans; r.Stats().FoldedSpans == f; i++ {
+				send(entry(key(fmt.Sprint("s", i)), 1, 0, 10))
+			}
+			before := checkAccounting(t, r)
+			// The SDK's overflow entry, its latencies 1 µs to 100 s:
+			// hundreds of bins wider than the group it meets holds.
+			send(entry(overflowGroup.Key, 3, 0, 1e-3, 1, 1e5))
+			sent += 3
+			s := checkAccounting(t, r)
+			if s.FoldedSpans != before.FoldedSpans || s.SpansPending != before.SpansPending+3 || s.HeldBytes > maxBytes {
+				t.Fatalf("folded %d → %d, pending %d → %d, held %d; want folded unchanged, +3, at most %d",
+					before.FoldedSpans, s.FoldedSpans, before.SpansPending, s.SpansPending, s.HeldBytes, maxBytes)
+			}
+			var ovs []writer.Group // one group of the overflow key, wherever it is
+			for _, g := range harvestAll(t, r)[0].Buckets[0].Groups {
+				if g.Resource == aggregate.BlockedValue {
+					ovs = append(ovs, g)
+				}
+			}
+			if len(ovs) != 1 || ovs[0].Hits != before.FoldedSpans+sent || ovs[0].Ok.Count() != before.FoldedSpans+sent {
+				t.Fatalf("%d overflow groups; want one of %d hits and as many in its sketch", len(ovs), before.FoldedSpans+sent)
+			}
+		})
 	}
 }
 
