@@ -113,7 +113,8 @@ type Health struct {
 	// short pause, within the report's patience. Frequent waits say the
 	// relay's queue is short for this host's bursts (on Linux,
 	// net.unix.max_dgram_qlen); a wait that outlasts the patience also
-	// drops the payload (PayloadsDropped).
+	// drops the payload (PayloadsDropped). Off Linux a write first waits
+	// in the kernel for up to 10 ms: only one still refused then counts.
 	DatagramWaits uint64
 	// RetriesAfterTimeout counts the PayloadsRetried whose failed attempt
 	// timed out, or lost its connection before the answer, after the

@@ -85,9 +85,12 @@ func TestBurstOfThousandSenders(t *testing.T) {
 	}
 	st := proc.stop(t)
 	t.Logf("%d senders: %d failed attempts, %d waits on a full socket, %d datagrams", senders, failed, waits, st.Datagrams[relay.Unix])
-	// The burst must have filled the relay's queue (10 datagrams here), or
-	// the senders' bounded wait, what this test is about, never ran.
-	if sent != senders || dropped != 0 || waits == 0 || st.SpansReceived != senders || st.SpansForwarded != senders ||
+	// Where the relay's queue is short for the burst (10 datagrams by the
+	// kernel's default), it must have filled, or the senders' bounded wait,
+	// what this test is about, never ran; a host that raised
+	// net.unix.max_dgram_qlen (to 512, as for DogStatsD) may queue it all.
+	qlen := maxDgramQlen()
+	if sent != senders || dropped != 0 || (waits == 0 && qlen > 0 && 4*qlen < senders) || st.SpansReceived != senders || st.SpansForwarded != senders ||
 		st.SenderDroppedPayloads != 0 || st.SeqGaps != 0 {
 		t.Fatalf("sent %d, dropped %d, waits %d; relay received %d forwarded %d, senders dropped %d, gaps %d; want %d everywhere, 0 lost, some waits",
 			sent, dropped, waits, st.SpansReceived, st.SpansForwarded, st.SenderDroppedPayloads, st.SeqGaps, senders)
@@ -260,4 +263,15 @@ func TestTruncatedLineSaysWhatToChange(t *testing.T) {
 			t.Errorf("rejected line %q lacks %q\nlog:\n%s", line, w, buf.String())
 		}
 	}
+}
+
+// maxDgramQlen is the kernel's net.unix.max_dgram_qlen, or 0 where it
+// cannot be read (not Linux).
+func maxDgramQlen() int {
+	b, err := os.ReadFile("/proc/sys/net/unix/max_dgram_qlen")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
 }
