@@ -79,6 +79,7 @@ func warmUp(tb testing.TB, w *Workload, d Driver) Counts {
 		for range k {
 			d.Publish(p.Next())
 		}
+		tell(d, uint64(k))
 		done += k
 		awaitAccounted(tb, d, uint64(done), backoff())
 	}

@@ -55,6 +55,41 @@ func TestPacerBursts(t *testing.T) {
 	}
 }
 
+// TestSpreadCatchesUpAMillisecond: a producer woken late publishes up to
+// a millisecond's worth and one span, spread or bursting, at every offered
+// load of the paced table: at 20 k spans/s spread, a cap of 2 (800 µs) made
+// every side, the harness too, drop what the Go timer's ~1 ms oversleep
+// left due, reaching 0.71 of the load.
+func TestSpreadCatchesUpAMillisecond(t *testing.T) {
+	for _, rate := range []int{20_000, 200_000, 1_000_000} {
+		for _, burst := range []time.Duration{0, time.Millisecond} {
+			pc := newPacer(Pacing{Rate: rate, Burst: burst}, Producers)
+			if n := time.Duration(pc.most) * pc.every; n <= maxCatchUp || n > maxCatchUp+pc.every {
+				t.Errorf("%v: at most %d spans (%v) at once, want a millisecond's worth and one", Pacing{Rate: rate, Burst: burst}, pc.most, time.Duration(pc.most)*pc.every)
+			}
+		}
+	}
+}
+
+// TestEmptyDriverCountsWhatItIsTold: the paced harness's Publish does
+// nothing, and it accounts for what warmUp and publishWindow tell it.
+func TestEmptyDriverCountsWhatItIsTold(t *testing.T) {
+	w := SteadyState()
+	d, _ := openEmpty(w)
+	base := warmUp(t, w, d)
+	if base.Accounted() != uint64(min(w.Len(), WarmupSpans)) {
+		t.Fatalf("warm-up accounted %d", base.Accounted())
+	}
+	d.Publish(w.Producer(0).Finished())
+	if d.Counts() != base {
+		t.Fatalf("Publish counted: %+v, want %+v", d.Counts(), base)
+	}
+	tell(d, 5)
+	if c := d.Counts().Sub(base); c.Accounted() != 5 || c.Published != 5 {
+		t.Fatalf("told 5, accounted %+v", c)
+	}
+}
+
 // TestPacerWakesOnTicks: a bursting producer wakes on the Burst's ticks
 // and publishes what is due by each, so that its bursts average a Burst's
 // worth (2.5 spans at 20 k spans/s from 8 producers, not 2 every 800 µs);
