@@ -21,7 +21,8 @@
 // into the overflow entry. RunPaced (paced.go) instead offers a fixed load
 // (Pacing) to several drivers in alternating rounds and reports each one's
 // CPU per span over a window of each round, once the driver is in its
-// steady state, less a driver that only counts, and beside a side's work
+// steady state, less a driver whose Publish does nothing (emptyDriver),
+// and beside a side's work
 // without the handoff to another goroutine (OpenInlineSDK: the SDK's
 // Publish and consumer on one goroutine, back to back and paced). SDK is
 // the Driver of this module's stats package; Agent is the loopback agent

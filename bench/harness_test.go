@@ -72,7 +72,8 @@ func TestSpreadCatchesUpAMillisecond(t *testing.T) {
 }
 
 // TestEmptyDriverCountsWhatItIsTold: the paced harness's Publish does
-// nothing, and it accounts for what warmUp and publishWindow tell it.
+// nothing, and it accounts for what warmUp, publishWindow and
+// publishInline tell it.
 func TestEmptyDriverCountsWhatItIsTold(t *testing.T) {
 	w := SteadyState()
 	d, _ := openEmpty(w)
@@ -87,6 +88,20 @@ func TestEmptyDriverCountsWhatItIsTold(t *testing.T) {
 	tell(d, 5)
 	if c := d.Counts().Sub(base); c.Accounted() != 5 || c.Published != 5 {
 		t.Fatalf("told 5, accounted %+v", c)
+	}
+	base = d.Counts()
+	var published, calls int // over the framework's calls, whatever b.N
+	res := testing.Benchmark(func(b *testing.B) {
+		c := publishWindow(b, d, allWalks(w), Pacing{Rate: 80_000, Burst: time.Millisecond}, 10*time.Millisecond, 20*time.Millisecond)
+		publishInline(b, d, allWalks(w), 1000)
+		published += c.published + 1000
+		calls++
+	})
+	if res.N == 0 || published <= 1000*calls {
+		t.Fatalf("the rounds did not run: %+v, %d published", res, published)
+	}
+	if c := d.Counts().Sub(base); c.Accounted() != uint64(published) {
+		t.Fatalf("published %d over %d calls, accounted %+v", published, calls, c)
 	}
 }
 

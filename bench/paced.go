@@ -456,8 +456,9 @@ func backoff() func() {
 }
 
 // nullDriver counts and drops: BenchmarkHarness measures what Run itself
-// costs per span (the walk of the workload and the call), and RunPaced
-// subtracts it. Each producer walks its own stretch of positions, so
+// costs per span (the walk of the workload and the call), and the root
+// BenchmarkPaced subtracts it (RunPaced subtracts emptyDriver). Each
+// producer walks its own stretch of positions, so
 // counting per stretch keeps the counters uncontended.
 type nullDriver struct {
 	stretch int
