@@ -76,9 +76,10 @@ type Health struct {
 	// ClockStepsBack counts the times the consumer found the wall clock
 	// gone back by more than an interval behind its latest reading (or
 	// more than 30 s behind the current bucket's start): each time it
-	// reported the open buckets as they stood and started new ones on the
-	// new time, rather than wait for the clock to come back to report
-	// again. A smaller step keeps the buckets; spans stamped before the
+	// reported the open buckets with their spans, each keeping its length
+	// but re-stamped to end at the new time (so not aligned: a relay
+	// refuses a start in its future), and started new ones on the new
+	// time, rather than wait for the clock to come back to report again. A smaller step keeps the buckets; spans stamped before the
 	// current one count in LateSpans.
 	ClockStepsBack uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
