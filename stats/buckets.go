@@ -25,10 +25,13 @@ func (c *consumer) arm(t time.Time) {
 	c.timer.Reset(c.armed.Sub(t))
 }
 
-// setFloor makes the current bucket the aligned interval from floor.
+// setFloor makes the current bucket the aligned interval from floor. A
+// floor at or before the Unix epoch (a device booted with no real-time
+// clock) takes every span as current: below would wrap otherwise, and
+// every span count as late (TestClockAtTheEpoch).
 func (c *consumer) setFloor(floor time.Time) {
 	c.boundary = floor.Add(c.interval)
-	c.below = uint64(floor.UnixNano() - 1)
+	c.below = uint64(max(floor.UnixNano(), 1) - 1)
 }
 
 // due is when the timer must next fire: the previous bucket's close while

@@ -130,6 +130,25 @@ func TestSpanEndPicksBucket(t *testing.T) {
 	}
 }
 
+// TestClockAtTheEpoch: on a clock reading 5 s after the Unix epoch (a
+// device without a real-time clock), the current bucket's floor is 0, and a
+// span ending in it is counted there, not as late.
+func TestClockAtTheEpoch(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, time.Unix(5, 0))
+	d.publish("boot", time.Unix(6, 0))
+	d.now = time.Unix(7, 0)
+	d.c.consume() // read while [0, 10 s) is the current bucket
+	d.at(time.Unix(0, 0).Add(iv + iv/graceDivisor))
+	got := d.reports(time.Unix(0, 0))
+	if len(got) != 1 || got[0].start != 0 || got[0].length != iv || got[0].hits["boot"] != 1 {
+		t.Fatalf("reports %v; want [0s +10s) map[boot:1]", got)
+	}
+	if h := d.a.Health(); h.LateSpans != 0 || h.Counted != 1 {
+		t.Fatalf("late %d counted %d, want 0 and 1", h.LateSpans, h.Counted)
+	}
+}
+
 // TestLateSpanInOldestOpenBucket: a span that ended two intervals ago is
 // counted late in the oldest open bucket: the previous one during its
 // grace, the current one after.
