@@ -318,9 +318,8 @@ func newPacer(p Pacing, producers int) pacer {
 	tick := max(every, p.Burst)
 	// A burst whose tick is not a multiple of every holds one span more
 	// than tick/every at times (2 or 3 at 20 k spans/s, 1 ms bursts); so
-	// does a spread producer's catch-up after the Go timer overslept by a
-	// millisecond, as it does here (20 k spans/s, a span every 400 µs: 3,
-	// where 2 held the cell to 0.71 of its load; TestSpreadCatchesUpAMillisecond).
+	// does a spread producer's catch-up after the Go timer oversleeps by
+	// about a millisecond (TestSpreadCatchesUpAMillisecond).
 	return pacer{every: every, tick: tick, most: int(max(tick, maxCatchUp)/every) + 1}
 }
 
@@ -458,8 +457,8 @@ func backoff() func() {
 // nullDriver counts and drops: BenchmarkHarness measures what Run itself
 // costs per span (the walk of the workload and the call), and the root
 // BenchmarkPaced subtracts it (RunPaced subtracts emptyDriver). Each
-// producer walks its own stretch of positions, so
-// counting per stretch keeps the counters uncontended.
+// producer walks its own stretch of positions, so counting per stretch
+// keeps the counters uncontended.
 type nullDriver struct {
 	stretch int
 	n       [Producers + 1]paddedCount

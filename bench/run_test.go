@@ -294,6 +294,15 @@ func TestRunReportHarnessFiguresInProse(t *testing.T) {
 	}
 }
 
+// wantRow fails t unless report holds want (a table row, or part of one),
+// showing the report's row of want's first cell.
+func wantRow(t *testing.T, report, table, want string) {
+	t.Helper()
+	if !strings.Contains(report, want) {
+		t.Errorf("%s does not hold %q:\n%s", table, want, rowOf(report, strings.Split(want, " | ")[0]))
+	}
+}
+
 // rowOf returns the first line of report that holds all of keys, or "".
 func rowOf(report string, keys ...string) string {
 	for l := range strings.Lines(report) {
@@ -408,9 +417,7 @@ func TestRunReportRelayTargets(t *testing.T) {
 		"| the same without decoding (relay rejecting at byte 0) ≥ 90 %, udp/1KiB, on two processors | 950 vs 1000 datagrams/s (medians over the runs); median of the ratio in each run 95.0 % (runs 94–96 %) | **met** |",
 		"| whole relay ≥ 100 000 datagrams/s of 1 KiB on 2 cores, unixgram (on one processor, the default) | 1e+05 datagrams/s (5000 cpu-ns/datagram, 100 cpu-ns/span) | **met** |",
 	} {
-		if !strings.Contains(report, want) {
-			t.Errorf("the relay targets do not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
-		}
+		wantRow(t, report, "the relay targets", want)
 	}
 }
 
@@ -434,9 +441,7 @@ func TestRunReportSenderBoundUDP(t *testing.T) {
 		"| receive path ≥ 90 % of a raw recvmmsg drain, udp/1KiB, on two processors (-procs 2) | not measured: the drain lost nothing in any run, so the sender set its pace; 990 vs 1000 datagrams/s in their own rounds (medians), the receiver losing 0.02 of what was sent (median) | **not measured** |",
 		"**0.99** (runs 0.99–0.99) (sender-bound)",
 	} {
-		if !strings.Contains(report, want) {
-			t.Errorf("the report lacks %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
-		}
+		wantRow(t, report, "the report", want)
 	}
 }
 
@@ -643,8 +648,6 @@ func TestRunReportRegress(t *testing.T) {
 		"| Adversarial | n/a | n/a | n/a (no round where both counted) | n/a | n/a | not measured | not measured |",
 		"| HighCardinalityPeer | 100 | 97 | 0.97 (0.97–0.97) | 2e-06 (2e-06–2e-06) | 2e-06 (2e-06–2e-06) | met | met |",
 	} {
-		if !strings.Contains(report, want) {
-			t.Errorf("the regress table does not hold %q:\n%s", want, rowOf(report, strings.Split(want, " | ")[0]))
-		}
+		wantRow(t, report, "the regress table", want)
 	}
 }

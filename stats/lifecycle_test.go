@@ -411,9 +411,10 @@ func TestSteppedBackConsumeTakesPendingClear(t *testing.T) {
 }
 
 // TestStopStepBackWithPendingClear: at Stop, a clock step back that only
-// route's read sees, with a Clear made after Stop, used to make route
-// leave the span to a next batch that finish's one-span read never gives
-// it: counted undrained though Stop's ctx never ended. It is aggregated.
+// route's read sees, with a Clear pending, must not make route leave the
+// span to a next batch: finish's one-span reads never give it one, and the
+// span would count undrained though Stop's ctx never ended. It is
+// aggregated.
 func TestStopStepBackWithPendingClear(t *testing.T) {
 	const iv = 10 * time.Second
 	d := newDriven(t, iv, epoch.Add(3*time.Second))
