@@ -204,10 +204,13 @@ func (f *forwarder) forward(boundary time.Time) {
 	pass := f.client.NewPass()
 	var identities, requests int
 	var spans, unattributable uint64
-	for _, b := range f.s.relay.Harvest(boundary) {
+	batches := f.s.relay.Harvest(boundary)
+	for i := range batches {
+		b := &batches[i]
 		if f.s.selfContained && !b.HasContainer() && !b.Local {
 			f.s.relay.Dropped(b.Hits, DropUnattributable)
 			unattributable += b.Hits
+			f.release(b)
 			continue
 		}
 		identities++
@@ -221,6 +224,7 @@ func (f *forwarder) forward(boundary time.Time) {
 			pass.Send(&agentclient.Payload{Body: body, Hits: hits, Headers: h})
 			requests++
 		})
+		f.release(b)
 	}
 	pass.Close()
 	took := time.Since(start)
@@ -235,6 +239,15 @@ func (f *forwarder) forward(boundary time.Time) {
 	f.s.log.Debug("statsrelay: forward round", "all_held", boundary.Equal(allWindows),
 		"identities", identities, "requests", requests, "spans", spans,
 		"spans_unattributable", unattributable, "took", took)
+}
+
+// release ends a harvested batch's charge against the bounds once it is
+// encoded (or given up) and lets its groups go: a round that waits on a
+// slow agent holds, beside the bounds, only the bodies in flight
+// (TestSlowRoundHoldsWithinTheBounds).
+func (f *forwarder) release(b *Batch) {
+	f.s.relay.Release(b)
+	*b = Batch{}
 }
 
 // infoRecheck × InfoRefresh (5 minutes by default) is how often the relay

@@ -130,6 +130,7 @@ func FuzzAccept(f *testing.F) {
 			}
 			forwarded += b.Hits
 			r.Forwarded(b.Hits)
+			r.Release(&b)
 		}
 		s = checkAccounting(t, r)
 		if s.SpansPending != 0 || s.Groups != 0 || s.HeldBytes != 0 {

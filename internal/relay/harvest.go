@@ -22,6 +22,12 @@ type Batch struct {
 	// without a container header under the relay's own container, found
 	// from its socket's credentials: theirs too.
 	Local bool
+	// groups and bytes are what the batch's windows took in the state
+	// (state.groups, state.bytes): charged there until Release, so that a
+	// round slow to send them does not let new groups fill the bound anew
+	// beside them.
+	groups, bytes int
+	round         uint64 // the harvest's (state.round)
 }
 
 // HasContainer reports whether the batch has a container id. Without one it
@@ -34,6 +40,11 @@ func (b *Batch) HasContainer() bool { return b.ContainerID != "" }
 // (unix ns), one Batch per identity, windows in start order; now (unix ns)
 // places the round, whose boundary marks what comes late from then on.
 func (s *state) harvest(boundary, now uint64, dst []Batch) []Batch {
+	// The previous round is over: what it did not Release goes now.
+	s.groups -= s.outGroups
+	s.bytes -= s.outBytes
+	s.outGroups, s.outBytes = 0, 0
+	s.round++
 	// The round's boundary, back with the wall clock when it steps back. A
 	// boundary past the current window's end is no round's but everything
 	// held (a clock stepped back, the stop): windows that had not ended are
@@ -77,16 +88,18 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 		return Batch{}, false
 	}
 	slices.Sort(starts)
-	b := Batch{Payload: writer.Payload{Header: id.hdr}, Local: id.local}
+	b := Batch{Payload: writer.Payload{Header: id.hdr}, Local: id.local, round: s.round}
 	for _, ws := range starts {
 		w := id.windows[ws]
 		delete(id.windows, ws)
 		b.Buckets = splitByType(b.Buckets, w)
 		b.Hits += w.hits
 		s.hits -= w.hits
-		s.groups -= len(w.groups)
-		s.bytes -= w.bytes
+		b.groups += len(w.groups)
+		b.bytes += w.bytes
 	}
+	s.outGroups += b.groups
+	s.outBytes += b.bytes
 	return b, true
 }
 

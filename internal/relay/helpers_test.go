@@ -84,12 +84,14 @@ func checkAccounting(t testing.TB, r *Relay) Stats {
 	return s
 }
 
-// harvestAll harvests everything held and reports it forwarded.
+// harvestAll harvests everything held and reports it forwarded and
+// released, as the forwarder does once it has encoded a batch.
 func harvestAll(t testing.TB, r *Relay) []Batch {
 	t.Helper()
 	out := r.Harvest(t0.Add(time.Hour))
-	for _, b := range out {
-		r.Forwarded(b.Hits)
+	for i := range out {
+		r.Forwarded(out[i].Hits)
+		r.Release(&out[i])
 	}
 	if s := checkAccounting(t, r); s.SpansPending != 0 || s.Groups != 0 {
 		t.Fatalf("after harvesting everything: pending %d, groups %d", s.SpansPending, s.Groups)

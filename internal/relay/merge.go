@@ -22,8 +22,11 @@ const DropMaxBytes = "max_bytes"
 
 // overflowReserve is how many of max groups are kept for overflow groups,
 // one per identity and window at the bound: a new label group is created only
-// below max-reserve, an overflow group only below max.
-func overflowReserve(max int) int { return max/64 + 1 }
+// below max-reserve, an overflow group only below max. At least two: one
+// sender holds two windows while the previous one's grace runs, and a
+// reserve of one left its second window's spans dropped, not folded
+// (TestOneSenderFoldsInTwoWindows).
+func overflowReserve(max int) int { return max/64 + 2 }
 
 // bytesReserve is the part of MaxHeldBytes kept for overflow groups (and the
 // identities and windows they need), as overflowReserve is of MaxGroups.
@@ -215,17 +218,21 @@ func (w *window) add(g *writer.Group, h uint64, typeless typelessKey) (int32, in
 
 // state is everything held between harvests. Guarded by Relay.mu.
 type state struct {
-	ids        map[uint64]*identity
-	interval   uint64 // ns
-	maxGroups  int
-	maxBytes   int
-	groups     int    // held, overflow groups included
-	bytes      int    // held, approximately (see MaxHeldBytes)
-	hits       uint64 // held
-	folded     uint64 // spans folded into overflow groups
-	overflowed uint64 // overflow groups created
-	harvested  uint64 // the latest round's boundary (unix ns; see harvest)
-	late       uint64 // spans merged into a window harvested already
+	ids       map[uint64]*identity
+	interval  uint64 // ns
+	maxGroups int
+	maxBytes  int
+	groups    int // held, overflow groups included, and outGroups
+	bytes     int // held, approximately (see MaxHeldBytes), and outBytes
+	// outGroups and outBytes are the part of groups and bytes harvested
+	// and not yet Released: charged until the round sends them.
+	outGroups, outBytes int
+	round               uint64 // harvests so far
+	hits                uint64 // held
+	folded              uint64 // spans folded into overflow groups
+	overflowed          uint64 // overflow groups created
+	harvested           uint64 // the latest round's boundary (unix ns; see harvest)
+	late                uint64 // spans merged into a window harvested already
 }
 
 // prepared is one checked payload ready to merge: its tag lists are sets and

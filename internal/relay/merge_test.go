@@ -56,8 +56,12 @@ func TestMergeTwoSenders(t *testing.T) {
 			t.Errorf("p%v = %v, want %v ±1 %%", q*100, got, want)
 		}
 	}
-	if s := checkAccounting(t, r); s.SpansPending != 11 || s.Groups != 0 {
-		t.Fatalf("after harvest: pending %d groups %d", s.SpansPending, s.Groups)
+	if s := checkAccounting(t, r); s.SpansPending != 11 || s.Groups != 1 {
+		t.Fatalf("after harvest: pending %d groups %d, want 11 and the harvested group held", s.SpansPending, s.Groups)
+	}
+	r.Release(&out[0]) // encoded: the forwarder lets its groups go
+	if s := checkAccounting(t, r); s.Groups != 0 || s.HeldBytes != 0 {
+		t.Fatalf("after release: groups %d, %d bytes held", s.Groups, s.HeldBytes)
 	}
 	r.Forwarded(6)
 	r.Dropped(5, "retries_exhausted")
@@ -142,7 +146,7 @@ func TestFutureEndIsNotHeld(t *testing.T) {
 	clock := t0
 	r := newTestRelay(Config{MaxGroups: 64, Now: func() time.Time { return clock }})
 	var es []*aggregate.Entry
-	for i := range 62 {
+	for i := range 61 { // all below the bound less its reserve
 		es = append(es, entry(key(fmt.Sprint("long", i)), 1, 0))
 	}
 	now := uint64(t0.UnixNano())
@@ -150,12 +154,13 @@ func TestFutureEndIsNotHeld(t *testing.T) {
 	clock = t0.Add(10 * time.Second)
 	out := r.Harvest(clock)
 	hits := uint64(0)
-	for _, b := range out {
-		hits += b.Hits
-		r.Forwarded(b.Hits)
+	for i := range out {
+		hits += out[i].Hits
+		r.Forwarded(out[i].Hits)
+		r.Release(&out[i])
 	}
-	if s := checkAccounting(t, r); hits != 62 || s.Groups != 0 || s.SpansPending != 0 {
-		t.Fatalf("the next round forwarded %d spans, holds %d groups, %d pending; want 62, 0, 0", hits, s.Groups, s.SpansPending)
+	if s := checkAccounting(t, r); hits != 61 || s.Groups != 0 || s.SpansPending != 0 {
+		t.Fatalf("the next round forwarded %d spans, holds %d groups, %d pending; want 61, 0, 0", hits, s.Groups, s.SpansPending)
 	}
 	// Every other sender's groups find room at once.
 	mustAccept(t, r, datagram(1, header("b"), bucket(uint64(clock.UnixNano())-10*sec, 10*sec, entry(key("GET /"), 10, 0))), 0, UDP)
@@ -467,8 +472,8 @@ func TestAgentDuplicateKeySplitsBuckets(t *testing.T) {
 }
 
 func TestMaxGroupsFoldsIntoOverflow(t *testing.T) {
-	// MaxGroups 4: 3 label groups, 1 kept for an overflow group.
-	r := newTestRelay(Config{MaxGroups: 4})
+	// MaxGroups 5: 3 label groups, 2 kept for overflow groups.
+	r := newTestRelay(Config{MaxGroups: 5})
 	var es []*aggregate.Entry
 	for i := range 5 {
 		es = append(es, entry(key(string(rune('a'+i))), uint64(i+1), 0, float64(i+1)))
@@ -478,19 +483,27 @@ func TestMaxGroupsFoldsIntoOverflow(t *testing.T) {
 	if s.Groups != 4 || s.FoldedSpans != 9 || s.OverflowGroups != 1 || s.SpansPending != 15 {
 		t.Fatalf("groups %d folded %d overflow %d pending %d; want 4, 9, 1, 15", s.Groups, s.FoldedSpans, s.OverflowGroups, s.SpansPending)
 	}
-	// A known group still merges; a new identity at the bound has no room
-	// even for an overflow group: dropped, counted.
+	// A known group still merges; a new identity at the bound folds into
+	// the last overflow group the reserve has room for, and the next has
+	// no room even for one: dropped, counted.
 	mustAccept(t, r, datagram(2, header("a"), bucket(w0, 10*sec, entry(key("a"), 10, 0))), 0, UDP)
 	other := header("b")
 	other.Service = "api"
 	mustAccept(t, r, datagram(1, other, bucket(w0, 10*sec, entry(key("x"), 100, 0))), 0, UDP)
+	third := header("c")
+	third.Service = "db"
+	mustAccept(t, r, datagram(1, third, bucket(w0, 10*sec, entry(key("y"), 1000, 0))), 0, UDP)
 	s = checkAccounting(t, r)
-	if s.Groups != 4 || s.SpansDropped[DropMaxGroups] != 100 || s.SpansPending != 25 {
-		t.Fatalf("groups %d dropped %v pending %d", s.Groups, s.SpansDropped, s.SpansPending)
+	if s.Groups != 5 || s.FoldedSpans != 109 || s.SpansDropped[DropMaxGroups] != 1000 || s.SpansPending != 125 {
+		t.Fatalf("groups %d folded %d dropped %v pending %d; want 5, 109, 1000 max_groups, 125",
+			s.Groups, s.FoldedSpans, s.SpansDropped, s.SpansPending)
 	}
 	out := harvestAll(t, r)
-	if len(out) != 1 {
+	if len(out) != 2 {
 		t.Fatalf("%d batches", len(out))
+	}
+	if out[0].Service != "web" {
+		out[0], out[1] = out[1], out[0]
 	}
 	gs := out[0].Buckets[0].Groups
 	ov := gs[len(gs)-1]
@@ -900,5 +913,28 @@ func TestLongBucketIsNotLate(t *testing.T) {
 			r.Forwarded(out[0].Hits)
 			checkAccounting(t, r)
 		})
+	}
+}
+
+// TestOneSenderFoldsInTwoWindows: at a -max-groups under 64, one sender
+// whose previous window is still held (its grace) and full folds the new
+// keys of its current window into that window's overflow group, as in
+// the first: the reserve holds both windows' overflow groups.
+func TestOneSenderFoldsInTwoWindows(t *testing.T) {
+	r := newTestRelay(Config{MaxGroups: 30})
+	var es []*aggregate.Entry
+	for i := range 40 {
+		es = append(es, entry(key("prev"+strconv.Itoa(i)), 1, 0, 1))
+	}
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, es...)), 0, UDP)
+	es = es[:0]
+	for i := range 5 {
+		es = append(es, entry(key("cur"+strconv.Itoa(i)), 1, 0, 1))
+	}
+	mustAccept(t, r, datagram(2, header("a"), bucket(w0+10*sec, 5*sec, es...)), 0, UDP)
+	s := checkAccounting(t, r)
+	if len(s.SpansDropped) != 0 || s.OverflowGroups != 2 || s.FoldedSpans != 40-28+5 || s.Groups != 30 {
+		t.Errorf("one sender, two windows, -max-groups 30: dropped %v, %d overflow groups, %d spans folded, %d groups; want none, 2, 17, 30",
+			s.SpansDropped, s.OverflowGroups, s.FoldedSpans, s.Groups)
 	}
 }

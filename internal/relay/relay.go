@@ -101,6 +101,8 @@ type Stats struct {
 	SpansReceived, SpansForwarded, SpansPending uint64
 	SpansDropped                                map[string]uint64 // by reason
 
+	// Groups counts the groups held, those a round harvested and has not
+	// yet Released included; Senders the senders tracked.
 	Groups, Senders int
 	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
 	HeldBytes int
@@ -460,7 +462,8 @@ func prepare(p *writer.Payload, h *hasher, local bool, peerKeys *map[string]stru
 
 // Harvest removes the merged windows that ended at or before boundary and
 // returns them, one Batch per identity; the spans in them stay pending until
-// the forwarder reports them with Forwarded or Dropped. It also forgets the
+// the forwarder reports them with Forwarded or Dropped, and their groups
+// held until it Releases the batch. It also forgets the
 // senders idle for SenderIdle (or three intervals, if longer).
 func (r *Relay) Harvest(boundary time.Time) []Batch {
 	r.mu.Lock()
@@ -471,6 +474,27 @@ func (r *Relay) Harvest(boundary time.Time) []Batch {
 	r.outstanding += before - r.st.hits
 	r.senders.harvest(now)
 	return out
+}
+
+// Release ends the charge of a harvested batch against MaxGroups and
+// MaxHeldBytes (Stats.Groups, Stats.HeldBytes): call it once the batch is
+// encoded or given up, and drop the batch, whose groups are then garbage.
+// Until then, or until the next Harvest, its groups count as held, so
+// that a round slow to send what it harvested (an agent slow to answer)
+// does not let new groups fill the bounds anew beside them. Releasing a
+// batch twice, or after the next Harvest, does nothing.
+func (r *Relay) Release(b *Batch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b.round != r.st.round {
+		b.groups, b.bytes = 0, 0 // a batch of an earlier round
+		return
+	}
+	r.st.groups -= b.groups
+	r.st.bytes -= b.bytes
+	r.st.outGroups -= b.groups
+	r.st.outBytes -= b.bytes
+	b.groups, b.bytes = 0, 0
 }
 
 // CloseSequences counts the holes still open in every sender's sequence

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -547,4 +548,88 @@ func TestForwardRoundLoggedAtDebug(t *testing.T) {
 	if got := srv.Relay().Stats().SpansForwarded; got != 7 {
 		t.Errorf("forwarded %d spans, want 7", got)
 	}
+}
+
+// TestSlowRoundHoldsWithinTheBounds: a forward round that waits on a slow
+// agent keeps the groups it harvested charged against MaxHeldBytes until
+// it has encoded them, so the senders' next spans fold or drop (counted)
+// instead of growing a second bound's worth beside them: the heap grows by
+// at most MaxHeldBytes and a quarter (the bodies in flight, a few 64 KiB,
+// and the runtime's slack), where it grew by 2.1× before the charge.
+func TestSlowRoundHoldsWithinTheBounds(t *testing.T) {
+	const maxBytes = 16 << 20
+	ag := statstest.New()
+	defer ag.Close()
+	release, blocked := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ag.SetHandler(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		once.Do(func() { close(blocked) })
+		<-release
+		return false
+	})
+	srv, stop := startServer(t, relay.ServerConfig{AgentURL: ag.URL(), UnixPath: "-", Interval: time.Second,
+		MaxHeldBytes: maxBytes, MaxGroups: 1 << 20, ForwardParallel: 1, AgentTimeout: time.Minute})
+	defer stop()
+	r := srv.Relay()
+	// The first fill in one window, harvested by the round that blocks.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	before := liveHeap()
+	fillIdentities(t, r, "a", 400)
+	held := r.Stats().HeldBytes
+	if held < maxBytes*3/4 {
+		t.Fatalf("the first fill holds %d bytes, want most of %d", held, maxBytes)
+	}
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no forward round started")
+	}
+	fillIdentities(t, r, "b", 400)
+	grew := liveHeap() - before
+	st := r.Stats()
+	if st.HeldBytes > maxBytes || grew > maxBytes+maxBytes/4 {
+		t.Errorf("during the slow round: %d bytes held (bound %d), heap grew %d bytes", st.HeldBytes, maxBytes, grew)
+	}
+	if st.FoldedSpans+st.SpansDropped[relay.DropMaxBytes] == 0 {
+		t.Errorf("the second fill found room beside the round's groups: folded %d, dropped %v", st.FoldedSpans, st.SpansDropped)
+	}
+	close(release)
+	stop()
+	st = r.Stats()
+	checkIdentity(t, st)
+	if st.SpansPending != 0 || st.Groups != 0 || st.HeldBytes != 0 {
+		t.Errorf("after the stop: %d spans pending, %d groups, %d bytes held", st.SpansPending, st.Groups, st.HeldBytes)
+	}
+}
+
+// fillIdentities merges n identities (tag and a number in Env) of 4
+// groups each, their resources 16 KiB long, in 2 datagrams per identity.
+func fillIdentities(t *testing.T, r *relay.Relay, tag string, n int) {
+	t.Helper()
+	long := strings.Repeat("r", 16<<10)
+	start := uint64(time.Now().Truncate(time.Second).UnixNano())
+	for i := range n {
+		h := writer.Header{Service: "web", Env: tag + "-" + strconv.Itoa(i), RuntimeID: tag + strconv.Itoa(i), Lang: "go"}
+		for d := range 2 {
+			var es []*aggregate.Entry
+			for g := range 2 {
+				es = append(es, &aggregate.Entry{Key: aggregate.Key{Service: "web", Name: "op",
+					Resource: strconv.Itoa(d*2+g) + long}, Hits: 1, Duration: 10})
+			}
+			b := writer.AppendEnvelope(nil, writer.Envelope{Sequence: uint64(d + 1)})
+			b = writer.AppendPayload(b, &h, []writer.Bucket{{Start: start, Duration: uint64(time.Second), Groups: es}})
+			if err := r.Accept(b, 0, relay.UDP); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

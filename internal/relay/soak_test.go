@@ -53,6 +53,7 @@ func TestSoakChurningSenders(t *testing.T) {
 		now = now.Add(DefaultInterval)
 		for _, b := range r.Harvest(now) {
 			r.Forwarded(b.Hits)
+			r.Release(&b)
 		}
 		s := checkAccounting(t, r)
 		if s.Groups != 0 || len(r.st.ids) != 0 || s.Senders > idle*senders {
