@@ -1,5 +1,6 @@
 // This file holds the datagram transport: each payload of a report goes to
-// a relay (cmd/statsrelay) as one datagram, in the envelope of DESIGN §8.
+// a relay (cmd/statsrelay) as one datagram, in the envelope of
+// writer.AppendEnvelope.
 
 package stats
 

@@ -131,8 +131,8 @@ func lowerKindWord(k string) uint64 {
 // kind server, client, producer or consumer; and with a positive duration.
 // These are dd-trace-java's rules, and the agent's but for the duration:
 // its concentrator counts a span of duration 0 (its normalizer makes a
-// negative one 0), which is not counted here (Health.Ineligible), as
-// DESIGN §4 has it.
+// negative one 0), which is not counted here: this SDK's rule asks for a
+// positive duration, and counts the others in Health.Ineligible.
 func (s *Span) Eligible() bool {
 	if s.Duration <= 0 {
 		return false

@@ -10,7 +10,7 @@ import (
 )
 
 // EnvelopeSize is the length of the datagram envelope that precedes a payload
-// sent to the relay (DESIGN §8).
+// sent to the relay (cmd/statsrelay; see Envelope).
 const EnvelopeSize = 24
 
 // envelopeMagic opens every enveloped datagram: "SSR1".

@@ -126,9 +126,9 @@ func newProcessor(agg *stats.Aggregator, opts ...Option) *Processor {
 }
 
 // OnStart marks a span whose local parent belongs to another
-// TracerProvider or was not recorded (see crossings), and notes the
-// services set by service.name at start (see ownerMarks); the rest waits
-// for the finished span.
+// TracerProvider or was not recorded, and notes the services set by
+// service.name at start, which decide whether the span is top-level (see
+// the package documentation); the rest waits for the finished span.
 func (p *Processor) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
 	if p.topLevelByKind {
 		return
