@@ -455,8 +455,8 @@ func backoff() func() {
 }
 
 // nullDriver counts and drops: BenchmarkHarness measures what Run itself
-// costs per span (the walk of the workload and the call), and the root
-// BenchmarkPaced subtracts it (RunPaced subtracts emptyDriver). Each
+// costs per span (the walk of the workload and the call); the paced
+// benchmarks subtract emptyDriver instead, which does not count. Each
 // producer walks its own stretch of positions, so counting per stretch
 // keeps the counters uncontended.
 type nullDriver struct {

@@ -30,15 +30,16 @@ const pacedTick = time.Millisecond
 // process), and the process's user+sys CPU over a round's window divided
 // by the spans published in it is what each span costs: the SDK's Publish
 // and aggregation, and the harness (the producers' walk and pacing), which
-// the same rounds through a driver that only counts measure, to subtract.
+// the same rounds through a driver whose Publish does nothing (emptyDriver,
+// as bench/peer's RunPaced) measure, to subtract.
 // A round is measured as RunPaced's are (publishWindow: PacedLead
 // unmeasured, then a window of at least PacedWindow), PacedRounds of them.
 //
-// SteadyState and Adversarial through the SDK and through the counting
+// SteadyState and Adversarial through the SDK and through that empty
 // driver run in alternating rounds in one process, so that a change of the
 // host's speed hits all alike. It reports for each workload, as medians
 // over the rounds, cpu-ns/span-<workload> (process CPU per span),
-// harness-ns/span-<workload> (the same with the counting driver),
+// harness-ns/span-<workload> (the same with the empty driver),
 // sdk-ns/span-<workload> (the difference within each round: what the SDK
 // costs per span), shed/op-<workload>, and adversarial-ratio: sdk-ns/span
 // of Adversarial ÷ that of SteadyState; and window-ms, a round's measured
@@ -65,7 +66,7 @@ func BenchmarkPaced(b *testing.B) {
 			s := &side{w: w, harness: harness}
 			var err error
 			if harness {
-				s.d = &nullDriver{stretch: w.Len() / Producers}
+				s.d = &emptyDriver{}
 			} else if s.d, err = NewSDK(w, nil); err != nil {
 				b.Fatal(err)
 			}
