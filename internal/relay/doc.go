@@ -6,9 +6,10 @@
 // # Concurrency rule
 //
 // A Relay is safe for concurrent use: several decode workers call Accept
-// while a timer goroutine calls Harvest and the forwarder reports outcomes
-// with Forwarded and Dropped. Accept decodes, checks and hashes outside any
-// lock; only the merge into the held state takes the Relay's one mutex.
+// while a timer goroutine calls Harvest and the forwarder Releases each
+// batch once encoded and reports outcomes with Forwarded and Dropped.
+// Accept decodes, checks and hashes outside any lock; only the merge into
+// the held state takes the Relay's one mutex.
 // Origins is safe for concurrent use on its own.
 //
 // # Design

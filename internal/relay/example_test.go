@@ -31,9 +31,13 @@ func Example() {
 	}
 
 	// At the boundary (plus a grace) the forwarder harvests and reports back.
-	for _, b := range r.Harvest(now) {
+	batches := r.Harvest(now)
+	for i := range batches {
+		b := &batches[i]
 		fmt.Printf("%s/%s: %d bucket(s), %d hits, container %v\n", b.Env, b.Service, len(b.Buckets), b.Hits, b.HasContainer())
-		r.Forwarded(b.Hits) // or r.Dropped(b.Hits, relay.DropRetryBudget)
+		// ... encode b (writer.Packer) and send it; then its groups go:
+		r.Release(b)
+		r.Forwarded(b.Hits) // once the agent took it; or r.Dropped(b.Hits, relay.DropRetryBudget)
 	}
 	s := r.Stats()
 	fmt.Println("received", s.SpansReceived, "forwarded", s.SpansForwarded, "pending", s.SpansPending)

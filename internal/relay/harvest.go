@@ -56,11 +56,18 @@ func (s *state) harvest(boundary, now uint64, dst []Batch) []Batch {
 	for h, id := range s.ids {
 		var prev *identity
 		for cur := id; cur != nil; cur = cur.next {
-			if b, ok := s.harvestIdentity(cur, boundary); ok {
+			b, ok := s.harvestIdentity(cur, boundary)
+			if len(cur.windows) == 0 && ok {
+				// Its header goes on in the batch: charged with it.
+				b.bytes += cur.bytes
+				s.outBytes += cur.bytes
+			} else if len(cur.windows) == 0 {
+				s.bytes -= cur.bytes
+			}
+			if ok {
 				dst = append(dst, b)
 			}
 			if len(cur.windows) == 0 { // unlink
-				s.bytes -= cur.bytes
 				if prev == nil {
 					s.ids[h] = cur.next
 				} else {

@@ -938,3 +938,38 @@ func TestOneSenderFoldsInTwoWindows(t *testing.T) {
 			s.SpansDropped, s.OverflowGroups, s.FoldedSpans, s.Groups)
 	}
 }
+
+// TestHarvestKeepsHeaderBytesCharged: a harvested identity's header goes
+// on in its batch, charged with it until Release: senders whose headers
+// are most of what they send (a 30 KiB ProcessTags, one group) fold or
+// drop while a round holds their predecessors', not fill the bound anew.
+func TestHarvestKeepsHeaderBytesCharged(t *testing.T) {
+	r := newTestRelay(Config{MaxHeldBytes: 1 << 20})
+	send := func(tag string, n int) {
+		for i := range n {
+			h := header("rt-" + tag + fmt.Sprint(i))
+			h.Env = tag + fmt.Sprint(i)
+			h.ProcessTags = strings.Repeat("p", 30<<10)
+			mustAccept(t, r, datagram(1, h, bucket(w0, 10*sec, entry(key("a"), 1, 0))), 0, UDP)
+		}
+	}
+	send("a", 30)
+	before := checkAccounting(t, r)
+	out := r.Harvest(t0)
+	if s := checkAccounting(t, r); len(out) != 30 || s.HeldBytes != before.HeldBytes || s.Groups != before.Groups {
+		t.Fatalf("harvested %d batches; held %d bytes in %d groups, want %d in %d until released",
+			len(out), s.HeldBytes, s.Groups, before.HeldBytes, before.Groups)
+	}
+	send("b", 30)
+	s := checkAccounting(t, r)
+	if n := s.FoldedSpans + s.SpansDropped[DropMaxBytes] - before.FoldedSpans - before.SpansDropped[DropMaxBytes]; n < 28 {
+		t.Errorf("while the harvest is held, %d of 30 new senders' spans folded or dropped; held %d bytes", n, s.HeldBytes)
+	}
+	for i := range out {
+		r.Forwarded(out[i].Hits)
+		r.Release(&out[i])
+	}
+	if s := harvestAll(t, r); len(s) == 0 {
+		t.Fatal("nothing held from the second senders")
+	}
+}

@@ -210,7 +210,7 @@ var help = map[string]string{
 	"statsrelay_forward_rounds_total":              "Forwarding rounds run.",
 	"statsrelay_forward_slow_rounds_total":         "Forwarding rounds longer than half the interval.",
 	"statsrelay_groups":                            "Label groups held for the next forward, or harvested by the round under way and not yet encoded.",
-	"statsrelay_held_bytes":                        "Memory the held groups take, label strings and sketches included.",
+	"statsrelay_held_bytes":                        "Memory the held groups take, label strings and sketches included, those the round under way has not yet encoded too.",
 	"statsrelay_kernel_drops_total":                "Datagrams the kernel dropped at the socket's full queue before the relay read them (UDP: the socket's counter, SO_RXQ_OVFL and SO_MEMINFO). Always 0 for unix: a full Unix socket drops nothing, its senders wait and then count what they drop (statsrelay_sender_dropped_payloads_total).",
 	"statsrelay_reader_wait_seconds_total":         "Time the socket's reader waited for a decode worker, leaving datagrams to the kernel's queue.",
 	"statsrelay_sender_dropped_payloads_total":     "Payloads the senders say they dropped (socket full, relay missing).",

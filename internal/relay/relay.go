@@ -104,7 +104,8 @@ type Stats struct {
 	// Groups counts the groups held, those a round harvested and has not
 	// yet Released included; Senders the senders tracked.
 	Groups, Senders int
-	// HeldBytes is what the held groups take (see Config.MaxHeldBytes).
+	// HeldBytes is what the held groups take (see Config.MaxHeldBytes),
+	// those a round harvested and has not yet Released included.
 	HeldBytes int
 	// PeerTagKeys is how many keys the agent's peer_tags list in effect
 	// holds (SetPeerTagKeys; 0: an empty list, no peer tag kept); -1 until
@@ -482,7 +483,7 @@ func (r *Relay) Harvest(boundary time.Time) []Batch {
 // Until then, or until the next Harvest, its groups count as held, so
 // that a round slow to send what it harvested (an agent slow to answer)
 // does not let new groups fill the bounds anew beside them. Releasing a
-// batch twice, or after the next Harvest, does nothing.
+// batch (the same *Batch) twice, or after the next Harvest, does nothing.
 func (r *Relay) Release(b *Batch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
