@@ -178,6 +178,16 @@ func TestRunReportPacedAdversarialRatioIsPerRun(t *testing.T) {
 	if !strings.Contains(row, want) {
 		t.Errorf("the table's ratio row is %q, want it to hold %q", row, want)
 	}
+	// A run where Adversarial shed: its target row says how much.
+	report = runReport(t, map[string]string{
+		"meta.sh":  "started=x elapsed=0 commit=x\nCOUNT=3 BENCHTIME=1x BENCH=.\n",
+		"root.txt": run("300", "200", "1.5") + strings.Replace(run("300", "100", "1.4"), "\n", "\t 0.0002 shed/op-Adversarial\n", 1) + run("300", "50", "1.6"),
+		"peer.txt": strings.Repeat(oneRound, 3),
+	})
+	want = "(runs 1.40–1.60×); Adversarial shed in a run, at most 0.0002 of its spans, which flatters its figure by about that share | **met** |"
+	if row := rowOf(report, "end to end at 2 M spans/s"); !strings.Contains(row, want) {
+		t.Errorf("the target's row is %q, want it to hold %q", row, want)
+	}
 }
 
 // TestRunReportHeapTargetNeedsItsFigure: a heap target whose SDK figure is
@@ -334,6 +344,9 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 	shedding := func(shed string) string {
 		return strings.Replace(cell("200k", "spread", "40", "1.0"), "\n", "\t "+shed+" shed/op-spanstats\n", 1)
 	}
+	peerShedding := func(shed string) string {
+		return strings.Replace(cell("1M", "spread", "12", "1.0"), "\n", "\t "+shed+" shed/op-peer\n", 1)
+	}
 	for _, tc := range []struct {
 		name, rounds, want string
 	}{
@@ -350,6 +363,11 @@ func TestRunReportTwentyFoldTarget(t *testing.T) {
 		// any run does not count toward the target, however high its ratio.
 		{"the SDK shed in one run", bursts + shedding("0") + spreads + bursts + shedding("0.5") + spreads,
 			"| lowest of 5 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (the SDK shed): 200k spread | **missed** |"},
+		// A cell where the peer shed in any run is a throughput race for
+		// it, its figure a floor: not a comparable cell either way.
+		{"the peer shed in one run", bursts + cell("200k", "spread", "40", "1.0") + cell("20k", "spread", "35", "1.0") + peerShedding("0") +
+			bursts + cell("200k", "spread", "40", "1.0") + cell("20k", "spread", "35", "1.0") + peerShedding("0.3"),
+			"| lowest of 5 comparable cells: 22.0× (200k burst=1ms; its runs 22.0–22.0×); not comparable (the peer shed: a throughput race): 1M spread | **missed** |"},
 		// A cell the run did not measure is no cell passed (issue 14: at
 		// least 20 k, 200 k and 1 M spans/s, bursts and spread).
 		{"cells not measured", bursts + bursts,
@@ -464,6 +482,25 @@ func TestRunReportShedCellLabelled(t *testing.T) {
 	}
 	if row := rowOf(report, "| ≥ 20× less CPU per span than the peer in every cell, SteadyState"); !strings.Contains(row, "the SDK shed in: 200k burst=1ms;") || !strings.HasSuffix(strings.TrimSpace(row), "| **missed** |") {
 		t.Errorf("the target row:\n%s", row)
+	}
+}
+
+// TestRunReportCellNamesEveryReason: a cell whose pacing differs and
+// where both sides shed in a run says all three in its row.
+func TestRunReportCellNamesEveryReason(t *testing.T) {
+	line := func(shed string) string {
+		return "BenchmarkPaced/workload=SteadyState/rate=1M/spread-2 \t 100\t 1 ns/op\t" +
+			" 3000 cpu-ns/span-peer\t 100 cpu-ns/span-spanstats\t 30 ratio\t" +
+			" 2.0 pacing-ratio-peer\t 1.0 pacing-ratio-spanstats\t " + shed + " shed/op-peer\t " + shed + " shed/op-spanstats\n"
+	}
+	report := runReport(t, map[string]string{
+		"paced-meta.sh": "paced_started=x paced_elapsed=0 paced_commit=x\npaced_count=3 paced_benchtime=100x\n",
+		"idle.txt":      strings.Repeat("BenchmarkIdle-2 \t 1\t 1 ns/op\t 0.25 wakeups/s\t 0.01 %core-aggregator\n", 3),
+		"paced.txt":     line("0") + line("0") + line("0.001"),
+	})
+	want := "**30.0×** (not comparable: pacing differs; the SDK shed in a run; the peer shed in a run: a throughput race)"
+	if row := rowOf(report, "| SteadyState | 1M spans/s | spread |"); !strings.Contains(row, want) {
+		t.Errorf("the row does not name every reason, %q:\n%s", want, row)
 	}
 }
 
