@@ -23,7 +23,8 @@ type Batch struct {
 	// from its socket's credentials: theirs too.
 	Local bool
 	// groups and bytes are what the batch's windows took in the state
-	// (state.groups, state.bytes): charged there until Release, so that a
+	// (state.groups, state.bytes), and its identity's header when the batch
+	// took the identity's last window: charged there until Release, so that a
 	// round slow to send them does not let new groups fill the bound anew
 	// beside them.
 	groups, bytes int
