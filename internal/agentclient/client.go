@@ -476,6 +476,13 @@ func (c *Client) Pending() int { return len(c.retries) }
 // held as a retry (within the budget) for the /info polls to see the agent
 // back, and dropped once the budget is spent.
 func (c *Client) attempt(p *Payload) {
+	if err := c.ctx.Err(); err != nil {
+		// A request on the ended context would not go out: no attempt, no
+		// failed request to count (TestEndedContextCountsNoRequest), only
+		// the drop, as for the retries Final finds.
+		c.drop(p, fmt.Errorf("%w: stopped before the agent took it", err))
+		return
+	}
 	if c.off.Load() {
 		c.hold(p, ErrAgentOff, false)
 		return

@@ -948,6 +948,28 @@ func TestFinalWithinAndAfterContext(t *testing.T) {
 	}
 }
 
+// TestEndedContextCountsNoRequest: a payload sent once the client's
+// context has ended is dropped with the context's error and no request,
+// failed or otherwise, is counted: none went out (a stop's cancel used to
+// count each batch of the round as a failed request).
+func TestEndedContextCountsNoRequest(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := New(ctx, testConfig(ag.srv.URL), obs)
+	defer c.Close()
+	cancel()
+	before, _, _ := ag.counts()
+	for range 3 {
+		c.Send(&Payload{Body: splitBody(), Hits: 120})
+	}
+	after, _, _ := ag.counts()
+	if after != before || obs.failed != 0 || obs.dropped != 3 || !errors.Is(obs.lastErr, context.Canceled) {
+		t.Fatalf("posts %d, failed %d, dropped %d (%v); want no post, no failure, 3 drops for the cancel",
+			after-before, obs.failed, obs.dropped, obs.lastErr)
+	}
+}
+
 // TestFinalHungAgentIsBounded: an agent that reads each body and never
 // answers; four payloads wait. No request starts after the window, and
 // the last attempt goes to each payload once: Final takes the window, the
