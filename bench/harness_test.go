@@ -57,9 +57,8 @@ func TestPacerBursts(t *testing.T) {
 
 // TestSpreadCatchesUpAMillisecond: a producer woken late publishes up to
 // a millisecond's worth and one span, spread or bursting, at every offered
-// load of the paced table: at 20 k spans/s spread, a cap of 2 (800 µs) made
-// every side, the harness too, drop what the Go timer's ~1 ms oversleep
-// left due, reaching 0.71 of the load.
+// load of the paced table, so that the Go timer's ~1 ms oversleep costs no
+// side, the harness included, part of its load.
 func TestSpreadCatchesUpAMillisecond(t *testing.T) {
 	for _, rate := range []int{20_000, 200_000, 1_000_000} {
 		for _, burst := range []time.Duration{0, time.Millisecond} {

@@ -79,8 +79,9 @@ type Health struct {
 	// reported the open buckets with their spans, each keeping its length
 	// but re-stamped to end at the new time (so not aligned: a relay
 	// refuses a start in its future), and started new ones on the new
-	// time, rather than wait for the clock to come back to report again. A smaller step keeps the buckets; spans stamped before the
-	// current one count in LateSpans.
+	// time, rather than wait for the clock to come back to report again.
+	// A smaller step keeps the buckets; spans stamped before the current
+	// one count in LateSpans.
 	ClockStepsBack uint64
 	// PeerTagsCut counts the peer tags left out of spans that carried more
 	// than MaxPeerTags (the spans themselves are counted).

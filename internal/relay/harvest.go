@@ -57,16 +57,10 @@ func (s *state) harvest(boundary, now uint64, dst []Batch) []Batch {
 	for h, id := range s.ids {
 		var prev *identity
 		for cur := id; cur != nil; cur = cur.next {
-			b, ok := s.harvestIdentity(cur, boundary)
-			if len(cur.windows) == 0 && ok {
-				// Its header goes on in the batch: charged with it.
-				b.bytes += cur.bytes
-				s.outBytes += cur.bytes
-			} else if len(cur.windows) == 0 {
-				s.bytes -= cur.bytes
-			}
-			if ok {
+			if b, ok := s.harvestIdentity(cur, boundary); ok {
 				dst = append(dst, b)
+			} else if len(cur.windows) == 0 {
+				s.bytes -= cur.bytes // no batch carries its header
 			}
 			if len(cur.windows) == 0 { // unlink
 				if prev == nil {
@@ -105,6 +99,9 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 		s.hits -= w.hits
 		b.groups += len(w.groups)
 		b.bytes += w.bytes
+	}
+	if len(id.windows) == 0 {
+		b.bytes += id.bytes // its header goes on in the batch, charged with it
 	}
 	s.outGroups += b.groups
 	s.outBytes += b.bytes

@@ -22,10 +22,9 @@ const DropMaxBytes = "max_bytes"
 
 // overflowReserve is how many of max groups are kept for overflow groups,
 // one per identity and window at the bound: a new label group is created only
-// below max-reserve, an overflow group only below max. At least two: one
-// sender holds two windows while the previous one's grace runs, and a
-// reserve of one left its second window's spans dropped, not folded
-// (TestOneSenderFoldsInTwoWindows).
+// below max-reserve, an overflow group only below max. At least two, so
+// that one sender's two windows (the previous one's grace running) each
+// fold (TestOneSenderFoldsInTwoWindows).
 func overflowReserve(max int) int { return max/64 + 2 }
 
 // bytesReserve is the part of MaxHeldBytes kept for overflow groups (and the

@@ -555,7 +555,7 @@ func TestForwardRoundLoggedAtDebug(t *testing.T) {
 // it has encoded them, so the senders' next spans fold or drop (counted)
 // instead of growing a second bound's worth beside them: the heap grows by
 // at most MaxHeldBytes and a quarter (the bodies in flight, a few 64 KiB,
-// and the runtime's slack), where it grew by 2.1× before the charge.
+// and the runtime's slack).
 func TestSlowRoundHoldsWithinTheBounds(t *testing.T) {
 	const maxBytes = 16 << 20
 	ag := statstest.New()
