@@ -34,9 +34,10 @@ const (
 	// the traces of dd-trace-go.
 	EnvReportHostname = "DD_TRACE_REPORT_HOSTNAME"
 	EnvGitCommit      = "DD_GIT_COMMIT_SHA" // GitCommitSha (else DD_TAGS' git.commit.sha)
-	// EnvGitMetadataEnabled "false" keeps DD_GIT_COMMIT_SHA and the
-	// git.commit.sha tag (of DD_TAGS or Config.Tags) out of the payload,
-	// as dd-trace-go; the config's own GitCommitSha is still sent.
+	// EnvGitMetadataEnabled "false" stops GitCommitSha being filled from
+	// DD_GIT_COMMIT_SHA or a git.commit.sha tag (of DD_TAGS or
+	// Config.Tags), as dd-trace-go; the config's own GitCommitSha is still
+	// sent, and Config.Tags go into the payload as given.
 	EnvGitMetadataEnabled = "DD_TRACE_GIT_METADATA_ENABLED"
 	// EnvOtelService stands in for an unset DD_SERVICE, as in dd-trace-go.
 	EnvOtelService = "OTEL_SERVICE_NAME"
