@@ -338,6 +338,16 @@ func TestSenderNoRelay(t *testing.T) {
 		t.Errorf("dial a stale socket: %v, want ErrNoRelay and ECONNREFUSED", err)
 	}
 
+	// A file where the socket should be: refused as a stale socket is, and
+	// the error names it.
+	plain := filepath.Join(dir, "plain.sock")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DialUnixgram(plain, 0); !errors.Is(err, ErrNoRelay) || !strings.Contains(err.Error(), plain+" exists and is not a socket") {
+		t.Errorf("dial a regular file: %v, want ErrNoRelay naming %s as not a socket", err, plain)
+	}
+
 	// The relay stops after the dial, then a new one starts at the same path.
 	r := listenUnixgram(t)
 	r.conn.Close()
