@@ -7,8 +7,6 @@ package writer
 import (
 	"errors"
 
-	"github.com/tinylib/msgp/msgp"
-
 	"github.com/spanstats/spanstats/aggregate"
 )
 
@@ -222,17 +220,19 @@ func present[S groupSource](src S, i int, from, to cut) int {
 func groupSize(e *aggregate.Entry, g *Group) int {
 	n := GroupSize(e)
 	if g != nil {
-		n += len(g.DBType) + stringsSize(g.SpanDerivedPrimaryTags) + stringsSize(g.AdditionalMetricTags)
-		n += 2 * (msgp.ArrayHeaderSize - 1) // their headers: GroupSize counts fixarrays
-		// With Wire summaries e's sketches are nil, counted as empty.
+		// GroupSize counts an empty DBType and two empty arrays.
+		n += strSize(g.DBType) - 1 + arraySize(g.SpanDerivedPrimaryTags) - 1 + arraySize(g.AdditionalMetricTags) - 1
+		// With Wire summaries e's sketches are nil, counted as empty
+		// sketches in bins with one-byte lengths: a bound, then.
 		if g.Wire != nil {
-			n += len(g.Wire.Ok.b) + len(g.Wire.Err.b)
+			n += binSize(len(g.Wire.Ok.b)) + binSize(len(g.Wire.Err.b))
 		}
 	}
 	return n
 }
 
-// Size is an upper bound of the bytes Append writes for g.
+// Size is an upper bound of the bytes Append writes for g (exact without
+// Wire summaries).
 func (g *Group) Size() int { return groupSize(&g.Entry, g) }
 
 // Append appends g as one msgpack ClientGroupedStats map, as AppendGroup

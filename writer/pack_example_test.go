@@ -30,7 +30,7 @@ func entries(n int) []*aggregate.Entry {
 func ExamplePacker_Pack() {
 	var seq uint64
 	p := writer.Packer{
-		Limit:    1500,
+		Limit:    1200,
 		Alloc:    func(n int) []byte { return make([]byte, 0, n) }, // the SDK's buffer pool
 		Sequence: func() uint64 { seq++; return seq },
 	}
@@ -58,7 +58,7 @@ func ExamplePacker_PackPayload() {
 			Groups: []writer.Group{{Entry: *e, DBType: "postgresql", AdditionalMetricTags: []string{"team:a"}}},
 		})
 	}
-	p := writer.Packer{Limit: 2000}
+	p := writer.Packer{Limit: 1700}
 	p.PackPayload(&merged, func(body []byte, hits uint64) {
 		pl, _ := writer.DecodePayload(body)
 		g := pl.Buckets[0].Groups[0]

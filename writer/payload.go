@@ -5,6 +5,7 @@
 package writer
 
 import (
+	"math"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -123,10 +124,8 @@ const (
 		len(kPeerTags) + len(kIsTraceRoot) + len(kGRPCStatusCode) + len(kHTTPMethod) +
 		len(kHTTPEndpoint) + len(kServiceSource) + len(kSpanDerivedPrimaryTags) +
 		len(kAdditionalMetricTags) +
-		10*msgp.StringPrefixSize + // Service … srv_src, DBType included
-		msgp.Uint32Size + 4*msgp.Uint64Size + msgp.BoolSize + msgp.Int32Size +
-		2*msgp.BytesPrefixSize + // summary bin headers
-		msgp.ArrayHeaderSize + 2 // PeerTags header; two empty fixarrays
+		1 + msgp.BoolSize + // DBType's empty fixstr, Synthetics
+		2 // SpanDerivedPrimaryTags and AdditionalMetricTags: empty fixarrays
 )
 
 var emptyHeader Header
@@ -150,28 +149,98 @@ func HeaderSize(h *Header) int {
 	return n
 }
 
-// GroupSize is an upper bound of the bytes AppendGroup writes for e, cheap
-// enough to call per entry when splitting payloads at a size limit: string
-// lengths plus the exact sketch sizes, nothing is encoded. A nil e is 0.
+// GroupSize is the exact number of bytes AppendGroup writes for e, cheap
+// enough to call per entry when splitting payloads at a size limit: the
+// strings' lengths and msgpack headers, the integers' encodings and the
+// exact sketch sizes; nothing is encoded. Exact rather than a looser bound
+// so that datagrams toward a relay are filled to their limit (a bound of
+// the largest header of every field left a sixth of each unused). A nil e
+// is 0.
 func GroupSize(e *aggregate.Entry) int {
 	if e == nil {
 		return 0
 	}
 	k := &e.Key
 	return groupFixedSize +
-		len(k.Service) + len(k.Name) + len(k.Resource) + len(k.Type) +
-		len(k.SpanKind) + len(k.GRPCStatusCode) + len(k.HTTPMethod) +
-		len(k.HTTPEndpoint) + len(k.ServiceSource) +
-		SketchSize(e.Ok) + SketchSize(e.Err) + stringsSize(k.PeerTags)
+		strSize(k.Service) + strSize(k.Name) + strSize(k.Resource) + strSize(k.Type) +
+		strSize(k.SpanKind) + strSize(k.GRPCStatusCode) + strSize(k.HTTPMethod) +
+		strSize(k.HTTPEndpoint) + strSize(k.ServiceSource) +
+		uintSize(uint64(k.HTTPStatusCode)) + uintSize(e.Hits) + uintSize(e.Errors) +
+		uintSize(e.Duration) + uintSize(e.TopLevelHits) +
+		binSize(SketchSize(e.Ok)) + binSize(SketchSize(e.Err)) + arraySize(k.PeerTags) +
+		trileanSize(k.IsTraceRoot)
 }
 
-// stringsSize bounds the strings of an array, not its header.
-func stringsSize(ss []string) int {
-	n := len(ss) * msgp.StringPrefixSize
+// strSize is the size of s as a msgpack string.
+func strSize(s string) int {
+	switch n := len(s); {
+	case n < 32:
+		return 1 + n // fixstr
+	case n <= math.MaxUint8:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	default:
+		return 5 + n
+	}
+}
+
+// binSize is the size of a msgpack bin of n bytes.
+func binSize(n int) int {
+	switch {
+	case n <= math.MaxUint8:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	default:
+		return 5 + n
+	}
+}
+
+// arraySize is the size of ss as a msgpack array of strings.
+func arraySize(ss []string) int {
+	n := 5 // array32
+	switch {
+	case len(ss) < 16:
+		n = 1 // fixarray
+	case len(ss) <= math.MaxUint16:
+		n = 3
+	}
 	for _, s := range ss {
-		n += len(s)
+		n += strSize(s)
 	}
 	return n
+}
+
+// trileanSize is the size of msgp.AppendInt32's encoding of t (0–2 from
+// the SDK; a decoded group's may be any int32).
+func trileanSize(t aggregate.Trilean) int {
+	switch {
+	case t >= -32 && t <= math.MaxInt8:
+		return 1 // fixint
+	case t >= math.MinInt8 && t < 0:
+		return 2
+	case t >= math.MinInt16 && t <= math.MaxInt16:
+		return 3
+	default:
+		return 5
+	}
+}
+
+// uintSize is the size of msgp.AppendUint64's encoding of u (the smallest).
+func uintSize(u uint64) int {
+	switch {
+	case u < 1<<7:
+		return 1 // positive fixint
+	case u <= math.MaxUint8:
+		return 2
+	case u <= math.MaxUint16:
+		return 3
+	case u <= math.MaxUint32:
+		return 5
+	default:
+		return 9
+	}
 }
 
 // payloadSize is an upper bound of AppendPayload's output.

@@ -7,6 +7,7 @@ package writer
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -437,6 +438,54 @@ func TestAlignStart(t *testing.T) {
 		far := time.Date(2300, 1, 1, 0, 0, 3, 0, time.UTC)
 		if got := AlignStart(far, d); got.After(far) || !got.Add(d).After(far) {
 			t.Errorf("AlignStart(%v, %v) = %v, want within %v before it", far, d, got, d)
+		}
+	}
+}
+
+// GroupSize is exact, so that datagrams fill their limit: every string,
+// integer, bin and array across each of its msgpack encoding boundaries.
+func TestGroupSizeIsExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	lens := []int{0, 1, 31, 32, 255, 256, 65535, 65536}
+	uints := []uint64{0, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxUint64}
+	roots := []aggregate.Trilean{0, 1, 2, 127, 128, 32767, 32768, -1, -32, -33, -128, -129, -32768, -32769}
+	str := func() string { return strings.Repeat("s", lens[r.IntN(len(lens))]) }
+	tags := func() []string {
+		ss := make([]string, []int{0, 1, 15, 16, 17}[r.IntN(5)])
+		for i := range ss {
+			ss[i] = str()
+		}
+		return ss
+	}
+	sketch := func() *aggregate.Sketch {
+		n := []int{-1, 0, 1, 3, 40, 400}[r.IntN(6)]
+		if n < 0 {
+			return nil
+		}
+		s := &aggregate.Sketch{}
+		for range n {
+			s.Add(logUniform(r, 1e3, 1e12))
+		}
+		return s
+	}
+	for i := range 2000 {
+		e := &aggregate.Entry{
+			Key: aggregate.Key{
+				Service: str(), Name: str(), Resource: str(), Type: str(), SpanKind: str(),
+				GRPCStatusCode: str(), HTTPMethod: str(), HTTPEndpoint: str(), ServiceSource: str(),
+				HTTPStatusCode: uint32(uints[r.IntN(6)]), IsTraceRoot: roots[r.IntN(len(roots))],
+				Synthetics: r.IntN(2) == 0, PeerTags: tags(),
+			},
+			Hits: uints[r.IntN(len(uints))], Errors: uints[r.IntN(len(uints))],
+			TopLevelHits: uints[r.IntN(len(uints))], Duration: uints[r.IntN(len(uints))],
+			Ok: sketch(), Err: sketch(),
+		}
+		if n, size := len(AppendGroup(nil, e)), GroupSize(e); n != size {
+			t.Fatalf("entry %d (%+v): AppendGroup wrote %d bytes, GroupSize says %d", i, e.Key, n, size)
+		}
+		g := Group{Entry: *e, DBType: str(), SpanDerivedPrimaryTags: tags(), AdditionalMetricTags: tags()}
+		if n, size := len(g.Append(nil)), g.Size(); n != size {
+			t.Fatalf("group %d: Append wrote %d bytes, Size says %d", i, n, size)
 		}
 	}
 }
