@@ -9,8 +9,8 @@
 // value types (strings as str, summaries as bin, IsTraceRoot as an integer,
 // the ServiceSource field under the key "srv_src"), and the protobuf
 // encoding of the latency sketches carried in OkSummary and ErrorSummary
-// (sketches-go's DDSketch message). It owns the size bounds (HeaderSize,
-// GroupSize, SketchSize) and the one splitter built on them: Packer packs
+// (sketches-go's DDSketch message). It owns the sizes (HeaderSize, a bound;
+// GroupSize and SketchSize, exact) and the one splitter built on them: Packer packs
 // the SDK's report, or decoded and merged groups for the relay, into
 // complete payloads under a byte limit, and Split answers the agent's 413
 // by re-encoding a payload as smaller ones. It owns the relay datagram

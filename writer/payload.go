@@ -102,8 +102,9 @@ const (
 	groupFields   = 22
 )
 
-// Fixed parts of the size bounds: map header, keys and the largest encoding
-// of every fixed-size value and of every string or array header.
+// Fixed parts of the sizes: map header and keys; for the header and bucket
+// bounds the largest encoding of every value and of every string or array
+// header, for groups the encodings that never vary (GroupSize counts the rest).
 const (
 	map16Size = 3 // 0xde + uint16: 16 and 22 keys do not fit a fixmap
 
