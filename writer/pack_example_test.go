@@ -25,7 +25,7 @@ func entries(n int) []*aggregate.Entry {
 	return tab.Touched(nil)
 }
 
-// The SDK's report: one bucket of entries, in payloads of at most 1500
+// The SDK's report: one bucket of entries, in payloads of at most 1200
 // bytes, each numbered, each in a buffer of its own.
 func ExamplePacker_Pack() {
 	var seq uint64

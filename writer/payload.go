@@ -1,6 +1,6 @@
 // This file holds the payload encoder: Header, Bucket and the msgpack
-// ClientStatsPayload written from them (AppendPayload), with the exact
-// sizes it plans by (HeaderSize, GroupSize).
+// ClientStatsPayload written from them (AppendPayload), with the sizes it
+// plans by (HeaderSize, a bound; GroupSize, exact).
 
 package writer
 
@@ -155,8 +155,8 @@ func HeaderSize(h *Header) int {
 // strings' lengths and msgpack headers, the integers' encodings and the
 // exact sketch sizes; nothing is encoded. Exact rather than a looser bound
 // so that datagrams toward a relay are filled to their limit (a bound of
-// the largest header of every field left a sixth of each unused). A nil e
-// is 0.
+// the largest header of every field left up to a sixth of each unused). A
+// nil e is 0.
 func GroupSize(e *aggregate.Entry) int {
 	if e == nil {
 		return 0

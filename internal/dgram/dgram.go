@@ -527,14 +527,13 @@ func DialUnixgram(path string, sndbuf int) (*Sender, error) {
 	}
 	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			// Linux refuses a connect to a file that is no socket as it
-			// does one to a socket nobody reads: name the file, which
-			// statsrelay will not replace, so the operator finds it.
-			if fi, serr := os.Stat(path); serr == nil && fi.Mode().Type() != fs.ModeSocket {
-				return nil, fmt.Errorf("%w: %s exists and is not a socket (mode %v; statsrelay will not start while it is there): %w",
-					ErrNoRelay, path, fi.Mode(), err)
-			}
+		// A connect to a file that is no socket fails as one to a socket
+		// nobody reads (Linux: ECONNREFUSED; EACCES first if it is not
+		// writable) or as ENOTSOCK (BSDs): name the file, which statsrelay
+		// will not replace, so that the operator finds it.
+		if fi, serr := os.Stat(path); serr == nil && fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%w: %s exists and is not a socket (mode %v; statsrelay will not start while it is there): %w",
+				ErrNoRelay, path, fi.Mode(), err)
 		}
 		return nil, dialError(err)
 	}
