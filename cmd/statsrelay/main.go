@@ -547,8 +547,8 @@ func defaultGrace(interval time.Duration) time.Duration {
 // defaultProcs is -procs' default. The relay's work at the loads a host's
 // SDKs offer is a fraction of one processor, and on one its reader hands
 // each batch to a decode worker without waking a thread: about a fifth to a
-// quarter less CPU per datagram than on two at fixed loads (BenchmarkRelayPaced),
-// and at least as many 1 KiB datagrams a second at saturation
+// third less CPU per datagram than on two at fixed loads (BenchmarkRelayPaced),
+// and about as many 1 KiB datagrams a second at saturation or more
 // (BenchmarkRelay). More may decode large Unix datagrams faster under
 // overload.
 const defaultProcs = 1
