@@ -469,6 +469,24 @@ func FuzzDecodePayload(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Size is what Append writes for a decoded group, and bounds it
+		// for one with its summaries left on the wire: the packer's cuts.
+		for i := range p.Buckets {
+			for j := range p.Buckets[i].Groups {
+				if g := &p.Buckets[i].Groups[j]; len(g.Append(nil)) != g.Size() {
+					t.Fatalf("group %d/%d: Append wrote %d bytes, Size says %d", i, j, len(g.Append(nil)), g.Size())
+				}
+			}
+		}
+		if pw, err := wd.Decode(b, budget); err == nil {
+			for i := range pw.Buckets {
+				for j := range pw.Buckets[i].Groups {
+					if g := &pw.Buckets[i].Groups[j]; len(g.Append(nil)) > g.Size() {
+						t.Fatalf("wire group %d/%d: Append wrote %d bytes, Size says %d", i, j, len(g.Append(nil)), g.Size())
+					}
+				}
+			}
+		}
 		// Its keys rewritten as str8, none matches the writer's bytes:
 		// read the general way, every key, it decodes to the same values.
 		s8, _ := rewriteMaps(t, b, true, func(k, v [][]byte) ([][]byte, [][]byte) { return k, v })
