@@ -172,21 +172,16 @@ func GroupSize(e *aggregate.Entry) int {
 		trileanSize(k.IsTraceRoot)
 }
 
-// strSize is the size of s as a msgpack string.
+// strSize is the size of s as a msgpack string: a fixstr below 32 bytes,
+// else a str8/16/32, whose headers are as long as a bin's.
 func strSize(s string) int {
-	switch n := len(s); {
-	case n < 32:
-		return 1 + n // fixstr
-	case n <= math.MaxUint8:
-		return 2 + n
-	case n <= math.MaxUint16:
-		return 3 + n
-	default:
-		return 5 + n
+	if len(s) < 32 {
+		return 1 + len(s)
 	}
+	return binSize(len(s))
 }
 
-// binSize is the size of a msgpack bin of n bytes.
+// binSize is the size of a msgpack bin (or str8/16/32) of n bytes.
 func binSize(n int) int {
 	switch {
 	case n <= math.MaxUint8:
