@@ -1,5 +1,5 @@
-paced_started="2026-12-07 13:22:50 UTC"
-paced_elapsed="3403"
-paced_commit="4a7e22a"
+paced_started="2026-12-07 18:36:05 UTC"
+paced_elapsed="3392"
+paced_commit="5bec352"
 paced_count="6" paced_benchtime="100x"
 paced_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" paced_gover="go version go1.26.8 linux/amd64"
