@@ -153,10 +153,8 @@ func HeaderSize(h *Header) int {
 // GroupSize is the exact number of bytes AppendGroup writes for e, cheap
 // enough to call per entry when splitting payloads at a size limit: the
 // strings' lengths and msgpack headers, the integers' encodings and the
-// exact sketch sizes; nothing is encoded. Exact rather than a looser bound
-// so that datagrams toward a relay are filled to their limit (a bound of
-// the largest header of every field left up to a sixth of each unused). A
-// nil e is 0.
+// exact sketch sizes; nothing is encoded. Exact, not a bound, so that
+// datagrams toward a relay fill their limit. A nil e is 0.
 func GroupSize(e *aggregate.Entry) int {
 	if e == nil {
 		return 0

@@ -950,8 +950,8 @@ func TestFinalWithinAndAfterContext(t *testing.T) {
 
 // TestEndedContextCountsNoRequest: a payload sent once the client's
 // context has ended is dropped with the context's error and no request,
-// failed or otherwise, is counted: none went out (a stop's cancel used to
-// count each batch of the round as a failed request).
+// failed or otherwise, is counted: none went out, so a stop's cancel must
+// not read as the agent failing.
 func TestEndedContextCountsNoRequest(t *testing.T) {
 	ag := newSwitchAgent(t)
 	obs := &counting{}
