@@ -291,12 +291,15 @@ type striped struct {
 // value.
 func (c *striped) Add(n uint64) uint64 {
 	var marker byte
-	// Goroutine stacks start at 2 KiB, often side by side: bits above 11
-	// tell them apart, and Fibonacci hashing spreads neighbours over the
-	// cells (TestStripedCellsSpread). A stack that moves just picks
-	// another cell.
-	i := (uint64(uintptr(unsafe.Pointer(&marker))) >> 11) * 0x9E3779B97F4A7C15 >> (64 - stripeBits)
-	return c.cells[i].Add(n)
+	return c.cells[stripeOf(uintptr(unsafe.Pointer(&marker)))].Add(n)
+}
+
+// stripeOf is the cell of a goroutine whose stack holds addr. Goroutine
+// stacks start at 2 KiB, often side by side: bits above 11 tell them apart,
+// and Fibonacci hashing spreads neighbours over the cells
+// (TestStripedCellsSpread). A stack that moves just picks another cell.
+func stripeOf(addr uintptr) uint64 {
+	return (uint64(addr) >> 11) * 0x9E3779B97F4A7C15 >> (64 - stripeBits)
 }
 
 // Load sums the cells.
