@@ -168,7 +168,7 @@ func TestStripedCellsSpread(t *testing.T) {
 	for _, size := range []uintptr{2 << 10, 4 << 10, 8 << 10} {
 		cells := map[uint64]bool{}
 		for k := range uintptr(16) {
-			cells[stripeOf(0xc000400000+k*size)] = true
+			cells[stripeOf(0x40400000+k*size)] = true
 		}
 		if len(cells) < 8 {
 			t.Errorf("16 stacks %d bytes apart share %d of %d cells; want at least 8", size, len(cells), stripes)
