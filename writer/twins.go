@@ -24,13 +24,12 @@ import (
 // laying out the same shape again allocates nothing. It is for one
 // goroutine at a time.
 type TypeSplitter struct {
-	obfuscated map[uint64]struct{} // resource-less keys with a group of an ObfuscatedType
-	types      map[uint64]int      // typeless key → its Types so far
-	layerOf    map[typedKey]int    // typeless key and Type → its layer
-	keys       [][2]uint64         // of each group of the bucket: its key without, with the resource
-	layers     [][]*aggregate.Entry
-	d          xxhash.Digest
-	buf        []byte
+	types   map[uint64]int   // typeless key → its Types so far
+	layerOf map[typedKey]int // typeless key and Type → its layer
+	keys    []uint64         // of each group of the bucket: its typeless key
+	layers  [][]*aggregate.Entry
+	d       xxhash.Digest
+	buf     []byte
 	// Halt, if not nil, is asked every thousand groups or so whether to
 	// give up: Split then returns what it laid out so far, which the
 	// caller drops (see Packer.Halt).
@@ -50,27 +49,24 @@ type typedKey struct {
 // merges, it files under their own Type. The groups of the buckets it lays
 // out are the TypeSplitter's until Release.
 //
-// The agent rewrites the resources of some Types (ObfuscatedType) before
-// it merges: it merges, say, an sql group of "SELECT 1" and a web group of
-// "SELECT ?", and only its own obfuscator knows which resources it makes
-// equal. So groups whose other labels are those of a group of such a Type
-// are keyed without their resource.
-//
-// The agent's operator replace rules (DD_APM_REPLACE_TAGS on
-// resource.name, http.status_code or "*") also rewrite Resource and
-// HTTPStatusCode before the merge; they live in the agent's configuration,
-// which a tracer cannot read, so twins that only such a rule makes equal
-// are not laid apart and the agent may file their counts under one Type.
+// The key leaves out Resource and HTTPStatusCode: the agent rewrites both
+// before it merges, by rules only it knows (its SQL obfuscation and Redis
+// quantization of some Types' resources, and the operator's replace rules,
+// DD_APM_REPLACE_TAGS on resource.name, http.status_code or "*"), so
+// groups of different Types that agree on every other label are laid
+// apart whatever their resources and status codes. That costs a bucket
+// only where one operation of one service has several Types.
 func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 	if s.types == nil {
-		s.obfuscated = make(map[uint64]struct{})
 		s.types = make(map[uint64]int)
 		s.layerOf = make(map[typedKey]int)
 	}
 	seen := 0
 	for _, b := range src {
-		clear(s.obfuscated)
 		s.keys = s.keys[:0]
+		clear(s.types)
+		clear(s.layerOf)
+		twins := false
 		for _, e := range b.Groups {
 			if e == nil { // skipped, as Pack skips it
 				continue
@@ -79,25 +75,8 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 				clear(s.layerOf)
 				return dst
 			}
-			bare, full := s.typeless(e)
-			s.keys = append(s.keys, [2]uint64{bare, full})
-			if ObfuscatedType(e.Type) {
-				s.obfuscated[bare] = struct{}{}
-			}
-		}
-		clear(s.types)
-		clear(s.layerOf)
-		twins, i := false, 0
-		for _, e := range b.Groups {
-			if e == nil {
-				continue
-			}
-			k := &s.keys[i]
-			i++
-			if _, ok := s.obfuscated[k[0]]; !ok {
-				k[0] = k[1]
-			}
-			tk := typedKey{k[0], e.Type}
+			tk := typedKey{s.typeless(e), e.Type}
+			s.keys = append(s.keys, tk.key)
 			if _, ok := s.layerOf[tk]; !ok {
 				n := s.types[tk.key]
 				s.types[tk.key] = n + 1
@@ -114,7 +93,7 @@ func (s *TypeSplitter) Split(dst, src []Bucket) []Bucket {
 			if e == nil {
 				continue
 			}
-			n := s.layerOf[typedKey{s.keys[i][0], e.Type}]
+			n := s.layerOf[typedKey{s.keys[i], e.Type}]
 			i++
 			for first+n >= len(s.layers) { // reslice first: Release kept each layer's memory
 				if len(s.layers) < cap(s.layers) {
@@ -143,46 +122,27 @@ func (s *TypeSplitter) Release() {
 	s.layers = s.layers[:0]
 }
 
-// typeless hashes every label of e that the agent merges duplicates by: all
-// but Type, as the agent normalizes them, without the resource (bare) and
-// with it (full). Fields are length-prefixed or (folded) 0-terminated, so
-// equal bytes are equal fields; a collision of different keys only splits
-// groups of different Types the agent would keep apart.
-func (s *TypeSplitter) typeless(e *aggregate.Entry) (bare, full uint64) {
+// typeless hashes the labels of e that the agent merges duplicates by and
+// cannot rewrite: all but Type, Resource and HTTPStatusCode (see Split),
+// Service and Name as the agent normalizes them. Fields are
+// length-prefixed or (folded) 0-terminated, so equal bytes are equal
+// fields; a collision of different keys only splits groups of different
+// Types the agent would keep apart.
+func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 	b := AppendFoldedLabels(s.buf[:0], e.Service, e.Name)
 	for _, v := range [...]string{e.SpanKind, e.HTTPMethod, e.HTTPEndpoint, e.GRPCStatusCode, e.ServiceSource} {
 		b = append(binary.AppendUvarint(b, uint64(len(v))), v...)
 	}
-	b = binary.AppendUvarint(b, uint64(e.HTTPStatusCode))
 	flags := uint64(uint32(e.IsTraceRoot)) << 1
 	if e.Synthetics {
 		flags |= 1
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = AppendJoinedTags(b, e.PeerTags)
-	n := len(b)
-	b = AppendFoldedResource(b, e.Name, e.Resource)
 	s.buf = b
 	s.d.Reset()
-	s.d.Write(b[:n])
-	bare = s.d.Sum64()
-	s.d.Write(b[n:])
-	return bare, s.d.Sum64()
-}
-
-// ObfuscatedType reports whether the agent (v0.85.4) rewrites the resource
-// of a group of Type typ before it merges a bucket's duplicates
-// (obfuscateStatsGroup: SQL obfuscation for sql and cassandra, Redis
-// quantization for redis and valkey; neither the SDK nor the relay sends
-// the obfuscation version that would turn it off). Two groups of such a
-// Type, or one of such a Type and one of another, may then have equal
-// resources to the agent whatever their folds.
-func ObfuscatedType(typ string) bool {
-	switch typ {
-	case "sql", "cassandra", "redis", "valkey":
-		return true
-	}
-	return false
+	s.d.Write(b)
+	return s.d.Sum64()
 }
 
 // AppendJoinedTags appends a tag list as the agent (v0.85.4) keys one when
@@ -215,26 +175,12 @@ func AppendFoldedLabels(b []byte, service, name string) []byte {
 	return foldName(foldService(b, service), name)
 }
 
-// AppendFoldedResource appends, as AppendFoldedLabels, a group's resource
-// as the agent sees it then: normalizeStatsGroup sets an empty Resource to
-// the normalized Name. It folds case and every character but letters and
-// digits, and does not follow the agent's obfuscation of the resources of
-// some Types (ObfuscatedType): a key for those must leave the resource
-// out.
-func AppendFoldedResource(b []byte, name, resource string) []byte {
-	if resource == "" {
-		return foldName(b, name)
-	}
-	return foldASCII(b, resource, maxResourceLen, false)
-}
-
-// The agent's normalizer limits (MaxServiceLen, MaxNameLen, MaxResourceLen)
-// and its name for a span name without a letter (DefaultSpanName).
+// The agent's normalizer limits (MaxServiceLen, MaxNameLen) and its name
+// for a span name without a letter (DefaultSpanName).
 const (
-	maxServiceLen  = 100
-	maxNameLen     = 100
-	maxResourceLen = 5000
-	unnamedSpan    = "unnamed_operation"
+	maxServiceLen = 100
+	maxNameLen    = 100
+	unnamedSpan   = "unnamed_operation"
 )
 
 // The folds below append, then a 0 byte, the ASCII letters and digits the

@@ -6,6 +6,7 @@ package writer
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -80,22 +81,32 @@ func TestTypeSplitterSkipsNil(t *testing.T) {
 	}
 }
 
-// TestTypeSplitterEmptyResource: the agent gives a group without a
-// resource its name before it merges duplicates (normalizeStatsGroup), so
-// a group of an empty resource and one whose resource is the name are
-// twins when their types differ.
-func TestTypeSplitterEmptyResource(t *testing.T) {
-	entry := func(typ, resource string) *aggregate.Entry {
+// TestTypeSplitterRewritableLabels: the agent rewrites Resource and
+// HTTPStatusCode before it merges duplicates (an empty resource becomes the
+// name; its obfuscation of some Types' resources; the operator's replace
+// rules on resource.name, http.status_code or "*"), so groups of different
+// Types that differ only in those are laid apart, the n-th Type in the n-th
+// bucket; groups of one Type stay together whatever their resources and
+// codes.
+func TestTypeSplitterRewritableLabels(t *testing.T) {
+	entry := func(typ, resource string, code uint32) *aggregate.Entry {
 		e := &aggregate.Entry{Hits: 1}
-		e.Service, e.Name, e.Resource, e.Type = "web", "op", resource, typ
+		e.Service, e.Name, e.Resource, e.Type, e.HTTPStatusCode = "web", "op", resource, typ, code
 		return e
 	}
-	bare, named, other := entry("web", ""), entry("http", "op"), entry("http", "r")
+	web1, http, web2, bare := entry("web", "GET /u/1", 200), entry("http", "GET /u/2", 201), entry("web", "POST /u", 500), entry("db", "", 0)
+	other := entry("http", "GET /u/3", 200)
+	other.Name = "http.request" // another operation: no twin of the others
 	var s TypeSplitter
-	got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{bare, other, named}}})
-	if len(got) != 2 || len(got[0].Groups) != 2 || got[0].Groups[0] != bare || got[0].Groups[1] != other ||
-		len(got[1].Groups) != 1 || got[1].Groups[0] != named {
-		t.Fatalf("laid out %d buckets: %+v", len(got), got)
+	got := s.Split(nil, []Bucket{{Start: 10, Duration: 5, Groups: []*aggregate.Entry{web1, http, other, web2, bare}}})
+	want := [][]*aggregate.Entry{{web1, other, web2}, {http}, {bare}}
+	if len(got) != len(want) {
+		t.Fatalf("laid out %d buckets, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].Start != 10 || got[i].Duration != 5 || !slices.Equal(got[i].Groups, w) {
+			t.Errorf("bucket %d: %+v, want groups %v at 10+5", i, got[i], w)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ package peer
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/DataDog/datadog-agent/pkg/obfuscate"
 	pb "github.com/DataDog/datadog-agent/pkg/proto/pbgo/trace"
+	"github.com/DataDog/datadog-agent/pkg/trace/config"
+	"github.com/DataDog/datadog-agent/pkg/trace/filters"
 	"github.com/DataDog/datadog-agent/pkg/trace/traceutil/normalize"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -23,10 +26,19 @@ import (
 	"github.com/spanstats/spanstats/writer"
 )
 
+// twinReplacer holds operator replace rules (DD_APM_REPLACE_TAGS) that make
+// resources and status codes of the twin pools equal: a relay or tracer
+// cannot read them, so the layout must hold whatever they are.
+var twinReplacer = filters.NewReplacer([]*config.ReplaceRule{
+	{Name: "resource.name", Re: regexp.MustCompile(`[0-9]+`), Repl: "?"},
+	{Name: "http.status_code", Re: regexp.MustCompile(`^5[0-9][0-9]$`), Repl: "500"},
+	{Name: "*", Re: regexp.MustCompile(`^(GET|SET) .*`), Repl: "$1"},
+})
+
 // agentIntakeGroup rewrites g as agent.processStats does before it merges
 // duplicates: normalizeStatsGroup, obfuscateStatsGroup (the tracer sends no
-// obfuscation version) and TruncateResource. The default configuration has
-// no ignore or replace rules.
+// obfuscation version), TruncateResource and the replace rules of
+// twinReplacer (the default configuration has none).
 func agentIntakeGroup(obf *obfuscate.Obfuscator, g *pb.ClientGroupedStats, lang string) {
 	g.Name, _ = normalize.NormalizeName(g.Name)
 	g.Service, _ = normalize.NormalizeService(g.Service, lang)
@@ -44,6 +56,7 @@ func agentIntakeGroup(obf *obfuscate.Obfuscator, g *pb.ClientGroupedStats, lang 
 		g.Resource = obf.QuantizeRedisString(g.Resource)
 	}
 	g.Resource = normalize.TruncateUTF8(g.Resource, normalize.MaxResourceLen)
+	twinReplacer.ReplaceStatsGroup(g)
 }
 
 // agentIntakeFiles decodes bodies as the agent's stats handler does, runs
@@ -86,7 +99,7 @@ func twinEntry(r *rand.Rand) *aggregate.Entry {
 	e.Service, e.Name, e.Resource, e.Type = pickOf(r, twinServices), pickOf(r, twinNames), pickOf(r, twinResources), pickOf(r, twinTypes)
 	if r.IntN(2) == 0 { // the other fields mostly alike, so that twins are common
 		e.SpanKind = pickOf(r, []string{"client", "server", "Client"})
-		e.HTTPStatusCode = []uint32{200, 500}[r.IntN(2)]
+		e.HTTPStatusCode = []uint32{200, 500, 503}[r.IntN(3)]
 		e.IsTraceRoot = aggregate.Trilean(r.IntN(3))
 		e.Synthetics = r.IntN(4) == 0
 		e.GRPCStatusCode = pickOf(r, []string{"", "0", "OK"})

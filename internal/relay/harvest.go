@@ -117,20 +117,11 @@ func (s *state) harvestIdentity(id *identity, boundary uint64) (Batch, bool) {
 // of one key and one of those share a bucket: whatever of them the agent
 // merges, it files under their own Type.
 //
-// The agent rewrites the resources of some Types (writer.ObfuscatedType)
-// before it merges: only its own obfuscator knows which resources it makes
-// equal, so groups whose other labels are those of a group of such a Type
-// are keyed without their resource.
+// The agent rewrites Resource and HTTPStatusCode before it merges, by
+// rules only it knows (its obfuscation of some Types' resources, the
+// operator's replace rules), so the typeless key leaves both out, as
+// writer.TypeSplitter's does.
 func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
-	var obfuscated map[uint64]bool // bare typeless hash → a group of it has an ObfuscatedType
-	for i := range w.groups {
-		if writer.ObfuscatedType(w.groups[i].Type) {
-			if obfuscated == nil {
-				obfuscated = make(map[uint64]bool)
-			}
-			obfuscated[w.typeless[i].bare] = true
-		}
-	}
 	// A key and what separates its groups: Type exactly (groups of two
 	// Types in one bucket is what the agent misfiles), DBType and the
 	// SpanDerivedPrimaryTags hash (which its aggregator drops: a collision
@@ -146,10 +137,7 @@ func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
 	twins := false
 	for i, t := range w.typeless {
 		g := &w.groups[i]
-		k := typed{t.full, g.Type, g.DBType, t.spanDerived}
-		if obfuscated[t.bare] {
-			k.key = t.bare
-		}
+		k := typed{t.key, g.Type, g.DBType, t.spanDerived}
 		keys[i] = k
 		if _, ok := layerOf[k]; !ok {
 			n := types[k.key]

@@ -90,33 +90,31 @@ func (h *hasher) group(g *writer.Group) uint64 {
 	return h.sum()
 }
 
-// typelessKey is what splitByType needs of a held group: the hashes of the
+// typelessKey is what splitByType needs of a held group: the hash of the
 // part of its label key the agent (v0.85.4) merges a bucket's duplicate
-// groups by, without the resource (bare) and with it (full), and the hash
-// of its SpanDerivedPrimaryTags.
+// groups by and cannot rewrite (key), and the hash of its
+// SpanDerivedPrimaryTags.
 type typelessKey struct {
-	bare, full, spanDerived uint64
+	key, spanDerived uint64
 }
 
 // typeless returns the hashes of the part of g's label key the agent
 // merges a bucket's duplicate groups by: every field but Type, DBType and
 // SpanDerivedPrimaryTags (stats.NewAggregationFromGroup, see splitByType),
-// with Service, Name and Resource as its normalizeStatsGroup leaves them
-// before that merge (writer.AppendFoldedLabels, AppendFoldedResource).
-// Only a group new to its window needs it, so the fold is not paid per
-// received group (BenchmarkAccept).
+// less Resource and HTTPStatusCode, which the agent rewrites first by
+// rules only it knows (writer.TypeSplitter), with Service and Name as its
+// normalizeStatsGroup leaves them (writer.AppendFoldedLabels). Only a
+// group new to its window needs it, so the fold is not paid per received
+// group (BenchmarkAccept).
 func (h *hasher) typeless(g *writer.Group) typelessKey {
 	k := &g.Key
 	h.reset()
 	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name)
-	h.scalars(g)
+	h.labels(g)
 	// Tag lists as the agent hashes them: lists that join alike are one.
 	h.buf = writer.AppendJoinedTags(h.buf, k.PeerTags)
 	h.buf = writer.AppendJoinedTags(h.buf, g.AdditionalMetricTags)
-	var t typelessKey
-	t.bare = h.sum()
-	h.buf = writer.AppendFoldedResource(h.buf, k.Name, k.Resource)
-	t.full = h.sum()
+	t := typelessKey{key: h.sum()}
 	if len(g.SpanDerivedPrimaryTags) > 0 {
 		h.reset()
 		h.strs(g.SpanDerivedPrimaryTags)
@@ -125,16 +123,22 @@ func (h *hasher) typeless(g *writer.Group) typelessKey {
 	return t
 }
 
-// scalars appends the label fields group and typeless both take as they
-// are: all but the names and the tag lists.
+// scalars appends the label fields group takes as they are: all but the
+// names and the tag lists.
 func (h *hasher) scalars(g *writer.Group) {
+	h.labels(g)
+	h.num(uint64(g.Key.HTTPStatusCode))
+}
+
+// labels appends the label fields group and typeless both take as they
+// are: all but the names, the tag lists and HTTPStatusCode.
+func (h *hasher) labels(g *writer.Group) {
 	k := &g.Key
 	h.str(k.SpanKind)
 	h.str(k.HTTPMethod)
 	h.str(k.HTTPEndpoint)
 	h.str(k.GRPCStatusCode)
 	h.str(k.ServiceSource)
-	h.num(uint64(k.HTTPStatusCode))
 	h.num(uint64(uint32(k.IsTraceRoot))<<1 | uint64(b2u(k.Synthetics)))
 }
 

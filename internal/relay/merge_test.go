@@ -237,8 +237,10 @@ func TestTypeOnlyDifferenceSplitsBuckets(t *testing.T) {
 	r := newTestRelay(Config{})
 	web, http, db := key("GET /"), key("GET /"), key("GET /")
 	web.Type, http.Type, db.Type = "web", "http", "db"
+	other := key("other")
+	other.Name = "other.op" // another operation: no twin of the others
 	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec,
-		entry(web, 1, 0), entry(http, 2, 0), entry(key("other"), 4, 0), entry(db, 8, 0))), 0, UDP)
+		entry(web, 1, 0), entry(http, 2, 0), entry(other, 4, 0), entry(db, 8, 0))), 0, UDP)
 	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(http, 16, 0))), 0, UDP)
 	out := harvestAll(t, r)
 	bks := out[0].Buckets
@@ -424,6 +426,29 @@ func TestObfuscatedResourceTwinsSplitBuckets(t *testing.T) {
 	}
 }
 
+// TestRewrittenLabelTwinsSplitBuckets: the operator's replace rules in the
+// agent (DD_APM_REPLACE_TAGS on resource.name, http.status_code or "*")
+// rewrite Resource and HTTPStatusCode before it merges duplicates, and a
+// relay cannot read them: groups of two Types from two senders that differ
+// in those alone reach it in separate buckets, each with its own counts.
+func TestRewrittenLabelTwinsSplitBuckets(t *testing.T) {
+	r := newTestRelay(Config{})
+	web, http := key("GET /u/1"), key("GET /u/2")
+	web.Type, web.HTTPStatusCode = "web", 200
+	http.Type, http.HTTPStatusCode = "http", 201
+	mustAccept(t, r, datagram(1, header("a"), bucket(w0, 10*sec, entry(web, 1, 0))), 0, UDP)
+	mustAccept(t, r, datagram(1, header("b"), bucket(w0, 10*sec, entry(http, 2, 0))), 0, UDP)
+	var got []string
+	for i, bk := range harvestAll(t, r)[0].Buckets {
+		for _, g := range bk.Groups {
+			got = append(got, fmt.Sprintf("%d:%s/%d/%s=%d", i, g.Resource, g.HTTPStatusCode, g.Type, g.Hits))
+		}
+	}
+	if want := []string{"0:GET /u/1/200/web=1", "1:GET /u/2/201/http=2"}; !slices.Equal(got, want) {
+		t.Fatalf("buckets %q, want %q (a rule may make them one group to the agent)", got, want)
+	}
+}
+
 // TestOneTypeGroupsShareBucket: groups of one Type never need separate
 // buckets, whatever the agent merges of them, so groups whose labels fold
 // alike (resources that differ only outside ASCII letters and digits, in
@@ -546,7 +571,8 @@ func TestKeysCoverEveryField(t *testing.T) {
 			t.Errorf("Group.%s: same group = %v, want %v", name, same, values)
 		}
 		agentMerges := name == "Type" || name == "DBType" || name == "SpanDerivedPrimaryTags" // left out of its duplicate key
-		if typeless := t1.bare == t2.bare && t1.full == t2.full; typeless != (values || agentMerges) {
+		rewritten := name == "Resource" || name == "HTTPStatusCode"                           // the agent's rules rewrite them first
+		if typeless := t1.key == t2.key; typeless != (values || agentMerges || rewritten) {
 			t.Errorf("Group.%s: same typeless hash = %v", name, typeless)
 		}
 	})
