@@ -254,8 +254,9 @@ func (c *Client) Close() {
 	c.cancel()
 }
 
-// errClosed is why Close drops a payload still waiting for a retry.
-var errClosed = errors.New("client closed before the agent took it")
+// errClosed is why Close drops a payload still waiting for a retry: a
+// stop, as a cancelled context is, so callers file it with those.
+var errClosed = fmt.Errorf("client closed before the agent took it: %w", context.Canceled)
 
 // Send attempts p now; a retryable failure queues it within the budget.
 func (c *Client) Send(p *Payload) { c.attempt(p) }

@@ -80,7 +80,7 @@ func TestCloseDropsWaitingRetries(t *testing.T) {
 		t.Fatalf("pending %d, retried %d after a 503; want the payload waiting", c.Pending(), obs.retried)
 	}
 	c.Close()
-	if c.Pending() != 0 || obs.dropped != 1 || obs.sent != 0 || !errors.Is(obs.lastErr, errClosed) {
+	if c.Pending() != 0 || obs.dropped != 1 || obs.sent != 0 || !errors.Is(obs.lastErr, errClosed) || !errors.Is(obs.lastErr, context.Canceled) {
 		t.Fatalf("after Close: pending %d, dropped %d (%v), sent %d; want the one dropped as closed", c.Pending(), obs.dropped, obs.lastErr, obs.sent)
 	}
 	select {
