@@ -137,6 +137,61 @@ func TestRetryBackoff(t *testing.T) {
 	}
 }
 
+// TestFinalLastAttemptIsLast: Final gives a payload waiting for a retry one
+// last attempt; when that fails too (a 503), the payload is dropped for its
+// retry budget at once, not queued again for a Close to drop as a stop.
+func TestFinalLastAttemptIsLast(t *testing.T) {
+	var posts atomic.Int32
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		posts.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	cfg := testConfig(agent.URL)
+	cfg.RetryBackoff, cfg.MaxRetryBackoff = time.Hour, time.Hour
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	c.Final(50 * time.Millisecond)
+	if c.Pending() != 0 || obs.dropped != 1 || !errors.Is(obs.lastErr, ErrRetryBudget) || posts.Load() != 2 {
+		t.Fatalf("pending %d, dropped %d (%v), posts %d; want 0, 1 for the retry budget, 2 (the first attempt and the last)",
+			c.Pending(), obs.dropped, obs.lastErr, posts.Load())
+	}
+}
+
+// TestSplitWaiterWaitsForEveryPart: a payload split after a 413 answers its
+// waiter once every part is settled, with a part's error: one part taken
+// and the others refused is no success.
+func TestSplitWaiterWaitsForEveryPart(t *testing.T) {
+	body := splitBody()
+	var parts atomic.Int32
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch {
+		case len(b) == len(body):
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+		case parts.Add(1) > 1:
+			w.WriteHeader(http.StatusForbidden) // refused: not retried
+		}
+	}))
+	defer agent.Close()
+	obs := &counting{}
+	c := New(context.Background(), testConfig(agent.URL), obs)
+	defer c.Close()
+	done := make(chan error, 1)
+	c.Send(&Payload{Body: body, Hits: 120, Waiter: NewWaiter(done, 1, nil)})
+	select {
+	case err := <-done:
+		if n := int(parts.Load()); err == nil || n < 2 || obs.sent != 1 || obs.dropped != n-1 {
+			t.Fatalf("waiter answered %v after %d parts (%d sent, %d dropped); want a refused part's error once all are settled", err, n, obs.sent, obs.dropped)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never answered")
+	}
+}
+
 // TestSplitKeepsEveryField: a payload the agent refuses as too large is
 // re-sent as complete halves that keep the fields the SDK never sets
 // (DBType, SpanDerivedPrimaryTags, AdditionalMetricTags), every hit once.
@@ -714,6 +769,35 @@ func TestNotFoundHoldsUntilBack(t *testing.T) {
 	if posts != 2 || taken != 1 || !bytes.Equal(ag.taken[0], body) || obs.sent != 1 || obs.dropped != 0 || obs.on != 1 || c.Off() {
 		t.Fatalf("posts %d taken %d (same body: %v), sent %d dropped %d On %d off %v; want 2 posts (the 404, then the held payload), 1 taken, sent 1, none dropped, On once",
 			posts, taken, taken == 1 && bytes.Equal(ag.taken[0], body), obs.sent, obs.dropped, obs.on, c.Off())
+	}
+}
+
+// TestHeldRetriesDueWhenBack: a payload held by a 404 is due again as soon
+// as a read of /info finds the stats endpoint listed, not at the wait it
+// was held for (an hour here).
+func TestHeldRetriesDueWhenBack(t *testing.T) {
+	ag := newSwitchAgent(t)
+	obs := &counting{}
+	cfg := testConfig(ag.srv.URL)
+	cfg.RetryBackoff, cfg.MaxRetryBackoff, cfg.InfoRefresh = time.Hour, time.Hour, time.Hour
+	c := New(context.Background(), cfg, obs)
+	defer c.Close()
+	c.ReadInfo()
+	ag.post.Store(http.StatusNotFound)
+	ag.listed.Store(false)
+	c.Send(&Payload{Body: splitBody(), Hits: 120})
+	if d, ok := c.NextDue(); !c.Off() || c.Pending() != 1 || !ok || time.Until(d) < time.Hour/2 {
+		t.Fatalf("after the 404: off %v, pending %d, next due in %v; want off, 1 held for about an hour", c.Off(), c.Pending(), time.Until(d))
+	}
+	ag.post.Store(0)
+	ag.listed.Store(true)
+	c.ReadInfo()
+	if d, ok := c.NextDue(); c.Off() || !ok || d.After(time.Now()) {
+		t.Fatalf("back: off %v, next due in %v (%v); want on, the held payload due now", c.Off(), time.Until(d), ok)
+	}
+	c.RunDue(time.Now())
+	if posts, taken, _ := ag.counts(); posts != 2 || taken != 1 || obs.sent != 1 || c.Pending() != 0 {
+		t.Fatalf("posts %d, taken %d, sent %d, pending %d; want the 404, then the held payload taken", posts, taken, obs.sent, c.Pending())
 	}
 }
 

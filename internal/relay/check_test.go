@@ -93,6 +93,7 @@ func TestRejectReasons(t *testing.T) {
 		{"CR LF in Lang", hdr(func(h *writer.Header) { h.Lang = "go\r\nX-Injected: 1" }), Invalid, errHeaderValue},
 		{"NUL in TracerVersion", hdr(func(h *writer.Header) { h.TracerVersion = "v1\x00" }), Invalid, errHeaderValue},
 		{"LF in ContainerID", hdr(func(h *writer.Header) { h.ContainerID = "abc\n" }), Invalid, errHeaderValue},
+		{"DEL in Lang", hdr(func(h *writer.Header) { h.Lang = "go\x7f" }), Invalid, errHeaderValue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTestRelay(Config{MaxDatagram: len(ok) + 64})
@@ -125,6 +126,27 @@ func TestRejectReasons(t *testing.T) {
 			t.Fatalf("one byte over: %v, want truncated", err)
 		}
 		if s := checkAccounting(t, r); s.Rejected != [NumReasons]uint64{Truncated: 1} || s.SpansReceived != 2 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	// The hits bound is the payload's: two groups each within it, their
+	// sum above it.
+	t.Run("hits over the payload bound in two groups", func(t *testing.T) {
+		r := newTestRelay(Config{})
+		d := datagram(1, header("a"), bucket(w0, 10*sec,
+			entry(key("r1"), maxPayloadHits/2+1, 0), entry(key("r2"), maxPayloadHits/2+1, 0)))
+		if err := r.Accept(d, 0, UDP); !errors.Is(err, errTooManyHits) {
+			t.Fatalf("Accept = %v, want an invalid rejection (%v)", err, errTooManyHits)
+		}
+		if s := checkAccounting(t, r); s.Rejected != [NumReasons]uint64{Invalid: 1} || s.SpansReceived != 0 || s.Groups != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	// A tab is the one control character net/http sends in a header value.
+	t.Run("tab in TracerVersion", func(t *testing.T) {
+		r := newTestRelay(Config{})
+		mustAccept(t, r, hdr(func(h *writer.Header) { h.TracerVersion = "v1\t2" }), 0, UDP)
+		if s := checkAccounting(t, r); s.Rejected != [NumReasons]uint64{} || s.SpansReceived != 1 {
 			t.Fatalf("stats %+v", s)
 		}
 	})

@@ -5,6 +5,8 @@
 package relay
 
 import (
+	"bytes"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -64,6 +66,32 @@ func TestRejectedDatagramKeepsItsEnvelope(t *testing.T) {
 	}
 	if st.SeqGaps != 0 || st.SeqLate != 0 {
 		t.Errorf("sequence gaps %d, late %d; want 0 and 0: sequence 2 arrived, and is counted rejected", st.SeqGaps, st.SeqLate)
+	}
+}
+
+// TestTruncatedAndMalformedKeepTheirEnvelope: the report of a sender's drops
+// in the envelope counts whatever rejects the body after it: a datagram
+// over the limit (its envelope read all the same) and a body that starts
+// as a map and then does not decode.
+func TestTruncatedAndMalformedKeepTheirEnvelope(t *testing.T) {
+	ok := datagram(1, header("a"), bucket(w0, 10*sec, entry(key("r"), 2, 0)))
+	r := newTestRelay(Config{MaxDatagram: len(ok)})
+	enveloped := func(seq uint64, body []byte) []byte {
+		return append(writer.AppendEnvelope(nil, writer.Envelope{Sequence: seq, DroppedPayloads: 2, DroppedSpans: 7}), body...)
+	}
+	for _, d := range [][]byte{
+		enveloped(1, append(bytes.Clone(ok[writer.EnvelopeSize:]), 0xc0)), // one byte over the limit
+		enveloped(2, []byte{0x81, 0xc1}),                                  // a map header, then no msgpack
+	} {
+		var rej *RejectError
+		if err := r.Accept(d, 0, UDP); !errors.As(err, &rej) {
+			t.Fatalf("Accept = %v, want a rejection", err)
+		}
+	}
+	s := checkAccounting(t, r)
+	if s.Rejected != [NumReasons]uint64{Truncated: 1, Malformed: 1} || s.SenderDroppedPayloads != 4 || s.SenderDroppedSpans != 14 {
+		t.Fatalf("rejected %v, sender-reported drops %d payloads, %d spans; want 1 truncated, 1 malformed, 4 and 14",
+			s.Rejected, s.SenderDroppedPayloads, s.SenderDroppedSpans)
 	}
 }
 
