@@ -496,7 +496,10 @@ func TestTypeTwinsInSeparateBuckets(t *testing.T) {
 			a.Publish(&Span{Service: "web", Name: "op", Resource: "GET /", Type: typ, SpanKind: "server", Start: now - 1000, Duration: 1000})
 		}
 	}
-	a.Publish(&Span{Service: "web", Name: "op", Resource: "other", Type: "web", SpanKind: "server", Start: now - 1000, Duration: 1000})
+	// Another operation: no twin of GET / (a group of op with another
+	// resource is one, since the agent may rewrite resources; see
+	// writer.TypeSplitter), so in the first bucket whatever the layers.
+	a.Publish(&Span{Service: "web", Name: "other.op", Resource: "other", Type: "web", SpanKind: "server", Start: now - 1000, Duration: 1000})
 	stop(t, a)
 	var buckets []writer.DecodedBucket
 	for _, r := range statstest.Accepted(ag.Requests()) {
