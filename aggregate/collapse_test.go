@@ -6,6 +6,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -36,6 +37,35 @@ func TestBudgetCollapsesOnlyTheOverBudgetField(t *testing.T) {
 	if tb.Collapsed(FieldResource) != 4 || tb.CollapsedSpans() != 4 || tb.Collapsed(FieldService) != 0 {
 		t.Fatalf("collapsed resource %d spans %d service %d, want 4 4 0",
 			tb.Collapsed(FieldResource), tb.CollapsedSpans(), tb.Collapsed(FieldService))
+	}
+}
+
+// TestCollapsedKeepsFlagsAndStatus: a collapsed key replaces only the
+// over-budget field; the span's Synthetics, TraceRoot and HTTP status code
+// stay part of it (DESIGN §5), so synthetic and real traffic over a budget
+// are still told apart.
+func TestCollapsedKeepsFlagsAndStatus(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{Resource: 1})
+	tb.Add(&Record{Service: "svc", Name: "op", Resource: "r0", Duration: 1})
+	tb.Add(&Record{Service: "svc", Name: "op", Resource: "r1", Duration: 1, Synthetics: true})
+	tb.Add(&Record{Service: "svc", Name: "op", Resource: "r2", Duration: 1, TraceRoot: true})
+	tb.Add(&Record{Service: "svc", Name: "op", Resource: "r3", Duration: 1, HTTPStatusCode: 500})
+	tb.Add(&Record{Service: "svc", Name: "op", Resource: "r4", Duration: 1})
+	got := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		if e.Resource == BlockedValue {
+			got[fmt.Sprintf("synthetics=%v root=%d code=%d", e.Synthetics, e.IsTraceRoot, e.HTTPStatusCode)] += e.Hits
+		}
+	}
+	want := map[string]uint64{
+		fmt.Sprintf("synthetics=true root=%d code=0", False):    1,
+		fmt.Sprintf("synthetics=false root=%d code=0", True):    1,
+		fmt.Sprintf("synthetics=false root=%d code=500", False): 1,
+		fmt.Sprintf("synthetics=false root=%d code=0", False):   1,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("collapsed groups %v, want %v", got, want)
 	}
 }
 

@@ -194,6 +194,26 @@ func TestSpanEndedDuringPauseIsLate(t *testing.T) {
 	}
 }
 
+// TestSpanEndingAtPreviousEndIsLate: buckets hold the spans that end in
+// [start, end): after a pause, a span ending exactly at the previous
+// bucket's end belongs to the gap before the realigned current bucket, so
+// it is late (counted in the previous bucket, as every late span is), while
+// one ending a nanosecond before is not.
+func TestSpanEndingAtPreviousEndIsLate(t *testing.T) {
+	const iv = 10 * time.Second
+	d := newDriven(t, iv, epoch.Add(3*time.Second))
+	d.publish("inside", epoch.Add(iv-1))
+	d.publish("edge", epoch.Add(iv))
+	d.at(epoch.Add(35 * time.Second)) // paused past three boundaries
+	got := d.reports(epoch)
+	if h := d.a.Health(); h.Counted != 2 || h.LateSpans != 1 {
+		t.Fatalf("counted %d late %d, want 2 and 1 (reports %v)", h.Counted, h.LateSpans, got)
+	}
+	if len(got) != 1 || got[0].start != 0 || got[0].hits["inside"] != 1 || got[0].hits["edge"] != 1 {
+		t.Fatalf("%v; want [0s +10s) with inside and edge", got)
+	}
+}
+
 // TestStartZeroIsNow: a span with Start 0 is counted in the bucket of the
 // consumer's clock when it reads it (after a pause that realigned the
 // buckets, and after a boundary it was published before); a span ending an

@@ -8,7 +8,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -367,6 +369,52 @@ func TestPackBucketLimit(t *testing.T) {
 		t.Fatalf("Split of a part: %v, %d parts", err, len(split))
 	}
 	checkParts(t, split, parts[0].p.Buckets, &testHeader, len(parts[0].body))
+}
+
+// TestPackContinuedBucketUnderLimit: a bucket cut across payloads opens
+// again in the next one with a bucket header of its own, which the next
+// payload's size counts: with a header and bucket fields at their longest
+// (so the header's bound has no slack to hide a missing bucket header),
+// every payload of more than one group stays within the limit, at every
+// limit from a few groups a payload to dozens.
+func TestPackContinuedBucketUnderLimit(t *testing.T) {
+	long := strings.Repeat("h", 300)
+	h := Header{Hostname: long, Env: long, Version: long, Lang: long, TracerVersion: long, RuntimeID: long,
+		Service: long, ContainerID: long, GitCommitSha: long, ImageTag: long, ProcessTags: long, AgentAggregation: long,
+		ProcessTagsHash: math.MaxUint64, Sequence: math.MaxUint64}
+	bk := Bucket{Start: math.MaxUint64, Duration: math.MaxUint64, AgentTimeShift: math.MinInt64}
+	for i := range 300 {
+		e := &aggregate.Entry{Hits: uint64(i + 1)}
+		e.Service, e.Name, e.Resource = "svc", "op", strings.Repeat("r", 1+i%37)
+		bk.Groups = append(bk.Groups, e)
+	}
+	for limit := HeaderSize(&h) + 600; limit <= HeaderSize(&h)+2000; limit += 7 {
+		var parts []part
+		p := Packer{Limit: limit}
+		p.Pack(&h, []Bucket{bk}, collect(t, &parts))
+		if len(parts) < 2 {
+			t.Fatalf("limit %d: %d parts; the test needs the bucket cut", limit, len(parts))
+		}
+		checkParts(t, parts, asDecoded([]Bucket{bk}), &h, limit)
+		if t.Failed() {
+			t.Fatalf("limit %d", limit)
+		}
+	}
+}
+
+// TestPackExactFit: groups whose payload is exactly the limit go out as
+// one payload: the limit is a size a payload may have, not one it must
+// stay under.
+func TestPackExactFit(t *testing.T) {
+	entries := tableEntries(t)
+	a, b := entries[0], entries[1]
+	limit := HeaderSize(&testHeader) + GroupSize(a) + GroupSize(b)
+	var parts []part
+	p := Packer{Limit: limit}
+	p.Pack(&testHeader, []Bucket{{Start: 10, Duration: 10, Groups: []*aggregate.Entry{a, b}}}, collect(t, &parts))
+	if len(parts) != 1 || len(parts[0].body) > limit {
+		t.Fatalf("%d parts (first %d bytes) at a limit of %d, the two groups' size: want one within it", len(parts), len(parts[0].body), limit)
+	}
 }
 
 // TestPackHalt: a Packer whose Halt says to give up returns within
