@@ -462,3 +462,13 @@ func TestEnvBadPartsLoggedAlone(t *testing.T) {
 		t.Errorf("bad report flag beside a source host name: hostname %q logs %q; want h1 and one warning", c.Hostname, logs)
 	}
 }
+
+// TestEnvOtelDuplicateUnifiedTag: otelTags puts each unified tag in
+// front, as dd-trace-go's mapping does, so of a key given twice in
+// OTEL_RESOURCE_ATTRIBUTES the first one is read (the tag loop's last wins).
+func TestEnvOtelDuplicateUnifiedTag(t *testing.T) {
+	c, _ := envCase(Config{}, map[string]string{EnvOtelResourceAttributes: "service.name=first,deployment.environment=e1,service.name=second,deployment.environment=e2"}, false)
+	if c.Service != "first" || c.Env != "e1" {
+		t.Fatalf("service %q env %q; want first and e1 (the unified tags prepended, as dd-trace-go)", c.Service, c.Env)
+	}
+}

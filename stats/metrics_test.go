@@ -236,3 +236,24 @@ func TestEveryHealthCountIsAMetric(t *testing.T) {
 		t.Fatalf("only %d Health fields walked", numbers)
 	}
 }
+
+// countCalls counts the client's calls.
+type countCalls struct{ counts int }
+
+func (c *countCalls) Count(string, int64, []string, float64) error   { c.counts++; return nil }
+func (c *countCalls) Gauge(string, float64, []string, float64) error { return nil }
+
+// TestMetricsNoZeroCounts: only a counter's growth is sent; an
+// unchanged counter sends no DogStatsD count (a 0 would be a packet per
+// counter per report for nothing).
+func TestMetricsNoZeroCounts(t *testing.T) {
+	c := &countCalls{}
+	m := &emitter{client: c}
+	h := Health{PayloadsSent: 3}
+	m.emit(h)
+	first := c.counts
+	m.emit(h)
+	if first != 1 || c.counts != first {
+		t.Fatalf("%d counts for one grown counter, then %d more for none; want 1 then 0", first, c.counts-first)
+	}
+}

@@ -1,7 +1,7 @@
 //go:build !unix
 
-// This file stands in for shrinkSendBuffer where there is no Unix socket:
-// the tests that need it skip.
+// This file stands in for shrinkSendBuffer and sendBuffer where there is
+// no Unix socket: the tests that need them skip.
 
 package stats
 
@@ -13,4 +13,9 @@ import (
 
 func shrinkSendBuffer(t *testing.T, _ *dgram.Sender, _ int) {
 	t.Skip("no Unix datagram socket to shrink")
+}
+
+func sendBuffer(t *testing.T, _ *dgram.Sender) int {
+	t.Skip("no Unix datagram socket to read")
+	return 0
 }

@@ -414,3 +414,32 @@ func TestRecordDroppedNil(t *testing.T) {
 	}()
 	RecordDropped(nil)
 }
+
+// TestTopLevelBySpanKindProducerConsumer: with
+// WithTopLevelBySpanKind a consumer span is top-level and a producer span
+// measured, as its doc (and the agent's
+// enable_otlp_compute_top_level_by_span_kind) says.
+func TestTopLevelBySpanKindProducerConsumer(t *testing.T) {
+	p := newProcessor(nil, WithTopLevelBySpanKind())
+	prod := mapOne(t, p, svcRes, spanSpec{name: "p", kind: trace.SpanKindProducer, local: true})
+	cons := mapOne(t, p, svcRes, spanSpec{name: "c", kind: trace.SpanKindConsumer, local: true})
+	if prod.TopLevel || !prod.Measured || !cons.TopLevel || cons.Measured {
+		t.Fatalf("producer top %v measured %v; consumer top %v measured %v; want false true, true false",
+			prod.TopLevel, prod.Measured, cons.TopLevel, cons.Measured)
+	}
+}
+
+// TestHTTPStatusAtUint32Max: a status code at uint32's maximum is in
+// range and kept; only one past it maps to 0.
+func TestHTTPStatusAtUint32Max(t *testing.T) {
+	p := newProcessor(nil)
+	for _, tc := range []struct {
+		n    int64
+		want uint32
+	}{{1<<32 - 1, 1<<32 - 1}, {1 << 32, 0}} {
+		sp := mapOne(t, p, svcRes, spanSpec{name: "s", kind: trace.SpanKindServer, attrs: []attribute.KeyValue{attribute.Int64("http.response.status_code", tc.n)}})
+		if sp.HTTPStatusCode != tc.want {
+			t.Errorf("status %d maps to %d, want %d", tc.n, sp.HTTPStatusCode, tc.want)
+		}
+	}
+}
