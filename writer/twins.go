@@ -213,25 +213,26 @@ const unnamedPrefix, unnamedSuffix = "unnamed", "service"
 // first ASCII letter; none is the agent's unnamedSpan.
 func foldName(b []byte, v string) []byte {
 	n := len(b)
-	b = foldASCII(b, v, maxNameLen, true)
+	b = foldFromLetter(b, v)
 	if len(b) == n+1 {
-		return foldASCII(b[:n], unnamedSpan, maxNameLen, true)
+		return foldFromLetter(b[:n], unnamedSpan)
 	}
 	return b
 }
 
-// foldASCII appends the ASCII letters (lowercased) and digits of the first
-// limit bytes of v, from the first letter if fromLetter, and a 0 byte.
-func foldASCII(b []byte, v string, limit int, fromLetter bool) []byte {
-	for i := range min(len(v), limit) {
+// foldFromLetter appends the ASCII letters (lowercased) and digits of the
+// first maxNameLen bytes of v, from the first letter, and a 0 byte.
+func foldFromLetter(b []byte, v string) []byte {
+	letterSeen := false
+	for i := range min(len(v), maxNameLen) {
 		c := v[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
 		switch {
 		case 'a' <= c && c <= 'z':
-			fromLetter = false
-		case '0' <= c && c <= '9' && !fromLetter:
+			letterSeen = true
+		case '0' <= c && c <= '9' && letterSeen:
 		default:
 			continue
 		}
