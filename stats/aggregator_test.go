@@ -1102,3 +1102,64 @@ func tickPastAbandonedSlot(t *testing.T, behind int, flushing bool) {
 			h.Counted, h.SpansSent, h.StopUndrained, behind+1)
 	}
 }
+
+// TestClearDuringStopBehindAbandonedSlotDoesNotSpin: a Clear that finish
+// takes (a boundary due with the previous bucket open) drains up to a slot
+// no Publish will write and waits slotWait for it; on the closed ring it
+// could not park on the slot and retried at once for all of slotWait, a
+// core. Its Stop costs about what the same Stop without the Clear does
+// (measured alike, before it), not slotWait more.
+func TestClearDuringStopBehindAbandonedSlotDoesNotSpin(t *testing.T) {
+	base, _ := stopBehindAbandonedSlot(t, false)
+	cpu, h := stopBehindAbandonedSlot(t, true)
+	t.Logf("Stop behind an abandoned slot: process CPU %v, %v with a Clear during it; health %+v", base, cpu, h)
+	if h.Counted != 6 || h.Cleared != 6 || h.StopUndrained != 1 {
+		t.Fatalf("health %+v: want all 6 counted, then cleared by finish (the 5 ahead of the slot drained by its Clear), the slot undrained", h)
+	}
+	if cpu > base+slotWait/2 {
+		t.Errorf("process CPU %v during a Stop whose Clear waits %v behind an abandoned slot, %v without the Clear: the wait spins", cpu, slotWait, base)
+	}
+}
+
+// stopBehindAbandonedSlot publishes a span, lets it be counted, queues 5
+// more and a slot no Publish writes behind them, and stops the aggregator,
+// calling Clear once the inbox is closed if clear; it returns the process
+// CPU the Stop took and the health after it. Once the inbox is closed each
+// clock reading is an interval further: finish crosses a boundary, and its
+// first batch finds the next one due with the previous bucket open, which
+// takes a pending Clear.
+func stopBehindAbandonedSlot(t *testing.T, clear bool) (time.Duration, Health) {
+	ag := statstest.New()
+	defer ag.Close()
+	var called atomic.Bool
+	var jumps atomic.Int64
+	a := newStarted(t, Config{AgentURL: ag.URL(), SendJitter: -1, InboxSize: 64, BucketInterval: time.Hour}, func(a *Aggregator) {
+		a.cons.clock = func() time.Time {
+			if !a.inbox.Closed() {
+				return time.Now()
+			}
+			if clear && !called.Swap(true) {
+				a.Clear()
+			}
+			return time.Now().Add(time.Duration(jumps.Add(1)) * time.Hour)
+		}
+	})
+	s := raceSpan(0)
+	if !a.Publish(&s) {
+		t.Fatal("refused")
+	}
+	waitFor(t, "the first span counted", func() bool { return a.Health().Counted == 1 })
+	time.Sleep(20 * time.Millisecond) // parked below the mark, on its period
+	for i := range 5 {
+		s := raceSpan(i)
+		if !a.Publish(&s) {
+			t.Fatal("refused")
+		}
+	}
+	abandonSlot(t, a, 0)
+	cpu0 := cputime.Process()
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	return cputime.Process() - cpu0, a.Health()
+}

@@ -501,10 +501,15 @@ func (c *consumer) drainUntil(until <-chan struct{}) (unread int) {
 			}
 			c.poll.Reset(backoff)
 			pause = c.poll.C
-			if !c.in.ParkHead() {
+			switch {
+			case c.in.ParkHead():
+				head = c.in.Wake()
+			case c.in.Ready(1) > 0:
 				continue // written meanwhile
 			}
-			head = c.in.Wake()
+			// Refused on a closed ring (a Clear inside finish): the pause
+			// alone, not a spin until slotWait
+			// (TestClearDuringStopBehindAbandonedSlotDoesNotSpin).
 		}
 		if !c.pauseDrain(until, pause, head) {
 			return
