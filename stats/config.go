@@ -368,6 +368,13 @@ func (c Config) withDefaultsEnv(getenv func(string) string, fallback bool) (Conf
 	}
 	given := c
 	c = c.withEnv(getenv, fileExists, c.Logger)
+	// A relay URL that parses can still fail New by the datagram limits it
+	// brings: the error then names the variable, which the Config does not
+	// show (TestRelayURLFromEnvNamedInErrors).
+	via := ""
+	if given.AgentURL == "" && c.AgentURL != "" && c.AgentURL == strings.TrimSpace(getenv(EnvRelayURL)) {
+		via = " (AgentURL from " + EnvRelayURL + ")"
+	}
 	if c.AgentURL == "" {
 		c.AgentURL = DefaultAgentURL
 	}
@@ -476,7 +483,7 @@ func (c Config) withDefaultsEnv(getenv func(string) string, fallback bool) (Conf
 		}
 	}
 	if udp && c.MaxDatagramBytes > MaxUDPDatagramBytes {
-		return c, fmt.Errorf("%w: MaxDatagramBytes %d is over UDP's %d", ErrBadConfig, c.MaxDatagramBytes, MaxUDPDatagramBytes)
+		return c, fmt.Errorf("%w: MaxDatagramBytes %d is over UDP's %d%s", ErrBadConfig, c.MaxDatagramBytes, MaxUDPDatagramBytes, via)
 	}
 	if c.MaxPayloadBytes < minPayloadBytes {
 		return c, fmt.Errorf("%w: MaxPayloadBytes must be >= %d, got %d", ErrBadConfig, minPayloadBytes, c.MaxPayloadBytes)
@@ -499,7 +506,7 @@ func (c Config) withDefaultsEnv(getenv func(string) string, fallback bool) (Conf
 	if d, ok := given.withoutLongVariables(getenv, writer.HeaderSize(&h), c.Logger, err); ok {
 		return d, nil
 	}
-	return c, fmt.Errorf("%w; the longest: %s", err, longestIdentity(&c))
+	return c, fmt.Errorf("%w%s; the longest: %s", err, via, longestIdentity(&c))
 }
 
 // headerVariables are the environment variables whose values go into the

@@ -100,7 +100,8 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// leaves to the environment.
 	serviceFromConfig, tagsFromConfig := c.Service != "", c.Tags != nil
 	gitFromEnv := true // as dd-trace-go: git metadata is on unless turned off
-	if raw := getenv(EnvGitMetadataEnabled); raw != "" {
+	// Blank is unset here too, as for every variable.
+	if raw := getenv(EnvGitMetadataEnabled); strings.TrimSpace(raw) != "" {
 		if on, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
 			ignore(EnvGitMetadataEnabled, raw, "want true or false")
 		} else {
@@ -177,7 +178,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 		}
 	}
 	// Parsed even where Hostname is set, so a bad value is still logged.
-	if raw := getenv(EnvReportHostname); raw != "" {
+	if raw := getenv(EnvReportHostname); strings.TrimSpace(raw) != "" {
 		if report, err := strconv.ParseBool(strings.TrimSpace(raw)); err != nil {
 			ignore(EnvReportHostname, raw, "want true or false")
 		} else if report && c.Hostname == "" {
@@ -191,7 +192,7 @@ func (c Config) withEnv(getenv func(string) string, exists func(string) bool, lo
 	// A positive limit, at most max; 0 when unset or refused (logged).
 	limit := func(name string, max int64) int {
 		raw := getenv(name)
-		if raw == "" {
+		if strings.TrimSpace(raw) == "" {
 			return 0
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)

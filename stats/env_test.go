@@ -472,3 +472,47 @@ func TestEnvOtelDuplicateUnifiedTag(t *testing.T) {
 		t.Fatalf("service %q env %q; want first and e1 (the unified tags prepended, as dd-trace-go)", c.Service, c.Env)
 	}
 }
+
+// TestRelayURLFromEnvNamedInErrors: a relay URL from the environment that
+// parses but brings datagram limits the Config breaks fails New with an
+// error naming the variable, which the Config does not show; the same
+// Config with the URL set in it is not blamed on the variable.
+func TestRelayURLFromEnvNamedInErrors(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name string
+		c    Config
+		url  string
+		want string
+	}{
+		{"udp limit", Config{MaxDatagramBytes: 100 << 10}, "udp://127.0.0.1:8127", "over UDP's 65507 (AgentURL from " + EnvRelayURL + ")"},
+		{"header", Config{Tags: []string{"k:" + strings.Repeat("v", 20<<10)}}, "unixgram:///run/relay.sock", "MaxDatagramBytes (65536) (AgentURL from " + EnvRelayURL + ")"},
+	} {
+		tc.c.Logger = quiet
+		_, err := tc.c.withDefaultsFrom(func(k string) string {
+			if k == EnvRelayURL {
+				return tc.url
+			}
+			return ""
+		})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %s=%s: err %v, want one saying %q", tc.name, EnvRelayURL, tc.url, err, tc.want)
+		}
+		given := tc.c
+		given.AgentURL = tc.url
+		if _, err := given.withDefaultsFrom(func(string) string { return "" }); err == nil || strings.Contains(err.Error(), EnvRelayURL) {
+			t.Errorf("%s: AgentURL %s in the Config: err %v, want one not naming %s", tc.name, tc.url, err, EnvRelayURL)
+		}
+	}
+}
+
+// TestEnvBlankParsedVariablesAreUnset: a variable set to white space is
+// unset, as the identity and URL variables are, for the parsed ones too:
+// no warning, the default stands.
+func TestEnvBlankParsedVariablesAreUnset(t *testing.T) {
+	env := map[string]string{EnvGitMetadataEnabled: " ", EnvReportHostname: "\t", EnvResourceLimit: "  ", EnvAggregatesLimit: " "}
+	c, logs := envCase(Config{}, env, false)
+	if len(logs) != 0 || c.Hostname != "" || c.CardinalityLimits != (Config{}).CardinalityLimits || c.MaxAggregates != 0 {
+		t.Errorf("blank variables: logged %q, Hostname %q, limits %+v, MaxAggregates %d; want no warning and no field set", logs, c.Hostname, c.CardinalityLimits, c.MaxAggregates)
+	}
+}
