@@ -32,7 +32,7 @@ type slot[T any] struct {
 
 // Ring is a bounded lock-free multi-producer single-consumer queue of T.
 // Any goroutine may Push or Claim; the consumer side (Ready, At, Release,
-// Drain, DrainClosed, DiscardClosed, Park, ParkUntil, Unpark) belongs to one
+// Drain, DrainClosed, DiscardClosed, Park, ParkUntil, ParkHead, Unpark) belongs to one
 // goroutine at a time (see the package doc). The zero value is not usable;
 // call New.
 type Ring[T any] struct {
@@ -231,7 +231,9 @@ func (r *Ring[T]) Drain(dst []T) int {
 // when the next item's slot was claimed before Close but is not yet written
 // it waits (yielding, then sleeping: awaitWrite) for the producer to finish. Once
 // it returns 0 for a non-empty dst the ring is empty and no item will ever
-// appear again. If the ring is not closed it behaves exactly like Drain.
+// appear again, unless GiveUp was called: then it returns 0 at the first
+// slot still unwritten, and the items behind it are DiscardClosed's to
+// count. If the ring is not closed it behaves exactly like Drain.
 // Consumer goroutine only.
 func (r *Ring[T]) DrainClosed(dst []T) int {
 	t := r.tail.Load()

@@ -224,11 +224,14 @@ func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "statsrelay %s (revision %q, %s %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-// agentFromEnv is -agent's default, found as the tracers find the agent:
+// agentFromEnv is -agent's default, from the variables the tracers read:
 // DD_TRACE_AGENT_URL, else DD_AGENT_HOST and DD_TRACE_AGENT_PORT (a relay
 // deployed with its pods' environment reaches the node's agent), else
-// relay.DefaultAgentURL. A bad host or port is an error ("" and the error),
-// reported at start unless -agent says where the agent is.
+// relay.DefaultAgentURL. Unlike the tracers it never probes the agent's
+// default Unix socket: the README's -agent default says TCP, and a socket
+// is the operator's choice to make with -agent. A bad host or port is an
+// error ("" and the error), reported at start unless -agent says where
+// the agent is.
 func agentFromEnv(lookupEnv func(string) (string, bool)) (string, error) {
 	if v, _ := lookupEnv("DD_TRACE_AGENT_URL"); strings.TrimSpace(v) != "" {
 		v = strings.TrimSpace(v)
