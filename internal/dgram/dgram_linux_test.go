@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -971,5 +973,201 @@ func TestDrainRefusesUDPSenders(t *testing.T) {
 	})
 	if got != 3 {
 		t.Fatalf("drained %d datagrams, want the 3 sent before Drain", got)
+	}
+}
+
+// TestBatchReuseClearsPID: a Batch that read a Unix datagram (PID set) and
+// then reads a UDP one into the same slot reports PID 0 for it.
+func TestBatchReuseClearsPID(t *testing.T) {
+	r := listenUnixgram(t)
+	u := listenUDP(t, 0)
+	b := NewBatch(2, 64)
+	if err := r.send.Write([]byte("unix")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, r.conn, b, 1)[0]; d.PID != int32(os.Getpid()) {
+		t.Fatalf("Unix datagram PID %d, want %d", d.PID, os.Getpid())
+	}
+	if err := u.send.Write([]byte("udp")); err != nil {
+		t.Fatal(err)
+	}
+	if d := readAll(t, u.conn, b, 1)[0]; string(d.Data) != "udp" || d.PID != 0 {
+		t.Errorf("UDP datagram %q read into the reused Batch: PID %d, want 0", d.Data, d.PID)
+	}
+}
+
+// socketDrops reads the socket's drop counter (SO_MEMINFO) without
+// counting it into c.
+func socketDrops(t *testing.T, c *Conn) uint32 {
+	t.Helper()
+	var mi [unix.SK_MEMINFO_VARS]uint32
+	var errno syscall.Errno
+	c.rc.Control(func(fd uintptr) {
+		l := uint32(unsafe.Sizeof(mi))
+		_, _, errno = unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0)
+	})
+	if errno != 0 {
+		t.Skipf("SO_MEMINFO: %v", errno)
+	}
+	return mi[unix.SK_MEMINFO_DROPS]
+}
+
+// TestKernelDropsCountedFromStamps: the drop counter a datagram carries
+// (SO_RXQ_OVFL) is counted as ReadBatch reads it, before any poll of the
+// socket (KernelDrops, Close): a datagram queued after drops carries at
+// least the drops counted before it was sent.
+func TestKernelDropsCountedFromStamps(t *testing.T) {
+	r := listenUDP(t, 4096)
+	const flood = 300 // as in TestKernelDropsExact
+	for i := range flood {
+		if err := r.send.Write(payload(i, 1024)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := NewBatch(8, 2048)
+	for {
+		if _, err := r.conn.ReadBatch(b); err != nil {
+			t.Fatal(err)
+		}
+		if queued(t, r.conn) == 0 {
+			break
+		}
+	}
+	before := socketDrops(t, r.conn)
+	if before == 0 {
+		t.Fatal("the flood dropped nothing")
+	}
+	if err := r.send.Write([]byte("marker")); err != nil {
+		t.Fatal(err)
+	}
+	for last := ""; last != "marker"; {
+		got := readAll(t, r.conn, b, 1)
+		last = string(got[len(got)-1].Data)
+	}
+	stamped := r.conn.sys.drops.Load() // read, not polled: KernelDrops would poll
+	if stamped < uint64(before) {
+		t.Errorf("drops counted from the datagrams' stamps: %d; the socket had dropped %d before the marker was sent", stamped, before)
+	}
+	if total := r.conn.KernelDrops(); stamped > total {
+		t.Errorf("stamped drops %d exceed KernelDrops %d", stamped, total)
+	}
+}
+
+// TestReadBatchReturnsSocketError: an error the kernel holds on the socket
+// (here ECONNREFUSED from a port unreachable) is ReadBatch's error, not an
+// empty batch.
+func TestReadBatchReturnsSocketError(t *testing.T) {
+	u, err := ListenUDP("127.0.0.1:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := dead.LocalAddr().(*net.UDPAddr).Port
+	dead.Close() // nobody listens there now
+	b := NewBatch(2, 64)
+	var n int
+	// Sent again should the port-unreachable answer be lost (the kernel's
+	// global ICMP limit, under a busy host).
+	for try := 0; ; try++ {
+		var serr error
+		if err := u.rc.Control(func(fd uintptr) {
+			if serr = unix.Connect(int(fd), &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); serr == nil {
+				_, serr = unix.Write(int(fd), []byte("to nobody"))
+			}
+		}); err != nil || serr != nil {
+			t.Fatalf("send to a closed port: %v, %v", err, serr)
+		}
+		u.SetReadDeadline(time.Now().Add(2 * time.Second)) // the error wakes the read long before
+		n, err = u.ReadBatch(b)
+		if !errors.Is(err, os.ErrDeadlineExceeded) || try == 4 {
+			break
+		}
+	}
+	var se *os.SyscallError
+	if n != 0 || !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &se) || se.Syscall != "recvmmsg" {
+		t.Fatalf("ReadBatch = %d, %v; want 0 and recvmmsg's ECONNREFUSED", n, err)
+	}
+	if len(b.Datagrams()) != 0 {
+		t.Errorf("Datagrams after a failed ReadBatch: %d, want 0", len(b.Datagrams()))
+	}
+}
+
+// TestGrantedBufferIsHalfTheReported: Linux reports SO_RCVBUF doubled;
+// GrantedBuffer gives the size in the terms it was asked.
+func TestGrantedBufferIsHalfTheReported(t *testing.T) {
+	const want = 64 << 10 // under the default net.core.rmem_max (208 KiB)
+	r := listenUDP(t, want)
+	if got, rep := r.conn.GrantedBuffer(), r.conn.ReadBuffer(); rep <= 0 || got*2 != rep {
+		t.Errorf("GrantedBuffer %d, ReadBuffer %d; want half of it", got, rep)
+	}
+	if os.Geteuid() == 0 {
+		if got := r.conn.GrantedBuffer(); got != want {
+			t.Errorf("GrantedBuffer %d as root, want %d (SO_RCVBUFFORCE)", got, want)
+		}
+	}
+}
+
+// TestCountDropsConcurrentStrict: readers counting the same stamps at once
+// from a common start count each drop once (the counter's last value is
+// taken by compare-and-swap, not stored over another reader's).
+func TestCountDropsConcurrentStrict(t *testing.T) {
+	var s connSys
+	const top = 1 << 20
+	procs := max(2, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range procs {
+		wg.Go(func() {
+			<-start
+			for v := uint32(1); v <= top; v++ {
+				s.countDrops(v)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := s.drops.Load(); got != top {
+		t.Errorf("drops %d, want %d", got, top)
+	}
+}
+
+// TestListenUnixgramStreamSockets: a stream socket bound but listened on by
+// nobody (connect refused) is stale and replaced; one a process listens on
+// is refused, saying so.
+func TestListenUnixgramStreamSockets(t *testing.T) {
+	path := sockdir.Path(t, "bound.socket")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatalf("a stream socket nobody listens on: %v, want it replaced", err)
+	}
+	if c.TookOver() {
+		t.Error("TookOver after replacing a stream socket nobody listens on")
+	}
+	c.Close()
+
+	lpath := sockdir.Path(t, "apm.socket")
+	ln, err := net.Listen("unix", lpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if c, err := ListenUnixgram(lpath, 0o600); err == nil {
+		c.Close()
+		t.Fatal("ListenUnixgram replaced a live stream socket")
+	} else if !strings.Contains(err.Error(), "stream socket a process listens on") {
+		t.Errorf("ListenUnixgram at a live stream socket: %v; want it named a stream socket a process listens on", err)
 	}
 }

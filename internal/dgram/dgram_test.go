@@ -628,3 +628,73 @@ func TestWriteErrorKinds(t *testing.T) {
 		t.Errorf("writeError(0) = %v, want nil", err)
 	}
 }
+
+// TestNewBatchBounds: a batch of 0 slots takes the default; a maximum
+// datagram size below 1 is a programming error, and panics.
+func TestNewBatchBounds(t *testing.T) {
+	if b := NewBatch(0, 64); b.Cap() != DefaultBatchSize || b.MaxDatagram() != 64 {
+		t.Errorf("NewBatch(0, 64): Cap %d, MaxDatagram %d; want %d, 64", b.Cap(), b.MaxDatagram(), DefaultBatchSize)
+	}
+	for _, size := range []int{0, -1} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewBatch(1, %d) did not panic", size)
+				}
+			}()
+			NewBatch(1, size)
+		}()
+	}
+}
+
+// TestCheckUnixPathExactLimit: a path of exactly MaxUnixPath bytes fits;
+// one more byte does not.
+func TestCheckUnixPathExactLimit(t *testing.T) {
+	if err := CheckUnixPath(strings.Repeat("s", MaxUnixPath)); err != nil {
+		t.Errorf("a path of MaxUnixPath = %d bytes: %v, want it taken", MaxUnixPath, err)
+	}
+	if err := CheckUnixPath(strings.Repeat("s", MaxUnixPath+1)); err == nil {
+		t.Errorf("a path of %d bytes taken", MaxUnixPath+1)
+	}
+}
+
+// TestTookOverSurvivesRetry: ListenUnixgram removed a live socket, then
+// found a stale one put at the path in its window and bound on its second
+// attempt: it still took over the live receiver's path.
+func TestTookOverSurvivesRetry(t *testing.T) {
+	path := sockdir.Path(t, "relay.sock")
+	running, err := ListenUnixgram(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	put := false
+	testHook = func(stage string) {
+		if stage != "bind" || put {
+			return
+		}
+		put = true
+		old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+		if err != nil {
+			t.Errorf("the stale socket: %v", err)
+			return
+		}
+		old.Close() // its file stays: stale
+	}
+	defer func() { testHook = nil }()
+	c, err := ListenUnixgram(path, 0o600)
+	testHook = nil
+	if !put {
+		t.Fatal("the hook did not run")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.TookOver() {
+		t.Error("TookOver false: the first attempt removed a live receiver's socket")
+	}
+	if st, err := c.CheckFile(); st != FileBound || err != nil {
+		t.Errorf("CheckFile %v, %v; want FileBound", st, err)
+	}
+}

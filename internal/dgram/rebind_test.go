@@ -156,3 +156,49 @@ func TestListenUnixgramWinsOverRebindInItsWindow(t *testing.T) {
 		t.Errorf("the starting relay's CheckFile: %v, %v; want FileBound", st, err)
 	}
 }
+
+// TestRemoveStale: a free path is free; a live socket stays (false, nil);
+// a stale one is removed (true); any other file stays, with an error.
+func TestRemoveStale(t *testing.T) {
+	dir := sockdir.Dir(t)
+	if free, err := RemoveStale(filepath.Join(dir, "none.sock")); !free || err != nil {
+		t.Errorf("RemoveStale at a free path = %v, %v; want true, nil", free, err)
+	}
+
+	livePath := filepath.Join(dir, "live.sock")
+	live, err := ListenUnixgram(livePath, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if free, err := RemoveStale(livePath); free || err != nil {
+		t.Errorf("RemoveStale at a live socket = %v, %v; want false, nil", free, err)
+	}
+	if st, err := live.CheckFile(); st != FileBound || err != nil {
+		t.Errorf("the live socket's file after RemoveStale: %v, %v; want it bound", st, err)
+	}
+
+	stalePath := filepath.Join(dir, "stale.sock")
+	old, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: stalePath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // its file stays
+	if free, err := RemoveStale(stalePath); !free || err != nil {
+		t.Errorf("RemoveStale at a stale socket = %v, %v; want true, nil", free, err)
+	}
+	if _, err := os.Lstat(stalePath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale socket's file: %v, want it removed", err)
+	}
+
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := RemoveStale(plain); free || err == nil {
+		t.Errorf("RemoveStale at a regular file = %v, %v; want false and an error", free, err)
+	}
+	if b, err := os.ReadFile(plain); err != nil || string(b) != "keep" {
+		t.Errorf("the regular file: %q, %v", b, err)
+	}
+}
