@@ -131,31 +131,52 @@ func splitByType(dst []writer.DecodedBucket, w *window) []writer.DecodedBucket {
 		typ, db     string
 		spanDerived uint64
 	}
-	keys := make([]typed, len(w.groups))
-	layerOf := make(map[typed]int, len(w.groups)) // typeless key and Type → its bucket
-	types := make(map[uint64]int, len(w.groups))  // typeless key → its Types so far
-	twins := false
+	layers := make([]int32, len(w.groups))          // each group's bucket
+	layerOf := make(map[typed]int32, len(w.groups)) // typeless key and Type → its bucket
+	types := make(map[uint64]int32, len(w.groups))  // typeless key → its Types so far
+	n := int32(1)                                   // buckets
 	for i, t := range w.typeless {
 		g := &w.groups[i]
 		k := typed{t.key, g.Type, g.DBType, t.spanDerived}
-		keys[i] = k
-		if _, ok := layerOf[k]; !ok {
-			n := types[k.key]
-			types[k.key] = n + 1
-			layerOf[k] = n
-			twins = twins || n > 0
+		l, ok := layerOf[k]
+		if !ok {
+			l = types[k.key]
+			types[k.key] = l + 1
+			layerOf[k] = l
+			n = max(n, l+1)
 		}
+		layers[i] = l
 	}
-	if !twins { // the usual case: one bucket, the window's groups as they are
+	if n == 1 { // the usual case: one bucket, the window's groups as they are
 		return append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start, Groups: w.groups})
 	}
-	first := len(dst)
-	for i, k := range keys {
-		n := layerOf[k]
-		for first+n >= len(dst) {
-			dst = append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start})
+	// The window is dropped after its harvest: its groups are moved into
+	// runs, one per bucket, in place (each swap puts one group in its run
+	// for good), and the buckets are those runs; no group is copied out
+	// (TestTwinHarvestDoesNotCopyGroups).
+	end := make([]int, n+1) // run l is [end[l], end[l+1]) once counted
+	for _, l := range layers {
+		end[l+1]++
+	}
+	for l := range n {
+		end[l+1] += end[l]
+	}
+	next := slices.Clone(end[:n]) // the first position of each run not yet filled
+	for l := range n {
+		for next[l] < end[l+1] {
+			i := next[l]
+			m := layers[i]
+			if m != l {
+				j := next[m]
+				w.groups[i], w.groups[j] = w.groups[j], w.groups[i]
+				layers[i], layers[j] = layers[j], m
+			}
+			next[m]++
 		}
-		dst[first+n].Groups = append(dst[first+n].Groups, w.groups[i])
+	}
+	for l := range n {
+		dst = append(dst, writer.DecodedBucket{Start: w.start, Duration: w.end - w.start,
+			Groups: w.groups[end[l]:end[l+1]:end[l+1]]})
 	}
 	return dst
 }
