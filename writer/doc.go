@@ -16,7 +16,7 @@
 // by re-encoding a payload as smaller ones. It owns the relay datagram
 // envelope (AppendEnvelope, ParseDatagram) and the layout of groups that
 // differ only in Type into separate buckets (TypeSplitter, keyed by
-// AppendFoldedLabels and AppendJoinedTags), which the agent's merge of
+// AppendFoldedLabels and AppendTagsHash), which the agent's merge of
 // duplicates needs. It does not own the entries it encodes — it reads them
 // and never keeps a reference — nor the buffers it appends to.
 //

@@ -138,31 +138,40 @@ func (s *TypeSplitter) typeless(e *aggregate.Entry) uint64 {
 		flags |= 1
 	}
 	b = binary.AppendUvarint(b, flags)
-	b = AppendJoinedTags(b, e.PeerTags)
+	b = AppendTagsHash(b, e.PeerTags)
 	s.buf = b
 	s.d.Reset()
 	s.d.Write(b)
 	return s.d.Sum64()
 }
 
-// AppendJoinedTags appends a tag list as the agent (v0.85.4) keys one when
-// it merges a bucket's duplicate groups (tagsFnvHash): the tags joined with
-// 0 bytes, after the joined length, so lists that join alike (a NUL inside
-// a tag) append equal bytes. tags must be sorted, as the agent sorts them.
-func AppendJoinedTags(b []byte, tags []string) []byte {
-	joined := max(len(tags)-1, 0)
-	for _, v := range tags {
-		joined += len(v)
+// AppendTagsHash appends the 8 bytes of the hash by which the agent
+// (v0.85.4) keys a tag list when it merges a bucket's duplicate groups
+// (tagsFnvHash: 64-bit FNV-1a of the tags joined with 0 bytes, 0 for no
+// tag). Its hash, not the tags: lists it cannot tell apart (a NUL inside a
+// tag, a collision) append equal bytes and so get buckets of their own
+// when their Types differ. tags must be sorted, as the agent sorts them.
+func AppendTagsHash(b []byte, tags []string) []byte {
+	if len(tags) == 0 {
+		return binary.LittleEndian.AppendUint64(b, 0)
 	}
-	b = binary.AppendUvarint(b, uint64(joined))
+	h := uint64(fnvOffset64)
 	for i, v := range tags {
 		if i > 0 {
-			b = append(b, 0)
+			h *= fnvPrime64 // a 0 byte: the xor changes nothing
 		}
-		b = append(b, v...)
+		for j := 0; j < len(v); j++ {
+			h = (h ^ uint64(v[j])) * fnvPrime64
+		}
 	}
-	return b
+	return binary.LittleEndian.AppendUint64(b, h)
 }
+
+// The 64-bit FNV-1a parameters (hash/fnv), inline: no allocation per list.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
 // AppendFoldedLabels appends service and name folded as the agent
 // (v0.85.4) sees them when it merges a bucket's duplicate groups: after

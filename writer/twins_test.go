@@ -5,8 +5,11 @@
 package writer
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spanstats/spanstats/aggregate"
@@ -211,6 +214,25 @@ func TestTypeSplitterPeerTagsAsTheAgentHashes(t *testing.T) {
 	var s TypeSplitter
 	if got := s.Split(nil, []Bucket{{Start: 10, Groups: []*aggregate.Entry{two, one}}}); len(got) != 2 {
 		t.Fatalf("peer tags %q and %q: %d buckets, want 2 (the agent merges them)", two.PeerTags, one.PeerTags, len(got))
+	}
+}
+
+// TestAppendTagsHashIsTheAgents: the bytes appended are the agent's
+// tagsFnvHash (v0.85.4): 64-bit FNV-1a of the tags joined with 0 bytes, 0
+// for no tag, so every pair of lists the agent cannot tell apart (a
+// collision included) keys alike.
+func TestAppendTagsHashIsTheAgents(t *testing.T) {
+	for _, tags := range [][]string{nil, {}, {""}, {"a:1"}, {"a:1", "b:2"}, {"a:1\x00b:2"}, {"", ""}, {"peer.service:db", "out.host:10.0.0.1"}} {
+		want := uint64(0)
+		if len(tags) > 0 {
+			h := fnv.New64a()
+			h.Write([]byte(strings.Join(tags, "\x00")))
+			want = h.Sum64()
+		}
+		b := AppendTagsHash([]byte("x"), tags)
+		if len(b) != 9 || b[0] != 'x' || binary.LittleEndian.Uint64(b[1:]) != want {
+			t.Errorf("AppendTagsHash(%q) appended % x, want the 8 bytes of %#x", tags, b[1:], want)
+		}
 	}
 }
 

@@ -111,9 +111,10 @@ func (h *hasher) typeless(g *writer.Group) typelessKey {
 	h.reset()
 	h.buf = writer.AppendFoldedLabels(h.buf, k.Service, k.Name)
 	h.labels(g)
-	// Tag lists as the agent hashes them: lists that join alike are one.
-	h.buf = writer.AppendJoinedTags(h.buf, k.PeerTags)
-	h.buf = writer.AppendJoinedTags(h.buf, g.AdditionalMetricTags)
+	// Tag lists by the agent's own hash of them: lists it cannot tell
+	// apart are one.
+	h.buf = writer.AppendTagsHash(h.buf, k.PeerTags)
+	h.buf = writer.AppendTagsHash(h.buf, g.AdditionalMetricTags)
 	t := typelessKey{key: h.sum()}
 	if len(g.SpanDerivedPrimaryTags) > 0 {
 		h.reset()
