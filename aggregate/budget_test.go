@@ -599,3 +599,29 @@ func TestNoValueIsNoTracerString(t *testing.T) {
 		tb.Rotate()
 	}
 }
+
+// TestPeerKeyCapWithUnlimitedPeerTag: the cap on peer-tag keys an interval
+// holds applies whatever PeerTag's limit says, unlimited included: the
+// 65th key's span is collapsed and counted.
+func TestPeerKeyCapWithUnlimitedPeerTag(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetLimits(Limits{PeerTag: -1})
+	add := func(tag string) {
+		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+		s.SetPeerTags([]string{tag})
+		tb.Add(&s)
+	}
+	for i := range maxPeerTagKeys {
+		add(fmt.Sprintf("junk%d:v", i))
+	}
+	if n := tb.CollapsedSpans(); n != 0 {
+		t.Fatalf("%d keys with unlimited values: %d spans collapsed, want 0", maxPeerTagKeys, n)
+	}
+	add("peer.hostname:db1") // the 65th key of the interval
+	if n, p := tb.CollapsedSpans(), tb.Collapsed(FieldPeerTags); n != 1 || p != 1 {
+		t.Fatalf("key %d: CollapsedSpans %d, Collapsed(peer tags) %d; want 1, 1", maxPeerTagKeys+1, n, p)
+	}
+	if got := touchedByResource(tb); got["s|r|["+BlockedValue+"]"] == nil {
+		t.Fatalf("key %d was not collapsed to %s: %v", maxPeerTagKeys+1, BlockedValue, keys(got))
+	}
+}

@@ -191,3 +191,53 @@ func TestQuantizeTagToUnchangedLongListIsASlice(t *testing.T) {
 		t.Fatalf("duplicate kept: %q", q)
 	}
 }
+
+// TestQuantizeIPsEdges: values at the edges of what QuantizeIPs reads as
+// an address (octet range, leading zeros, separators, brackets, schemes,
+// the addresses the agent keeps); bench/peer's TestQuantizeIPsMatchesAgent
+// checks each of them against the agent's own quantization.
+func TestQuantizeIPsEdges(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"10.1.2.3", "blocked-ip-address"},
+		{"255.255.255.255", "blocked-ip-address"},
+		{"256.1.2.3", "256.1.2.3"},             // an octet over 255
+		{"10.1.2.256", "10.1.2.256"},           // the last one too
+		{"10.1.2", "10.1.2"},                   // three octets are no address
+		{"01.2.3.4", "01.2.3.4"},               // a leading zero
+		{"10.1.2.03", "10.1.2.03"},             // in any octet
+		{"10.0.0.1", "blocked-ip-address"},     // a lone zero is no leading zero
+		{"10.1.2.3.4", "blocked-ip-address.4"}, // a fifth separator ends it
+		{"10-1-2-3", "blocked-ip-address"},
+		{"10-1-2-3-eu", "blocked-ip-address-eu"},
+		{"ip-10-1-2-3", "ip-blocked-ip-address"},
+		{"2001:db8::1", "blocked-ip-address"},
+		{"::1", "::1"}, // IPv6 loopback stays
+		{"fd00:ec2::254", "fd00:ec2::254"},
+		{"169.254.169.254", "169.254.169.254"},
+		{"12%34", "12%34"}, // a '%' first: no address
+		{"[2001:db8::1]:5432", "blocked-ip-address:5432"},
+		{"[2001:db8::1]x:5432", "[2001:db8::1]x:5432"}, // ']' not before the port's colon
+		{"http://10.1.2.3:80", "http://blocked-ip-address:80"},
+		{"https://10.1.2.3:80", "https://blocked-ip-address:80"},
+		{"ftp:///10.1.2.3", "ftp:///blocked-ip-address"},
+		{"10.1.2.3:80,10.1.2.4:80", "blocked-ip-address:80"}, // duplicates go
+		{"db.internal", "db.internal"},
+	} {
+		if got := QuantizeIPs(c.in); got != c.want {
+			t.Errorf("QuantizeIPs(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestQuantizeIPsToExactlyMax: a quantized value exactly max bytes long
+// with an entry after it is longer than max, so the caller sees a cut; a
+// value of exactly max bytes with only a duplicate after it fits.
+func TestQuantizeIPsToExactlyMax(t *testing.T) {
+	n := len(BlockedIP)
+	if q, whole := QuantizeIPsTo("10.1.2.3,db", n); !whole || len(q) <= n || q[:n] != BlockedIP {
+		t.Fatalf("QuantizeIPsTo(..., %d) = %q, %v: want longer than %d, whole", n, q, whole, n)
+	}
+	if q, whole := QuantizeIPsTo("10.1.2.3,10.1.2.4", n); !whole || q != BlockedIP {
+		t.Fatalf("QuantizeIPsTo(..., %d) = %q, %v: want %q, whole", n, q, whole, BlockedIP)
+	}
+}

@@ -208,3 +208,29 @@ func TestKeyHashIsSeededPerProcess(t *testing.T) {
 		t.Fatalf("the same key hashes to %#x in two processes: the seed is not random", here)
 	}
 }
+
+// TestKeyFieldOf128Bytes: fields of 127, 128 and 129 bytes (the first
+// length whose uvarint takes two bytes, and either side of it) come back
+// whole in the entry's Key, each span in a group of its own.
+func TestKeyFieldOf128Bytes(t *testing.T) {
+	tb := NewTable(0)
+	for _, n := range []int{127, 128, 129} {
+		s := baseSpan()
+		s.Resource = strings.Repeat("r", n)
+		s.PeerTags[0], s.NumPeerTags = "peer.service:"+strings.Repeat("p", n-13), 1
+		s.SpanKind = "client"
+		tb.Add(&s)
+	}
+	got := tb.Touched(nil)
+	if len(got) != 3 {
+		t.Fatalf("%d groups, want 3", len(got))
+	}
+	for _, e := range got {
+		n := len(e.Resource)
+		if e.Resource != strings.Repeat("r", n) || (n != 127 && n != 128 && n != 129) || e.Hits != 1 ||
+			len(e.PeerTags) != 1 || len(e.PeerTags[0]) != n || e.Service != "web-store" || e.HTTPStatusCode != 200 {
+			t.Fatalf("group %q (%d bytes), tags %q, service %q, status %d, hits %d",
+				e.Resource, n, e.PeerTags, e.Service, e.HTTPStatusCode, e.Hits)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -184,5 +185,24 @@ func TestPeerTagMemoFollowsTheTag(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("groups %v, want %v", got, want)
+	}
+}
+
+// TestPeerKeyMemoNeedsTheColon: with the key list {out.host}, a span with
+// "out.hostname:b" at the position where the last span had "out.host:a"
+// keeps no peer tag: its key is out.hostname, not listed.
+func TestPeerKeyMemoNeedsTheColon(t *testing.T) {
+	tb := NewTable(0)
+	tb.SetPeerTagKeys([]string{"out.host"})
+	a := withPeers(baseSpan(), "out.host:a")
+	b := withPeers(baseSpan(), "out.hostname:b")
+	tb.Add(&a)
+	tb.Add(&b)
+	got := map[string]uint64{}
+	for _, e := range tb.Touched(nil) {
+		got[strings.Join(e.PeerTags, ",")] = e.Hits
+	}
+	if len(got) != 2 || got["out.host:a"] != 1 || got[""] != 1 {
+		t.Fatalf("groups by peer tags %v, want out.host:a: 1 and none: 1", got)
 	}
 }

@@ -656,3 +656,24 @@ func TestStoreCapsAreSizeClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestSketchMergeTwoBins: merging a sketch whose bins are two adjacent
+// indexes keeps both bins' counts, not only the count in total.
+func TestSketchMergeTwoBins(t *testing.T) {
+	var o, s Sketch
+	o.AddIndex(100, 1)
+	o.AddIndex(101, 2)
+	s.Merge(&o)
+	lo, counts := s.Bins()
+	if lo != 100 || !slices.Equal(counts, []uint32{1, 2}) || s.Count() != 3 {
+		t.Fatalf("merged bins from %d: %v, count %d; want from 100: [1 2], count 3", lo, counts, s.Count())
+	}
+	// Into a sketch with bins of its own, on either side.
+	var u Sketch
+	u.AddIndex(99, 4)
+	u.Merge(&o)
+	lo, counts = u.Bins()
+	if lo != 99 || !slices.Equal(counts, []uint32{4, 1, 2}) || u.Count() != 7 {
+		t.Fatalf("merged bins from %d: %v, count %d; want from 99: [4 1 2], count 7", lo, counts, u.Count())
+	}
+}

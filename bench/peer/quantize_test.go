@@ -24,6 +24,9 @@ var quantizeSeeds = []string{
 	"dnspoll:///10.0.0.1:53", "xhttp://10.0.0.1", "file:///1.2.3.4", "10.0.0.1,10.0.0.2", "a,a", "a,,b,,",
 	",", ",,", "10.0.0.1,db,10.0.0.2,db", "[1.2.3.4]:80", "1.2.3.4:80:90", "host:8080", "a:b:c",
 	"dead:beef", "DEAD::BEEF", "%", "1.2.3.4%", "blocked-ip-address:5432", "ip-", "ip-1-2-3-4",
+	// aggregate's TestQuantizeIPsEdges, so that its expectations are the agent's.
+	"255.255.255.255", "10.1.2.256", "10.1.2.03", "10.1.2.3.4", "10-1-2-3-eu", "ip-10-1-2-3", "12%34",
+	"[2001:db8::1]:5432", "[2001:db8::1]x:5432", "https://10.1.2.3:80", "ftp:///10.1.2.3", "10.1.2.3:80,10.1.2.4:80",
 }
 
 // TestQuantizeIPsMatchesAgent: aggregate.QuantizeIPs gives what the
