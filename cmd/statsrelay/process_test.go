@@ -357,21 +357,30 @@ func TestBinaryStartErrors(t *testing.T) {
 	}
 }
 
+// heldAgent is a fake agent holding every request until release is called
+// (at most once; the test's cleanup calls it before closing the agent,
+// which waits for its handlers), and telling entered of each.
+func heldAgent(t *testing.T) (ag *statstest.Agent, entered <-chan struct{}, release func()) {
+	ag = statstest.New()
+	t.Cleanup(ag.Close)
+	held, in := make(chan struct{}), make(chan struct{}, 16)
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release) // runs first: cleanups run last-registered first
+	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
+		in <- struct{}{}
+		<-held
+		return false
+	})
+	return ag, in, release
+}
+
 // TestBinarySecondSignalExits: while the final forward after a SIGTERM
 // waits on an agent that does not answer (-stop-timeout 5m), a second
 // SIGTERM, sent at once, ends the process at once with status 143 (128 +
 // SIGTERM), not 0, and says so.
 func TestBinarySecondSignalExits(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	release := make(chan struct{})
-	defer close(release) // before ag.Close, deferred earlier
-	entered := make(chan struct{}, 16)
-	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
-		entered <- struct{}{}
-		<-release
-		return false
-	})
+	ag, entered, _ := heldAgent(t)
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
 		"-interval", "1h", "-stop-timeout", "5m")
 	sendOverUDP(t, b.startedAddr(t, "udp"), stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -20,23 +19,7 @@ import (
 // exits 0. TestBinaryRepeatedSignalStopsGracefully's relay can finish its
 // stop before the repeat is read, which then never reaches the check.
 func TestBinaryRepeatedSignalDuringForward(t *testing.T) {
-	ag := statstest.New()
-	defer ag.Close()
-	release := make(chan struct{})
-	released := false
-	free := func() {
-		if !released {
-			released = true
-			close(release)
-		}
-	}
-	defer free() // before ag.Close
-	entered := make(chan struct{}, 16)
-	ag.SetHandler(func(http.ResponseWriter, *http.Request, int) bool {
-		entered <- struct{}{}
-		<-release
-		return false
-	})
+	ag, entered, free := heldAgent(t)
 	b := startBinary(t, "-unix", "", "-udp", "127.0.0.1:0", "-agent", ag.URL(), "-http", "",
 		"-interval", "1h", "-stop-timeout", "5m")
 	sendOverUDP(t, b.startedAddr(t, "udp"), stats.Span{Service: "web", Name: "op", Resource: "r", SpanKind: "server", Duration: 1000})
