@@ -110,14 +110,7 @@ func TestCollapsedPeerTagsCountsSpans(t *testing.T) {
 func TestBudgetPeerKeysPerInterval(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{})
-	add := func(tag string) {
-		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
-		s.SetPeerTags([]string{tag})
-		tb.Add(&s)
-	}
-	for i := range maxPeerTagKeys {
-		add(fmt.Sprintf("junk%d:v", i))
-	}
+	add := fillPeerTagKeys(tb)
 	add("peer.hostname:db1") // the 65th key of the interval: blocked
 	if got := touchedByResource(tb); got["s|r|["+BlockedValue+"]"] == nil {
 		t.Fatalf("a key past %d in one interval was not collapsed: %v", maxPeerTagKeys, keys(got))
@@ -606,14 +599,7 @@ func TestNoValueIsNoTracerString(t *testing.T) {
 func TestPeerKeyCapWithUnlimitedPeerTag(t *testing.T) {
 	tb := NewTable(0)
 	tb.SetLimits(Limits{PeerTag: -1})
-	add := func(tag string) {
-		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
-		s.SetPeerTags([]string{tag})
-		tb.Add(&s)
-	}
-	for i := range maxPeerTagKeys {
-		add(fmt.Sprintf("junk%d:v", i))
-	}
+	add := fillPeerTagKeys(tb)
 	if n := tb.CollapsedSpans(); n != 0 {
 		t.Fatalf("%d keys with unlimited values: %d spans collapsed, want 0", maxPeerTagKeys, n)
 	}
@@ -624,4 +610,19 @@ func TestPeerKeyCapWithUnlimitedPeerTag(t *testing.T) {
 	if got := touchedByResource(tb); got["s|r|["+BlockedValue+"]"] == nil {
 		t.Fatalf("key %d was not collapsed to %s: %v", maxPeerTagKeys+1, BlockedValue, keys(got))
 	}
+}
+
+// fillPeerTagKeys adds to tb a client span of each of maxPeerTagKeys
+// distinct peer-tag keys, and returns a function adding one more span with
+// the one peer tag it is given.
+func fillPeerTagKeys(tb *Table) func(tag string) {
+	add := func(tag string) {
+		s := Record{Service: "s", Resource: "r", SpanKind: "client", Duration: 1}
+		s.SetPeerTags([]string{tag})
+		tb.Add(&s)
+	}
+	for i := range maxPeerTagKeys {
+		add(fmt.Sprintf("junk%d:v", i))
+	}
+	return add
 }

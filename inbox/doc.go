@@ -40,8 +40,9 @@
 // it how many queued items should wake it (ParkUntil; Park is one) and
 // re-checks the item at that distance from the head, and only a producer
 // whose push reaches the mark and that wins a CAS of the word to 0 sends a
-// token (as do Close and, after ParkHead, the head item's commit); because Go atomics are sequentially consistent, either the
-// producer of that item sees the word or the consumer sees the item, so no
+// token (as do Close and, after ParkHead, the head item's commit);
+// because Go atomics are sequentially consistent, either the producer of
+// that item sees the word or the consumer sees the item, so no
 // wake-up is ever lost, at the cost of at most one spurious one. A consumer
 // parked until a mark above one needs its own timer for the items below it.
 // Head, tail and the parked flag live on separate cache lines.
