@@ -330,12 +330,19 @@ func (s *state) merge(pp *prepared, ov overflowHashes, now uint64) (droppedGroup
 			}
 			fold := false
 			switch {
-			case i >= 0:
+			case i >= 0 && gh == ov.full && sameGroup(g, &overflowGroup):
 				// A sender's own overflow-keyed group would fold into the
 				// group it found anyway (the relay's overflow group, or the
 				// one such a group started): not folded by the relay
-				// (TestSenderOverflowIsNotFolded).
-				fold = !(gh == ov.full && sameGroup(g, &overflowGroup)) && growsPast(&w.groups[i], g, s.bytes, byteLimit)
+				// (TestSenderOverflowIsNotFolded). Unless it is the relay's
+				// own, reserved at its full size, it grows as any group
+				// does, within MaxHeldBytes (TestSenderOverflowGrowthBounded).
+				if i != w.overflow && growsPast(&w.groups[i], g, s.bytes, s.maxBytes) {
+					droppedBytes += g.Hits
+					continue
+				}
+			case i >= 0:
+				fold = growsPast(&w.groups[i], g, s.bytes, byteLimit)
 			case s.groups >= groupLimit:
 				fold = true
 			default:

@@ -706,6 +706,51 @@ func TestSenderOverflowIsNotFolded(t *testing.T) {
 	}
 }
 
+// TestSenderOverflowGrowthBounded: a sender's own overflow-keyed group held
+// as a label group (the SDK's entry arrived before the relay folded
+// anything) grows within MaxHeldBytes like any group. Each of many
+// identities first holds a narrow one, then receives one with an ok and an
+// error sketch a bin per value over nine decades; unchecked, their growth
+// took the held bytes to 8× the bound. Past it, those spans are dropped as
+// max_bytes, counted.
+func TestSenderOverflowGrowthBounded(t *testing.T) {
+	const maxBytes = 256 << 10
+	r := newTestRelay(Config{MaxHeldBytes: maxBytes})
+	var durs []float64
+	for v := 1e-6; v < 1e3; v *= 1.03 {
+		durs = append(durs, v)
+	}
+	wide := entry(overflowGroup.Key, uint64(2*len(durs)), uint64(len(durs)), durs...)
+	wide.Err = new(aggregate.Sketch)
+	for _, d := range durs {
+		wide.Err.Add(d * 1e6)
+	}
+	ident := func(i int) writer.Header {
+		h := header(fmt.Sprint("rt", i))
+		h.Env = fmt.Sprint("env", i)
+		return h
+	}
+	n := 0 // identities holding a narrow overflow-keyed group
+	for ; ; n++ {
+		before := r.Stats().Groups
+		mustAccept(t, r, datagram(1, ident(n), bucket(w0, 10*sec, entry(overflowGroup.Key, 1, 0, 10))), 0, UDP)
+		if r.Stats().Groups == before {
+			break
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d identities held a group; the test needs many", n)
+	}
+	for i := range n {
+		mustAccept(t, r, datagram(2, ident(i), bucket(w0, 10*sec, wide)), 0, UDP)
+	}
+	s := checkAccounting(t, r)
+	if s.HeldBytes > maxBytes || s.SpansDropped["max_bytes"] == 0 {
+		t.Fatalf("%d identities: held %d bytes, %d spans dropped as max_bytes; want at most %d held and some dropped",
+			n, s.HeldBytes, s.SpansDropped["max_bytes"], maxBytes)
+	}
+}
+
 // TestHeldMemoryBoundedByBytes: a flood of datagrams each carrying a new
 // group of a 20 KB resource, a new identity of a 20 KB version and a 20 KB
 // RuntimeID (3 000 of them: 180 MB if held) keeps the relay's heap within MaxHeldBytes (16 MiB)
