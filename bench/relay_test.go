@@ -554,17 +554,20 @@ func (r *receiver) pacedRound(b *testing.B) {
 // BenchmarkRelayPaced is what the relay costs at the loads a host's SDKs
 // offer, far below what it absorbs: a sender process offers 1 KiB
 // datagrams (one 50-span group each) at a fixed rate, in a burst every
-// millisecond (as the Go timer wakes it), to three receivers in
+// millisecond (as the Go timer wakes it), to four receivers in
 // alternating rounds in one process: the raw drain (16-slot recvmmsg,
 // nothing else, on one processor), the relay as statsrelay runs it by
 // default (GOMAXPROCS 1 during its rounds; one decode worker, which does
-// not poll), and the relay on two processors (statsrelay -procs 2: two
-// workers, one polling for SpinWait). One op is one round of the three;
-// read the per-side figures: cpu-ns/datagram and cpu-ns/span (this
-// process's user+sys CPU over the measured windows, every goroutine and
-// the runtime, the benchmark's own sleeping included), and load
-// (datagrams taken per second ÷ the rate offered); procs2-cost is the
-// CPU per datagram of the relay on two processors ÷ that on one.
+// not poll; reads coalesced, DefaultReadCoalesce), the relay on two
+// processors (statsrelay -procs 2: two workers, one polling for
+// SpinWait), and the default relay with coalescing off (-read-coalesce 0).
+// One op is one round of the four; read the per-side figures:
+// cpu-ns/datagram and cpu-ns/span (this process's user+sys CPU over the
+// measured windows, every goroutine and the runtime, the benchmark's own
+// sleeping included), and load (datagrams taken per second ÷ the rate
+// offered); procs2-cost is the CPU per datagram of the relay on two
+// processors ÷ that on one, uncoalesced-cost that of the relay with
+// coalescing off ÷ the default's.
 func BenchmarkRelayPaced(b *testing.B) {
 	for _, kind := range relayKinds {
 		for _, rate := range []int{1000, 20000, 100000} {
@@ -577,8 +580,12 @@ func BenchmarkRelayPaced(b *testing.B) {
 					// is created at the benchmark's GOMAXPROCS.
 					openRelayWith(b, "relay", kind, d, false, rate, oneProc),
 					openRelayWith(b, "relay-2procs", kind, d, false, rate, twoProcs),
+					openRelayWith(b, "relay-uncoalesced", kind, d, false, rate, func(c *relay.ServerConfig) {
+						oneProc(c)
+						c.ReadCoalesce = -1
+					}),
 				}
-				sides[0].procs, sides[1].procs, sides[2].procs = 1, 1, 2
+				sides[0].procs, sides[1].procs, sides[2].procs, sides[3].procs = 1, 1, 2, 1
 				b.ReportAllocs()
 				b.StopTimer()
 				b.ResetTimer()
@@ -600,6 +607,8 @@ func BenchmarkRelayPaced(b *testing.B) {
 				}
 				b.ReportMetric(sides[2].cpu.Seconds()/float64(sides[2].datagrams)/
 					(sides[1].cpu.Seconds()/float64(sides[1].datagrams)), "procs2-cost")
+				b.ReportMetric(sides[3].cpu.Seconds()/float64(sides[3].datagrams)/
+					(sides[1].cpu.Seconds()/float64(sides[1].datagrams)), "uncoalesced-cost")
 			})
 		}
 	}

@@ -173,7 +173,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		c.AgentURL != "http://127.0.0.1:8126" || c.Interval != 10*time.Second || c.Grace != 3*time.Second ||
 		c.MaxGroups != 200000 || c.MaxDatagram != 65536 || !c.Origin || c.ProcRoot != "/proc" || o.httpAddr != "127.0.0.1:8128" ||
 		c.StopDrain != time.Second || o.stopTimeout != 10*time.Second || c.MaxHeldBytes != 1<<30 ||
-		c.ForwardParallel != 8 || c.SpinWait != 0 || c.UDPRcvBuf != 4<<20 || c.SocketCheck != time.Second || o.procs != 1 {
+		c.ForwardParallel != 8 || c.SpinWait != 0 || c.UDPRcvBuf != 4<<20 || c.SocketCheck != time.Second || o.procs != 1 ||
+		c.ReadCoalesce != 4*time.Millisecond {
 		t.Fatalf("defaults: %+v http %q", c, o.httpAddr)
 	}
 	o, err = parse([]string{"-max-groups", "7"}, map[string]string{
@@ -182,6 +183,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		"STATSRELAY_ORIGIN": "false", "STATSRELAY_STOP_DRAIN": "250ms", "STATSRELAY_STOP_TIMEOUT": "30s",
 		"STATSRELAY_MAX_HELD_BYTES": "67108864", "STATSRELAY_FORWARD_PARALLEL": "3",
 		"STATSRELAY_SPIN_WAIT": "0", "STATSRELAY_UDP_RCVBUF": "0", "STATSRELAY_SOCKET_CHECK": "0",
+		"STATSRELAY_READ_COALESCE": "0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +192,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.MaxGroups != 7 || c.SocketMode != 0o600 || c.ProcRoot != "/host/proc" || c.Origin ||
 		c.AgentURL != "unix:///var/run/datadog/apm.socket" || c.UDPAddr != "-" ||
 		c.StopDrain != 250*time.Millisecond || o.stopTimeout != 30*time.Second || c.MaxHeldBytes != 64<<20 ||
-		c.ForwardParallel != 3 || c.SpinWait >= 0 || c.UDPRcvBuf >= 0 || c.SocketCheck >= 0 {
+		c.ForwardParallel != 3 || c.SpinWait >= 0 || c.UDPRcvBuf >= 0 || c.SocketCheck >= 0 || c.ReadCoalesce >= 0 {
 		t.Fatalf("flag over env, env over default: %+v", c)
 	}
 	// DD_AGENT_HOST and DD_TRACE_AGENT_PORT when DD_TRACE_AGENT_URL is
@@ -626,6 +628,7 @@ func TestEveryFlagFromItsVariable(t *testing.T) {
 		"spin-wait":        {"10us", "20us", func(o options) any { return o.cfg.SpinWait }},
 		"procs":            {"2", "3", func(o options) any { return o.procs }},
 		"socket-check":     {"2s", "3s", func(o options) any { return o.cfg.SocketCheck }},
+		"read-coalesce":    {"2ms", "3ms", func(o options) any { return o.cfg.ReadCoalesce }},
 		"stop-drain":       {"2s", "3s", func(o options) any { return o.cfg.StopDrain }},
 		"agent-timeout":    {"2s", "3s", func(o options) any { return o.cfg.AgentTimeout }},
 		"stop-timeout":     {"20s", "30s", func(o options) any { return o.stopTimeout }},

@@ -28,6 +28,9 @@ import (
 // path by slots, 1 and 16 KiB datagrams) and BenchmarkBatchSize here.
 const DefaultBatchSize = 16
 
+// DefaultUnixQueueLen is Linux's default net.unix.max_dgram_qlen.
+const DefaultUnixQueueLen = 10
+
 // slotAlign is the alignment of a Batch's slots: a cache line.
 const slotAlign = 64
 

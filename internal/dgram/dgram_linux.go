@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -255,6 +256,29 @@ func (s *batchSys) init(b *Batch) {
 		h.Control = &s.ctrl[i*ctrlSlot]
 	}
 	s.recv = b.recvmmsg
+}
+
+// BatchedReads: ReadBatch takes every queued datagram up to the batch's
+// capacity in one call, so a read that returns fewer left the queue empty.
+const BatchedReads = true
+
+// unixQueueLenFile holds net.unix.max_dgram_qlen: how many datagrams a
+// Unix datagram socket queues before its senders get EAGAIN.
+const unixQueueLenFile = "/proc/sys/net/unix/max_dgram_qlen"
+
+// UnixQueueLen is how many datagrams a Unix datagram socket queues before
+// its senders get EAGAIN (net.unix.max_dgram_qlen), DefaultUnixQueueLen
+// when it cannot be read.
+func UnixQueueLen() int {
+	b, err := os.ReadFile(unixQueueLenFile)
+	if err != nil {
+		return DefaultUnixQueueLen
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 {
+		return DefaultUnixQueueLen
+	}
+	return n
 }
 
 // ReadBatch waits for at least one datagram, then fills b with as many as

@@ -13,6 +13,13 @@ import (
 	"time"
 )
 
+// BatchedReads: ReadBatch reads one datagram per call, so its count says
+// nothing of what is left queued.
+const BatchedReads = false
+
+// UnixQueueLen is DefaultUnixQueueLen: read only on Linux.
+func UnixQueueLen() int { return DefaultUnixQueueLen }
+
 // abstractNames: "@name" is a file here, as any other relative path.
 const abstractNames = false
 

@@ -97,6 +97,8 @@ func (s *Server) snapshot(set *metrics.Set) {
 		l := fmt.Sprintf(`{transport=%q}`, t.String())
 		counter("statsrelay_kernel_drops_total"+l, c.KernelDrops())
 		set.GetOrCreateFloatCounter("statsrelay_reader_wait_seconds_total" + l).Set(s.wait[t].waited().Seconds())
+		counter("statsrelay_reads_total"+l, s.reads[t].Load())
+		counter("statsrelay_read_pauses_total"+l, s.pauses[t].Load())
 		if t == UDP {
 			gauge("statsrelay_udp_receive_buffer_bytes", float64(c.GrantedBuffer()))
 		}
@@ -213,6 +215,8 @@ var help = map[string]string{
 	"statsrelay_held_bytes":                        "Memory the held groups take, label strings and sketches included, those the round under way has not yet encoded too.",
 	"statsrelay_kernel_drops_total":                "Datagrams the kernel dropped at the socket's full queue before the relay read them (UDP: the socket's counter, SO_RXQ_OVFL and SO_MEMINFO). Always 0 for unix: a full Unix socket drops nothing, its senders wait and then count what they drop (statsrelay_sender_dropped_payloads_total).",
 	"statsrelay_reader_wait_seconds_total":         "Time the socket's reader waited for a decode worker, leaving datagrams to the kernel's queue.",
+	"statsrelay_reads_total":                       "Reads (recvmmsg calls) that took datagrams from the socket.",
+	"statsrelay_read_pauses_total":                 "Pauses of -read-coalesce the socket's reader made between reads while datagrams came sparsely.",
 	"statsrelay_sender_dropped_payloads_total":     "Payloads the senders say they dropped (socket full, relay missing).",
 	"statsrelay_sender_dropped_spans_total":        "Spans in the payloads the senders say they dropped.",
 	"statsrelay_sender_late_total":                 "Datagrams whose sequence was received before or already counted as a gap; their spans are merged.",

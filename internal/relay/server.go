@@ -109,6 +109,14 @@ type ServerConfig struct {
 	// (the worker runs when the reader waits), and polling only takes the
 	// processor from the reader.
 	SpinWait time.Duration
+	// ReadCoalesce is how long a socket's reader pauses between reads
+	// while datagrams arrive sparsely, so that one wake-up takes what the
+	// kernel queued meanwhile (zero: DefaultReadCoalesce; negative:
+	// never; at most MaxReadCoalesce). See coalescer for when it pauses:
+	// never while the socket keeps it busy, nor so long that a Unix
+	// socket's queue (net.unix.max_dgram_qlen) would fill. Linux only;
+	// elsewhere a read takes one datagram and never pauses.
+	ReadCoalesce time.Duration
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
 	// ForwardParallel bounds the forward requests in flight at once
@@ -177,6 +185,10 @@ func (c *ServerConfig) withDefaults() {
 			c.SpinWait = -1
 		}
 	}
+	if c.ReadCoalesce == 0 {
+		c.ReadCoalesce = DefaultReadCoalesce
+	}
+	c.ReadCoalesce = min(c.ReadCoalesce, MaxReadCoalesce)
 	if c.InfoRefresh <= 0 {
 		c.InfoRefresh = agentclient.DefaultInfoRefresh
 	}
@@ -213,6 +225,8 @@ type Server struct {
 	spinner atomic.Bool // a decode worker is polling the queue
 	free    batchStack
 	wait    [NumTransports]readerWait // how long readers waited for a free batch
+	reads   [NumTransports]atomic.Uint64
+	pauses  [NumTransports]atomic.Uint64 // reads preceded by a coalescing pause
 
 	// selfContained: the relay runs in a container, so a request without
 	// a container header over the agent's Unix socket would be filed
@@ -544,6 +558,11 @@ func (w *readerWait) waited() time.Duration {
 // the socket fills (BenchmarkRelayReceive).
 func (s *Server) read(c *dgram.Conn, t Transport) {
 	failures := 0 // reads failed in a row
+	unixQueue := 0
+	if t == Unix {
+		unixQueue = dgram.UnixQueueLen()
+	}
+	co := newCoalescer(t, s.cfg.ReadCoalesce, s.cfg.BatchSize, unixQueue, dgram.BatchedReads)
 	for {
 		select {
 		case <-s.free.avail:
@@ -553,7 +572,8 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 			s.wait[t].end()
 		}
 		b := s.free.pop()
-		if _, err := c.ReadBatch(b); err != nil {
+		n, err := c.ReadBatch(b)
+		if err != nil {
 			s.free.put(b)
 			switch {
 			case errors.Is(err, dgram.ErrDrained):
@@ -577,7 +597,12 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 			continue
 		}
 		failures = 0
+		s.reads[t].Add(1)
 		s.queue <- job{b: b, t: t}
+		if d := co.after(n, b.Cap(), time.Now); d > 0 {
+			s.pauses[t].Add(1)
+			time.Sleep(d)
+		}
 	}
 }
 
