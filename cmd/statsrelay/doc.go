@@ -41,7 +41,11 @@
 // The relay runs on one processor unless -procs says otherwise (0: every
 // CPU, or $GOMAXPROCS when that is set and -procs is not): at the loads a
 // host's SDKs offer it needs a fraction of one, and on one a read batch
-// reaches a decode worker without waking a thread.
+// reaches a decode worker without waking a thread. While datagrams come
+// sparsely, each socket's reader pauses -read-coalesce (4ms) between
+// reads, so that one wake-up takes what the kernel queued meanwhile; it
+// never pauses while the socket keeps it busy, nor long enough to fill a
+// Unix socket's queue (statsrelay_read_pauses_total counts the pauses).
 //
 // Exit status: 0 after a stop or -version; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix
