@@ -1,5 +1,5 @@
-relay_started="2026-12-07 23:58:19 UTC"
-relay_elapsed="1125"
-relay_commit="febb80b"
+relay_started="2026-12-08 02:11:27 UTC"
+relay_elapsed="1239"
+relay_commit="ae936b8"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
