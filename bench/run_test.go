@@ -544,20 +544,21 @@ func TestRunReportRelayHandoffColumns(t *testing.T) {
 // median of the runs' own with its range; the whole relay's table has a
 // row for each, and its target reads the default's.
 func TestRunReportRelayProcs(t *testing.T) {
-	paced := func(one, two, cost string) string {
+	paced := func(one, two, cost, uncoalesced string) string {
 		return "BenchmarkRelayPaced/udp/1KiB/20000-2 \t 4\t 1 ns/op\t 3000 cpu-ns/datagram-drain\t " + one + " cpu-ns/datagram-relay\t " +
-			two + " cpu-ns/datagram-relay-2procs\t 100 cpu-ns/span-relay\t 1 load-drain\t 1 load-relay\t 1 load-relay-2procs\t " + cost + " procs2-cost\n"
+			two + " cpu-ns/datagram-relay-2procs\t 8000 cpu-ns/datagram-relay-uncoalesced\t 100 cpu-ns/span-relay\t 1 load-drain\t 1 load-relay\t 1 load-relay-2procs\t 0.5 load-relay-uncoalesced\t " +
+			cost + " procs2-cost\t " + uncoalesced + " uncoalesced-cost\n"
 	}
 	whole := func(procs, dps string) string {
 		return "BenchmarkRelay/udp/1KiB" + procs + "-2 \t 100\t 1 ns/op\t " + dps + " datagrams/s\t 3000 cpu-ns/datagram\t 60 cpu-ns/span\n"
 	}
 	report := runReport(t, map[string]string{
 		"relay-meta.sh": "relay_started=x relay_elapsed=0 relay_commit=x\nrelay_count=3 relay_benchtime=1x\n",
-		"relay.txt": paced("5000", "7000", "1.40") + paced("5200", "6900", "1.33") + paced("4800", "7400", "1.54") +
+		"relay.txt": paced("5000", "7000", "1.40", "1.60") + paced("5200", "6900", "1.33", "1.50") + paced("4800", "7400", "1.54", "1.70") +
 			whole("", "90000") + whole("/procs=2", "150000") + whole("", "90000") + whole("/procs=2", "150000") + whole("", "90000") + whole("/procs=2", "150000"),
 	})
 	for _, tc := range []struct{ row, want string }{
-		{"| udp | 20000 (1000000) |", "| 3000 | **5000** | 7000 | **100** | **10.00 %** | 1.40 (runs 1.33–1.54) |"},
+		{"| udp | 20000 (1000000) |", "| 1.000 / 1.000 / 1.000 / 0.500 | 3000 | **5000** | 7000 | 8000 | **100** | **10.00 %** | 1.40 (runs 1.33–1.54) | **1.60** (runs 1.50–1.70) |"},
 		{"| udp | 1 (default) |", "| **90000** |"},
 		{"| udp | 2 |", "| **1.5e+05** |"},
 		{"| whole relay ≥ 100 000 datagrams/s of 1 KiB on 2 cores, udp", "| 90000 datagrams/s (3000 cpu-ns/datagram, 60.00 cpu-ns/span) | **missed** |"},
