@@ -30,7 +30,7 @@ func TestBoundsInclusive(t *testing.T) {
 		{"-stop-timeout", "10m"},
 		{"-procs", "0"}, {"-procs", "1024"},
 		{"-spin-wait", "1ms"},
-		{"-read-coalesce", "0"}, {"-read-coalesce", "50ms"},
+		{"-read-coalesce", "0"}, {"-read-coalesce", "100us"}, {"-read-coalesce", "50ms"},
 		{"-socket-check", "10ms"}, {"-socket-check", "1h"},
 	}
 	for _, args := range ok {
@@ -55,8 +55,9 @@ func TestBoundsInclusive(t *testing.T) {
 		{[]string{"-stop-timeout", "601s"}, "-stop-timeout 10m1s: want 0 < stop-timeout <= 10m"},
 		{[]string{"-procs", "1025"}, "-procs 1025: want 0..1024"},
 		{[]string{"-spin-wait", "1001us"}, "-spin-wait 1.001ms: want 0..1ms"},
-		{[]string{"-read-coalesce", "51ms"}, "-read-coalesce 51ms: want 0..50ms"},
-		{[]string{"-read-coalesce", "-1ms"}, "-read-coalesce -1ms: want 0..50ms"},
+		{[]string{"-read-coalesce", "51ms"}, "-read-coalesce 51ms: want 0 (never) or 100µs..50ms"},
+		{[]string{"-read-coalesce", "99us"}, "-read-coalesce 99µs: want 0 (never) or 100µs..50ms"},
+		{[]string{"-read-coalesce", "-1ms"}, "-read-coalesce -1ms: want 0 (never) or 100µs..50ms"},
 		{[]string{"-socket-check", "9ms"}, "-socket-check 9ms: want 0 (never) or 10ms..1h"},
 		{[]string{"-socket-check", "3601s"}, "-socket-check 1h0m1s: want 0 (never) or 10ms..1h"},
 	}

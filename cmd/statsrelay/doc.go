@@ -42,10 +42,12 @@
 // CPU, or $GOMAXPROCS when that is set and -procs is not): at the loads a
 // host's SDKs offer it needs a fraction of one, and on one a read batch
 // reaches a decode worker without waking a thread. While datagrams come
-// sparsely, each socket's reader pauses -read-coalesce (4ms) between
-// reads, so that one wake-up takes what the kernel queued meanwhile; it
-// never pauses while the socket keeps it busy, nor long enough to fill a
-// Unix socket's queue (statsrelay_read_pauses_total counts the pauses).
+// sparsely, each socket's reader pauses up to -read-coalesce (4ms) between
+// reads, so that one wake-up takes what the kernel queued meanwhile: as
+// long as the rate seen brings about a quarter of a Unix socket's queue,
+// and not for 100ms after the queue was found full (its senders wait,
+// then, as for any busy relay; statsrelay_read_pauses_total counts the
+// pauses). Linux only.
 //
 // Exit status: 0 after a stop or -version; 2 for a flag or STATSRELAY_*/DD_* value it
 // refuses while parsing; 1 when a socket or -http cannot be opened (a -unix

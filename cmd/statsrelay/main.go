@@ -280,7 +280,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 	fs.IntVar(&c.ForwardParallel, "forward-parallel", relay.DefaultForwardParallel, "forward requests to the agent in flight at once (one per identity and interval)")
 	fs.IntVar(&o.procs, "procs", defaultProcs, "processors the relay runs on (GOMAXPROCS); 0: every CPU the process may use, as Go sets it (or $GOMAXPROCS, which is also kept when -procs is not given)")
 	fs.DurationVar(&c.SpinWait, "spin-wait", relay.DefaultSpinWait, "how long a decode worker polls for the next read batch before it parks, while batches come that often; 0 never polls; not given, it polls only on more than one processor (-procs)")
-	fs.DurationVar(&c.ReadCoalesce, "read-coalesce", relay.DefaultReadCoalesce, "while datagrams come sparsely, how long a socket's reader pauses between reads so that one wake-up takes what the kernel queued meanwhile; never while the socket keeps it busy, nor long enough to fill a Unix socket's queue; 0 never pauses")
+	fs.DurationVar(&c.ReadCoalesce, "read-coalesce", relay.DefaultReadCoalesce, "while datagrams come sparsely, the longest a socket's reader pauses between reads so that one wake-up takes what the kernel queued meanwhile; sized by the rate, aiming at a quarter of a Unix socket's queue, and never for 100ms after the queue was found full; 0 never pauses")
 	fs.DurationVar(&c.SocketCheck, "socket-check", relay.DefaultSocketCheck, "how often the Unix socket file is checked: removed (a /tmp cleaner), or a socket nobody receives on, it is bound again; another process's, it is left alone and logged; 0 never checks")
 	fs.DurationVar(&c.StopDrain, "stop-drain", relay.DefaultStopDrain, "on SIGINT/SIGTERM/SIGHUP, how long the readers go on taking what the kernel queued")
 	fs.DurationVar(&c.AgentTimeout, "agent-timeout", agentclient.DefaultTimeout, "how long one request to the agent may take before it is retried (an agent that took it late may then count it twice)")
@@ -520,8 +520,8 @@ func check(o *options) error {
 		return fmt.Errorf("-procs %d: want 0..%d (0: as Go sets it)", o.procs, maxProcs)
 	case c.SpinWait < 0 || c.SpinWait > time.Millisecond:
 		return fmt.Errorf("-spin-wait %s: want 0..1ms", c.SpinWait)
-	case c.ReadCoalesce < 0 || c.ReadCoalesce > relay.MaxReadCoalesce:
-		return fmt.Errorf("-read-coalesce %s: want 0..%s", c.ReadCoalesce, relay.MaxReadCoalesce)
+	case c.ReadCoalesce != 0 && (c.ReadCoalesce < relay.MinReadCoalesce || c.ReadCoalesce > relay.MaxReadCoalesce):
+		return fmt.Errorf("-read-coalesce %s: want 0 (never) or %s..%s", c.ReadCoalesce, relay.MinReadCoalesce, relay.MaxReadCoalesce)
 	case c.SocketCheck != 0 && (c.SocketCheck < 10*time.Millisecond || c.SocketCheck > time.Hour):
 		return fmt.Errorf("-socket-check %s: want 0 (never) or 10ms..1h", c.SocketCheck)
 	}

@@ -452,6 +452,9 @@ func (c *Conn) Drain() error {
 	return c.pc.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting ReadBatch
 }
 
+// Draining reports whether Drain was called.
+func (c *Conn) Draining() bool { return c.draining.Load() }
+
 // SetReadDeadline makes a ReadBatch that would wait past t return an error
 // matching os.ErrDeadlineExceeded instead; the zero t waits for ever. The
 // reading goroutine sets it between its ReadBatch calls: ReadBatch looks at

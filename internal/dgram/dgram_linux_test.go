@@ -1171,3 +1171,19 @@ func TestListenUnixgramStreamSockets(t *testing.T) {
 		t.Errorf("ListenUnixgram at a live stream socket: %v; want it named a stream socket a process listens on", err)
 	}
 }
+
+// TestUnixQueueLen: the queue length read is the kernel's
+// net.unix.max_dgram_qlen, as the relay's coalescing sizes its pauses by it.
+func TestUnixQueueLen(t *testing.T) {
+	b, err := os.ReadFile(unixQueueLenFile)
+	if err != nil {
+		t.Skipf("%s unreadable here: %v", unixQueueLenFile, err)
+	}
+	want, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || want < 1 {
+		t.Skipf("%s holds %q", unixQueueLenFile, b)
+	}
+	if got := UnixQueueLen(); got != want {
+		t.Fatalf("UnixQueueLen() = %d, want %d (%s)", got, want, unixQueueLenFile)
+	}
+}

@@ -7,149 +7,163 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/spanstats/spanstats/internal/dgram"
+	"github.com/spanstats/spanstats/internal/sockdir"
 )
 
-// TestCoalescerLimits: a Unix socket's cycle may take half its queue (at
-// most a batch) and is busy at a full queue (or past a batch); a UDP
-// socket's may take a batch and is busy past it; reads of one datagram
-// each, or a queue of one, never pause.
+// TestCoalescerLimits: a Unix socket's pause aims at half its queue (at
+// most a batch) and 32 KiB, and is busy at a full queue (or past a batch);
+// a UDP socket's aims at a batch and an eighth of its receive buffer, and
+// is busy past a batch; reads of one datagram each, a queue of one or no
+// receive buffer never pause.
 func TestCoalescerLimits(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		t           Transport
-		batch, q    int
-		batched     bool
-		limit, busy int
-		pausing     bool
+		name               string
+		t                  Transport
+		batch, q, granted  int
+		batched            bool
+		limit, busy, bytes int
+		pausing            bool
 	}{
-		{"unix default queue", Unix, 16, 10, true, 5, 10, true},
-		{"unix long queue", Unix, 16, 512, true, 16, 17, true},
-		{"unix queue of 1", Unix, 16, 1, true, 0, 1, false},
-		{"udp", UDP, 16, 10, true, 16, 17, true},
-		{"udp small batch", UDP, 4, 10, true, 4, 5, true},
-		{"one datagram a read", UDP, 16, 10, false, 16, 17, false},
+		{"unix default queue", Unix, 16, 10, 0, true, 5, 10, 32 << 10, true},
+		{"unix long queue", Unix, 16, 512, 0, true, 16, 17, 32 << 10, true},
+		{"unix queue of 1", Unix, 16, 1, 0, true, 0, 1, 32 << 10, false},
+		{"udp", UDP, 16, 10, 4 << 20, true, 16, 17, 512 << 10, true},
+		{"udp small batch", UDP, 4, 10, 4 << 20, true, 4, 5, 512 << 10, true},
+		{"udp, no buffer known", UDP, 16, 10, 0, true, 16, 17, 0, false},
+		{"one datagram a read", UDP, 16, 10, 4 << 20, false, 16, 17, 512 << 10, false},
 	} {
-		c := newCoalescer(tc.t, time.Millisecond, tc.batch, tc.q, tc.batched)
-		if c.limit != tc.limit || c.busy != tc.busy || (c.pause > 0) != tc.pausing {
-			t.Errorf("%s: limit %d, busy %d, pause %v; want %d, %d, pausing %v",
-				tc.name, c.limit, c.busy, c.pause, tc.limit, tc.busy, tc.pausing)
+		c := newCoalescer(tc.t, time.Millisecond, tc.batch, tc.q, tc.granted, tc.batched)
+		if c.limit != tc.limit || c.busy != tc.busy || c.bytes != tc.bytes || (c.pause > 0) != tc.pausing {
+			t.Errorf("%s: limit %d, busy %d, bytes %d, pause %v; want %d, %d, %d, pausing %v",
+				tc.name, c.limit, c.busy, c.bytes, c.pause, tc.limit, tc.busy, tc.bytes, tc.pausing)
 		}
+	}
+}
+
+// coalescerClock steps a coalescer through cycles at a fake clock.
+type coalescerClock struct {
+	t     *testing.T
+	c     *coalescer
+	at    time.Time
+	reads int // times the clock was read
+}
+
+func (k *coalescerClock) now() time.Time { k.reads++; return k.at }
+
+// step is a read of n datagrams of size bytes, advance after the last,
+// into batches of 16; it must pause want.
+func (k *coalescerClock) step(name string, n, size int, advance, want time.Duration) {
+	k.t.Helper()
+	k.at = k.at.Add(advance)
+	if got := k.c.after(n, size, 16, k.now); got != want {
+		k.t.Fatalf("%s: read of %d (%d bytes) after %v: pause %v, want %v", name, n, size, advance, got, want)
 	}
 }
 
 // TestCoalescerRule steps a UDP socket's coalescer (batches of 16: limit
-// 16, busy 17) through reads at a fake clock.
+// 16, busy 17; 1 MiB buffer: 128 KiB) and a Unix socket's (queue of 10:
+// limit 5, busy 10; 32 KiB) through reads at a fake clock.
 func TestCoalescerRule(t *testing.T) {
 	const pause = 4 * time.Millisecond
-	at := time.Unix(1000, 0)
-	nows := 0
-	now := func() time.Time { nows++; return at }
-	c := newCoalescer(UDP, pause, 16, 10, true)
-	step := func(name string, n int, advance time.Duration, want time.Duration) {
-		t.Helper()
-		at = at.Add(advance)
-		if got := c.after(n, 16, now); got != want {
-			t.Fatalf("%s: read of %d after %v: pause %v, want %v", name, n, advance, got, want)
-		}
+	udp := newCoalescer(UDP, pause, 16, 10, 1<<20, true)
+	k := &coalescerClock{t: t, c: &udp, at: time.Unix(1000, 0)}
+	k.step("the first datagram in a while", 1, 100, time.Hour, 0)
+	k.step("another 1ms later: 12 take 12ms, more than the setting", 1, 100, time.Millisecond, pause)
+	k.step("12 a pause: 3000/s, 12 take the setting", 12, 1200, pause, pause)
+	k.step("a full batch: read on", 16, 1600, pause, 0)
+	reads := k.reads
+	k.step("another", 16, 1600, 0, 0)
+	if k.reads != reads {
+		t.Fatalf("the clock was read for a full batch")
 	}
-	step("the first datagram in a while", 1, time.Hour, 0)
-	step("another 1ms later", 1, time.Millisecond, pause)
-	step("what the pause queued", 4, pause, pause)
-	step("just within two pauses", 3, 2*pause-time.Nanosecond, pause)
-	step("two pauses after", 1, 2*pause, 0)
-	step("a datagram soon after", 1, time.Millisecond, pause)
-	step("a cycle of the limit in one read", 15+1, pause, 0) // a full batch: read on
-	step("the cycle's end, nothing more", 0, 0, pause)
-
-	// A busy cycle (17 ≥ busy): no pause for coalesceHold, however
-	// sparse the reads become meanwhile.
-	nows = 0
-	step("a full batch", 16, pause, 0)
-	if nows != 0 {
-		t.Fatalf("the clock was read %d times for a full batch; want none", nows)
-	}
-	step("one more: 17 in the cycle", 1, 0, 0)
-	if c.count != 0 {
-		t.Fatalf("cycle count %d after the cycle ended; want 0", c.count)
+	k.step("the cycle's end: 32 in a pause, busy", 0, 0, 0, 0)
+	if udp.count != 0 || udp.size != 0 {
+		t.Fatalf("cycle count %d, size %d after the cycle ended; want 0", udp.count, udp.size)
 	}
 	for held := time.Duration(0); held < coalesceHold-pause; held += pause {
-		step("a small cycle within the hold", 2, pause, 0)
+		k.step("a small cycle within the hold", 2, 200, pause, 0)
 	}
-	step("the first small cycle past the hold", 2, pause, pause)
+	k.step("the first small cycle past the hold", 2, 200, pause, pause)
+	k.step("15 in 4ms (3750/s): 12 take 3.2ms", 15, 1500, pause, 3200*time.Microsecond)
+	k.step("1 after 3.2ms: 12 would take longer than the setting", 1, 100, 3200*time.Microsecond, pause)
+	k.step("10 in 0.2ms (50 000/s): 12 take 0.24ms, under an eighth of the setting", 10, 1000, 200*time.Microsecond, 0)
+	k.step("two pauses after the last cycle: a datagram now and then", 1, 100, 2*pause, 0)
+	k.step("a datagram soon after", 1, 100, time.Millisecond, pause)
+	k.step("few datagrams, but past an eighth of the buffer: busy", 2, 129<<10, pause, 0)
+	k.step("a small cycle within the hold", 1, 100, time.Millisecond, 0)
 
-	// Past the limit but not busy: that cycle does not pause, and the hold
-	// does not start.
-	c2 := newCoalescer(Unix, pause, 16, 10, true) // limit 5, busy 10
-	at = at.Add(time.Hour)
-	for _, r := range []struct {
-		n    int
-		want time.Duration
-	}{{1, 0}, {1, pause}, {6, 0}, {2, pause}, {10, 0}, {2, 0}} {
-		at = at.Add(time.Millisecond)
-		if got := c2.after(r.n, 16, now); got != r.want {
-			t.Fatalf("unix socket, read of %d: pause %v, want %v", r.n, got, r.want)
-		}
-	}
+	// Bytes size the pause too: a 64 KiB buffer takes 8 KiB a cycle.
+	small := newCoalescer(UDP, pause, 16, 10, 64<<10, true)
+	k = &coalescerClock{t: t, c: &small, at: time.Unix(2000, 0)}
+	k.step("first", 1, 100, time.Hour, 0)
+	k.step("4 KiB in 4ms: 6 KiB take 6ms, more than the setting", 2, 4<<10, pause, pause)
+	k.step("8 KiB in 4ms: 6 KiB take 3ms", 2, 8<<10, pause, 3*time.Millisecond)
+	k.step("past 8 KiB: busy", 1, 8<<10+1, 3*time.Millisecond, 0)
 
-	// The pause adapts: cycles past the limit (not busy) halve it down to
-	// an eighth; one within the limit keeps it; one of at most half the
-	// limit doubles it, up to the setting.
-	c3 := newCoalescer(Unix, pause, 16, 10, true) // limit 5, busy 10
-	at = at.Add(time.Hour)
-	c3.after(1, 16, now)
-	for _, r := range []struct {
-		n       int
-		want    time.Duration
-		wantCur time.Duration
-	}{
-		{6, 0, pause / 2}, {6, 0, pause / 4}, {6, 0, pause / 8}, {6, 0, pause / 8},
-		{4, pause / 8, pause / 8}, {2, pause / 4, pause / 4}, {1, pause / 2, pause / 2}, {2, pause, pause}, {1, pause, pause},
-	} {
-		at = at.Add(c3.cur) // a cycle a pause after the last
-		if got := c3.after(r.n, 16, now); got != r.want || c3.cur != r.wantCur {
-			t.Fatalf("unix socket, cycle of %d: pause %v (now %v), want %v (now %v)", r.n, got, c3.cur, r.want, r.wantCur)
-		}
-	}
+	// A Unix socket at 1000 datagrams a second: pauses of three quarters of
+	// half its queue, 3.75 datagrams; a full queue holds pauses off.
+	unix := newCoalescer(Unix, pause, 16, 10, 0, true)
+	k = &coalescerClock{t: t, c: &unix, at: time.Unix(3000, 0)}
+	k.step("first", 1, 1024, time.Hour, 0)
+	k.step("1 after 1ms", 1, 1024, time.Millisecond, 3750*time.Microsecond)
+	k.step("4 after 3.75ms", 4, 4096, 3750*time.Microsecond, 3515625*time.Nanosecond)
+	k.step("9 after 3.5ms: within the queue, a shorter pause", 9, 9216, 3515625*time.Nanosecond, 1464843*time.Nanosecond)
+	k.step("a full queue: busy", 10, 10240, 1464843*time.Nanosecond, 0)
+	k.step("a small cycle within the hold", 1, 1024, time.Millisecond, 0)
+	k.step("past 32 KiB in a cycle: busy", 2, 33<<10, coalesceHold, 0)
 
-	off := newCoalescer(UDP, -1, 16, 10, true)
-	for i := range 3 {
-		if d := off.after(1, 16, now); d != 0 {
-			t.Fatalf("read %d with coalescing off: pause %v", i, d)
-		}
+	off := newCoalescer(UDP, -1, 16, 10, 1<<20, true)
+	k = &coalescerClock{t: t, c: &off, at: time.Unix(4000, 0)}
+	for range 3 {
+		k.step("coalescing off", 1, 100, time.Millisecond, 0)
 	}
 }
 
 // TestReadsCoalesce: a sender writing a datagram every millisecond to a
-// relay's UDP socket: with an 8 ms ReadCoalesce the reader takes them in
-// far fewer reads than datagrams, pausing between, and every datagram is
-// taken; with coalescing off it never pauses.
+// relay's UDP or Unix socket: with an 8 ms ReadCoalesce the reader takes
+// them in far fewer reads than datagrams, pausing between (UDP: 8 ms, 8 a
+// read; Unix, aiming at a quarter of its queue of 10: about 4), and every
+// datagram is taken; with coalescing off it never pauses.
 func TestReadsCoalesce(t *testing.T) {
+	if !dgram.BatchedReads {
+		t.Skip("reads take one datagram here: they never pause")
+	}
 	const sent = 150
-	for _, pause := range []time.Duration{8 * time.Millisecond, -1} {
-		s := runServer(t, ServerConfig{UnixPath: "-", UDPAddr: "127.0.0.1:0", ReadCoalesce: pause})
-		conn, err := net.Dial("udp", s.Addr(UDP))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range sent {
-			if _, err := conn.Write([]byte{0xc1}); err != nil { // malformed, but read and counted
+	for _, tr := range []Transport{UDP, Unix} {
+		for _, pause := range []time.Duration{8 * time.Millisecond, -1} {
+			cfg := ServerConfig{UnixPath: "-", UDPAddr: "-", ReadCoalesce: pause}
+			network := "udp"
+			if tr == Unix {
+				cfg.UnixPath, network = sockdir.Path(t, "r.sock"), "unixgram"
+			} else {
+				cfg.UDPAddr = "127.0.0.1:0"
+			}
+			s := runServer(t, cfg)
+			conn, err := net.Dial(network, s.Addr(tr))
+			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
-		}
-		conn.Close()
-		waitFor(t, "every datagram sent", func() bool { return s.Relay().Stats().Datagrams[UDP] == sent })
-		reads, pauses := s.reads[UDP].Load(), s.pauses[UDP].Load()
-		t.Logf("ReadCoalesce %v: %d datagrams in %d reads, %d pauses", pause, sent, reads, pauses)
-		switch {
-		case pause < 0 && pauses != 0:
-			t.Errorf("coalescing off: %d pauses, want none", pauses)
-		case pause > 0 && (pauses == 0 || reads > sent/2):
-			// At 1 ms apart, an 8 ms pause takes about 8 a read (at most a
-			// batch, 16, to go on pausing): a half leaves room for a sender
-			// slowed by a loaded machine.
-			t.Errorf("ReadCoalesce %v: %d datagrams in %d reads with %d pauses; want at most %d reads, some pauses",
-				pause, sent, reads, pauses, sent/2)
+			for range sent {
+				if _, err := conn.Write([]byte{0xc1}); err != nil { // malformed, but read and counted
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			conn.Close()
+			waitFor(t, "every datagram sent", func() bool { return s.Relay().Stats().Datagrams[tr] == sent })
+			reads, pauses := s.reads[tr].Load(), s.pauses[tr].Load()
+			t.Logf("%v, ReadCoalesce %v: %d datagrams in %d reads, %d pauses", tr, pause, sent, reads, pauses)
+			switch {
+			case pause < 0 && pauses != 0:
+				t.Errorf("%v, coalescing off: %d pauses, want none", tr, pauses)
+			case pause > 0 && (pauses == 0 || reads > sent/2):
+				// A half leaves room for a sender slowed by a loaded
+				// machine.
+				t.Errorf("%v, ReadCoalesce %v: %d datagrams in %d reads with %d pauses; want at most %d reads, some pauses",
+					tr, pause, sent, reads, pauses, sent/2)
+			}
 		}
 	}
 }

@@ -109,13 +109,17 @@ type ServerConfig struct {
 	// (the worker runs when the reader waits), and polling only takes the
 	// processor from the reader.
 	SpinWait time.Duration
-	// ReadCoalesce is how long a socket's reader pauses between reads
+	// ReadCoalesce is the longest a socket's reader pauses between reads
 	// while datagrams arrive sparsely, so that one wake-up takes what the
 	// kernel queued meanwhile (zero: DefaultReadCoalesce; negative:
-	// never; at most MaxReadCoalesce). See coalescer for when it pauses:
-	// never while the socket keeps it busy, nor so long that a Unix
-	// socket's queue (net.unix.max_dgram_qlen) would fill. Linux only;
-	// elsewhere a read takes one datagram and never pauses.
+	// never; within MinReadCoalesce..MaxReadCoalesce). See coalescer for
+	// when and how long it pauses: sized by the rate of the reads before,
+	// so that a Unix socket's queue (net.unix.max_dgram_qlen) holds about
+	// a quarter of what it takes at the pause's end, and not at all for
+	// coalesceHold after the queue was found full, nor while the reader
+	// drains at a stop. A burst within a pause can still fill the queue:
+	// its senders then wait, as for a busy relay. Linux only; elsewhere a
+	// read takes one datagram and never pauses.
 	ReadCoalesce time.Duration
 	// MaxPayloadBytes bounds each forwarded body (zero: the default).
 	MaxPayloadBytes int
@@ -188,7 +192,9 @@ func (c *ServerConfig) withDefaults() {
 	if c.ReadCoalesce == 0 {
 		c.ReadCoalesce = DefaultReadCoalesce
 	}
-	c.ReadCoalesce = min(c.ReadCoalesce, MaxReadCoalesce)
+	if c.ReadCoalesce > 0 {
+		c.ReadCoalesce = min(max(c.ReadCoalesce, MinReadCoalesce), MaxReadCoalesce)
+	}
 	if c.InfoRefresh <= 0 {
 		c.InfoRefresh = agentclient.DefaultInfoRefresh
 	}
@@ -562,7 +568,7 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 	if t == Unix {
 		unixQueue = dgram.UnixQueueLen()
 	}
-	co := newCoalescer(t, s.cfg.ReadCoalesce, s.cfg.BatchSize, unixQueue, dgram.BatchedReads)
+	co := newCoalescer(t, s.cfg.ReadCoalesce, s.cfg.BatchSize, unixQueue, c.GrantedBuffer(), dgram.BatchedReads)
 	for {
 		select {
 		case <-s.free.avail:
@@ -598,8 +604,13 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		}
 		failures = 0
 		s.reads[t].Add(1)
+		size := 0
+		for _, d := range b.Datagrams() {
+			size += d.Size
+		}
 		s.queue <- job{b: b, t: t}
-		if d := co.after(n, b.Cap(), time.Now); d > 0 {
+		// A stopping reader takes what is queued and no more: no pause.
+		if d := co.after(n, size, b.Cap(), time.Now); d > 0 && !c.Draining() {
 			s.pauses[t].Add(1)
 			time.Sleep(d)
 		}
