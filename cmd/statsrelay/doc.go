@@ -44,7 +44,7 @@
 // reaches a decode worker without waking a thread. While datagrams come
 // sparsely, each socket's reader pauses up to -read-coalesce (4ms) between
 // reads, so that one wake-up takes what the kernel queued meanwhile: as
-// long as the rate seen brings about a quarter of a Unix socket's queue,
+// long as the rate seen brings three eighths of a Unix socket's queue,
 // and not for 100ms after the queue was found full (its senders wait,
 // then, as for any busy relay; statsrelay_read_pauses_total counts the
 // pauses). Linux only.

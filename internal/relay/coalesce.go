@@ -57,7 +57,7 @@ type coalescer struct {
 // newCoalescer returns the coalescer of a socket of transport t, whose
 // reads fill batches of batch datagrams, for a ServerConfig.ReadCoalesce
 // of pause. unixQueue is how many datagrams a Unix socket queues before
-// its senders get EAGAIN: a pause aims at a quarter of them at most, and
+// its senders get EAGAIN: a pause aims at three eighths of them, and
 // a full queue is busy. A UDP socket aims at a batch and is busy past
 // one, or past an eighth of its receive buffer (granted: the kernel
 // charges a datagram more than its length). Where a read takes one

@@ -124,7 +124,7 @@ func TestCoalescerRule(t *testing.T) {
 // TestReadsCoalesce: a sender writing a datagram every millisecond to a
 // relay's UDP or Unix socket: with an 8 ms ReadCoalesce the reader takes
 // them in far fewer reads than datagrams, pausing between (UDP: 8 ms, 8 a
-// read; Unix, aiming at a quarter of its queue of 10: about 4), and every
+// read; Unix, aiming at three eighths of its queue of 10: 3.75), and every
 // datagram is taken; with coalescing off it never pauses.
 func TestReadsCoalesce(t *testing.T) {
 	if !dgram.BatchedReads {

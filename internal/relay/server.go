@@ -114,8 +114,9 @@ type ServerConfig struct {
 	// kernel queued meanwhile (zero: DefaultReadCoalesce; negative:
 	// never; within MinReadCoalesce..MaxReadCoalesce). See coalescer for
 	// when and how long it pauses: sized by the rate of the reads before,
-	// so that a Unix socket's queue (net.unix.max_dgram_qlen) holds about
-	// a quarter of what it takes at the pause's end, and not at all for
+	// so that at the pause's end a Unix socket's queue
+	// (net.unix.max_dgram_qlen) holds about three eighths of what it can;
+	// not at all for
 	// coalesceHold after the queue was found full, nor while the reader
 	// drains at a stop. A burst within a pause can still fill the queue:
 	// its senders then wait, as for a busy relay. Linux only; elsewhere a
