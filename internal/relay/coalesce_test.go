@@ -70,7 +70,8 @@ func TestCoalescerRule(t *testing.T) {
 	udp := newCoalescer(UDP, pause, 16, 10, 1<<20, true)
 	k := &coalescerClock{t: t, c: &udp, at: time.Unix(1000, 0)}
 	k.step("the first datagram in a while", 1, 100, time.Hour, 0)
-	k.step("another 1ms later: 12 take 12ms, more than the setting", 1, 100, time.Millisecond, pause)
+	k.step("another 1ms later: it would pause, but the cycle before would not", 1, 100, time.Millisecond, 0)
+	k.step("another: 12 take 12ms, more than the setting", 1, 100, time.Millisecond, pause)
 	k.step("12 a pause: 3000/s, 12 take the setting", 12, 1200, pause, pause)
 	k.step("a full batch: read on", 16, 1600, pause, 0)
 	reads := k.reads
@@ -90,7 +91,8 @@ func TestCoalescerRule(t *testing.T) {
 	k.step("1 after 3.2ms: 12 would take longer than the setting", 1, 100, 3200*time.Microsecond, pause)
 	k.step("10 in 0.2ms (50 000/s): 12 take 0.24ms, under an eighth of the setting", 10, 1000, 200*time.Microsecond, 0)
 	k.step("two pauses after the last cycle: a datagram now and then", 1, 100, 2*pause, 0)
-	k.step("a datagram soon after", 1, 100, time.Millisecond, pause)
+	k.step("a datagram soon after: the cycle before would not have paused", 1, 100, time.Millisecond, 0)
+	k.step("another", 1, 100, time.Millisecond, pause)
 	k.step("few datagrams, but past an eighth of the buffer: busy", 2, 129<<10, pause, 0)
 	k.step("a small cycle within the hold", 1, 100, time.Millisecond, 0)
 
@@ -98,6 +100,7 @@ func TestCoalescerRule(t *testing.T) {
 	small := newCoalescer(UDP, pause, 16, 10, 64<<10, true)
 	k = &coalescerClock{t: t, c: &small, at: time.Unix(2000, 0)}
 	k.step("first", 1, 100, time.Hour, 0)
+	k.step("steady from here", 1, 100, time.Millisecond, 0)
 	k.step("4 KiB in 4ms: 6 KiB take 6ms, more than the setting", 2, 4<<10, pause, pause)
 	k.step("8 KiB in 4ms: 6 KiB take 3ms", 2, 8<<10, pause, 3*time.Millisecond)
 	k.step("past 8 KiB: busy", 1, 8<<10+1, 3*time.Millisecond, 0)
@@ -107,12 +110,26 @@ func TestCoalescerRule(t *testing.T) {
 	unix := newCoalescer(Unix, pause, 16, 10, 0, true)
 	k = &coalescerClock{t: t, c: &unix, at: time.Unix(3000, 0)}
 	k.step("first", 1, 1024, time.Hour, 0)
+	k.step("1 after 1ms: not yet steady", 1, 1024, time.Millisecond, 0)
 	k.step("1 after 1ms", 1, 1024, time.Millisecond, 3750*time.Microsecond)
 	k.step("4 after 3.75ms", 4, 4096, 3750*time.Microsecond, 3515625*time.Nanosecond)
 	k.step("9 after 3.5ms: within the queue, a shorter pause", 9, 9216, 3515625*time.Nanosecond, 1464843*time.Nanosecond)
 	k.step("a full queue: busy", 10, 10240, 1464843*time.Nanosecond, 0)
 	k.step("a small cycle within the hold", 1, 1024, time.Millisecond, 0)
 	k.step("past 32 KiB in a cycle: busy", 2, 33<<10, coalesceHold, 0)
+
+	// Bursts of 100 a millisecond at a Unix socket the reader keeps up
+	// with (BenchmarkRelayPaced, rate 100000): within a burst the rate is
+	// too high to gain; the first datagrams after the quiet between bursts
+	// alone would ask for a pause, which the burst would fill the queue in.
+	burst := newCoalescer(Unix, pause, 16, 10, 0, true)
+	k = &coalescerClock{t: t, c: &burst, at: time.Unix(5000, 0)}
+	for range 3 {
+		for range 10 {
+			k.step("5 in 50µs, within a burst", 5, 5120, 50*time.Microsecond, 0)
+		}
+		k.step("the first 2 of the next burst, 0.5ms later", 2, 2048, 500*time.Microsecond, 0)
+	}
 
 	off := newCoalescer(UDP, -1, 16, 10, 1<<20, true)
 	k = &coalescerClock{t: t, c: &off, at: time.Unix(4000, 0)}
