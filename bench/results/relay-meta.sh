@@ -1,5 +1,5 @@
-relay_started="2026-12-08 02:53:06 UTC"
+relay_started="2026-12-08 03:22:29 UTC"
 relay_elapsed="1237"
-relay_commit="22d6f66"
+relay_commit="d5f5fe1"
 relay_count="6" relay_benchtime="4s"
 relay_machine="AMD EPYC, 2 cores (GOMAXPROCS 2), 24 GiB" relay_gover="go version go1.26.8 linux/amd64"
