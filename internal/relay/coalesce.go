@@ -46,8 +46,8 @@ const unixCoalesceBytes = 32 << 10
 // cycle: busy datagrams or more (a Unix socket's queue found full; more
 // than a batch from UDP), or more than bytes, nor unless the cycle before
 // would have paused too: at the first datagrams of a burst after a quiet
-// spell the rate says nothing of the burst (BenchmarkRelayPaced, rate
-// 100000, where such a pause cost 5 % more CPU per datagram).
+// spell the rate says nothing of the burst, which such a pause lets fill a
+// Unix socket's queue (BenchmarkRelayPaced, rate 100000).
 type coalescer struct {
 	pause       time.Duration // the setting; <= 0: never
 	limit, busy int           // datagrams: see coalescer

@@ -606,8 +606,10 @@ func (s *Server) read(c *dgram.Conn, t Transport) {
 		failures = 0
 		s.reads[t].Add(1)
 		size := 0
-		for _, d := range b.Datagrams() {
-			size += d.Size
+		if co.pause > 0 { // the bytes matter only to a coalescer that pauses
+			for _, d := range b.Datagrams() {
+				size += d.Size
+			}
 		}
 		s.queue <- job{b: b, t: t}
 		// A stopping reader takes what is queued and no more: no pause.
